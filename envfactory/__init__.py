@@ -1,0 +1,55 @@
+"""envfactory: verified, stateful tool-use environments and a gym for training LLM agents.
+
+The public surface::
+
+    import envfactory
+    env = envfactory.make("FileSystem-v0")            # runtime="local" | "docker"
+    messages = env.reset(task=0)
+    result = env.step('<tool_call>{"name": "list_dir", "arguments": {"path": "/"}}</tool_call>')
+    branch = env.fork()                                # independent copy of the live episode
+
+    import gymnasium
+    gymnasium.make("envfactory/FileSystem-v0")
+
+Defining an environment: a :class:`State` model, :func:`tool` functions over it,
+:class:`Task` objects, and :func:`register` of an :class:`EnvSpec`.
+"""
+
+from .env import Environment, EpisodeError, StepResult
+from .parsing import ActionTypeError, parse_action
+from .registry import ENTRY_POINT_GROUP, discover, make, register, spec, specs
+from .spec import EnvSpec, SpecError
+from .state import State, copy_state, state_hash
+from .task import Task, ToolCall, call
+from .tool import Tool, ToolError, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ActionTypeError",
+    "ENTRY_POINT_GROUP",
+    "EnvSpec",
+    "Environment",
+    "EpisodeError",
+    "SpecError",
+    "State",
+    "StepResult",
+    "Task",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "call",
+    "copy_state",
+    "discover",
+    "make",
+    "parse_action",
+    "register",
+    "spec",
+    "specs",
+    "state_hash",
+    "tool",
+]
+
+# Register every installed environment (built-in ones included) so that
+# gymnasium.make("envfactory/<Name>-v0") works right after `import envfactory`.
+discover(_defer_on_error=True)

@@ -1,0 +1,155 @@
+"""``envfactory bench``: measurements with same-run baselines.
+
+Every timing key carries its unit (``_us``, ``_ms``, ``_s``) and every
+comparison is a ``_ratio`` against a baseline measured in the same run, because
+machines here are noisy. Sections are independent functions returning flat
+dicts; other subsystems add theirs to :data:`SECTIONS`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import time
+from typing import Any, Callable
+
+import gymnasium
+from gymnasium import spaces
+
+__all__ = ["run_bench", "SECTIONS", "PlainCounterEnv"]
+
+_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+class PlainCounterEnv(gymnasium.Env):
+    """The baseline: a hand-written Gymnasium env doing the same work as Counter-v0.
+
+    It parses the same Hermes tool-call text, applies ``increment`` and returns
+    the same observation text, with no framework at all.
+    """
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Text(4096, min_length=0)
+        self.action_space = spaces.Text(4096, min_length=0)
+        self.value = 0
+        self.turn = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.value = 0
+        self.turn = 0
+        return "Make the counter show 10.", {}
+
+    def step(self, action: str):
+        self.turn += 1
+        outs = []
+        for body in _CALL.findall(action):
+            try:
+                call = json.loads(body)
+                by = call["arguments"].get("by", 1)
+                if call["name"] != "increment" or not isinstance(by, int):
+                    raise ValueError("bad call")
+                self.value += by
+                outs.append(f"<tool_response>\n{self.value}\n</tool_response>")
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                outs.append(f"<tool_response>\nError: {exc}\n</tool_response>")
+        terminated = not outs
+        return "\n".join(outs), 0.0, terminated, False, {"turn": self.turn}
+
+
+def _median_us(samples: list[float]) -> float:
+    return statistics.median(samples) / 1000.0
+
+
+def _time_episodes(env: gymnasium.Env, action: str, episodes: int, episode_len: int,
+                   reset: Callable[[], Any]) -> list[float]:
+    """Per-step time (ns) of each episode of ``episode_len`` identical steps;
+    resets stay outside the timed region, and timing whole episodes keeps the
+    clock's own overhead out of the per-step figure."""
+    samples = []
+    clock = time.perf_counter_ns
+    step = env.step
+    for _ in range(episodes):
+        reset()
+        t0 = clock()
+        for _ in range(episode_len):
+            step(action)
+        samples.append((clock() - t0) / episode_len)
+    return samples
+
+
+def bench_step(n: int = 20000) -> dict[str, Any]:
+    """Median time of one trivial tool-call step: envfactory (Gymnasium adapter over
+    the local runtime) against :class:`PlainCounterEnv`, interleaved in rounds."""
+    from .gym_env import ToolGymEnv
+
+    action = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
+    ours = ToolGymEnv("Counter-v0", max_turns=10**9)
+    plain = PlainCounterEnv()
+    ours_s: list[float] = []
+    plain_s: list[float] = []
+    episode_len = 50
+    for _ in range(n // episode_len):  # interleave so drift hits both equally
+        plain_s += _time_episodes(plain, action, 1, episode_len, lambda: plain.reset(seed=0))
+        ours_s += _time_episodes(
+            ours, action, 1, episode_len, lambda: ours.reset(seed=0, options={"task": 0})
+        )
+    o, p = _median_us(ours_s), _median_us(plain_s)
+    return {
+        "step_envfactory_us": round(o, 2),
+        "step_plain_gymnasium_us": round(p, 2),
+        "step_envfactory_vs_plain_ratio": round(o / p, 2),
+        "step_samples": len(ours_s) * episode_len,
+    }
+
+
+def bench_fork(n: int = 2000) -> dict[str, Any]:
+    """Median ``fork()`` time on each built-in environment, mid-way through its
+    longest reference solution (so the state carries the episode's changes)."""
+    from .registry import make, specs
+
+    out: dict[str, Any] = {}
+    worst = 0.0
+    for s in specs():
+        if getattr(s, "multi_agent", False):
+            continue
+        env = make(s.name)
+        task = max(s.get_tasks(), key=lambda t: len(t.solution))
+        env.reset(task.id)
+        for c in task.solution[: max(1, len(task.solution) // 2)]:
+            env.step(c.to_hermes())
+        clock = time.perf_counter_ns
+        samples = []
+        for _ in range(n):
+            t0 = clock()
+            env.fork()
+            samples.append(clock() - t0)
+        us = _median_us(samples)
+        worst = max(worst, us)
+        out[f"fork_{s.name}_us"] = round(us, 2)
+        t0 = clock()
+        for _ in range(200):
+            s.state_type.model_validate(env.state.model_dump())
+        baseline = (clock() - t0) / 200 / 1000
+        out[f"fork_{s.name}_vs_pydantic_roundtrip_ratio"] = round(us / baseline, 3)
+    out["fork_max_us"] = round(worst, 2)
+    return out
+
+
+SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
+    "step": bench_step,
+    "fork": bench_fork,
+}
+
+
+def run_bench(only: list[str] | None = None) -> dict[str, Any]:
+    """Run the named sections (all by default) and merge their results."""
+    results: dict[str, Any] = {}
+    for name, fn in SECTIONS.items():
+        if only and name not in only:
+            continue
+        t0 = time.perf_counter()
+        results.update(fn())
+        results[f"section_{name}_s"] = round(time.perf_counter() - t0, 3)
+    return results

@@ -1,0 +1,168 @@
+"""Parsing an agent's action into tool calls.
+
+Accepted actions:
+
+* raw model text with Hermes/Qwen blocks ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
+  (any number per message), or a bare JSON function call ``{"name": ..., "arguments": {...}}``
+  (or a JSON list of them);
+* an OpenAI-style assistant message ``{"role": "assistant", "content": ..., "tool_calls": [...]}``;
+* a :class:`~envfactory.task.ToolCall`, or a list of them (or of ``{"name", "arguments"}`` dicts).
+
+Nothing here raises on model output: every problem becomes a message in
+:attr:`ParsedAction.errors`, which the episode turns into an error observation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .task import ToolCall
+
+__all__ = ["ParsedAction", "parse_action", "parse_text", "ActionTypeError"]
+
+_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_OPEN = "<tool_call>"
+_FORMAT_HINT = 'Write each call as <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>.'
+_CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
+
+
+class ActionTypeError(TypeError):
+    """The action is not text, an assistant message or tool calls (a caller bug, not model output)."""
+
+
+@dataclass(slots=True)
+class ParsedAction:
+    """An action split into what the agent said and the calls it made.
+
+    ``attempted`` is true when the action tried to call a tool, even if every
+    attempt was malformed: such a turn does not end the episode.
+    """
+
+    content: str
+    calls: list[ToolCall] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    attempted: bool = False
+    answer: str = ""
+
+
+def _call_from_obj(obj: Any, where: str) -> tuple[ToolCall | None, str | None]:
+    if not isinstance(obj, dict):
+        return None, f"{where}: expected a JSON object, got {type(obj).__name__}. {_FORMAT_HINT}"
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return None, f"{where}: missing the tool 'name' (a string). {_FORMAT_HINT}"
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError as exc:
+            return None, f"{where}: 'arguments' of '{name}' is not valid JSON ({exc})."
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        return None, (
+            f"{where}: 'arguments' of '{name}' must be a JSON object, got {type(args).__name__}."
+        )
+    call_id = obj.get("id")
+    return ToolCall(name, args, call_id if isinstance(call_id, str) else None), None
+
+
+def parse_text(text: str) -> ParsedAction:
+    """Parse raw model text (see module docstring)."""
+    if _OPEN in text:
+        calls: list[ToolCall] = []
+        errors: list[str] = []
+        bodies = _BLOCK.findall(text)
+        for i, body in enumerate(bodies, 1):
+            try:
+                obj = json.loads(body)
+            except ValueError as exc:
+                errors.append(f"tool call #{i} is not valid JSON ({exc}). {_FORMAT_HINT}")
+                continue
+            if obj.__class__ is dict and len(obj) == 2:  # fast path: {"name": str, "arguments": dict}
+                name = obj.get("name")
+                args = obj.get("arguments")
+                if name.__class__ is str and name and args.__class__ is dict:
+                    calls.append(ToolCall(name, args))
+                    continue
+            call, err = _call_from_obj(obj, f"tool call #{i}")
+            if err:
+                errors.append(err)
+            else:
+                calls.append(call)
+        if text.count(_OPEN) > len(bodies):
+            errors.append(f"a <tool_call> block is not closed with </tool_call>. {_FORMAT_HINT}")
+        return ParsedAction(text, calls, errors, True)
+    stripped = text.strip()
+    if stripped[:1] in ("{", "[") and '"name"' in stripped:
+        try:
+            obj = json.loads(stripped)
+        except ValueError:
+            return ParsedAction(text, answer=stripped)
+        objs = obj if isinstance(obj, list) else [obj]
+        if objs and all(isinstance(o, dict) and "name" in o and set(o) <= _CALL_KEYS for o in objs):
+            parsed = ParsedAction(text, attempted=True)
+            for i, o in enumerate(objs, 1):
+                call, err = _call_from_obj(o, f"tool call #{i}")
+                if err:
+                    parsed.errors.append(err)
+                else:
+                    parsed.calls.append(call)
+            return parsed
+    return ParsedAction(text, answer=stripped)
+
+
+def _parse_openai_calls(raw_calls: Any, content: str) -> ParsedAction:
+    parsed = ParsedAction(content, attempted=True, answer=content.strip())
+    if not isinstance(raw_calls, list):
+        parsed.errors.append("'tool_calls' must be a list of function calls.")
+        return parsed
+    for i, rc in enumerate(raw_calls, 1):
+        if isinstance(rc, ToolCall):
+            parsed.calls.append(rc)
+            continue
+        if isinstance(rc, dict) and isinstance(rc.get("function"), dict):
+            obj = dict(rc["function"])
+            if isinstance(rc.get("id"), str):
+                obj["id"] = rc["id"]
+        else:
+            obj = rc
+        call, err = _call_from_obj(obj, f"tool call #{i}")
+        if err:
+            parsed.errors.append(err)
+        else:
+            parsed.calls.append(call)
+    return parsed
+
+
+def parse_action(action: Any) -> ParsedAction:
+    """Parse any accepted action form into a :class:`ParsedAction`.
+
+    Raises:
+        ActionTypeError: ``action`` is none of the accepted forms (a programming
+            error in the caller; model output is always text and never raises).
+    """
+    if isinstance(action, str):
+        return parse_text(action)
+    if isinstance(action, ToolCall):
+        return ParsedAction("", [action], attempted=True)
+    if isinstance(action, dict):
+        if "tool_calls" in action or action.get("role") == "assistant":
+            content = action.get("content") or ""
+            if not isinstance(content, str):
+                content = json.dumps(content)
+            raw_calls = action.get("tool_calls")
+            if raw_calls:
+                return _parse_openai_calls(raw_calls, content)
+            return parse_text(content)
+        if "name" in action:
+            return _parse_openai_calls([action], "")
+    if isinstance(action, (list, tuple)):
+        return _parse_openai_calls(list(action), "")
+    raise ActionTypeError(
+        "an action must be model text (str), an assistant message dict, a ToolCall, "
+        f"or a list of tool calls; got {type(action).__name__}"
+    )

@@ -1,0 +1,180 @@
+"""The world of an episode: one pydantic model per environment.
+
+A :class:`State` holds the whole truth of an episode. It must stay plain data
+(models, dicts, lists, sets, strings, numbers, booleans, ``None``) so that it is
+JSON-serializable, canonically hashable and cheap to copy. ``fork()`` of a live
+environment copies its state with :func:`copy_state`, which is why that function
+is written for speed rather than generality.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["State", "canonical_json", "copy_state", "state_hash", "state_to_json"]
+
+S = TypeVar("S", bound="State")
+
+_IMMUTABLE = (str, int, float, bool, type(None), bytes, frozenset)
+
+
+class State(BaseModel):
+    """Base class for an environment's state.
+
+    Subclass it with typed fields. Tools receive the live instance and mutate it
+    in place; nothing else may. Keep fields to plain data: the state crosses
+    process and container boundaries as JSON.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    def copy_state(self: S) -> S:
+        """An independent deep copy (see :func:`copy_state`)."""
+        return copy_state(self)
+
+    def hash(self) -> str:
+        """Canonical SHA-256 of the state's JSON (see :func:`state_hash`)."""
+        return state_hash(self)
+
+
+
+def _copy(value: Any) -> Any:
+    """Generic deep copy of plain data; models go through their compiled copier."""
+    cls = value.__class__
+    if cls in _IMMUTABLE_SET:
+        return value
+    if cls is dict:
+        return {k: (v if v.__class__ in _IMMUTABLE_SET else _copy(v)) for k, v in value.items()}
+    if cls is list:
+        return [v if v.__class__ in _IMMUTABLE_SET else _copy(v) for v in value]
+    if isinstance(value, BaseModel):
+        copier = _COPIERS.get(cls)
+        if copier is None:
+            copier = _COPIERS[cls] = _compile_copier(cls)
+        return copier(value)
+    if cls is set:
+        return set(value)  # set elements are hashable, hence treated as immutable
+    if cls is tuple:
+        return tuple(_copy(v) for v in value)
+    if isinstance(value, _IMMUTABLE):  # subclasses such as enums
+        return value
+    import copy as _stdlib_copy
+
+    return _stdlib_copy.deepcopy(value)
+
+
+_IMMUTABLE_SET = frozenset(_IMMUTABLE)
+_COPIERS: dict[type, Any] = {}
+
+
+def _is_immutable_type(tp: Any) -> bool:
+    import enum
+    import types
+    import typing
+
+    if tp in _IMMUTABLE:
+        return True
+    if isinstance(tp, type) and issubclass(tp, (enum.Enum, str, int, float)):
+        return True
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return all(_is_immutable_type(a) for a in typing.get_args(tp))
+    if origin is typing.Annotated:
+        return _is_immutable_type(typing.get_args(tp)[0])
+    return False
+
+
+def _field_plan(tp: Any) -> str:
+    """How to copy a field of annotation ``tp``: share, shallow, or deep."""
+    import typing
+
+    if _is_immutable_type(tp):
+        return "share"
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (list, set) and args and _is_immutable_type(args[0]):
+        return "shallow"
+    if origin is dict and len(args) == 2 and _is_immutable_type(args[1]):
+        return "shallow"
+    return "deep"
+
+
+def _compile_copier(cls: type[BaseModel]) -> Any:
+    """Build a copier for one model class from its field annotations."""
+    shallow, deep = [], []
+    for name, field in cls.model_fields.items():
+        plan = _field_plan(field.annotation)
+        if plan == "shallow":
+            shallow.append(name)
+        elif plan == "deep":
+            deep.append(name)
+    new_obj = object.__new__
+    setattr_ = object.__setattr__
+    immutable = _IMMUTABLE_SET
+
+    def copier(value: BaseModel) -> BaseModel:
+        d = value.__dict__.copy()
+        for name in shallow:
+            v = d[name]
+            if v is not None:
+                d[name] = v.copy()
+        for name in deep:
+            v = d[name]
+            if v.__class__ not in immutable:
+                d[name] = _copy(v)
+        new = new_obj(cls)
+        setattr_(new, "__dict__", d)
+        setattr_(new, "__pydantic_fields_set__", value.__pydantic_fields_set__.copy())
+        extra = value.__pydantic_extra__
+        setattr_(new, "__pydantic_extra__", None if extra is None else _copy(extra))
+        private = value.__pydantic_private__
+        setattr_(new, "__pydantic_private__", None if private is None else _copy(private))
+        return new
+
+    return copier
+
+
+def copy_state(state: S) -> S:
+    """Return an independent deep copy of ``state``.
+
+    Specialised for plain-data pydantic models: immutable leaves are shared,
+    containers and models are rebuilt without re-validation. Several times faster
+    than ``model_copy(deep=True)``, which goes through :func:`copy.deepcopy`.
+    """
+    return _copy(state)
+
+
+def state_to_json(state: BaseModel) -> dict[str, Any]:
+    """The state as JSON-compatible data (the form that crosses boundaries)."""
+    return state.model_dump(mode="json")
+
+
+def _canonical_default(value: Any) -> Any:
+    if isinstance(value, (set, frozenset)):
+        # Set iteration order is arbitrary: sort by canonical JSON of the elements.
+        return sorted(value, key=lambda v: json.dumps(v, sort_keys=True, default=_canonical_default))
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(value)
+
+
+def canonical_json(state: BaseModel) -> str:
+    """The state's canonical JSON: sorted keys, sorted sets, compact separators."""
+    return json.dumps(
+        state.model_dump(mode="python"),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=_canonical_default,
+    )
+
+
+def state_hash(state: BaseModel) -> str:
+    """Canonical hash: SHA-256 of :func:`canonical_json`; equal states hash equal."""
+    return hashlib.sha256(canonical_json(state).encode()).hexdigest()

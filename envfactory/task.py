@@ -1,0 +1,139 @@
+"""Tasks: an instruction, an initial state, a success check and a proof of solvability."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .state import State, copy_state, state_hash
+
+__all__ = ["ToolCall", "Task", "call", "normalize_answer"]
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One call of a tool, as parsed from the agent's action or written in a solution.
+
+    A plain dataclass rather than a pydantic model: the parser builds one per
+    call on the step hot path, after checking the types itself. Inside a
+    :class:`Task`, pydantic validates the fields.
+    """
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"name", "arguments"}`` (and ``id`` when set)."""
+        d: dict[str, Any] = {"name": self.name, "arguments": self.arguments}
+        if self.id is not None:
+            d["id"] = self.id
+        return d
+
+    def to_openai(self, call_id: str) -> dict[str, Any]:
+        """This call in OpenAI ``tool_calls`` format (arguments as a JSON string)."""
+        return {
+            "id": self.id or call_id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": json.dumps(self.arguments)},
+        }
+
+    def to_hermes(self) -> str:
+        """This call as Hermes/Qwen text: ``<tool_call>{...}</tool_call>``."""
+        body = json.dumps({"name": self.name, "arguments": self.arguments}, ensure_ascii=False)
+        return f"<tool_call>\n{body}\n</tool_call>"
+
+
+_WS = re.compile(r"\s+")
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-case and collapse whitespace; the form answer facts are matched in."""
+    return _WS.sub(" ", text.lower()).strip()
+
+
+class Task(BaseModel):
+    """A task of an environment.
+
+    Attributes:
+        id: Unique within the environment, stable across processes.
+        instruction: What the user asks, shown to the agent.
+        initial_state: The world at ``reset``; each episode gets its own copy.
+        solution: A reference solution (tool calls) that earns reward 1.
+        answer_facts: Strings the final answer must contain (case-insensitive),
+            for tasks that ask for information.
+        check: ``check(final_state) -> bool``. When omitted, success means the
+            final state equals the state the reference solution produces (a
+            canonical-hash comparison, as in tau-bench).
+        difficulty: Defaults to the length of the reference solution.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    id: str
+    instruction: str
+    initial_state: State
+    solution: list[ToolCall]
+    answer_facts: list[str] = Field(default_factory=list)
+    check: Callable[[Any], bool] | None = Field(default=None, exclude=True)
+    difficulty: int | None = None
+    expected_state_hash: str | None = None
+
+    @field_validator("solution", mode="after")
+    @classmethod
+    def _check_calls(cls, calls: list[ToolCall]) -> list[ToolCall]:
+        for c in calls:
+            if not isinstance(c.name, str) or not c.name or not isinstance(c.arguments, dict):
+                raise ValueError(f"invalid tool call in solution: {c!r}")
+        return calls
+
+    def model_post_init(self, _ctx: Any) -> None:
+        if self.difficulty is None:
+            self.difficulty = len(self.solution)
+
+    def fresh_state(self) -> State:
+        """An independent copy of the initial state."""
+        return copy_state(self.initial_state)
+
+    def state_ok(self, final_state: State) -> bool:
+        """Whether the final state satisfies the task (ignoring the answer)."""
+        if self.check is not None:
+            return bool(self.check(final_state))
+        if self.expected_state_hash is None:
+            raise RuntimeError(
+                f"task {self.id!r} has neither a check nor an expected state; "
+                "register it through an EnvSpec, which replays the reference solution"
+            )
+        return state_hash(final_state) == self.expected_state_hash
+
+    def answer_ok(self, answer: str | None) -> bool:
+        """Whether the final answer contains every required fact."""
+        if not self.answer_facts:
+            return True
+        if not answer:
+            return False
+        norm = normalize_answer(answer)
+        return all(normalize_answer(f) in norm for f in self.answer_facts)
+
+    def success(self, final_state: State, answer: str | None) -> bool:
+        """Sparse task success: the state check and the answer facts both hold."""
+        return self.state_ok(final_state) and self.answer_ok(answer)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-friendly description (no callables, no state)."""
+        return {
+            "id": self.id,
+            "instruction": self.instruction,
+            "difficulty": self.difficulty,
+            "solution": [c.to_json() for c in self.solution],
+            "answer_facts": list(self.answer_facts),
+        }
+
+
+def call(name: str, /, **arguments: Any) -> ToolCall:
+    """Shorthand for writing reference solutions: ``call("read_file", path="/a")``."""
+    return ToolCall(name=name, arguments=arguments)
