@@ -109,8 +109,9 @@ class EnvSpec:
         return (self.system_prompt or DEFAULT_SYSTEM_PROMPT).format(domain=self.domain)
 
     def get_tasks(self) -> list[Task]:
-        """The tasks, built on first use; tasks without a ``check`` get the expected
-        final state of their reference solution (replayed once here)."""
+        """The tasks, built on first use. Each reference solution is replayed once
+        here: tool errors are kept in :attr:`replay_errors`, and tasks without a
+        ``check`` get the expected final state it produces."""
         if self._tasks is None:
             raw = self.tasks() if callable(self.tasks) else self.tasks
             tasks = list(raw)
@@ -128,11 +129,11 @@ class EnvSpec:
                         f"{type(t.initial_state).__name__}, expected {self.state_type.__name__}"
                     )
                 index[t.id] = t
+                s = copy_state(t.initial_state)
+                errs = replay(self._tool_map, s, t.solution)
+                if errs:
+                    self.replay_errors[t.id] = errs
                 if t.check is None and t.expected_state_hash is None:
-                    s = copy_state(t.initial_state)
-                    errs = replay(self._tool_map, s, t.solution)
-                    if errs:
-                        self.replay_errors[t.id] = errs
                     t.expected_state_hash = state_hash(s)
             self._task_index = index
             self._tasks = tasks

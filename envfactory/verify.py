@@ -236,7 +236,7 @@ def verify_spec(
 
             from .gym_env import ToolGymEnv
 
-            genv = ToolGymEnv(spec.name)
+            genv = ToolGymEnv(env=make_env())
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 check_env(genv, skip_render_check=True)

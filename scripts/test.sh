@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Everything the test suite needs on a fresh machine, then the tests.
+# Under CI=true a missing Docker engine or vLLM is a test failure, never a skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/docker-engine.sh
+bash scripts/base-image.sh
+python3 -m pytest -q "$@"

@@ -1,0 +1,86 @@
+"""The episode protocol: termination, truncation, sparse reward from the true state, errors."""
+
+import pytest
+
+import envfactory
+from envfactory import EpisodeError, ActionTypeError, ToolCall
+
+INC = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
+
+
+def test_opening_messages_and_tools():
+    env = envfactory.make("Counter-v0")
+    msgs = env.reset("counter-0-2")
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    assert "exactly 2" in msgs[1]["content"]
+    names = [s["function"]["name"] for s in env.tool_schemas()]
+    assert names == ["increment", "reset_counter", "read_counter", "finish"]
+
+
+def test_reward_is_sparse_and_comes_from_the_state():
+    env = envfactory.make("Counter-v0")
+    env.reset("counter-0-2")
+    r = env.step(INC)
+    assert (r.reward, r.terminated, r.truncated) == (0.0, False, False)
+    assert r.messages[0]["content"] == "1"
+    r = env.step("The counter shows 2 now, trust me.")  # a claim, the state says 1
+    assert r.terminated and r.reward == 0.0 and r.info["success"] is False
+    env.reset("counter-0-2")
+    env.step(INC)
+    env.step([ToolCall("increment", {"by": 1})])
+    r = env.step("Done.")
+    assert r.terminated and r.reward == 1.0 and r.info["answer"] == "Done."
+
+
+def test_finish_tool_ends_the_episode_with_its_answer():
+    env = envfactory.make("Bank-v0")
+    env.reset("bank-000")
+    r = env.step('<tool_call>{"name": "get_balance", "arguments": {"account_id": "ACC-200"}}</tool_call>')
+    assert r.messages[0]["content"] == "430.75"
+    r = env.step('<tool_call>{"name": "finish", "arguments": {"answer": "It is 430.75"}}</tool_call>'
+                 '<tool_call>{"name": "deposit", "arguments": {"account_id": "ACC-200", "amount": 1}}</tool_call>')
+    assert r.terminated and r.reward == 1.0
+    assert "ignored" in r.messages[1]["content"]  # calls after finish do not run
+    assert env.state.bank.accounts["ACC-200"].balance_cents == 43_075
+
+
+def test_answer_facts_are_required():
+    env = envfactory.make("Bank-v0")
+    env.reset("bank-000")
+    env.step('<tool_call>{"name": "get_balance", "arguments": {"account_id": "ACC-200"}}</tool_call>')
+    assert env.step("I checked the balance.").reward == 0.0
+
+
+def test_truncation_at_the_turn_limit():
+    env = envfactory.make("Counter-v0", max_turns=3)
+    env.reset("counter-0-12")
+    results = [env.step(INC) for _ in range(3)]
+    assert [r.truncated for r in results] == [False, False, True]
+    assert results[-1].reward == 0.0 and results[-1].info["success"] is False
+    with pytest.raises(EpisodeError, match="ended"):
+        env.step(INC)
+
+
+def test_protocol_errors_are_named():
+    env = envfactory.make("Counter-v0")
+    with pytest.raises(EpisodeError, match="reset"):
+        env.step(INC)
+    env.reset(0)
+    with pytest.raises(ActionTypeError, match="action must be"):
+        env.step(42)
+    with pytest.raises(KeyError, match="no task"):
+        env.reset("nope")
+    with pytest.raises(KeyError, match="out of range"):
+        env.reset(10_000)
+
+
+def test_same_seed_same_episode():
+    def play(seed):
+        env = envfactory.make("Helpdesk-v0")
+        env.reset(seed=seed)
+        env.step('<tool_call>{"name": "list_agents", "arguments": {}}</tool_call>')
+        env.step("done")
+        return env.messages, env.state.hash()
+
+    assert play(7) == play(7)
+    assert any(play(7)[0][1] != play(s)[0][1] for s in range(8, 20))  # seeds pick different tasks

@@ -1,0 +1,94 @@
+"""Parsing model output into tool calls; nothing a model writes can crash an episode."""
+
+import json
+
+import envfactory
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from envfactory.parsing import parse_action
+
+
+def test_several_hermes_calls_in_one_message():
+    text = ('Let me look.\n<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n</tool_call>\n'
+            '<tool_call>{"name": "b", "arguments": "{\\"y\\": 2}"}</tool_call>')
+    p = parse_action(text)
+    assert [(c.name, c.arguments) for c in p.calls] == [("a", {"x": 1}), ("b", {"y": 2})]
+    assert p.errors == [] and p.attempted and p.content == text
+
+
+def test_openai_message_and_bare_json_calls():
+    msg = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "a", "arguments": '{"x": 1}'}}]}
+    p = parse_action(msg)
+    assert [(c.id, c.name, c.arguments) for c in p.calls] == [("c1", "a", {"x": 1})]
+    p = parse_action('{"name": "a", "arguments": {"x": 3}}')
+    assert [(c.name, c.arguments) for c in p.calls] == [("a", {"x": 3})]
+    p = parse_action('{"answer": 42, "name": "x"}')  # JSON that is not a call is an answer
+    assert not p.attempted and not p.calls
+
+
+def test_malformed_calls_are_named():
+    p = parse_action("<tool_call>{oops</tool_call>")
+    assert p.attempted and not p.calls and "not valid JSON" in p.errors[0]
+    p = parse_action('<tool_call>{"arguments": {}}</tool_call>')
+    assert "missing the tool 'name'" in p.errors[0]
+    p = parse_action('<tool_call>{"name": "a", "arguments": [1]}</tool_call>')
+    assert "must be a JSON object" in p.errors[0]
+    p = parse_action('<tool_call>{"name": "a", "arguments": {}}')
+    assert "not closed" in p.errors[0]
+
+
+def _env():
+    env = envfactory.make("FileSystem-v0")
+    env.reset(0)
+    return env
+
+
+def test_errors_reach_the_agent_and_the_episode_goes_on():
+    env = _env()
+    r = env.step('<tool_call>{bad json</tool_call><tool_call>{"name": "nope", "arguments": {}}</tool_call>'
+                 '<tool_call>{"name": "read_file", "arguments": {"path": 3}}</tool_call>'
+                 '<tool_call>{"name": "read_file", "arguments": {"path": "/missing"}}</tool_call>')
+    assert not r.done
+    contents = [m["content"] for m in r.messages]
+    assert all(c.startswith("Error") for c in contents)
+    assert "not valid JSON" in contents[0]
+    assert "unknown tool 'nope'" in contents[1] and "read_file" in contents[1]
+    assert "argument 'path'" in contents[2]
+    assert "does not exist" in contents[3]
+    assert (r.info["parse_errors"], r.info["tool_calls"], r.info["tool_errors"]) == (1, 3, 3)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=300))
+def test_fuzz_random_text_never_raises_out_of_step(text):
+    env = _env()
+    r = env.step(text)
+    assert isinstance(r.reward, float)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(["read_file", "write_file", "move_file", "nope", ""]) | st.text(max_size=10),
+       args=_json, wrap=st.sampled_from(["hermes", "bare", "openai", "openai_str"]))
+def test_fuzz_random_json_calls_never_raise_out_of_step(name, args, wrap):
+    env = _env()
+    call = {"name": name, "arguments": args}
+    if wrap == "hermes":
+        action = f"<tool_call>{json.dumps(call)}</tool_call>"
+    elif wrap == "bare":
+        action = json.dumps(call)
+    elif wrap == "openai":
+        action = {"role": "assistant", "content": "", "tool_calls": [{"id": "x", "function": call}]}
+    else:
+        action = {"role": "assistant", "content": "",
+                  "tool_calls": [{"id": "x", "function": {"name": name, "arguments": json.dumps(args)}}]}
+    r = env.step(action)
+    assert all(isinstance(m["content"], str) for m in r.messages)
