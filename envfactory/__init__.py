@@ -17,11 +17,12 @@ Defining an environment: a :class:`State` model, :func:`tool` functions over it,
 
 from .env import Environment, EpisodeError, StepResult
 from .parsing import ActionTypeError, parse_action
-from .registry import ENTRY_POINT_GROUP, discover, make, register, spec, specs
+from .registry import ENTRY_POINT_GROUP, discover, make, make_multi, register, spec, specs
 from .spec import EnvSpec, SpecError
 from .state import State, copy_state, state_hash
 from .task import Task, ToolCall, call
 from .tool import Tool, ToolError, tool
+from .multi import MultiAgentSpec, MultiEpisode, MultiState, MultiTask, Role
 
 __version__ = "0.1.0"
 
@@ -42,6 +43,12 @@ __all__ = [
     "copy_state",
     "discover",
     "make",
+    "make_multi",
+    "MultiAgentSpec",
+    "MultiEpisode",
+    "MultiState",
+    "MultiTask",
+    "Role",
     "parse_action",
     "register",
     "spec",

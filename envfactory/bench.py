@@ -137,9 +137,24 @@ def bench_fork(n: int = 2000) -> dict[str, Any]:
     return out
 
 
+def bench_docker() -> dict[str, Any]:
+    """The Docker runtime against local and OpenEnv (see :mod:`envfactory.runtime.bench_docker`);
+    a ``docker_error`` note instead when no Docker engine answers."""
+    try:
+        from .runtime.pool import docker_client
+
+        docker_client()
+    except RuntimeError as exc:
+        return {"docker_error": str(exc)}
+    from .runtime.bench_docker import bench_docker as run
+
+    return run()
+
+
 SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
     "step": bench_step,
     "fork": bench_fork,
+    "docker": bench_docker,
 }
 
 

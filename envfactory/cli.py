@@ -145,10 +145,92 @@ def _mean(xs: Any) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
+def _generate_args(p: argparse.ArgumentParser) -> None:
+    from .factory.commands import generate_args
+
+    generate_args(p)
+
+
+def _generate_run(args: argparse.Namespace) -> Result:
+    from .factory.commands import generate_run
+
+    return generate_run(args)
+
+
+def _tasks_args(p: argparse.ArgumentParser) -> None:
+    from .factory.commands import tasks_args
+
+    tasks_args(p)
+
+
+def _tasks_run(args: argparse.Namespace) -> Result:
+    from .factory.commands import tasks_run
+
+    return tasks_run(args)
+
+
+def _image_args(p: argparse.ArgumentParser) -> None:
+    from .runtime.commands import image_args
+
+    image_args(p)
+
+
+def _image_run(args: argparse.Namespace) -> Result:
+    from .runtime.commands import image_run
+
+    return image_run(args)
+
+
+def _gc_args(p: argparse.ArgumentParser) -> None:
+    from .runtime.commands import gc_args
+
+    gc_args(p)
+
+
+def _gc_run(args: argparse.Namespace) -> Result:
+    from .runtime.commands import gc_run
+
+    return gc_run(args)
+
+
+def _eval_team_args(p: argparse.ArgumentParser) -> None:
+    from .multi.eval import cli_args
+
+    cli_args(p)
+
+
+def _eval_team_run(args: argparse.Namespace) -> Result:
+    from .multi.eval import cli_run
+
+    return cli_run(args)
+
+
+def _eval_args(p: argparse.ArgumentParser) -> None:
+    from agents.eval_cli import eval_args  # agents is imported only when the command runs
+
+    eval_args(p)
+
+
+def _eval_run(args: argparse.Namespace) -> Result:
+    from agents.eval_cli import eval_run
+
+    return eval_run(args)
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], Result]]] = {
     "list": ("list registered environments", _list_args, _list_run),
     "verify": ("run the verification suite", _verify_args, _verify_run),
     "bench": ("measure speed against same-run baselines", _bench_args, _bench_run),
+    "generate": ("build and verify an environment from a prompt (LLM) or a spec file",
+                 _generate_args, _generate_run),
+    "tasks": ("task tools: 'tasks synth NAME --n N --seed S'", _tasks_args, _tasks_run),
+    "image": ("Docker images: 'image build [NAME...|--all]' (offline, content-hashed tags)",
+              _image_args, _image_run),
+    "gc": ("remove Docker containers that exited envfactory processes left behind", _gc_args, _gc_run),
+    "eval-team": ("evaluate teams of policies on the multi-agent environments (JSON + markdown report)",
+                  _eval_team_args, _eval_team_run),
+    "eval": ("evaluate a model or a scripted baseline on environments (success with 95% CIs; --report DIR)",
+             _eval_args, _eval_run),
     "quickstart": ("the main job: list, verify and play the built-in environments", _quickstart_args,
                    _quickstart_run),
 }

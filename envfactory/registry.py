@@ -19,7 +19,7 @@ from typing import Any
 from .env import Environment
 from .spec import EnvSpec, SpecError
 
-__all__ = ["register", "make", "spec", "specs", "discover", "ENTRY_POINT_GROUP", "RUNTIMES"]
+__all__ = ["register", "make", "make_multi", "spec", "specs", "discover", "ENTRY_POINT_GROUP", "RUNTIMES"]
 
 ENTRY_POINT_GROUP = "envfactory.environments"
 GYM_NAMESPACE = "envfactory"
@@ -151,4 +151,34 @@ def make(name: str, runtime: str = "local", **kwargs: Any) -> Environment:
         except ImportError as exc:
             raise RuntimeError(f"the docker runtime is not available: {exc}") from exc
         return DockerEnv(s, **kwargs)
+    raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+
+
+def make_multi(name: str, runtime: str = "local", **kwargs: Any) -> Any:
+    """Create a live multi-agent episode (:class:`envfactory.multi.MultiEpisode`).
+
+    Args:
+        name: Registered multi-agent environment name, e.g. ``"MultiRecords-v0"``.
+        runtime: ``"local"`` (in-process) or ``"docker"``.
+        **kwargs: Passed to the runtime (e.g. ``max_rounds``).
+
+    For PettingZoo views use :func:`envfactory.multi.env` (AEC) or
+    :func:`envfactory.multi.parallel_env`.
+    """
+    s = spec(name)
+    if not getattr(s, "multi_agent", False):
+        raise TypeError(f"{s.name} is a single-agent environment; create it with envfactory.make(...)")
+    if runtime == "local":
+        from .multi.episode import MultiEpisode
+
+        return MultiEpisode(s, **kwargs)
+    if runtime == "docker":
+        try:
+            from .runtime.docker import DockerMultiEpisode  # type: ignore[attr-defined]
+        except ImportError as exc:
+            raise RuntimeError(
+                f"the docker runtime does not serve multi-agent environments yet ({exc}); "
+                "use runtime='local'"
+            ) from exc
+        return DockerMultiEpisode(s, **kwargs)
     raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")

@@ -8,6 +8,8 @@ Checks (each failure names the check and, where it applies, the task):
 * ``noop`` / ``claim`` / ``random``: an agent that does nothing, one that only
   claims success, and a seeded random agent earn 0 on every task;
 * ``determinism``: the same actions give the same messages and final state;
+* ``tool_determinism``: each reference call, run twice on equal states, gives
+  equal observations and states;
 * ``fork``: a fork taken mid-episode is independent of its parent, both ways;
 * ``snapshot``: snapshot -> JSON -> restore continues exactly like the original;
 * ``malformed``: malformed and unknown tool calls become error observations;
@@ -130,6 +132,8 @@ def verify_spec(
     report.mean_solution_length = sum(len(t.solution) for t in tasks) / len(tasks)
     for tid, errs in spec.replay_errors.items():
         fail.append(Failure("tasks", "reference solution has tool errors: " + "; ".join(errs), tid))
+    report.checks.append("tool_determinism")
+    fail.extend(_tool_determinism(spec, tasks))
 
     env = make_env()
     try:
@@ -229,6 +233,14 @@ def verify_spec(
         env.close()
 
     # gymnasium ------------------------------------------------------------
+    if runtime == "docker" and spec.module and getattr(spec, "isolation", "session") == "session":
+        # parity: identical episodes in local and docker (engine present: make() above succeeded)
+        report.checks.append("parity")
+        from .runtime.parity import parity_failures
+
+        for task_id, detail in parity_failures(spec):
+            fail.append(Failure("parity", detail, task_id))
+
     if runtime == "local":
         report.checks.append("gymnasium")
         try:
@@ -248,6 +260,33 @@ def verify_spec(
     return report
 
 
+def _tool_determinism(spec: EnvSpec, tasks: list[Any]) -> list[Failure]:
+    """Replay every reference solution on two copies of its initial state in
+    lockstep: each call must give the same observation and the same state on
+    both. Catches tools that read clocks, randomness or hidden globals, even
+    when no episode-level comparison happens to exercise them."""
+    from .state import copy_state, state_hash
+
+    tools = spec.all_tools
+    bad: dict[str, Failure] = {}
+    for task in tasks:
+        a, b = copy_state(task.initial_state), copy_state(task.initial_state)
+        for c in task.solution:
+            t = tools.get(c.name)
+            if t is None or c.name in bad:
+                break
+            out_a, out_b = t.invoke(a, c.arguments), t.invoke(b, c.arguments)
+            if out_a.content != out_b.content or state_hash(a) != state_hash(b):
+                what = "observation" if out_a.content != out_b.content else "resulting state"
+                bad[c.name] = Failure(
+                    "tool_determinism",
+                    f"tool {c.name!r} is not deterministic: the same call on the same state gave a "
+                    f"different {what} (make it a function of the state and its arguments only)",
+                    task.id)
+                break
+    return list(bad.values())
+
+
 def _stable_seed(task_id: str, k: int) -> int:
     import zlib
 
@@ -259,10 +298,19 @@ def _mutates(spec: EnvSpec, task: Any, half: int) -> bool:
     return any(not tools[c.name].read_only for c in task.solution[half:] if c.name in tools)
 
 
+def _verify_any(spec: Any, runtime: str) -> Report:
+    """Single-agent specs get :func:`verify_spec`; multi-agent ones the multi-agent suite."""
+    if getattr(spec, "multi_agent", False):
+        from .multi.verify import verify_multi_spec
+
+        return verify_multi_spec(spec, runtime=runtime)
+    return verify_spec(spec, runtime=runtime)
+
+
 def verify_many(specs: list[Any], *, runtime: str = "local") -> dict[str, Any]:
     """Verify several environments; the ``envfactory verify --json`` document."""
     start = time.perf_counter()
-    reports = [verify_spec(s, runtime=runtime).to_json() for s in specs]
+    reports = [_verify_any(s, runtime).to_json() for s in specs]
     n_tasks = sum(r["tasks"] for r in reports)
     lengths = [r["mean_solution_length"] * r["tasks"] for r in reports]
     return {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from envfactory import EnvSpec, State, Task, call, register
+from envfactory.factory.tasks_synth import SynthConfig, synthesize
 from tools.banking import TOOLS, Account, Bank, Transaction
 
 
@@ -116,8 +117,17 @@ def tasks() -> list[Task]:
          call("transfer", source_id="ACC-200", target_id="ACC-300", amount=45.0, memo="tickets"),
          call("transfer", source_id="ACC-200", target_id="ACC-202", amount=20.0, memo="top up"),
          call("get_balance", account_id="ACC-200")], ["415.75"])
-    return out
+    return out + synthesize(SPEC.all_tools, SYNTH, n=SYNTHESIZED, seed=0)
 
+
+# Tasks beyond the hand-written ones are synthesized by walking the tools (envfactory.factory).
+SYNTHESIZED = 40
+SYNTH = SynthConfig(
+    sample_state=lambda rng: world(),
+    arguments={"amount": [5.0, 12.5, 20.0, 75.25, 150.0], "memo": ["groceries", "gift", "repairs"],
+               "owner": "values:bank.accounts.*.owner"},
+    read_share=0.15, prefix="banksyn",
+)
 
 SPEC = register(
     EnvSpec(
@@ -127,6 +137,7 @@ SPEC = register(
         state_type=BankState,
         tools=TOOLS,
         tasks=tasks,
+        metadata={"synth": SYNTH},
         max_turns=20,
     )
 )

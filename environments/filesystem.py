@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from envfactory import EnvSpec, State, Task, call, register
+from envfactory.factory.tasks_synth import SynthConfig, synthesize
 from tools.filesystem import TOOLS, FileTree
 
 
@@ -158,8 +159,24 @@ def tasks() -> list[Task]:
         [call("search_text", directory="/srv/logs", text="10:09:55"),
          call("write_file", path="/srv/out/incident.txt", content="connection reset by peer")],
         ["connection reset by peer"])
-    return out
+    return out + synthesize(SPEC.all_tools, SYNTH, n=SYNTHESIZED, seed=0)
 
+
+# Tasks beyond the hand-written ones are synthesized by walking the tools (envfactory.factory).
+SYNTHESIZED = 40
+SYNTH = SynthConfig(
+    sample_state=lambda rng: world(),
+    arguments={
+        "path": "keys:fs.files", "write_file.path": ["/tmp/notes.txt", "/srv/out/summary.txt",
+                                                    "/home/user/notes/plan.md", "/home/user/todo2.txt"],
+        "make_dir.path": ["/home/user/projects", "/srv/backup", "/tmp/scratch"],
+        "source": "keys:fs.files", "destination": "values:fs.dirs.*", "directory": "values:fs.dirs.*",
+        "content": ["hello", "draft v2", "remember the milk", "status: done"],
+        "append_file.content": ["\nchecked", "\nreviewed by dana"],
+        "pattern": ["*.txt", "*.tmp", "*.md"], "text": ["ERROR", "invoice", "Owner"],
+    },
+    read_share=0.0, prefix="fssyn",
+)
 
 SPEC = register(
     EnvSpec(
@@ -169,6 +186,7 @@ SPEC = register(
         state_type=FileSystemState,
         tools=TOOLS,
         tasks=tasks,
+        metadata={"synth": SYNTH},
         max_turns=20,
     )
 )

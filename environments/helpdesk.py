@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from envfactory import EnvSpec, State, Task, call, register
+from envfactory.factory.tasks_synth import SynthConfig, synthesize
 from tools.ticketing import TOOLS, Helpdesk, SupportAgent, Ticket
 
 
@@ -118,8 +119,21 @@ def tasks() -> list[Task]:
          call("set_status", ticket_id="T-1007", status="in_progress"),
          call("assign_ticket", ticket_id="T-1010", agent_id="A-4"),
          call("set_status", ticket_id="T-1010", status="in_progress")])
-    return out
+    return out + synthesize(SPEC.all_tools, SYNTH, n=SYNTHESIZED, seed=0)
 
+
+# Tasks beyond the hand-written ones are synthesized by walking the tools (envfactory.factory).
+SYNTHESIZED = 40
+SYNTH = SynthConfig(
+    sample_state=lambda rng: world(),
+    arguments={
+        "ticket_id": "keys:desk.tickets", "agent_id": "keys:desk.agents",
+        "title": ["Printer offline", "Cannot export PDF", "Billing question"],
+        "customer": "values:desk.tickets.*.customer", "assignee": "keys:desk.agents",
+        "keyword": ["login", "invoice", "API"], "text": ["Called the customer", "Waiting on logs"],
+    },
+    read_share=0.15, prefix="hdsyn",
+)
 
 SPEC = register(
     EnvSpec(
@@ -129,6 +143,7 @@ SPEC = register(
         state_type=HelpdeskState,
         tools=TOOLS,
         tasks=tasks,
+        metadata={"synth": SYNTH},
         max_turns=20,
     )
 )

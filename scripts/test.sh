@@ -4,6 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-bash scripts/docker-engine.sh
-bash scripts/base-image.sh
+bash scripts/ci-docker.sh   # engine, base image, environment images
 python3 -m pytest -q "$@"

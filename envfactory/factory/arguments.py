@@ -1,0 +1,167 @@
+"""Where task synthesis draws tool arguments from: the current state.
+
+A walk over the tool graph needs arguments that make sense *now*: ids that
+exist, values a field can take. An :data:`ArgSource` says where to find the
+candidates for one parameter:
+
+* a list: fixed candidates;
+* ``"keys:<path>"``: the keys of the dict at ``<path>`` in the state's JSON
+  (``*`` matches every key at one level), e.g. ``"keys:desk.tickets"``;
+* ``"values:<path>"``: the leaf values at ``<path>``, e.g.
+  ``"values:desk.tickets.*.customer"``;
+* a callable ``f(state_json) -> list``.
+
+Parameters without a source are inferred from their JSON schema: enums and
+booleans list their values; ``<thing>_id`` looks for dicts named after
+``<thing>``; a name matching a leaf field takes that field's values; anything
+else takes fresh values from a small vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any, Callable, Union
+
+__all__ = ["ArgSource", "candidates", "draw_arguments", "FRESH_WORDS", "is_free"]
+
+ArgSource = Union[list, str, Callable[[Any], list]]
+
+FRESH_WORDS = [
+    "harbor", "maple", "quartz", "lantern", "orbit", "meadow", "cobalt", "juniper", "summit",
+    "falcon", "willow", "ember", "glacier", "saffron", "tundra", "velvet", "zephyr", "onyx",
+]
+
+
+def _walk(node: Any, parts: list[str]) -> list[Any]:
+    if not parts:
+        return [node]
+    head, rest = parts[0], parts[1:]
+    if isinstance(node, dict):
+        if head == "*":
+            return [x for k in sorted(node) for x in _walk(node[k], rest)]
+        return _walk(node[head], rest) if head in node else []
+    if isinstance(node, list) and head == "*":
+        return [x for v in node for x in _walk(v, rest)]
+    return []
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    seen: dict[str, Any] = {}
+    for v in values:
+        if isinstance(v, (str, int, float, bool)) and v is not None:
+            seen.setdefault(json.dumps(v, sort_keys=True), v)
+    return [seen[k] for k in sorted(seen)]
+
+
+def resolve(source: ArgSource, state_json: Any) -> list[Any]:
+    """The candidates a source yields on a state (sorted, deduplicated)."""
+    if isinstance(source, list):
+        return list(source)
+    if callable(source):
+        return _unique(list(source(state_json)))
+    kind, _, path = source.partition(":")
+    nodes = _walk(state_json, [p for p in path.split(".") if p])
+    if kind == "keys":
+        return _unique([k for n in nodes if isinstance(n, dict) for k in n])
+    if kind == "values":
+        return _unique([n for n in nodes if not isinstance(n, (dict, list))])
+    raise ValueError(f"argument source {source!r} must start with 'keys:' or 'values:'")
+
+
+def _dicts_named(node: Any, stem: str, out: list[dict], depth: int = 0) -> None:
+    if not isinstance(node, dict) or depth > 6:
+        return
+    for k in sorted(node):
+        v = node[k]
+        if isinstance(v, dict):
+            if k.lower().rstrip("s").startswith(stem) or stem.startswith(k.lower().rstrip("s")):
+                out.append(v)
+            _dicts_named(v, stem, out, depth + 1)
+
+
+def _leaves_named(node: Any, name: str, out: list[Any], depth: int = 0) -> None:
+    if depth > 8:
+        return
+    if isinstance(node, dict):
+        for k in sorted(node):
+            v = node[k]
+            if k == name and not isinstance(v, (dict, list)):
+                out.append(v)
+            else:
+                _leaves_named(v, name, out, depth + 1)
+    elif isinstance(node, list):
+        for v in node:
+            _leaves_named(v, name, out, depth + 1)
+
+
+def _schema_options(schema: dict[str, Any]) -> dict[str, Any]:
+    if "anyOf" in schema:
+        options = [s for s in schema["anyOf"] if s.get("type") != "null"]
+        return options[0] if options else schema
+    return schema
+
+
+def is_free(schema: dict[str, Any]) -> bool:
+    """Whether a random agent cannot guess this parameter's value by its type alone
+    (strings and numbers; not enums, booleans or constants)."""
+    s = _schema_options(schema)
+    return "enum" not in s and "const" not in s and s.get("type") in ("string", "integer", "number")
+
+
+def candidates(name: str, schema: dict[str, Any], state_json: Any) -> list[Any]:
+    """Inferred candidates for a parameter with no declared source."""
+    s = _schema_options(schema)
+    if "enum" in s:
+        return list(s["enum"])
+    if "const" in s:
+        return [s["const"]]
+    t = s.get("type")
+    if t == "boolean":
+        return [True, False]
+    if t == "string":
+        stem = name[:-3] if name.endswith("_id") else name
+        if name.endswith("_id") or name == "id":
+            found: list[dict] = []
+            _dicts_named(state_json, stem.lower() or "id", found)
+            keys = _unique([k for d in found for k in d])
+            if keys:
+                return keys
+        leaves: list[Any] = []
+        _leaves_named(state_json, name, leaves)
+        values = [v for v in _unique(leaves) if isinstance(v, str)]
+        return values or list(FRESH_WORDS)
+    if t in ("integer", "number"):
+        leaves = []
+        _leaves_named(state_json, name, leaves)
+        nums = [v for v in _unique(leaves) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        lo, hi = s.get("minimum", 1), s.get("maximum", 12)
+        pool = nums + list(range(int(lo), int(min(hi, lo + 11)) + 1))
+        return [float(v) if t == "number" else int(v) for v in _unique(pool)]
+    return []
+
+
+def draw_arguments(
+    tool_name: str,
+    parameters: dict[str, Any],
+    state_json: Any,
+    sources: dict[str, ArgSource],
+    rng: random.Random,
+) -> dict[str, Any] | None:
+    """Arguments for one call drawn from the state, or ``None`` when a required
+    parameter has no candidate. Optional parameters are filled half the time."""
+    props = parameters.get("properties", {})
+    required = set(parameters.get("required", []))
+    args: dict[str, Any] = {}
+    for pname in props:
+        source = sources.get(f"{tool_name}.{pname}", sources.get(pname))
+        if pname not in required and rng.random() < 0.5 and source is None:
+            continue
+        pool = resolve(source, state_json) if source is not None else candidates(
+            pname, props[pname], state_json)
+        if not pool:
+            if pname in required:
+                return None
+            continue
+        args[pname] = pool[rng.randrange(len(pool))]
+    return args

@@ -1,0 +1,109 @@
+"""The factory's CLI commands: ``envfactory generate`` and ``envfactory tasks synth``.
+
+Each is ``(help, add_arguments, run)`` as :data:`envfactory.cli.COMMANDS` expects;
+``run`` returns ``(exit_code, json_document, human_text)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+from typing import Any
+
+Result = tuple[int, Any, str]
+
+
+# -- generate --------------------------------------------------------------
+def generate_args(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--from-prompt", metavar="TEXT", help="describe the environment in words")
+    src.add_argument("--from-spec", metavar="FILE", help="a YAML/JSON spec file to build and verify")
+    p.add_argument("--llm-url", help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
+    p.add_argument("--model", help="model name sent to the endpoint")
+    p.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY)")
+    p.add_argument("--max-rounds", type=int, default=3, help="answers at most (first + repairs)")
+    p.add_argument("--min-tasks", type=int, default=5, help="fewest tasks a module must ship")
+    p.add_argument("--out", default="generated", help="folder for accepted modules")
+    p.add_argument("--timeout", type=float, default=120.0, help="sandbox timeout per round (s)")
+    p.add_argument("--docker-image", default=None, help="verify inside this image (no network)")
+
+
+def generate_run(args: argparse.Namespace) -> Result:
+    if args.from_spec:
+        from ..verify import verify_spec
+        from ..runtime.local import LocalEnv
+        from .from_spec import from_spec
+
+        try:
+            spec = from_spec(args.from_spec)
+        except Exception as exc:
+            return 2, {"error": str(exc)}, f"error: {exc}"
+        rep = verify_spec(spec, make_env=lambda: LocalEnv(spec)).to_json()
+        text = f"{'PASS' if rep['verified'] else 'FAIL'}  {spec.name}: {rep['tasks']} tasks" + "".join(
+            f"\n      {f['check']}: {f['detail']}" for f in rep["failures"][:10])
+        return (0 if rep["verified"] else 1), rep, text
+    if not args.llm_url or not args.model:
+        msg = "--from-prompt needs --llm-url and --model (any OpenAI-compatible endpoint)"
+        return 2, {"error": msg}, "error: " + msg
+    from .from_prompt import LLMError, generate_from_prompt
+    from .sandbox import SandboxLimits
+
+    try:
+        res = generate_from_prompt(
+            args.from_prompt, llm_url=args.llm_url, model=args.model, out_dir=args.out,
+            max_rounds=args.max_rounds, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
+            min_tasks=args.min_tasks, limits=SandboxLimits(timeout_s=args.timeout),
+            docker_image=args.docker_image)
+    except LLMError as exc:
+        return 2, {"error": str(exc)}, f"error: {exc}"
+    lines = []
+    for r in res.rounds:
+        lines.append(f"round {r['round']}: {'PASS' if r['ok'] else 'FAIL'}"
+                     + (f"  {r['error'].splitlines()[0]}" if r.get("error") else ""))
+        for f in r["failures"][:5]:
+            lines.append(f"      {f['check']}{' [' + f['task'] + ']' if f.get('task') else ''}: "
+                         f"{f['detail']}")
+    lines.append(f"accepted {res.name} -> {res.module_path}" if res.accepted else
+                 f"rejected: no answer passed verification in {len(res.rounds)} rounds; nothing kept")
+    return (0 if res.accepted else 1), res.to_json(), "\n".join(lines)
+
+
+# -- tasks synth -------------------------------------------------------------
+def tasks_args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="tasks_command", required=True, metavar="ACTION")
+    s = sub.add_parser("synth", help="synthesize tasks by walking an environment's tools")
+    s.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    s.add_argument("name", help="registered environment, e.g. Library-v0")
+    s.add_argument("--n", type=int, default=20, help="number of tasks")
+    s.add_argument("--seed", type=int, default=0, help="seed (same seed, same tasks)")
+    s.add_argument("--out", default=None, help="also write the tasks to this JSON file")
+
+
+def tasks_run(args: argparse.Namespace) -> Result:
+    import json
+
+    from .. import spec as get_spec
+    from .checks import ChangeCheck
+    from .tasks_synth import synthesize_for
+
+    try:
+        spec = get_spec(args.name)
+    except KeyError as exc:
+        return 2, {"error": str(exc.args[0])}, f"error: {exc.args[0]}"
+    tasks = synthesize_for(spec, n=args.n, seed=args.seed)
+    docs = []
+    for t in tasks:
+        d = t.describe()
+        d["check"] = t.check.describe() if isinstance(t.check, ChangeCheck) else None
+        d["initial_state_hash"] = t.initial_state.hash()
+        docs.append(d)
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(docs, fh, indent=2)
+    levels = collections.Counter(t.difficulty for t in tasks)
+    lines = [f"{d['id']:<18} L{d['difficulty']}  {d['instruction'].splitlines()[0][:90]}" for d in docs]
+    lines.append(f"{len(tasks)} tasks for {spec.name} (seed {args.seed}); by difficulty: "
+                 + ", ".join(f"L{k}={v}" for k, v in sorted(levels.items())))
+    code = 0 if len(tasks) == args.n else 1
+    return code, docs, "\n".join(lines)

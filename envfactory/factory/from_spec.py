@@ -1,0 +1,275 @@
+"""A declarative spec file (YAML or JSON) as an environment.
+
+``from_spec(path)`` validates the file against :class:`.spec_file.EnvFile`,
+and builds: a :class:`tools.tables.TableState` subclass, seeded initial states
+(the entities' ``seed`` rules), one tool per operation (schema from the field
+types, docstring from the operation's description), and tasks synthesized by
+walking those tools. Errors name the file and what to fix.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import random
+from pathlib import Path
+from typing import Any, Callable, Literal, Optional
+
+from pydantic import ValidationError, create_model
+
+from ..spec import EnvSpec, SpecError
+from ..tool import Tool, ToolError, make_tool
+from .arguments import FRESH_WORDS
+from .spec_file import EntitySpec, EnvFile, FieldSpec, OperationSpec
+from .tasks_synth import SynthConfig, synthesize
+
+__all__ = ["from_spec", "load_spec_file"]
+
+
+def load_spec_file(path: str | Path) -> EnvFile:
+    """Parse and validate a spec file; raise :class:`SpecError` naming the problems."""
+    path = Path(path)
+    text = path.read_text()
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            data = _yaml_on_keys(yaml.load(text, Loader=loader))
+        else:
+            data = json.loads(text)
+    except Exception as exc:
+        raise SpecError(f"{path}: not valid {path.suffix.lstrip('.').upper()}: {exc}") from exc
+    try:
+        return EnvFile.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}"
+                             for e in exc.errors(include_url=False))
+        raise SpecError(f"{path}: invalid spec: {problems}") from None
+
+
+def _yaml_on_keys(node: Any) -> Any:
+    """YAML 1.1 reads the key ``on`` as ``True``; give it back its name."""
+    if isinstance(node, dict):
+        return {("on" if k is True else k): _yaml_on_keys(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_yaml_on_keys(v) for v in node]
+    return node
+
+
+_PY = {"str": str, "int": int, "float": float, "bool": bool, "ref": str}
+
+
+def _py_type(f: FieldSpec) -> Any:
+    return Literal[tuple(f.values)] if f.type == "enum" else _PY[f.type]
+
+
+# -- seeding ---------------------------------------------------------------
+def _gen_value(f: FieldSpec, gen: Any, n: int, rng: random.Random, state: dict, used: set) -> Any:
+    if gen is not None and gen.null_share and rng.random() < gen.null_share:
+        return None
+    if gen is not None and gen.value is not None:
+        return gen.value
+    if gen is not None and gen.pattern is not None:
+        return gen.pattern.format(n=n)
+    if f.type == "ref":
+        keys = sorted(state["tables"].get(f.entity, {}))
+        return keys[rng.randrange(len(keys))] if keys else None
+    if gen is not None and gen.choice is not None:
+        pool = [c for c in gen.choice if not (gen.unique and c in used)] or gen.choice
+        v = pool[rng.randrange(len(pool))]
+        used.add(v)
+        return v
+    if f.type == "enum":
+        return f.values[rng.randrange(len(f.values))]
+    if f.type == "bool":
+        return rng.random() < 0.5
+    lo, hi = (gen.range if gen is not None and gen.range else (f.min or 0, f.max or 10))
+    if f.type == "int":
+        return rng.randint(int(lo), int(hi))
+    if f.type == "float":
+        return round(rng.uniform(lo, hi), 2)
+    return f"{f.description or 'item'} {n}"
+
+
+def seed_state(env: EnvFile, rng: random.Random) -> dict[str, Any]:
+    """A sampled initial state (JSON form) from the entities' seed rules."""
+    state: dict[str, Any] = {"tables": {}, "counters": {}}
+    for ename, ent in env.entities.items():
+        rows: dict[str, dict[str, Any]] = {}
+        state["tables"][ename] = rows
+        count = ent.seed.count
+        extra = rng.randint(count[0], count[1]) if isinstance(count, (tuple, list)) else count
+        used: dict[str, set] = {k: set() for k in ent.fields}
+        for i in range(len(ent.seed.rows) + extra):
+            n = i + 1
+            fixed = ent.seed.rows[i] if i < len(ent.seed.rows) else {}
+            row = {}
+            for fname, f in ent.fields.items():
+                if fname in fixed:
+                    row[fname] = fixed[fname]
+                else:
+                    row[fname] = _gen_value(f, ent.seed.fields.get(fname), n, rng, state, used[fname])
+            rows[f"{ent.id_prefix}{n}"] = row
+        state["counters"][ename] = len(rows)
+    return state
+
+
+# -- operations as tools ---------------------------------------------------
+def _id_param(entity: str) -> str:
+    return f"{entity}_id"
+
+
+def _operand(v: Any, args: dict[str, Any]) -> Any:
+    if isinstance(v, str) and v.lstrip("-") in args:
+        x = args[v.lstrip("-")]
+        return -x if v.startswith("-") else x
+    return v
+
+
+def _build_tool(env: EnvFile, op: OperationSpec) -> Tool:
+    from tools.tables import check_condition, format_row, get_row, matches, next_key
+
+    ent: EntitySpec = env.entities[op.entity]
+    label = ent.label or op.entity
+    params: list[inspect.Parameter] = []
+    annotations: dict[str, Any] = {}
+    docs: list[str] = []
+    P = inspect.Parameter
+    if op.kind in ("read", "update", "delete"):
+        pid = _id_param(op.entity)
+        params.append(P(pid, P.KEYWORD_ONLY))
+        annotations[pid] = str
+        docs.append(f"{pid}: Id of the {label}.")
+    for p in op.params:
+        f = ent.fields[p]
+        t = _py_type(f)
+        optional = op.kind == "query" or (op.kind == "create" and (f.nullable or f.default is not None))
+        params.append(P(p, P.KEYWORD_ONLY, default=None) if optional else P(p, P.KEYWORD_ONLY))
+        annotations[p] = Optional[t] if optional else t
+        what = f.description or p.replace("_", " ")
+        if f.type == "ref":
+            what += f" (id of a {env.entities[f.entity].label or f.entity})"
+        if op.kind == "query":
+            what = f"Only {label} rows with this {p.replace('_', ' ')} (omit to ignore)."
+        docs.append(f"{p}: {what}")
+    refs = {p: ent.fields[p].entity for p in op.params if ent.fields[p].type == "ref"}
+
+    def target(state: Any, on: str, row: dict | None, args: dict) -> dict:
+        if on == "row":
+            return row
+        rent = refs[on]
+        return get_row(state, rent, args[on], env.entities[rent].label)
+
+    def run(_state: Any, **args: Any) -> str:
+        state = _state
+        row = None
+        if op.kind in ("read", "update", "delete"):
+            row = get_row(state, op.entity, args[_id_param(op.entity)], label)
+        for p, rent in refs.items():
+            if args.get(p) is not None:
+                get_row(state, rent, args[p], env.entities[rent].label)
+        if op.kind == "query":
+            filters = {k: v for k, v in args.items() if v is not None}
+            rows = state.tables.get(op.entity, {})
+            lines = [format_row(label, k, r) for k, r in sorted(rows.items()) if matches(r, filters)]
+            return "\n".join(lines) if lines else f"No {label} matches the filters."
+        new_row = None
+        if op.kind == "create":
+            new_row = {f: (fs.default if fs.default is not None else None) for f, fs in ent.fields.items()}
+            new_row.update(op.set)
+            new_row.update({k: v for k, v in args.items() if v is not None})
+        for c in op.preconditions:
+            subject = target(state, c.on, row if row is not None else new_row, args)
+            for kind, operand in c.conditions():
+                if kind.endswith("_param"):
+                    kind, operand = kind[: -len("_param")], args[operand]
+                if not check_condition(subject, c.field, kind, operand):
+                    raise ToolError(c.message or (
+                        f"cannot {op.name.replace('_', ' ')}: {c.field} is "
+                        f"{subject.get(c.field)!r}, which fails '{kind} {operand!r}'"))
+        if op.kind == "read":
+            return format_row(label, args[_id_param(op.entity)], row)
+        if op.kind == "delete":
+            key = args[_id_param(op.entity)]
+            for oname, oent in env.entities.items():
+                for fname, fs in oent.fields.items():
+                    if fs.type == "ref" and fs.entity == op.entity and any(
+                            r.get(fname) == key for r in state.tables.get(oname, {}).values()):
+                        raise ToolError(f"{label} {key} is still referenced by a "
+                                        f"{oent.label or oname}; change or remove that first")
+            del state.tables[op.entity][key]
+            return f"Deleted {label} {key}."
+        if op.kind == "create":
+            key = next_key(state, op.entity, ent.id_prefix)
+            state.tables.setdefault(op.entity, {})[key] = row = new_row
+        else:
+            key = args[_id_param(op.entity)]
+            row.update(op.set)
+            row.update({p: args[p] for p in op.params})
+        for e in op.effects:
+            subject = target(state, e.on, row, args)
+            if e.add is not None:
+                subject[e.field] = round((subject.get(e.field) or 0) + _operand(e.add, args), 6)
+            else:
+                subject[e.field] = _operand(e.set, args)
+        if op.kind == "create":
+            return f"Created {label} {key}."
+        return f"Updated {label} {key}: " + format_row(label, key, row).split(": ", 1)[1]
+
+    run.__name__ = op.name
+    run.__doc__ = op.description + ("\n\nArgs:\n" + "\n".join("    " + d for d in docs) if docs else "")
+    run.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [P("_state", P.POSITIONAL_OR_KEYWORD)] + params)
+    run.__annotations__ = annotations
+    return make_tool(run, name=op.name, read_only=op.kind in ("read", "query"))
+
+
+# -- synthesis sources -----------------------------------------------------
+def _sources(env: EnvFile) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for op in env.operations:
+        ent = env.entities[op.entity]
+        if op.kind in ("read", "update", "delete"):
+            out[f"{op.name}.{_id_param(op.entity)}"] = f"keys:tables.{op.entity}"
+        for p in op.params:
+            f = ent.fields[p]
+            gen = ent.seed.fields.get(p)
+            key = f"{op.name}.{p}"
+            if f.type == "ref":
+                out[key] = f"keys:tables.{f.entity}"
+            elif op.kind == "query":
+                out[key] = f"values:tables.{op.entity}.*.{p}"
+            elif f.type in ("enum", "bool"):
+                continue
+            elif f.type == "str":
+                out[key] = list(gen.choice) if gen is not None and gen.choice else list(FRESH_WORDS)
+            else:
+                lo, hi = gen.range if gen is not None and gen.range else (f.min or 1, f.max or 10)
+                lo, hi = int(lo), int(hi)
+                step = max(1, (hi - lo) // 12)
+                vals = list(range(lo, hi + 1, step))
+                out[key] = [float(v) for v in vals] if f.type == "float" else vals
+    return out
+
+
+def from_spec(path: str | Path) -> EnvSpec:
+    """Build the environment a spec file declares (tasks synthesized lazily)."""
+    from tools.tables import TableState
+
+    env = load_spec_file(path)
+    state_type = create_model(env.name.split("-")[0] + "State", __base__=TableState)
+    tools = [_build_tool(env, op) for op in env.operations]
+
+    def sample(rng: random.Random) -> Any:
+        return state_type.model_validate(seed_state(env, rng))
+
+    templates = {op.name: op.instruction for op in env.operations if op.instruction}
+    synth = SynthConfig(sample_state=sample, arguments=_sources(env), templates=templates,
+                        lengths=tuple(env.tasks.lengths), read_share=env.tasks.read_share,
+                        prefix=env.name.split("-")[0].lower())
+    spec = EnvSpec(name=env.name, domain=env.domain, state_type=state_type, tools=tools, tasks=[],
+                   description=env.description, max_turns=env.max_turns,
+                   metadata={"synth": synth, "source": f"spec file {Path(path).name}"})
+    spec.tasks = lambda: synthesize(spec.all_tools, synth, env.tasks.n, env.tasks.seed)
+    return spec

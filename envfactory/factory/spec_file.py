@@ -1,0 +1,195 @@
+"""The declarative spec file format for table-backed environments (pydantic-validated).
+
+A spec file (YAML or JSON) names an environment and declares:
+
+* ``entities``: tables, each with an id prefix, typed ``fields`` (str, int,
+  float, bool, enum with ``values``, ref to another ``entity``) and ``seed``
+  rules for the rows of sampled initial states (fixed ``rows``, a ``count`` of
+  generated rows, per-field generators: ``choice``, ``range``, ``value``,
+  ``pattern``, ``unique``);
+* ``operations``: ``create | read | update | delete | query`` on an entity,
+  with ``params`` (fields the agent supplies), constant ``set`` values,
+  ``effects`` (add a parameter to a numeric field of the row or of a referenced
+  row) and ``preconditions`` (``equals``, ``not_equals``, ``in``, ``not_in``,
+  ``min``, ``max``, ``min_param``, ``max_param`` on the row or a referenced row);
+* ``tasks``: how many to synthesize and with which seed.
+
+See ``environments/specs/`` for examples.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["FieldSpec", "SeedRule", "EntitySpec", "Precondition", "Effect", "OperationSpec",
+           "TaskRules", "EnvFile"]
+
+_IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FieldSpec(_Strict):
+    type: Literal["str", "int", "float", "bool", "enum", "ref"]
+    values: list[str] | None = None
+    entity: str | None = None
+    nullable: bool = False
+    default: Any = None
+    description: str = ""
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _kind(self) -> "FieldSpec":
+        if self.type == "enum" and not self.values:
+            raise ValueError("an enum field needs 'values'")
+        if self.type == "ref" and not self.entity:
+            raise ValueError("a ref field needs 'entity' (the table it points to)")
+        return self
+
+
+class FieldGen(_Strict):
+    choice: list[Any] | None = None
+    range: tuple[float, float] | None = None
+    value: Any = None
+    pattern: str | None = None
+    unique: bool = False
+    null_share: float = 0.0
+
+
+class SeedRule(_Strict):
+    rows: list[dict[str, Any]] = Field(default_factory=list)
+    count: int | tuple[int, int] = 0
+    fields: dict[str, FieldGen] = Field(default_factory=dict)
+
+
+class EntitySpec(_Strict):
+    label: str | None = None
+    id_prefix: str
+    fields: dict[str, FieldSpec]
+    seed: SeedRule = Field(default_factory=SeedRule)
+
+
+class Precondition(_Strict):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    on: str = "row"
+    field: str
+    equals: Any = None
+    not_equals: Any = None
+    in_: list[Any] | None = Field(default=None, alias="in")
+    not_in: list[Any] | None = None
+    min: float | None = None
+    max: float | None = None
+    min_param: str | None = None
+    max_param: str | None = None
+    message: str | None = None
+
+    def conditions(self) -> list[tuple[str, Any]]:
+        """``(op, operand)`` pairs; ``*_param`` operands name a parameter."""
+        out = []
+        for op in ("equals", "not_equals", "in_", "not_in", "min", "max", "min_param", "max_param"):
+            v = getattr(self, op)
+            if v is not None:
+                out.append((op.rstrip("_"), v))
+        if not out:
+            raise ValueError(f"precondition on {self.field!r} states no condition")
+        return out
+
+
+class Effect(_Strict):
+    on: str = "row"
+    field: str
+    add: str | float | None = None
+    set: Any = None
+
+
+class OperationSpec(_Strict):
+    name: str
+    kind: Literal["create", "read", "update", "delete", "query"]
+    entity: str
+    description: str
+    params: list[str] = Field(default_factory=list)
+    set: dict[str, Any] = Field(default_factory=dict)
+    effects: list[Effect] = Field(default_factory=list)
+    preconditions: list[Precondition] = Field(default_factory=list)
+    instruction: str | None = None
+
+
+class TaskRules(_Strict):
+    n: int = 60
+    seed: int = 0
+    lengths: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5])
+    read_share: float = 0.2
+
+
+class EnvFile(_Strict):
+    """A whole spec file."""
+
+    name: str = Field(pattern=r"^[A-Z][A-Za-z0-9]*-v\d+$")
+    domain: str
+    description: str = ""
+    max_turns: int = 20
+    entities: dict[str, EntitySpec]
+    operations: list[OperationSpec]
+    tasks: TaskRules = Field(default_factory=TaskRules)
+
+    @model_validator(mode="after")
+    def _references(self) -> "EnvFile":
+        errors: list[str] = []
+        for ename, ent in self.entities.items():
+            if not _IDENT.match(ename):
+                errors.append(f"entity name {ename!r} must be lower_snake_case")
+            for fname, f in ent.fields.items():
+                if not _IDENT.match(fname):
+                    errors.append(f"{ename}.{fname}: field names must be lower_snake_case")
+                if f.type == "ref" and f.entity not in self.entities:
+                    errors.append(f"{ename}.{fname} refers to unknown entity {f.entity!r}")
+            for fname in ent.seed.fields:
+                if fname not in ent.fields:
+                    errors.append(f"{ename}.seed.fields names unknown field {fname!r}")
+        seen: set[str] = set()
+        for op in self.operations:
+            where = f"operation {op.name!r}"
+            if op.name in seen:
+                errors.append(f"{where} is defined twice")
+            seen.add(op.name)
+            ent = self.entities.get(op.entity)
+            if ent is None:
+                errors.append(f"{where}: unknown entity {op.entity!r}")
+                continue
+            for p in list(op.params) + list(op.set):
+                if p not in ent.fields:
+                    errors.append(f"{where}: {p!r} is not a field of {op.entity}")
+            refs = {p for p in op.params if ent.fields.get(p) and ent.fields[p].type == "ref"}
+            for c in list(op.preconditions) + list(op.effects):
+                target = op.entity if c.on == "row" else (
+                    ent.fields[c.on].entity if c.on in refs else None)
+                if target is None:
+                    errors.append(f"{where}: 'on: {c.on}' must be 'row' or a ref parameter")
+                elif target not in self.entities:
+                    continue  # the unknown entity is reported with its field
+                elif c.field not in self.entities[target].fields:
+                    errors.append(f"{where}: {c.field!r} is not a field of {target}")
+            for c in op.preconditions:
+                try:
+                    for o, v in c.conditions():
+                        if o.endswith("_param") and v not in op.params:
+                            errors.append(f"{where}: {o} names {v!r}, which is not a parameter")
+                except ValueError as exc:
+                    errors.append(f"{where}: {exc}")
+            if op.kind == "create":
+                for fname, f in ent.fields.items():
+                    if (fname not in op.params and fname not in op.set and f.default is None
+                            and not f.nullable):
+                        errors.append(f"{where}: field {op.entity}.{fname} gets no value "
+                                      "(add it to params or set, or give it a default)")
+            if op.kind == "update" and not (op.params or op.set or op.effects):
+                errors.append(f"{where}: an update must change something (params, set or effects)")
+        if errors:
+            raise ValueError("; ".join(errors))
+        return self

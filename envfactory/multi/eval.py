@@ -1,0 +1,235 @@
+"""Coordination evaluation of teams on multi-agent environments.
+
+For each environment and each policy (playing every role: a homogeneous team):
+
+* **joint success** with a 95% Wilson confidence interval, per mode (AEC turn
+  order and Parallel simultaneous moves);
+* **rounds to success** (mean over successful episodes);
+* **messages per success** (all letters sent / successes) and per episode;
+* **redundant** actions (a successful call repeating an earlier one, by anyone),
+  **conflicting** actions (calls refused because of another agent's action)
+  and **permission** errors (calls of another role's tools), per episode;
+* per-agent mean reward (the payoff, in mixed-motive games);
+* each agent's **contribution**: team success minus the success of the same
+  team with that agent replaced by a no-op (AEC);
+* a **cross-play matrix** across policies: cell (row, col) is the success
+  when one role plays ``row`` and every other role ``col``, averaged over
+  which role plays ``row`` (AEC); the diagonal is the homogeneous team.
+
+Deterministic policies play each task once; stochastic ones (random, models)
+``episodes`` times with different seeds. Model policies play at most
+``model_tasks`` tasks per environment (a CPU budget); the document says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from .episode import MultiEpisode
+from .spec import MultiAgentSpec
+from .team import MODES, SCRIPTED, NoopPolicy, RolePolicy, TeamOutcome, play, scripted_policy
+
+__all__ = ["PolicyEntry", "build_policies", "wilson", "summarize", "evaluate_env", "evaluate"]
+
+
+@dataclass
+class PolicyEntry:
+    """A policy under evaluation: its name, the role policy, and how much to play it."""
+
+    name: str
+    policy: RolePolicy
+    stochastic: bool
+    max_tasks: int | None = None
+
+
+def build_policies(names: Sequence[str], *, model_tasks: int = 2, max_new_tokens: int = 48
+                   ) -> list[PolicyEntry]:
+    """Policies by name: ``oracle``, ``random``, ``noop`` (scripted), ``tiny`` (the embedded
+    tiny model, through the agents package) or ``hf:<path-or-id>`` (any transformers model)."""
+    out = []
+    for name in names:
+        if name in SCRIPTED:
+            out.append(PolicyEntry(name, scripted_policy(name), stochastic=name == "random"))
+        elif name == "tiny" or name.startswith("hf:"):
+            from .llm import load_llm_policy
+
+            model = None if name == "tiny" else name[3:]
+            out.append(PolicyEntry(name, load_llm_policy(model, name=name, max_new_tokens=max_new_tokens),
+                                   stochastic=True, max_tasks=model_tasks))
+        else:
+            raise KeyError(f"unknown policy {name!r}; use oracle, random, noop, tiny or hf:<model path or id>")
+    return out
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
+    """95% Wilson score interval of a success rate ``k / n``."""
+    if n == 0:
+        return [0.0, 1.0]
+    p = k / n
+    d = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / d
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def summarize(outcomes: list[TeamOutcome], agents: Sequence[str]) -> dict[str, Any]:
+    """The coordination metrics of a set of episodes (see the module docstring)."""
+    n = len(outcomes)
+    wins = [o for o in outcomes if o.success]
+    k = len(wins)
+    msgs = sum(o.messages for o in outcomes)
+    per = (lambda f: _r(sum(f(o) for o in outcomes) / n)) if n else (lambda f: None)
+    return {
+        "episodes": n, "successes": k, "success": _r(k / n) if n else None, "success_ci95": wilson(k, n),
+        "rounds_to_success": _r(sum(o.rounds for o in wins) / k) if k else None,
+        "messages_per_success": _r(msgs / k) if k else None,
+        "messages_per_episode": per(lambda o: o.messages),
+        "calls_per_episode": per(lambda o: o.calls),
+        "redundant_per_episode": per(lambda o: o.redundant),
+        "conflicts_per_episode": per(lambda o: o.errors.get("conflict", 0)),
+        "permission_errors_per_episode": per(lambda o: o.errors.get("permission", 0)),
+        "reward": {a: per(lambda o, a=a: o.rewards.get(a, 0.0)) for a in agents},
+        "ended_by": {e: sum(o.ended_by == e for o in outcomes) for e in sorted({o.ended_by for o in outcomes})},
+    }
+
+
+def _run(ep: MultiEpisode, team: dict[str, RolePolicy], tasks: list[str], seeds: Sequence[int],
+         mode: str) -> list[TeamOutcome]:
+    return [play(ep, team, t, mode=mode, seed=s) for t in tasks for s in seeds]
+
+
+def evaluate_env(spec: MultiAgentSpec, policies: list[PolicyEntry], *, episodes: int = 2,
+                 modes: Sequence[str] = MODES, progress: Callable[[str], None] | None = None
+                 ) -> dict[str, Any]:
+    """Evaluate every policy on one environment: team metrics, contributions and cross-play."""
+    from ..registry import make_multi
+
+    ep: MultiEpisode = make_multi(spec.name)
+    agents = spec.agent_ids
+    all_tasks = [t.id for t in spec.get_tasks()]
+    noop = NoopPolicy()
+
+    def tasks_for(*entries: PolicyEntry) -> list[str]:
+        limits = [e.max_tasks for e in entries if e.max_tasks is not None]
+        return all_tasks[: min(limits)] if limits else all_tasks
+
+    def seeds_for(*entries: PolicyEntry) -> range:
+        return range(episodes) if any(e.stochastic for e in entries) else range(1)
+
+    teams: dict[str, Any] = {}
+    contribution: dict[str, Any] = {}
+    base_aec: dict[str, float] = {}
+    for p in policies:
+        start = time.perf_counter()
+        tasks, seeds = tasks_for(p), seeds_for(p)
+        team = dict.fromkeys(agents, p.policy)
+        teams[p.name] = {"tasks": len(tasks), "seeds": len(seeds)}
+        for mode in modes:
+            teams[p.name][mode] = summarize(_run(ep, team, tasks, seeds, mode), agents)
+        base = summarize(_run(ep, team, tasks, seeds, "aec"), agents)["success"] if "aec" not in modes \
+            else teams[p.name]["aec"]["success"]
+        base_aec[p.name] = base
+        contribution[p.name] = {}
+        for a in agents:
+            without = summarize(_run(ep, {**team, a: noop}, tasks, seeds, "aec"), agents)["success"]
+            contribution[p.name][a] = {"team_success": base, "success_without": without,
+                                       "contribution": _r(base - without)}
+        if progress:
+            progress(f"{spec.name}: {p.name} team done in {time.perf_counter() - start:.1f}s")
+
+    cross: dict[str, dict[str, float | None]] = {}
+    for row in policies:
+        cross[row.name] = {}
+        for col in policies:
+            if row is col:
+                cross[row.name][col.name] = base_aec[row.name]
+                continue
+            tasks, seeds = tasks_for(row, col), seeds_for(row, col)
+            outs = [o for r in agents
+                    for o in _run(ep, {a: (row.policy if a == r else col.policy) for a in agents}, tasks, seeds, "aec")]
+            cross[row.name][col.name] = summarize(outs, agents)["success"]
+    if progress:
+        progress(f"{spec.name}: cross-play done")
+    ep.close()
+    return {"name": spec.name, "domain": spec.domain, "agents": agents, "mixed_motive": spec.payoff is not None,
+            "tasks": len(all_tasks), "description": spec.description, "teams": teams,
+            "contribution": contribution, "cross_play": cross}
+
+
+def evaluate(names: Sequence[str] | None = None, policies: Sequence[str] = ("oracle", "random", "noop"), *,
+             episodes: int = 2, modes: Sequence[str] = MODES, model_tasks: int = 2, max_new_tokens: int = 48,
+             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Evaluate ``policies`` on the multi-agent environments ``names`` (default: all registered).
+
+    Returns the JSON document: ``environments`` (one :func:`evaluate_env` entry
+    each), ``summary`` (per policy and mode: success pooled over environments,
+    with its interval), and the settings.
+    """
+    from ..registry import spec as get_spec, specs
+
+    start = time.perf_counter()
+    chosen = [get_spec(n) for n in names] if names else [s for s in specs() if getattr(s, "multi_agent", False)]
+    for s in chosen:
+        if not getattr(s, "multi_agent", False):
+            raise ValueError(f"{s.name} is a single-agent environment; team evaluation needs a multi-agent one")
+    for m in modes:
+        if m not in MODES:
+            raise ValueError(f"unknown mode {m!r}; choose from {MODES}")
+    entries = build_policies(policies, model_tasks=model_tasks, max_new_tokens=max_new_tokens)
+    envs = [evaluate_env(s, entries, episodes=episodes, modes=modes, progress=progress) for s in chosen]
+    summary: dict[str, Any] = {}
+    for p in entries:
+        summary[p.name] = {}
+        for mode in modes:
+            k = sum(e["teams"][p.name][mode]["successes"] for e in envs)
+            n = sum(e["teams"][p.name][mode]["episodes"] for e in envs)
+            summary[p.name][mode] = {"successes": k, "episodes": n, "success": _r(k / n) if n else None,
+                                     "success_ci95": wilson(k, n)}
+    return {"policies": [p.name for p in entries], "modes": list(modes), "episodes_per_task": episodes,
+            "model_tasks_per_env": model_tasks, "environments": envs, "summary": summary,
+            "seconds": round(time.perf_counter() - start, 2)}
+
+
+# -- command line (``envfactory eval-team``) ---------------------------------
+def cli_args(p: Any) -> None:
+    """Arguments of ``envfactory eval-team``."""
+    p.add_argument("names", nargs="*", help="multi-agent environments (default: all)")
+    p.add_argument("--policies", default="oracle,random,noop,tiny",
+                   help="comma-separated: oracle, random, noop, tiny, hf:<model path or id>")
+    p.add_argument("--episodes", type=int, default=2, help="episodes per task for stochastic policies")
+    p.add_argument("--modes", default="aec,parallel", help="aec, parallel or both")
+    p.add_argument("--model-tasks", type=int, default=2, help="tasks per environment for model policies")
+    p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per turn for model policies")
+    p.add_argument("--out", default="team_eval", help="folder for team_eval.json, team_eval.md and plots/")
+
+
+def cli_run(args: Any) -> tuple[int, Any, str]:
+    """Run the evaluation and write the report; returns ``(code, json, text)``."""
+    import sys
+
+    from .report import write_report
+
+    try:
+        doc = evaluate(args.names or None, [p for p in args.policies.split(",") if p], episodes=args.episodes,
+                       modes=[m for m in args.modes.split(",") if m], model_tasks=args.model_tasks,
+                       max_new_tokens=args.max_new_tokens,
+                       progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    except (KeyError, ValueError, RuntimeError) as exc:
+        msg = str(exc.args[0] if isinstance(exc, KeyError) else exc)
+        return 2, {"error": msg}, "error: " + msg
+    paths = write_report(doc, args.out)
+    doc["report"] = paths
+    lines = [f"{'policy':<10}{'mode':<10}{'success':>8}  95% CI        episodes"]
+    for p, by_mode in doc["summary"].items():
+        for mode, s in by_mode.items():
+            lo, hi = s["success_ci95"]
+            lines.append(f"{p:<10}{mode:<10}{s['success'] or 0:>8.2f}  [{lo:.2f}, {hi:.2f}]  {s['episodes']:>6}")
+    lines.append(f"report: {paths['markdown']} (JSON: {paths['json']}), {doc['seconds']}s")
+    return 0, doc, "\n".join(lines)

@@ -1,0 +1,198 @@
+"""PettingZoo adapters: any multi-agent envfactory environment as an AEC or Parallel env.
+
+Observations and actions are text, in the same ``Text`` spaces as the
+Gymnasium adapter (:mod:`envfactory.gym_env`). An agent's observation is what
+is new for it since its last turn: its tool responses (``<tool_response>``
+blocks) and the messages that reached it; before its first turn, the
+instruction and its private notes. ``infos[agent]`` carries its full
+conversation (``messages``), its tool schemas (``tools``), ``task_id`` and
+``round``: what an LLM agent consumes.
+
+``reset(seed=s)`` picks the task deterministically from ``s``;
+``options={"task": id_or_index}`` picks it explicitly. The whole team
+terminates (or is truncated) together; rewards arrive at the end: the joint
+success for every agent, or each agent's payoff in mixed-motive games.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import AECEnv, ParallelEnv
+
+from ..gym_env import _clean, _text_space
+from .episode import MultiEpisode
+
+__all__ = ["TextObservation", "ToolAECEnv", "ToolParallelEnv", "env", "parallel_env"]
+
+
+class TextObservation(str):
+    """An observation: a ``str`` that also carries the numpy dtype of the ``Text`` space.
+
+    PettingZoo's ``api_test`` compares ``observation.dtype`` with the space's
+    dtype; a plain ``str`` has none. Everything else treats it as a ``str``.
+    """
+
+    __slots__ = ()
+    dtype = np.dtype(str)
+
+
+class _Base:
+    """What both adapters share: the episode, the spaces, the task choice and the infos."""
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "is_parallelizable": True, "render_fps": 1}
+
+    def _setup(self, env_name: str | None, episode: MultiEpisode | None, runtime: str,
+               render_mode: str | None, kwargs: dict[str, Any]) -> None:
+        if episode is None:
+            if env_name is None:
+                raise TypeError(f"{type(self).__name__} needs env_name or episode")
+            from ..registry import make_multi
+
+            episode = make_multi(env_name, runtime=runtime, **kwargs)
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.episode = episode
+        self.render_mode = render_mode
+        self.metadata = {**type(self).metadata, "name": episode.spec.name}
+        self.possible_agents = list(episode.agents)
+        self.agents: list[str] = []
+        self.observation_spaces = {a: _text_space("obs") for a in self.possible_agents}
+        self.action_spaces = {a: _text_space("act") for a in self.possible_agents}
+        self._schemas = {a: episode.tool_schemas(a) for a in self.possible_agents}
+        self._n_tasks = len(episode.spec.get_tasks())
+        self._rng = np.random.default_rng()
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self.action_spaces[agent]
+
+    def _start(self, seed: int | None, options: dict[str, Any] | None) -> None:
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        task = (options or {}).get("task")
+        if task is None:
+            task = int(self._rng.integers(self._n_tasks))
+        self.episode.reset(task)
+        self.agents = list(self.possible_agents)
+
+    def _observe(self, agent: str) -> TextObservation:
+        return TextObservation(_clean(self.episode.observation(agent)))
+
+    def _info(self, agent: str) -> dict[str, Any]:
+        ep = self.episode
+        info = {"task_id": ep.task.id, "round": ep.round, "messages": ep.messages(agent),
+                "tools": self._schemas[agent]}
+        if ep.done:
+            info.update(success=ep.success, ended_by=ep.ended_by, answer=ep.answer)
+        return info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        lines = []
+        for e in self.episode.log:
+            mark = "ok" if e["ok"] else e["kind"]
+            lines.append(f"[round {e['round']}] {e['agent']}: {e['name']}({e['arguments']}) -> {mark}")
+        return "\n".join(lines) or "(no tool calls yet)"
+
+    def close(self) -> None:
+        self.episode.close()
+
+
+class ToolAECEnv(_Base, AECEnv):
+    """Turn order: agents act one at a time, each seeing what happened before its turn.
+
+    Args:
+        env_name: Registered multi-agent environment name.
+        episode: An existing :class:`MultiEpisode` to wrap instead.
+        runtime: Runtime for ``env_name``.
+        render_mode: ``None`` or ``"ansi"`` (the call log).
+        **kwargs: Passed to :func:`envfactory.make_multi` (e.g. ``max_rounds``).
+    """
+
+    def __init__(self, env_name: str | None = None, *, episode: MultiEpisode | None = None,
+                 runtime: str = "local", render_mode: str | None = None, **kwargs: Any) -> None:
+        AECEnv.__init__(self)
+        self._setup(env_name, episode, runtime, render_mode, kwargs)
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        self._start(seed, options)
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {a: self._info(a) for a in self.agents}
+        self.agent_selection = self.episode.next_agent
+
+    def observe(self, agent: str) -> TextObservation:
+        return self._observe(agent)
+
+    def step(self, action: Any) -> None:
+        """Play the selected agent's turn (``None`` passes; a dead agent's step must be ``None``)."""
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        self._cumulative_rewards[agent] = 0.0
+        result = self.episode.act(agent, "" if action is None else action)
+        if result.done:
+            for a in self.agents:
+                self.rewards[a] = result.rewards[a]
+                self.terminations[a], self.truncations[a] = result.terminated, result.truncated
+            self.agent_selection = self.agents[0]
+        else:
+            self.rewards = dict.fromkeys(self.agents, 0.0)
+            self.agent_selection = self.episode.next_agent
+        self.infos = {a: self._info(a) for a in self.agents}
+        self._accumulate_rewards()
+
+
+class ToolParallelEnv(_Base, ParallelEnv):
+    """Simultaneous moves: every live agent acts each round on the same information.
+
+    Arguments as for :class:`ToolAECEnv`. An agent missing from ``actions``
+    (or given ``None``) passes its turn.
+    """
+
+    def __init__(self, env_name: str | None = None, *, episode: MultiEpisode | None = None,
+                 runtime: str = "local", render_mode: str | None = None, **kwargs: Any) -> None:
+        self._setup(env_name, episode, runtime, render_mode, kwargs)
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, TextObservation], dict[str, dict[str, Any]]]:
+        self._start(seed, options)
+        return ({a: self._observe(a) for a in self.agents}, {a: self._info(a) for a in self.agents})
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, TextObservation], dict[str, float],
+                                                     dict[str, bool], dict[str, bool], dict[str, dict[str, Any]]]:
+        ep = self.episode
+        ep.step({a: "" if act is None else act for a, act in actions.items()})
+        live = self.agents
+        obs = {a: self._observe(a) for a in live}
+        rewards = ep.rewards if ep.done else dict.fromkeys(live, 0.0)
+        terminations = dict.fromkeys(live, ep.terminated)
+        truncations = dict.fromkeys(live, ep.truncated)
+        infos = {a: self._info(a) for a in live}
+        if ep.done:
+            self.agents = []
+        return obs, {a: rewards[a] for a in live}, terminations, truncations, infos
+
+    def state(self) -> np.ndarray:
+        raise NotImplementedError("the global state of a tool environment is a pydantic model, not an "
+                                  "array; read it as env.episode.state")
+
+
+def env(name: str, *, runtime: str = "local", render_mode: str | None = None, **kwargs: Any) -> ToolAECEnv:
+    """The PettingZoo AEC (turn order) view of multi-agent environment ``name``."""
+    return ToolAECEnv(name, runtime=runtime, render_mode=render_mode, **kwargs)
+
+
+def parallel_env(name: str, *, runtime: str = "local", render_mode: str | None = None,
+                 **kwargs: Any) -> ToolParallelEnv:
+    """The PettingZoo Parallel (simultaneous moves) view of multi-agent environment ``name``."""
+    return ToolParallelEnv(name, runtime=runtime, render_mode=render_mode, **kwargs)

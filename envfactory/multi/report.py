@@ -1,0 +1,170 @@
+"""The coordination evaluation as a markdown report with SVG plots (no plotting dependency).
+
+:func:`write_report` writes ``team_eval.json``, ``team_eval.md`` and
+``plots/*.svg`` into a folder: a success chart with 95% intervals per
+environment and policy, a cross-play heatmap and a contribution chart per
+environment.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_report", "markdown", "success_chart", "heatmap", "contribution_chart"]
+
+_COLORS = ["#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6", "#dd4477"]
+
+
+def _svg(width: int, height: int, body: list[str]) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'font-family="sans-serif" font-size="11">\n<rect width="100%" height="100%" fill="white"/>\n'
+            + "\n".join(body) + "\n</svg>\n")
+
+
+def success_chart(doc: dict[str, Any], mode: str) -> str:
+    """Grouped bars: joint success per environment and policy, with 95% Wilson whiskers."""
+    envs, pols = doc["environments"], doc["policies"]
+    bw, gap, h, top, left = 14, 18, 200, 30, 40
+    width = left + len(envs) * (len(pols) * bw + gap) + 160
+    body = [f'<text x="{left}" y="18" font-size="13">Joint success ({mode}), 95% CI</text>',
+            f'<line x1="{left}" y1="{top + h}" x2="{width - 150}" y2="{top + h}" stroke="black"/>']
+    for frac in (0, 0.5, 1):
+        y = top + h - frac * h
+        body.append(f'<text x="{left - 6}" y="{y + 4}" text-anchor="end">{frac:g}</text>')
+        body.append(f'<line x1="{left}" y1="{y}" x2="{width - 150}" y2="{y}" stroke="#ddd"/>')
+    for i, e in enumerate(envs):
+        x0 = left + gap / 2 + i * (len(pols) * bw + gap)
+        for j, p in enumerate(pols):
+            m = e["teams"][p].get(mode)
+            if not m or m["success"] is None:
+                continue
+            x, s = x0 + j * bw, m["success"]
+            lo, hi = m["success_ci95"]
+            body.append(f'<rect x="{x}" y="{top + h - s * h}" width="{bw - 2}" height="{s * h}" '
+                        f'fill="{_COLORS[j % len(_COLORS)]}"/>')
+            cx = x + (bw - 2) / 2
+            body.append(f'<line x1="{cx}" y1="{top + h - lo * h}" x2="{cx}" y2="{top + h - hi * h}" stroke="black"/>')
+        label = escape(e["name"].replace("-v0", ""))
+        body.append(f'<text x="{x0}" y="{top + h + 14}" font-size="9">{label}</text>')
+    for j, p in enumerate(pols):
+        y = top + 10 + j * 16
+        body.append(f'<rect x="{width - 140}" y="{y - 9}" width="10" height="10" fill="{_COLORS[j % len(_COLORS)]}"/>')
+        body.append(f'<text x="{width - 125}" y="{y}">{escape(p)}</text>')
+    return _svg(int(width), top + h + 30, body)
+
+
+def heatmap(env: dict[str, Any]) -> str:
+    """Cross-play matrix: row policy plays one role, column policy the others."""
+    pols = list(env["cross_play"])
+    cell, left, top = 46, 70, 40
+    size = left + cell * len(pols) + 10
+    body = [f'<text x="4" y="14" font-size="12">{escape(env["name"])} cross-play (success)</text>',
+            f'<text x="{left}" y="30" font-size="9">others play (columns); one role plays (rows)</text>']
+    for i, r in enumerate(pols):
+        body.append(f'<text x="{left - 4}" y="{top + i * cell + cell / 2 + 4}" text-anchor="end">{escape(r)}</text>')
+        for j, c in enumerate(pols):
+            v = env["cross_play"][r][c]
+            shade = 255 - int(200 * (v or 0))
+            x, y = left + j * cell, top + i * cell
+            body.append(f'<rect x="{x}" y="{y}" width="{cell - 2}" height="{cell - 2}" fill="rgb({shade},{shade},255)"/>')
+            body.append(f'<text x="{x + cell / 2 - 1}" y="{y + cell / 2 + 4}" text-anchor="middle">'
+                        f'{"-" if v is None else f"{v:.2f}"}</text>')
+    for j, c in enumerate(pols):
+        body.append(f'<text x="{left + j * cell + cell / 2}" y="{top + len(pols) * cell + 14}" '
+                    f'text-anchor="middle">{escape(c)}</text>')
+    return _svg(size, top + len(pols) * cell + 24, body)
+
+
+def contribution_chart(env: dict[str, Any], policy: str) -> str:
+    """Per agent: team success minus success with that agent replaced by a no-op."""
+    contrib = env["contribution"][policy]
+    bw, left, top, h = 60, 40, 30, 120
+    width = left + bw * len(contrib) + 20
+    body = [f'<text x="4" y="16" font-size="12">{escape(env["name"])}: contribution ({escape(policy)} team)</text>',
+            f'<line x1="{left}" y1="{top + h}" x2="{width - 10}" y2="{top + h}" stroke="black"/>']
+    for i, (agent, c) in enumerate(contrib.items()):
+        v = max(0.0, c["contribution"] or 0.0)
+        x = left + i * bw + 8
+        body.append(f'<rect x="{x}" y="{top + h - v * h}" width="{bw - 16}" height="{v * h}" fill="#109618"/>')
+        body.append(f'<text x="{x + (bw - 16) / 2}" y="{top + h - v * h - 3}" text-anchor="middle">{v:.2f}</text>')
+        body.append(f'<text x="{x + (bw - 16) / 2}" y="{top + h + 14}" text-anchor="middle" font-size="9">'
+                    f'{escape(agent)}</text>')
+    return _svg(width, top + h + 24, body)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    return str(v)
+
+
+def markdown(doc: dict[str, Any], plots: dict[str, str]) -> str:
+    """The report's markdown text; ``plots`` maps a plot key to its relative path."""
+    lines = ["# Coordination evaluation", "",
+             f"Policies: {', '.join(doc['policies'])}. Modes: {', '.join(doc['modes'])}. Stochastic policies play "
+             f"{doc['episodes_per_task']} episodes per task; model policies at most {doc['model_tasks_per_env']} "
+             f"tasks per environment. Took {doc['seconds']}s.", "",
+             "## Summary (pooled over environments)", "",
+             "| policy | mode | success | 95% CI | episodes |", "|---|---|---|---|---|"]
+    for p, by_mode in doc["summary"].items():
+        for mode, s in by_mode.items():
+            lo, hi = s["success_ci95"]
+            lines.append(f"| {p} | {mode} | {_fmt(s['success'])} | [{lo:.2f}, {hi:.2f}] | {s['episodes']} |")
+    for mode in doc["modes"]:
+        if f"success_{mode}" in plots:
+            lines += ["", f"![joint success {mode}]({plots[f'success_{mode}']})"]
+    for e in doc["environments"]:
+        lines += ["", f"## {e['name']} ({e['domain']})", "", e["description"], "",
+                  f"Agents: {', '.join(e['agents'])}; tasks: {e['tasks']}; mixed motive: {e['mixed_motive']}.", "",
+                  "| policy | mode | success [95% CI] | rounds to success | messages / success | redundant / ep "
+                  "| conflicts / ep | permission errors / ep | mean reward per agent |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for p, t in e["teams"].items():
+            for mode in doc["modes"]:
+                m = t[mode]
+                lo, hi = m["success_ci95"]
+                rewards = ", ".join(f"{a}={_fmt(v)}" for a, v in m["reward"].items())
+                lines.append(f"| {p} | {mode} | {_fmt(m['success'])} [{lo:.2f}, {hi:.2f}] | "
+                             f"{_fmt(m['rounds_to_success'])} | {_fmt(m['messages_per_success'])} | "
+                             f"{_fmt(m['redundant_per_episode'])} | {_fmt(m['conflicts_per_episode'])} | "
+                             f"{_fmt(m['permission_errors_per_episode'])} | {rewards} |")
+        lines += ["", "Contribution (team success minus success with the agent replaced by a no-op, AEC):", "",
+                  "| team | " + " | ".join(e["agents"]) + " |", "|---|" + "---|" * len(e["agents"])]
+        for p, c in e["contribution"].items():
+            lines.append(f"| {p} | " + " | ".join(_fmt(c[a]["contribution"]) for a in e["agents"]) + " |")
+        pols = list(e["cross_play"])
+        lines += ["", "Cross-play (row: one role's policy; column: the others'; success, AEC):", "",
+                  "| | " + " | ".join(pols) + " |", "|---|" + "---|" * len(pols)]
+        for r in pols:
+            lines.append(f"| **{r}** | " + " | ".join(_fmt(e["cross_play"][r][c]) for c in pols) + " |")
+        for key in (f"cross_{e['name']}", f"contrib_{e['name']}"):
+            if key in plots:
+                lines += ["", f"![{key}]({plots[key]})"]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(doc: dict[str, Any], out_dir: str | Path) -> dict[str, str]:
+    """Write ``team_eval.json``, ``team_eval.md`` and the SVG plots; return their paths."""
+    out = Path(out_dir)
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    plots: dict[str, str] = {}
+
+    def save(key: str, name: str, svg: str) -> None:
+        (out / "plots" / name).write_text(svg)
+        plots[key] = f"plots/{name}"
+
+    for mode in doc["modes"]:
+        save(f"success_{mode}", f"success_{mode}.svg", success_chart(doc, mode))
+    for e in doc["environments"]:
+        save(f"cross_{e['name']}", f"crossplay_{e['name']}.svg", heatmap(e))
+        team = "oracle" if "oracle" in e["contribution"] else next(iter(e["contribution"]))
+        save(f"contrib_{e['name']}", f"contribution_{e['name']}.svg", contribution_chart(e, team))
+    (out / "team_eval.json").write_text(json.dumps(doc, indent=2))
+    (out / "team_eval.md").write_text(markdown(doc, plots))
+    return {"json": str(out / "team_eval.json"), "markdown": str(out / "team_eval.md"),
+            **{k: str(out / v) for k, v in plots.items()}}

@@ -1,0 +1,278 @@
+"""One hardened environment container and the host's two channels into it.
+
+A :class:`Container` is started from an environment image with no network, a
+read-only root (``/tmp`` is a tmpfs), uid 10001, every capability dropped,
+``no-new-privileges``, memory / CPU / pid limits and labels that
+``envfactory gc`` finds it by. Its server listens on a Unix socket in a host
+folder bind-mounted at ``/run/envf``.
+
+Who is on the other end of the socket: agent code in the container runs as
+the same uid as the server, so it could replace the socket file with its own
+listener. Every connection the host opens therefore checks the peer's pid
+(``SO_PEERCRED``) against the server's, pinned on the first connection, which
+is made before any agent action runs. The secret token stops such code from
+issuing calls to the real server.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import struct
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpcore
+import httpx
+
+from ..spec import EnvSpec
+from .wire import MAGIC, TOKEN_HEADER, recv_frame, send_frame
+
+__all__ = ["Container", "ContainerError", "Limits", "LABEL", "SOCKET_ROOT", "owner_label"]
+
+LABEL = "org.envfactory.managed"
+SOCKET_ROOT = os.environ.get("ENVF_SOCKET_ROOT", f"/tmp/envf-{os.getuid()}")
+CONTAINER_UID = 10001
+_UCRED = struct.Struct("3i")
+
+
+class ContainerError(RuntimeError):
+    """A container died, timed out or misbehaved; the message names the
+    environment, the session and the container, and says what happens next."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one container (memory in MiB, CPUs, processes+threads, /tmp in MiB)."""
+
+    memory_mb: int = 512
+    cpus: float = 1.0
+    pids: int = 256
+    tmpfs_mb: int = 64
+
+
+def owner_label() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _peer_pid(sock: socket.socket) -> int:
+    return _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))[0]
+
+
+class _VerifiedBackend(httpcore.SyncBackend):
+    """httpcore's socket backend, refusing a peer that is not the pinned server."""
+
+    def __init__(self, container: "Container") -> None:
+        self._c = container
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options: Any = None) -> httpcore.NetworkStream:
+        stream = super().connect_unix_socket(path, timeout, socket_options)
+        self._c.check_peer(stream.get_extra_info("socket"))
+        return stream
+
+
+class Container:
+    """A running environment container (see the module docstring).
+
+    Args:
+        client: A ``docker.DockerClient``.
+        spec: The environment it serves.
+        image: The image tag (from :func:`envfactory.images.image_for`).
+        max_sessions: Sessions the server accepts at once.
+        limits: Resource limits.
+        control_timeout: Seconds allowed for each control call.
+        start_timeout: Seconds allowed for the server to come up.
+    """
+
+    def __init__(self, client: Any, spec: EnvSpec, image: str, *, max_sessions: int,
+                 limits: Limits, control_timeout: float = 30.0, start_timeout: float = 60.0) -> None:
+        self.spec = spec
+        self.client = client
+        self.token = secrets.token_hex(16)
+        self.sessions = 0
+        self.dead = False
+        self._pid: int | None = None
+        os.makedirs(SOCKET_ROOT, mode=0o700, exist_ok=True)
+        self.host_dir = tempfile.mkdtemp(prefix="c", dir=SOCKET_ROOT)
+        if os.getuid() == 0:
+            os.chown(self.host_dir, CONTAINER_UID, CONTAINER_UID)
+            os.chmod(self.host_dir, 0o770)
+        else:  # cannot chown: the container user needs write access to bind its socket
+            os.chmod(self.host_dir, 0o777)
+        # The secret goes in a file the server deletes before it listens: an
+        # environment variable would also be readable in docker-init's
+        # /proc/1/environ by any process in the container.
+        token_file = os.path.join(self.host_dir, "token")
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+        os.write(fd, self.token.encode())
+        os.close(fd)
+        if os.getuid() == 0:
+            os.chown(token_file, CONTAINER_UID, CONTAINER_UID)
+        else:
+            os.chmod(token_file, 0o444)
+        self.socket_path = os.path.join(self.host_dir, "s")
+        self.name = f"envf-{spec.name.lower()}-{secrets.token_hex(4)}"
+        t0 = time.perf_counter()
+        try:
+            self._c = client.containers.run(
+                image,
+                name=self.name,
+                detach=True,
+                init=True,
+                network_mode="none",
+                read_only=True,
+                tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_mb}m"},
+                user=f"{CONTAINER_UID}:{CONTAINER_UID}",
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                mem_limit=f"{limits.memory_mb}m",
+                memswap_limit=f"{limits.memory_mb}m",
+                nano_cpus=int(limits.cpus * 1e9),
+                pids_limit=limits.pids,
+                volumes={self.host_dir: {"bind": "/run/envf", "mode": "rw"}},
+                environment={
+                    "ENVF_ENV": spec.name,
+                    "ENVF_MODULE": spec.module or "",
+                    "ENVF_TOKEN_FILE": "/run/envf/token",
+                    "ENVF_SOCKET": "/run/envf/s",
+                    "ENVF_MAX_SESSIONS": str(max_sessions),
+                },
+                labels={
+                    LABEL: "1",
+                    "org.envfactory.env": spec.name,
+                    "org.envfactory.isolation": spec.isolation,
+                    "org.envfactory.owner": owner_label(),
+                    "org.envfactory.socket_dir": self.host_dir,
+                },
+            )
+        except Exception:
+            shutil.rmtree(self.host_dir, ignore_errors=True)
+            raise
+        self.id = self._c.id
+        try:
+            self._wait_ready(start_timeout)
+            transport = httpx.HTTPTransport(uds=self.socket_path)
+            transport._pool = httpcore.ConnectionPool(uds=self.socket_path, network_backend=_VerifiedBackend(self))
+            self.http = httpx.Client(transport=transport, base_url="http://envf",
+                                     headers={TOKEN_HEADER: self.token}, timeout=control_timeout)
+        except BaseException:
+            self.remove()
+            raise
+        self.start_seconds = time.perf_counter() - t0
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        next_check = time.monotonic() + 2.0
+        while not os.path.exists(self.socket_path):
+            now = time.monotonic()
+            if now > next_check:
+                next_check = now + 2.0
+                if self.status()["Status"] != "running":
+                    raise ContainerError(f"{self.spec.name}: container {self.name} exited while starting: "
+                                         f"{self.describe_exit()}; logs: {self.logs()}")
+            if now > deadline:
+                raise ContainerError(f"{self.spec.name}: the server in container {self.name} did not come up "
+                                     f"within {timeout}s; logs: {self.logs()}")
+            time.sleep(0.002)
+        # The first connection pins the server's pid; no agent code has run yet.
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(self.socket_path)
+            self._pid = _peer_pid(s)
+        finally:
+            s.close()
+
+    def check_peer(self, sock: socket.socket) -> None:
+        """Refuse a connection whose listener is not the pinned server process."""
+        pid = _peer_pid(sock)
+        if pid != self._pid:
+            sock.close()
+            self.dead = True
+            raise ContainerError(
+                f"{self.spec.name}: the socket of container {self.name} is served by pid {pid}, not by the "
+                f"environment server (pid {self._pid}): something in the container replaced it. "
+                "The container is treated as compromised; start a new episode."
+            )
+
+    # -- channels --------------------------------------------------------
+    def call(self, method: str, path: str, json: Any = None) -> Any:
+        """One HTTP control call; :class:`ContainerError` if the container is gone."""
+        try:
+            r = self.http.request(method, path, json=json)
+        except httpx.TimeoutException as exc:
+            raise ContainerError(f"{self.spec.name}: control call {method} {path} to container {self.name} "
+                                 f"timed out ({exc})") from None
+        except (httpx.TransportError, OSError) as exc:
+            self.dead = True
+            raise ContainerError(f"{self.spec.name}: container {self.name} is unreachable "
+                                 f"({self.describe_exit()}): {exc}") from None
+        doc = r.json()
+        if r.status_code != 200:
+            kind = doc.get("kind")
+            if kind in ("KeyError", "ValueError", "TypeError"):
+                raise {"KeyError": KeyError, "ValueError": ValueError, "TypeError": TypeError}[kind](doc["error"])
+            raise ContainerError(f"{self.spec.name}: {method} {path} failed in container {self.name}: "
+                                 f"HTTP {r.status_code}: {doc.get('error')}")
+        return doc
+
+    def open_channel(self, session: str, timeout: float) -> socket.socket:
+        """A framed step channel bound to ``session`` (peer verified, token sent)."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(timeout)
+            s.connect(self.socket_path)
+            self.check_peer(s)
+            s.sendall(MAGIC)
+            send_frame(s, {"token": self.token, "session": session})
+            reply = recv_frame(s)
+        except ContainerError:
+            raise
+        except OSError as exc:
+            s.close()
+            self.dead = True
+            raise ContainerError(f"{self.spec.name}: cannot open a channel to container {self.name}: {exc}") from None
+        if not reply.get("ok"):
+            s.close()
+            raise ContainerError(f"{self.spec.name}: container {self.name} refused the channel: {reply.get('error')}")
+        return s
+
+    # -- lifecycle -------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        try:
+            return self.client.api.inspect_container(self.id)["State"]
+        except Exception:
+            return {"Status": "removed"}
+
+    def describe_exit(self) -> str:
+        st = self.status()
+        if st.get("Status") == "running":
+            return "still running"
+        if st.get("Status") == "removed":
+            return "container removed"
+        return f"status {st.get('Status')}, exit code {st.get('ExitCode')}, OOM-killed {st.get('OOMKilled')}"
+
+    def logs(self) -> str:
+        try:
+            return self.client.api.logs(self.id, tail=20).decode(errors="replace")
+        except Exception:
+            return "(no logs)"
+
+    def remove(self) -> None:
+        """Force-remove the container and its socket folder. Idempotent."""
+        self.dead = True
+        http = getattr(self, "http", None)
+        if http is not None:
+            http.close()
+        try:
+            self.client.api.remove_container(self.id, force=True)
+        except Exception:  # already gone
+            pass
+        shutil.rmtree(self.host_dir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return f"<Container {self.name} sessions={self.sessions} dead={self.dead}>"

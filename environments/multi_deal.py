@@ -1,0 +1,169 @@
+"""MultiDeal-v0 (mixed motive): two traders split a pool of items with private valuations.
+
+A "Deal or No Deal" negotiation (Lewis et al., 2017). Each trader values books,
+hats and balls differently and has a private walk-away value. A trader
+proposes which items it keeps (the other side gets the rest); the other side
+accepts a proposal addressed to it, which closes the deal. The joint task
+succeeds when a deal is closed that gives both sides at least their walk-away
+value; each trader's own reward is the share of its total value it obtained.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+import envfactory.multi as multi
+from envfactory import ToolError, register, tool
+from envfactory.multi import ConflictError, MultiAgentSpec, MultiState, MultiTask, Role, by
+from tools.messaging import TOOLS as MESSAGING
+
+ITEMS = ("books", "hats", "balls")
+TRADERS = ("trader_0", "trader_1")
+
+
+class Proposal(BaseModel):
+    id: str
+    proposer: str
+    keep: dict[str, int]          # what the proposer keeps
+    status: str = "open"          # open | replaced | accepted
+
+
+class DealState(MultiState):
+    pool: dict[str, int]
+    proposals: list[Proposal] = []
+    deal: dict[str, dict[str, int]] | None = None   # agent -> items
+
+
+def _other(agent: str) -> str:
+    return TRADERS[1] if agent == TRADERS[0] else TRADERS[0]
+
+
+@tool
+def propose(state: DealState, books: int, hats: int, balls: int) -> str:
+    """Propose a split: the numbers of items YOU keep; the other trader gets the rest.
+
+    Args:
+        books: Books you keep.
+        hats: Hats you keep.
+        balls: Balls you keep.
+    """
+    if state.deal is not None:
+        raise ConflictError("the deal is already closed")
+    keep = {"books": books, "hats": hats, "balls": balls}
+    for item, n in keep.items():
+        if not 0 <= n <= state.pool[item]:
+            raise ToolError(f"{item} must be between 0 and {state.pool[item]}")
+    for p in state.proposals:
+        if p.proposer == state.acting and p.status == "open":
+            p.status = "replaced"
+    pid = f"P-{len(state.proposals) + 1}"
+    state.proposals.append(Proposal(id=pid, proposer=state.acting, keep=keep))
+    rest = {i: state.pool[i] - keep[i] for i in ITEMS}
+    return f"Proposal {pid} sent to {_other(state.acting)}: you keep {keep}, they get {rest}."
+
+
+@tool
+def accept(state: DealState, proposal_id: str) -> str:
+    """Accept the other trader's proposal; this closes the deal.
+
+    Args:
+        proposal_id: The proposal id, like 'P-1'.
+    """
+    p = next((p for p in state.proposals if p.id == proposal_id), None)
+    if p is None:
+        raise ToolError(f"no proposal {proposal_id!r}")
+    if p.proposer == state.acting:
+        raise ToolError("you cannot accept your own proposal; the other trader must")
+    if state.deal is not None or p.status != "open":
+        raise ConflictError(f"proposal {proposal_id} is {p.status if state.deal is None else 'closed'}")
+    p.status = "accepted"
+    state.deal = {p.proposer: dict(p.keep),
+                  state.acting: {i: state.pool[i] - p.keep[i] for i in ITEMS}}
+    return f"Deal closed on {proposal_id}."
+
+
+@tool(read_only=True)
+def list_proposals(state: DealState) -> str:
+    """List every proposal so far with its status."""
+    return "\n".join(f"{p.id} by {p.proposer}: keeps {p.keep} ({p.status})" for p in state.proposals) or \
+        "No proposals yet."
+
+
+def _value(values: dict[str, int], items: dict[str, int]) -> int:
+    return sum(values[i] * items[i] for i in ITEMS)
+
+
+def tasks() -> list[MultiTask]:
+    out: list[MultiTask] = []
+
+    def add(pool: dict[str, int], values: dict[str, dict[str, int]], walk: dict[str, int],
+            keep0: dict[str, int]) -> None:
+        def check(state: DealState) -> bool:
+            return state.deal is not None and all(_value(values[a], state.deal[a]) >= walk[a] for a in TRADERS)
+
+        notes = {a: f"Your values per item: {values[a]} (the other trader's values differ and are unknown to "
+                    f"you). Walk-away value: {walk[a]}; a deal worth less to you than that is worse than none. "
+                    f"The pool is {pool}." for a in TRADERS}
+        rest = {i: pool[i] - keep0[i] for i in ITEMS}
+        task = MultiTask(
+            id=f"deal-{len(out):03d}",
+            instruction=f"Negotiate how to split a pool of items {pool} between trader_0 and trader_1. "
+                        "A deal needs one side's proposal and the other's acceptance.",
+            private=notes, initial_state=DealState(pool=dict(pool)), check=check,
+            metadata={"values": values, "walk": walk},
+            solution=[by("trader_0", "send_message", to="trader_1",
+                         content=f"My values are {values['trader_0']}. What do you value?"),
+                      by("trader_1", "send_message", to="trader_0", content=f"My values are {values['trader_1']}."),
+                      by("trader_0", "propose", **keep0),
+                      by("trader_1", "accept", proposal_id="P-1")])
+        out.append(task)
+        assert all(_value(values[a], d) >= walk[a] for a, d in (("trader_0", keep0), ("trader_1", rest)))
+
+    add({"books": 3, "hats": 2, "balls": 1}, {"trader_0": {"books": 2, "hats": 2, "balls": 0},
+                                               "trader_1": {"books": 0, "hats": 2, "balls": 6}},
+        {"trader_0": 6, "trader_1": 8}, {"books": 3, "hats": 1, "balls": 0})
+    add({"books": 1, "hats": 3, "balls": 2}, {"trader_0": {"books": 4, "hats": 0, "balls": 3},
+                                               "trader_1": {"books": 1, "hats": 3, "balls": 0}},
+        {"trader_0": 8, "trader_1": 7}, {"books": 1, "hats": 0, "balls": 2})
+    add({"books": 2, "hats": 2, "balls": 2}, {"trader_0": {"books": 1, "hats": 2, "balls": 2},
+                                               "trader_1": {"books": 3, "hats": 1, "balls": 1}},
+        {"trader_0": 6, "trader_1": 6}, {"books": 0, "hats": 2, "balls": 1})
+    add({"books": 4, "hats": 1, "balls": 1}, {"trader_0": {"books": 1, "hats": 4, "balls": 2},
+                                               "trader_1": {"books": 2, "hats": 0, "balls": 2}},
+        {"trader_0": 6, "trader_1": 6}, {"books": 1, "hats": 1, "balls": 1})
+    return out
+
+
+def payoff(task: MultiTask, state: DealState, success: bool) -> dict[str, float]:
+    """Each trader's share of its own total value of the pool (0 without a deal)."""
+    if state.deal is None:
+        return dict.fromkeys(TRADERS, 0.0)
+    values = task.metadata["values"]
+    return {a: round(_value(values[a], state.deal[a]) / _value(values[a], state.pool), 4) for a in TRADERS}
+
+
+SPEC = register(MultiAgentSpec(
+    name="MultiDeal-v0",
+    domain="negotiation",
+    description="Mixed motive: two traders with private valuations split items; each is paid its own share.",
+    state_type=DealState,
+    roles=[Role(t, "a trader: get as much value for yourself as you can, but a deal below your walk-away value "
+                "is worse than none (see your private notes)", [propose, accept, list_proposals]) for t in TRADERS],
+    common_tools=MESSAGING,
+    tasks=tasks,
+    max_rounds=8,
+    terminal=lambda state: state.deal is not None,
+    payoff=payoff,
+))
+
+
+def env(**kwargs: Any) -> Any:
+    """PettingZoo AEC env of MultiDeal-v0."""
+    return multi.env(SPEC.name, **kwargs)
+
+
+def parallel_env(**kwargs: Any) -> Any:
+    """PettingZoo Parallel env of MultiDeal-v0."""
+    return multi.parallel_env(SPEC.name, **kwargs)

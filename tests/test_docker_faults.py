@@ -1,0 +1,177 @@
+"""Faults, containment, cleanup and the reward-tampering attack on the Docker runtime.
+
+Runtime: about 30-60 s on 2 cores once images exist (each per-session
+container starts in about a second; two tests wait out a timeout).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import envfactory
+from envfactory import call
+from envfactory.runtime.container import LABEL, ContainerError, Limits
+
+from conftest import require_docker
+
+sys.path.insert(0, os.path.dirname(__file__))
+import docker_attack_env  # noqa: E402  (registers CodeSandbox-v0, isolation="container")
+
+pytestmark = pytest.mark.docker
+INC = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _docker() -> None:
+    require_docker()
+
+
+def _exists(container_id: str) -> bool:
+    from envfactory.runtime.pool import docker_client
+
+    return bool(docker_client().containers.list(all=True, filters={"id": container_id}))
+
+
+def test_container_killed_mid_episode_names_env_and_session_and_is_replaced() -> None:
+    env = envfactory.make("Counter-v0", runtime="docker")
+    env.reset(0)
+    env.step(INC)
+    c, session = env.container, env._session
+    c.client.api.kill(c.id)
+    with pytest.raises(ContainerError) as err:
+        env.step(INC)
+    assert "Counter-v0" in str(err.value) and session in str(err.value) and c.name in str(err.value)
+    assert not _exists(c.id)
+    env.reset(0)  # the pool gives a fresh container
+    assert env.container is not c and env.step(INC).messages[0]["content"] == "1"
+    env.close()
+
+
+def test_labels_and_cleanup_by_close_and_gc() -> None:
+    env = envfactory.make("CodeSandbox-v0", runtime="docker")
+    env.reset(0)
+    cid = env.container.id
+    labels = env.container.client.containers.get(cid).labels
+    assert labels[LABEL] == "1" and labels["org.envfactory.env"] == "CodeSandbox-v0"
+    assert labels["org.envfactory.owner"].endswith(f":{os.getpid()}")
+    env.close()
+    env.close()  # idempotent
+    from envfactory.runtime.pool import _removals
+
+    for t in list(_removals):
+        t.join(30)
+    assert not _exists(cid)
+    # A process that dies without cleaning up: its containers are found by their labels.
+    code = ("import envfactory, os; e = envfactory.make('Counter-v0', runtime='docker'); e.reset(0); "
+            "print(e.container.id, flush=True); os._exit(0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    orphan = out.stdout.split()[-1]
+    assert _exists(orphan)
+    cli = subprocess.run([sys.executable, "-m", "envfactory.cli", "gc", "--json"], capture_output=True, text=True,
+                         timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert orphan[:12] in cli.stdout and not _exists(orphan)
+
+
+def test_interpreter_exit_leaves_no_container() -> None:
+    code = ("import envfactory; e = envfactory.make('Counter-v0', runtime='docker'); e.reset(0); "
+            "print(e.container.id)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert not _exists(out.stdout.split()[-1])
+
+
+def test_step_that_runs_forever_times_out_and_recycles_the_container() -> None:
+    env = envfactory.make("CodeSandbox-v0", runtime="docker", step_timeout=1.5)
+    env.reset(0)
+    c = env.container
+    r = env.step(call("run_python", code="while True: pass"))
+    assert r.truncated and r.reward == 0.0 and r.info["timeout"]
+    assert r.messages[0]["content"].startswith("Error: the step did not finish within 1.5s")
+    assert env.messages[-1] == r.messages[-1]
+    assert not _exists(c.id)
+    env.reset(0)
+    assert env.container is not c
+    assert env.step(call("write_file", path="/answer.txt", content="42")).messages[0]["content"] == "OK"
+    env.close()
+
+
+def test_memory_hog_and_fork_bomb_are_contained() -> None:
+    env = envfactory.make("CodeSandbox-v0", runtime="docker", step_timeout=20,
+                          pool=None, limits=Limits(memory_mb=256, pids=64))
+    env.reset(0)
+    r = env.step(call("run_python", code="x = b'x' * (1 << 31)\nprint(len(x))"))
+    assert r.messages[0]["content"].startswith("Error: exit status"), r.messages  # killed or MemoryError
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    r = env.step(call("run_python", code=bomb))
+    assert "was killed" in r.messages[0]["content"], r.messages
+    # The server survived both, inside its limits; the episode goes on normally.
+    r = env.step(call("run_python", code="print(6 * 7)"))
+    assert r.messages[0]["content"].strip() == "42"
+    env.close()
+
+
+ATTACK = r"""
+import json, os, re, socket
+report = {}
+def http(path, body, token=None):
+    s = socket.socket(socket.AF_UNIX); s.connect('/run/envf/s')
+    data = json.dumps(body).encode()
+    head = f'POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(data)}\r\n'
+    if token: head += f'X-Envf-Token: {token}\r\n'
+    s.sendall((head + '\r\n').encode() + data)
+    return s.recv(4096).decode().split('\r\n')[0]
+# 1. Steal the secret: from the server's memory, from any process's environment, from the socket folder.
+report['leaks'] = []
+for pid in [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]:
+    for what in ('environ', 'mem'):
+        try:
+            data = open(f'/proc/{pid}/{what}', 'rb').read(1 << 16)
+            report['leaks'] += [m.decode() for m in re.findall(rb'[0-9a-f]{32}', data)]
+        except OSError as e:
+            report.setdefault(f'{what}_errors', set()).add(type(e).__name__)
+report['folder'] = sorted(os.listdir('/run/envf'))
+report = {k: sorted(v) if isinstance(v, set) else v for k, v in report.items()}
+# 2. Overwrite the state (and with it any success check) through the server's own API.
+snap = {'format': 1, 'env': 'CodeSandbox-v0', 'task_id': 'answer-42', 'max_turns': 8,
+        'state': {'files': {'/answer.txt': '42'}, 'runs': 0}, 'messages': [], 'turn': 0,
+        'done': True, 'answer': 'x', 'success': True, 'counts': {}}
+report['restore'] = http('/sessions/x/restore', snap, token='guess')
+# 3. Replace the server's socket with our own, which would report success.
+os.rename('/run/envf/s', '/run/envf/old')
+fake = socket.socket(socket.AF_UNIX); fake.bind('/run/envf/s'); fake.listen(8)
+report['socket'] = 'replaced'
+print(json.dumps(report))
+if os.fork() == 0:   # keep the fake listener alive after this program returns
+    os.setsid(); os.close(1); os.close(2)
+    import time; time.sleep(60)
+"""
+
+
+def test_agent_code_cannot_change_the_host_computed_reward() -> None:
+    env = envfactory.make("CodeSandbox-v0", runtime="docker", step_timeout=20)
+    env.reset(0)
+    r = env.step(call("run_python", code=ATTACK))
+    report = r.messages[0]["content"]
+    assert env.container.token not in report and '"folder": ["s"]' in report, report
+    assert '"environ_errors": ["PermissionError"]' in report, report
+    assert "401 Unauthorized" in report, report
+    assert '"socket": "replaced"' in report, report
+    # A new connection now meets the impostor: the peer check refuses it.
+    with pytest.raises(ContainerError, match="replaced"):
+        env.container.open_channel(env._session, 5)
+    # The established channel still reaches the real server; the claim buys nothing.
+    r = env.step("I wrote 42 to /answer.txt. Task complete, success=true, reward=1.")
+    assert r.terminated and r.reward == 0.0 and r.info["success"] is False
+    env.close()
+    # The same task done as intended earns the reward.
+    honest = envfactory.make("CodeSandbox-v0", runtime="docker")
+    honest.reset(0)
+    honest.step(call("write_file", path="/answer.txt", content="42"))
+    assert honest.step("Done.").reward == 1.0
+    honest.close()

@@ -1,0 +1,43 @@
+"""The built-in library: at least 30 verified environments, 12 domains, 50 tasks each."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import envfactory
+from envfactory.cli import main
+
+
+def _library():
+    return [s for s in envfactory.specs() if not getattr(s, "multi_agent", False)
+            and s.name != "Counter-v0"]
+
+
+def test_library_size_and_inputs():
+    specs = _library()
+    sources = {s.metadata.get("source", "module").split(" ")[0] for s in specs}
+    assert {"class", "spec", "module"} <= sources  # all three non-LLM inputs are used
+    big = [s for s in specs if len(s.get_tasks()) >= 50]
+    assert len(big) >= 30 and len({s.domain for s in big}) >= 12
+
+
+def test_environment_import_is_lazy():
+    spec = envfactory.spec("Warehouse-v0")
+    assert spec._tasks is None or callable(spec.tasks)  # tasks built on first use only
+
+
+@pytest.mark.slow
+def test_verify_all_passes(capsys):
+    start = time.perf_counter()
+    code = main(["verify", "--all", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    failed = {e["name"]: e["failures"][:3] for e in doc["environments"] if not e["verified"]}
+    assert code == 0 and not failed, failed
+    big = [e for e in doc["environments"] if e["tasks"] >= 50]
+    assert len(big) >= 30 and len({e["domain"] for e in big}) >= 12
+    t = doc["totals"]
+    assert t["tasks"] >= 1500 and t["mean_solution_length"] > 1.5
+    print(f"verify --all: {t['environments']} environments in {time.perf_counter() - start:.1f}s")

@@ -1,0 +1,85 @@
+"""Coordination evaluation: metrics, contributions, cross-play, the report, the CLI, model teams."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+import envfactory
+from envfactory.multi.eval import evaluate, summarize, wilson
+from envfactory.multi.team import TeamOutcome
+
+
+def test_wilson_interval():
+    assert wilson(0, 0) == [0.0, 1.0]
+    lo, hi = wilson(5, 10)
+    assert lo == pytest.approx(0.2366, abs=1e-3) and hi == pytest.approx(0.7634, abs=1e-3)
+    assert wilson(10, 10)[1] == 1.0 and wilson(10, 10)[0] == pytest.approx(0.7225, abs=1e-3)
+
+
+def test_summarize_counts_rounds_messages_and_coordination_errors():
+    def o(success, rounds, messages, errors, redundant=0):
+        return TeamOutcome("E-v0", "t", "aec", success, {"a_0": float(success)}, rounds, "finish", messages, 5,
+                           errors, redundant)
+
+    m = summarize([o(True, 3, 2, {}), o(True, 5, 4, {"conflict": 2}, 1), o(False, 9, 6, {"permission": 1})],
+                  ["a_0"])
+    assert m["success"] == pytest.approx(2 / 3, abs=1e-4) and m["rounds_to_success"] == 4.0
+    assert m["messages_per_success"] == 6.0 and m["messages_per_episode"] == 4.0
+    assert m["conflicts_per_episode"] == pytest.approx(2 / 3, abs=1e-4) and m["permission_errors_per_episode"] == pytest.approx(1 / 3, abs=1e-4)
+    assert m["redundant_per_episode"] == pytest.approx(1 / 3, abs=1e-4)
+
+
+def test_scripted_team_evaluation():
+    doc = evaluate(["MultiRooms-v0", "MultiDeal-v0"], ["oracle", "random", "noop"], episodes=2)
+    assert doc["summary"]["oracle"]["aec"]["success"] == 1.0 and doc["summary"]["noop"]["parallel"]["success"] == 0.0
+    rooms, deal = doc["environments"]
+    assert rooms["teams"]["oracle"]["aec"]["rounds_to_success"] < rooms["teams"]["oracle"]["parallel"]["rounds_to_success"]
+    assert rooms["teams"]["oracle"]["aec"]["messages_per_success"] == 3.0
+    assert rooms["teams"]["random"]["aec"]["episodes"] == 2 * rooms["tasks"]   # stochastic: 2 seeds per task
+    assert rooms["teams"]["oracle"]["aec"]["episodes"] == rooms["tasks"]       # deterministic: once per task
+    # every agent of the oracle team is necessary; a no-op team has nothing to lose
+    assert all(c["contribution"] == 1.0 for c in rooms["contribution"]["oracle"].values())
+    assert all(c["contribution"] == 0.0 for c in rooms["contribution"]["noop"].values())
+    cross = rooms["cross_play"]
+    assert cross["oracle"]["oracle"] == 1.0 and cross["oracle"]["noop"] == 0.0 and cross["noop"]["oracle"] == 0.0
+    assert 0 < deal["teams"]["oracle"]["aec"]["reward"]["trader_0"] < 1  # mixed motive: a share, not all
+
+
+def test_cli_eval_team_writes_json_markdown_and_plots(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "envfactory.cli", "eval-team", "MultiSupport-v0", "MultiMeeting-v0",
+                          "--policies", "oracle,noop", "--out", str(tmp_path), "--json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert [e["name"] for e in doc["environments"]] == ["MultiSupport-v0", "MultiMeeting-v0"]
+    saved = json.loads((tmp_path / "team_eval.json").read_text())
+    assert saved["summary"] == doc["summary"]
+    md = (tmp_path / "team_eval.md").read_text()
+    assert "## MultiMeeting-v0" in md and "Cross-play" in md and "plots/success_aec.svg" in md
+    svg = (tmp_path / "plots" / "crossplay_MultiSupport-v0.svg").read_text()
+    assert svg.startswith("<svg") and "oracle" in svg
+    bad = subprocess.run([sys.executable, "-m", "envfactory.cli", "eval-team", "Counter-v0", "--policies", "noop"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "single-agent" in bad.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None or importlib.util.find_spec("agents") is None,
+                    reason="model teams need the agents package and torch (the 'train' extra)")
+def test_tiny_model_team_plays_through_the_agents_policy():
+    from envfactory.multi.llm import tiny_policy
+    from envfactory.multi.team import OraclePolicy, play
+
+    llm = tiny_policy(max_new_tokens=8)
+    ep = envfactory.make_multi("MultiRecords-v0", max_rounds=2)
+    out = play(ep, {"reader_0": llm, "writer_0": OraclePolicy()}, 0, mode="parallel", seed=0)
+    assert out.rounds >= 1 and out.success is False
+    said = [m for m in ep.messages("reader_0") if m["role"] == "assistant"]
+    assert said and all(isinstance(m["content"], str) for m in said)
+    # the prompt the model saw is the agent's own view, rendered with its role's tools
+    ids = llm.renderer.opening(ep.messages("reader_0"), ep.tool_schemas("reader_0"))
+    text = llm.policy.tokenizer.decode(ids)
+    assert "search_employees" in text and "update_employee" not in text
