@@ -18,6 +18,10 @@ Pushing trainer weights in::
     policy.load_weights(model.state_dict().items())   # HF parameter names
     # the prefix cache is reset: later logprobs come from the new weights
 
+In-process on CPUs, vLLM's worker binds this process's OpenMP threads and
+replaces ``torch.set_num_threads`` with a no-op; VLLMPolicy puts the function
+back so a trainer in the same process keeps control of its threads.
+
 Install on CPUs with ``scripts/install-vllm.sh``.
 """
 
@@ -89,12 +93,18 @@ class VLLMPolicy(Policy):
         if dtype is None:
             dtype = str(getattr(cfg, "dtype", None) or "auto").removeprefix("torch.")
         self.in_process = in_process
+        import torch
+
+        set_threads = torch.set_num_threads
         self.llm = LLM(
             model=self.path, gpu_memory_utilization=gpu_memory_utilization,
             enforce_eager=_on_cpu() if enforce_eager is None else enforce_eager,
             enable_prefix_caching=True, max_model_len=max_model_len, seed=seed, dtype=dtype,
             logprobs_mode="processed_logprobs", max_logprobs=ENTROPY_TOP_K, **engine_kwargs,
         )
+        # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole
+        # process; in-process, that would silently pin a trainer sharing the process.
+        torch.set_num_threads = set_threads
         self.tokenizer = self.llm.get_tokenizer()
         self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
         self.max_model_len = max_model_len

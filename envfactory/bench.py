@@ -151,10 +151,19 @@ def bench_docker() -> dict[str, Any]:
     return run()
 
 
+def bench_rollout() -> dict[str, Any]:
+    """Rollout throughput, HF against vLLM on the same episodes (see :mod:`agents.bench_rollout`);
+    agents is imported only here."""
+    from agents.bench_rollout import bench_rollout as run
+
+    return run()
+
+
 SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
     "step": bench_step,
     "fork": bench_fork,
     "docker": bench_docker,
+    "rollout": bench_rollout,
 }
 
 

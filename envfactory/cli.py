@@ -212,9 +212,51 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
 
 
 def _eval_run(args: argparse.Namespace) -> Result:
+    from .multi.eval import eval_team_from_eval_args, team_names
+
+    team = team_names(args.env)  # multi-agent environments (or "multi"): team evaluation
+    if team is not None:
+        return eval_team_from_eval_args(args, team)
     from agents.eval_cli import eval_run
 
     return eval_run(args)
+
+
+# -- training: quickstart and train (agents is imported lazily) ---------------
+def _train_quickstart_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (one run each)")
+    p.add_argument("--steps", type=int, default=None, help="ARPO steps per seed")
+    p.add_argument("--out", default="runs/quickstart", help="report folder")
+
+
+def _train_quickstart_run(args: argparse.Namespace) -> Result:
+    """Tiny model -> SFT on reference solutions -> ARPO on held-out tasks; success before/after per seed."""
+    from agents.quickstart import QuickstartConfig, run_quickstart
+
+    cfg = QuickstartConfig(seeds=list(args.seeds), output_dir=args.out)
+    if args.steps is not None:
+        cfg.rl_steps = args.steps
+    doc = run_quickstart(cfg, log=lambda m: print(m, file=sys.stderr))
+    text = (f"success on held-out tasks per seed {doc['seeds']}:\n"
+            + "\n".join(f"  {k:<7}{[round(x, 3) for x in v]}" for k, v in doc["success"].items())
+            + f"\nARPO - SFT mean {doc['arpo_minus_sft_mean']:+.3f}, seed spread {doc['seed_spread']:.3f}; "
+            f"report {args.out}/report.md; {doc['seconds']}s")
+    return 0, doc, text
+
+
+def _train_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="a JSON or YAML training config (see agents/train_config.py)")
+
+
+def _train_run(args: argparse.Namespace) -> Result:
+    from agents.train_config import load_config, train_from_config
+
+    try:
+        cfg = load_config(args.config)
+    except (OSError, ValueError) as exc:
+        return 2, {"error": str(exc)}, f"error: {exc}"
+    doc = train_from_config(cfg)
+    return 0, doc, json.dumps(doc, indent=2, default=str)
 
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], Result]]] = {
@@ -231,8 +273,11 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                   _eval_team_args, _eval_team_run),
     "eval": ("evaluate a model or a scripted baseline on environments (success with 95% CIs; --report DIR)",
              _eval_args, _eval_run),
-    "quickstart": ("the main job: list, verify and play the built-in environments", _quickstart_args,
-                   _quickstart_run),
+    "quickstart": ("the main job: tiny model, SFT, ARPO on held-out tasks, success before/after (report)",
+                   _train_quickstart_args, _train_quickstart_run),
+    "train": ("train a policy with GRPO/ARPO: 'train --config FILE' (JSON or YAML)", _train_args, _train_run),
+    "play": ("list, verify and play the built-in environments with scripted agents", _quickstart_args,
+             _quickstart_run),
 }
 
 

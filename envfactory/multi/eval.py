@@ -211,20 +211,48 @@ def cli_args(p: Any) -> None:
 
 
 def cli_run(args: Any) -> tuple[int, Any, str]:
-    """Run the evaluation and write the report; returns ``(code, json, text)``."""
+    """``envfactory eval-team``: run the evaluation and write the report; returns ``(code, json, text)``."""
+    return run_and_report(args.names or None, [p for p in args.policies.split(",") if p], out=args.out,
+                          episodes=args.episodes, modes=[m for m in args.modes.split(",") if m],
+                          model_tasks=args.model_tasks, max_new_tokens=args.max_new_tokens)
+
+
+def team_names(env_arg: str) -> list[str] | None:
+    """For ``envfactory eval --env``: the multi-agent names it asks for (``multi`` means all),
+    or ``None`` when it names a single-agent environment (the single-agent evaluation's job)."""
+    from ..registry import spec as get_spec, specs
+
+    names = [n.strip() for n in env_arg.split(",") if n.strip()]
+    if names == ["multi"]:
+        return [s.name for s in specs() if getattr(s, "multi_agent", False)]
+    try:
+        return names if names and all(getattr(get_spec(n), "multi_agent", False) for n in names) else None
+    except KeyError:
+        return None
+
+
+def eval_team_from_eval_args(args: Any, names: list[str]) -> tuple[int, Any, str]:
+    """``envfactory eval --env <multi-agent names|multi> --policy p1,p2 [--report DIR]``:
+    the team evaluation (``--episodes``: per task, for stochastic policies)."""
+    return run_and_report(names, [p for p in args.policy.split(",") if p], out=args.report or "team_eval",
+                          episodes=args.episodes, max_new_tokens=args.max_new_tokens)
+
+
+def run_and_report(names: Sequence[str] | None, policies: Sequence[str], *, out: str, episodes: int = 2,
+                   modes: Sequence[str] = MODES, model_tasks: int = 2, max_new_tokens: int = 48
+                   ) -> tuple[int, Any, str]:
+    """Evaluate, write the report into ``out``, and summarise; returns ``(code, json, text)``."""
     import sys
 
     from .report import write_report
 
     try:
-        doc = evaluate(args.names or None, [p for p in args.policies.split(",") if p], episodes=args.episodes,
-                       modes=[m for m in args.modes.split(",") if m], model_tasks=args.model_tasks,
-                       max_new_tokens=args.max_new_tokens,
-                       progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+        doc = evaluate(names, policies, episodes=episodes, modes=modes, model_tasks=model_tasks,
+                       max_new_tokens=max_new_tokens, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     except (KeyError, ValueError, RuntimeError) as exc:
         msg = str(exc.args[0] if isinstance(exc, KeyError) else exc)
         return 2, {"error": msg}, "error: " + msg
-    paths = write_report(doc, args.out)
+    paths = write_report(doc, out)
     doc["report"] = paths
     lines = [f"{'policy':<10}{'mode':<10}{'success':>8}  95% CI        episodes"]
     for p, by_mode in doc["summary"].items():

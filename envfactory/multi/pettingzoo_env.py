@@ -12,6 +12,11 @@ conversation (``messages``), its tool schemas (``tools``), ``task_id`` and
 ``options={"task": id_or_index}`` picks it explicitly. The whole team
 terminates (or is truncated) together; rewards arrive at the end: the joint
 success for every agent, or each agent's payoff in mixed-motive games.
+
+Both views run on either runtime: ``env(name, runtime="docker")`` plays the
+episode in a hardened container (:class:`~envfactory.runtime.docker_multi.DockerMultiEpisode`,
+rewards judged on the host), with the same observations and rewards as
+``runtime="local"``.
 """
 
 from __future__ import annotations
@@ -109,8 +114,8 @@ class ToolAECEnv(_Base, AECEnv):
 
     Args:
         env_name: Registered multi-agent environment name.
-        episode: An existing :class:`MultiEpisode` to wrap instead.
-        runtime: Runtime for ``env_name``.
+        episode: An existing :class:`MultiEpisode` (or ``DockerMultiEpisode``) to wrap instead.
+        runtime: Runtime for ``env_name``: ``"local"`` (in-process) or ``"docker"`` (a container).
         render_mode: ``None`` or ``"ansi"`` (the call log).
         **kwargs: Passed to :func:`envfactory.make_multi` (e.g. ``max_rounds``).
     """

@@ -12,7 +12,10 @@ Checks (each failure names the check and, where it applies, the task):
 * ``determinism``, ``fork``, ``snapshot``: as for single-agent environments;
 * ``malformed``: malformed and forbidden calls become error observations;
 * ``pettingzoo``: ``api_test``, ``parallel_api_test``, ``seed_test`` and
-  ``parallel_seed_test`` pass (local runtime).
+  ``parallel_seed_test`` pass (on the runtime verified);
+* ``parity`` (``runtime="docker"``): the oracle team and seeded random teams,
+  in turn order and in simultaneous rounds, give identical episodes
+  (:func:`episode_trace`) in the local and Docker runtimes.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from .episode import MultiEpisode
 from .spec import MultiAgentSpec
 from .team import MODES, NoopPolicy, OraclePolicy, RandomPolicy, ScriptPolicy, play
 
-__all__ = ["verify_multi_spec", "pettingzoo_checks"]
+__all__ = ["verify_multi_spec", "pettingzoo_checks", "episode_trace", "parity_failures"]
 
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -120,10 +123,14 @@ def verify_multi_spec(spec: MultiAgentSpec, make_episode: Callable[[], MultiEpis
     finally:
         ep.close()
 
-    if pettingzoo and runtime == "local":
+    if pettingzoo:
         report.checks.append("pettingzoo")
         for problem in pettingzoo_checks(spec.name, runtime=runtime):
             fail.append(Failure("pettingzoo", problem))
+    if runtime == "docker" and spec.module:
+        report.checks.append("parity")
+        for task_id, detail in parity_failures(spec, random_seeds=random_seeds):
+            fail.append(Failure("parity", detail, task_id))
     report.seconds = time.perf_counter() - start
     return report
 
@@ -148,6 +155,7 @@ def _check_fork_snapshot(ep: MultiEpisode, make_episode: Callable[[], MultiEpiso
         return e.state.hash(), json.dumps(e.log, sort_keys=True), e.rewards, e.success
 
     child_end = finish(child)
+    child.close()  # a docker fork holds a session of its own
     if ep.state.hash() != before:
         fail.append(Failure("fork", "acting in a fork changed its parent", task_id))
     if child_end[0] == before:
@@ -167,6 +175,50 @@ def _check_fork_snapshot(ep: MultiEpisode, make_episode: Callable[[], MultiEpiso
         fail.append(Failure("snapshot", "the restored episode diverged from the original", task_id))
 
 
+def episode_trace(ep: Any, team: dict[str, Any], task: Any, mode: str = "aec", seed: int = 0) -> list[Any]:
+    """Everything observable of one episode of ``team`` (``aec`` turns or ``parallel``
+    rounds), turn by turn: results, whose turn, round, every agent's observation,
+    conversation and turn count; at the end rewards, success, answer, how it
+    ended, the call log and the final state. Equal traces mean equal episodes."""
+    agents = ep.agents
+    out: list[Any] = [ep.reset(task), {a: ep.messages(a) for a in agents}]
+    while not ep.done:
+        if mode == "aec":
+            a = ep.next_agent
+            results = {a: ep.act(a, team[a].act(ep, a, seed))}
+        else:
+            results = ep.step({a: team[a].act(ep, a, seed) for a in agents})
+        out.append(({a: r.to_json() for a, r in results.items()}, ep.next_agent, ep.round,
+                    {a: ep.observation(a) for a in agents}, {a: ep.messages(a) for a in agents},
+                    {a: ep.turns_taken(a) for a in agents}))
+    out.append((ep.rewards, ep.success, ep.answer, ep.ended_by, ep.terminated, ep.truncated,
+                json.dumps(ep.log, sort_keys=True), ep.state.model_dump(mode="json"), ep.state.hash()))
+    return out
+
+
+def parity_failures(spec: MultiAgentSpec, random_seeds: int = 2) -> list[tuple[str, str]]:
+    """``[(task id, what differed)]`` between the local and Docker runtimes of ``spec``:
+    every task, the oracle team and ``random_seeds`` seeded random teams, in both modes."""
+    from ..registry import make_multi
+
+    local, docker = make_multi(spec.name), make_multi(spec.name, runtime="docker")
+    out = []
+    try:
+        for task in spec.get_tasks():
+            for mode in MODES:
+                for policy, seed in [(OraclePolicy, 0)] + [(RandomPolicy, s) for s in range(random_seeds)]:
+                    team = {a: policy() for a in spec.agent_ids}
+                    a = episode_trace(local, team, task.id, mode, seed)
+                    b = episode_trace(docker, team, task.id, mode, seed)
+                    if a != b:
+                        where = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), "length")
+                        out.append((task.id, f"{policy.name} team (seed {seed}, {mode}) differs between "
+                                    f"local and docker at step {where}"))
+    finally:
+        docker.close()
+    return out
+
+
 def pettingzoo_checks(name: str, *, runtime: str = "local", num_cycles: int = 200) -> list[str]:
     """Run PettingZoo's API and seed tests on both views of ``name``; return the problems found."""
     from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
@@ -174,9 +226,19 @@ def pettingzoo_checks(name: str, *, runtime: str = "local", num_cycles: int = 20
     from .pettingzoo_env import env, parallel_env
 
     problems = []
-    checks = [("api_test", lambda: api_test(env(name, runtime=runtime), num_cycles=num_cycles)),
-              ("parallel_api_test", lambda: parallel_api_test(parallel_env(name, runtime=runtime),
-                                                              num_cycles=num_cycles)),
+
+    def closing(make: Callable[[], Any], test: Callable[..., Any]) -> Callable[[], None]:
+        def run() -> None:
+            e = make()
+            try:
+                test(e, num_cycles=num_cycles)
+            finally:
+                e.close()  # a docker episode holds a container session
+
+        return run
+
+    checks = [("api_test", closing(lambda: env(name, runtime=runtime), api_test)),
+              ("parallel_api_test", closing(lambda: parallel_env(name, runtime=runtime), parallel_api_test)),
               ("seed_test", lambda: seed_test(lambda: env(name, runtime=runtime), num_cycles=num_cycles)),
               ("parallel_seed_test", lambda: parallel_seed_test(lambda: parallel_env(name, runtime=runtime),
                                                                 num_cycles=num_cycles))]

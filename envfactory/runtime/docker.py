@@ -313,3 +313,4 @@ class DockerEnv(Environment):
         tid = self._task.id if self._task else None
         return f"<DockerEnv {self.spec.name} task={tid} turn={self._turn} done={self._done} {self._container!r}>"
 
+from .docker_multi import DockerMultiEpisode  # noqa: E402,F401  (multi-agent episodes, same runtime)

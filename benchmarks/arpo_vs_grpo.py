@@ -1,0 +1,91 @@
+"""ARPO against GRPO at the same rollout budget, on the same tasks and seeds.
+
+For each seed: the tiny model, the same SFT warm start, then N_STEPS of ARPO or
+of GRPO (M trajectories per task either way), then the same evaluation.
+Prints one JSON object: per algorithm, success rate on the trained tasks after
+training, tool calls per solved task, tokens generated during training, and
+prefill tokens recomputed per branch (ARPO only; measured with
+``policy.prefill_tokens_computed()`` around each branch's first turn), plus
+ARPO/GRPO ratios measured in this run.
+
+    python benchmarks/arpo_vs_grpo.py [--seeds 0 1 2] [--steps 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+
+def run(algo_name: str, seed: int, args: argparse.Namespace) -> dict:
+    import torch
+
+    from agents.algorithms.arpo import ARPO, GRPO
+    from agents.hf_policy import HFPolicy
+    from agents.quickstart import split_tasks
+    from agents.tiny import build_tiny_model
+    from agents.trainer import Trainer
+
+    sft_tasks, held = split_tasks(args.env, 3)
+    torch.manual_seed(seed)
+    policy = HFPolicy(build_tiny_model(seed=seed), device="cpu")
+    algo = ARPO(M=args.M, N=args.N, k=args.k) if algo_name == "ARPO" else GRPO(M=args.M)
+    tr = Trainer(policy, [args.env], algo, tasks=held, lr=args.lr, tasks_per_step=args.tasks_per_step,
+                 max_new_tokens=args.max_new_tokens, max_turns=args.max_turns, seed=seed, show_progress=False)
+    tr.sft(sft_tasks, epochs=args.sft_epochs, lr=3e-3, seed=seed)
+    t0 = time.perf_counter()
+    rows = tr.train(args.steps)
+    train_s = time.perf_counter() - t0
+    ev = tr.evaluate(held, samples=args.eval_samples, seed=10_000 + seed)
+    per_branch = [r["prefill_tokens_per_branch"] for r in rows if r["prefill_tokens_per_branch"] is not None]
+    return {
+        "success": ev["success"],
+        "tool_calls_per_solved": ev["tool_calls_per_solved"],
+        "train_tokens_generated": sum(r["tokens_generated"] for r in rows),
+        "train_episodes": sum(r["episodes"] for r in rows),
+        "train_success": statistics.mean(r["success"] for r in rows) if rows else 0.0,
+        "branches": sum(r["branches"] for r in rows),
+        "prefill_tokens_per_branch": statistics.mean(per_branch) if per_branch else None,
+        "train_s": round(train_s, 1),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", default="Counter-v0")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--M", type=int, default=8)
+    p.add_argument("--N", type=int, default=4)
+    p.add_argument("--k", type=int, default=8)
+    p.add_argument("--tasks-per-step", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--max-turns", type=int, default=6)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--sft-epochs", type=int, default=30)
+    p.add_argument("--eval-samples", type=int, default=4)
+    args = p.parse_args()
+    out: dict = {"config": vars(args), "per_seed": {}}
+    for name in ("GRPO", "ARPO"):
+        out["per_seed"][name] = [run(name, s, args) for s in args.seeds]
+        print(f"{name}: {out['per_seed'][name]}", file=sys.stderr)
+    for name, runs in out["per_seed"].items():
+        agg = {}
+        for key in ("success", "tool_calls_per_solved", "train_tokens_generated", "prefill_tokens_per_branch",
+                    "train_s", "branches"):
+            vals = [r[key] for r in runs if r[key] is not None]
+            agg[key] = statistics.mean(vals) if vals else None
+        out[name] = agg
+    a, g = out["ARPO"], out["GRPO"]
+    out["success_ratio"] = a["success"] / g["success"] if g["success"] else None
+    out["tokens_generated_ratio"] = a["train_tokens_generated"] / g["train_tokens_generated"]
+    out["train_s_ratio"] = a["train_s"] / g["train_s"]
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

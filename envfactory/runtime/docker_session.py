@@ -1,0 +1,140 @@
+"""One server session in a pooled container, as the host holds it.
+
+A :class:`SessionLink` owns the session's container slot (taken from a
+:class:`~envfactory.runtime.pool.Pool`), its framed step channel and its HTTP
+control calls, and turns every container fault into a
+:class:`~envfactory.runtime.container.ContainerError` that names the
+environment, the session and the container, after removing the container
+(the pool replaces it). The episode classes on top of it decide what a reply
+means; this module only moves frames.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from ..env import EpisodeError
+from .container import Container, ContainerError
+from .pool import Pool
+from .wire import FrameError, recv_frame, send_frame
+
+__all__ = ["SessionLink"]
+
+_ERRORS = {"EpisodeError": EpisodeError, "KeyError": KeyError, "ValueError": ValueError, "TypeError": TypeError}
+
+
+class SessionLink:
+    """A session of ``env`` in a container of ``pool``.
+
+    Args:
+        pool: Where containers come from and go back to.
+        env: The environment's name (for messages).
+        create: The body of ``POST /sessions`` (e.g. ``{"max_rounds": 12}``).
+        timeout: Seconds one framed request may take.
+    """
+
+    def __init__(self, pool: Pool, env: str, create: dict[str, Any], timeout: float) -> None:
+        self.pool, self.env, self.create, self.timeout = pool, env, create, timeout
+        self.container: Container | None = None
+        self.session: str | None = None
+        self._chan: socket.socket | None = None
+
+    def where(self) -> str:
+        c = self.container
+        return f"{self.env} session {self.session} (container {c.name if c else '?'})"
+
+    def attach(self, container: Container, session: str) -> None:
+        self.container, self.session = container, session
+        self._chan = container.open_channel(session, self.timeout)
+
+    def ensure(self) -> None:
+        """Hold a live session (a new one, on a pooled container, if there is none)."""
+        if self.container is not None and not self.container.dead:
+            return
+        self.drop()
+        c = self.pool.acquire()
+        try:
+            self.attach(c, c.call("POST", "/sessions", self.create)["session"])
+        except BaseException:
+            self.pool.release(c)
+            raise
+
+    def drop(self, *, remove: bool = False) -> None:
+        """End the session; with ``remove`` (or a dead container) remove its container. Idempotent."""
+        c, self.container = self.container, None
+        if self._chan is not None:
+            self._chan.close()
+            self._chan = None
+        if c is None:
+            return
+        if remove or c.dead:
+            self.pool.discard(c)
+        else:
+            try:
+                c.call("DELETE", f"/sessions/{self.session}")
+            except ContainerError:
+                pass
+            self.pool.release(c)
+        self.session = None
+
+    def request(self, req: dict[str, Any], *, raise_timeout: bool = False) -> dict[str, Any]:
+        """One framed request. A dead or overrunning container is removed and
+        :class:`ContainerError` raised (``socket.timeout`` instead, with
+        ``raise_timeout``, for the caller to handle); an error the server
+        reports is raised as its own kind (``EpisodeError``, ``KeyError``, ...)."""
+        if self._chan is None:
+            raise EpisodeError(f"{self.env}: no live session (its container was removed); call reset()")
+        try:
+            send_frame(self._chan, req)
+            reply = recv_frame(self._chan)
+        except socket.timeout:
+            if raise_timeout:
+                raise
+            where = self.where()
+            self.drop(remove=True)
+            raise ContainerError(f"{where}: {req.get('op')} did not finish within {self.timeout}s; "
+                                 "the container was removed; call reset() to start a new episode") from None
+        except (FrameError, OSError, ValueError) as exc:
+            where, c = self.where(), self.container
+            exit_info = c.describe_exit() if c else ""
+            self.drop(remove=True)
+            raise ContainerError(
+                f"{where}: the container stopped answering mid-episode ({exit_info}; {exc}). It was removed "
+                "and the pool replaces it; this episode is lost: call reset() to start a new one."
+            ) from None
+        if not reply.get("ok"):
+            raise _ERRORS.get(reply.get("kind", ""), ContainerError)(f"{self.where()}: {reply.get('error')}")
+        return reply
+
+    def request_with_retry(self, req: dict[str, Any]) -> dict[str, Any]:
+        """A request that starts an episode: on a dead container, once more on the pool's replacement."""
+        for attempt in (0, 1):
+            self.ensure()
+            try:
+                return self.request(req)
+            except ContainerError:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def call(self, method: str, op: str, body: Any = None, *, open_session: bool = False) -> Any:
+        """An HTTP control call on this session (``snapshot``, ``restore``, ``fork``)."""
+        if open_session:
+            self.ensure()
+        if self.container is None:
+            raise EpisodeError(f"{self.env}: no live session (its container was removed); call reset()")
+        return self.container.call(method, f"/sessions/{self.session}/{op}", body)
+
+    def fork_into(self, other: "SessionLink") -> bool:
+        """Fork this session inside its own container into ``other`` when the
+        container is shared and has room; ``False`` when it is not (the caller
+        then carries the episode over as a snapshot)."""
+        c = self.container
+        if c is None or self.pool.spec.isolation != "session" or c.sessions >= self.pool.per_container:
+            return False
+        sid = c.call("POST", f"/sessions/{self.session}/fork")["session"]
+        with self.pool._cond:
+            c.sessions += 1
+        other.attach(c, sid)
+        return True

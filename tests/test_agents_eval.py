@@ -1,0 +1,55 @@
+"""`envfactory eval`: success rates with Wilson intervals, per-episode counts, report and plots."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from agents.eval import evaluate, wilson_interval
+from envfactory.cli import main
+
+
+def test_wilson_interval_known_values() -> None:
+    lo, hi = wilson_interval(8, 10)
+    assert math.isclose(lo, 0.4902, abs_tol=1e-4) and math.isclose(hi, 0.9433, abs_tol=1e-4)
+    assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0
+    lo, hi = wilson_interval(0, 5)
+    assert 0.4 < hi < 0.5
+
+
+def test_scripted_baselines_bound_the_scale() -> None:
+    oracle = evaluate(["Counter-v0", "Bank-v0"], "oracle", episodes=4)
+    noop = evaluate(["Counter-v0", "Bank-v0"], "noop", episodes=4)
+    assert oracle["totals"]["success_rate"] == 1.0 and noop["totals"]["success_rate"] == 0.0
+    assert oracle["totals"]["mean_tool_calls"] > 0 and noop["totals"]["mean_tool_calls"] == 0
+    assert [e["name"] for e in oracle["environments"]] == ["Counter-v0", "Bank-v0"]
+    assert len(oracle["episodes"]) == 8
+
+
+def test_cli_eval_with_the_tiny_model_writes_a_report(tmp_path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    report = tmp_path / "report"
+    trajs = tmp_path / "t.jsonl"
+    code = main(["eval", "--env", "Counter-v0,FileSystem-v0", "--policy", "tiny", "--episodes", "2",
+                 "--max-new-tokens", "16", "--max-turns", "2", "--json", "--report", str(report),
+                 "--trajectories", str(trajs)])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["totals"]["episodes"] == 4 and doc["totals"]["failed_episodes"] == 0
+    for e in doc["environments"]:
+        assert 0.0 <= e["ci95"][0] <= e["success_rate"] <= e["ci95"][1] <= 1.0
+        assert e["mean_turns"] >= 1
+    assert {"turns", "tool_calls", "parse_errors", "sampled_tokens"} <= set(doc["episodes"][0])
+    md = (report / "report.md").read_text()
+    assert "| Counter-v0 | 2 |" in md and "![success.png](success.png)" in md
+    for png in ("success.png", "episodes.png"):
+        assert (report / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(trajs.read_text().splitlines()) == 4
+
+
+def test_cli_eval_errors_name_the_problem(capsys) -> None:
+    assert main(["eval", "--env", "Nope-v0", "--policy", "oracle", "--episodes", "1", "--json"]) == 2
+    assert "Nope-v0" in json.loads(capsys.readouterr().out)["error"]
+    assert main(["eval", "--env", "Counter-v0", "--policy", "gpt:foo", "--episodes", "1", "--json"]) == 2
+    assert "unknown policy spec" in json.loads(capsys.readouterr().out)["error"]

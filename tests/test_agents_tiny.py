@@ -1,0 +1,50 @@
+"""The embedded tiny model: built offline, cached, loadable, with a tool-aware chat template."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import envfactory
+from agents.tiny import TOOL_TOKENS, build_tiny_model
+
+
+def test_build_is_cached_and_loads_offline(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    t0 = time.perf_counter()
+    path = build_tiny_model(tmp_path)
+    built_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    assert build_tiny_model(tmp_path) == path
+    assert time.perf_counter() - t0 < built_s  # the second call reuses the cache
+    assert build_tiny_model(tmp_path, seed=1) != path  # the seed is part of the key
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    cfg = AutoConfig.from_pretrained(path)
+    assert cfg.model_type == "qwen2" and cfg.hidden_size // cfg.num_attention_heads == 64
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    assert model.get_input_embeddings().weight.shape[0] == len(tok) == cfg.vocab_size
+
+
+def test_tokenizer_and_chat_template() -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(build_tiny_model())
+    for t in ["<|im_start|>", "<|im_end|>", *TOOL_TOKENS]:
+        assert len(tok(t, add_special_tokens=False)["input_ids"]) == 1, t
+    env = envfactory.make("Bank-v0")
+    msgs = env.reset(0)
+    call = env.spec.get_tasks()[0].solution[0]
+    env.step(call.to_hermes())
+    text = tok.apply_chat_template(env.messages, tools=env.tool_schemas(), tokenize=False)
+    assert "<tools>" in text and json.dumps(env.tool_schemas()[0], ensure_ascii=False) in text
+    assert msgs[1]["content"] in text and "<tool_response>\n" in text
+    opening = tok.apply_chat_template(msgs, tools=env.tool_schemas(), tokenize=False)
+    assert text.count("<tool_call>") == opening.count("<tool_call>") + 1  # the call is rendered once
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == text  # byte-level BPE round-trips
+    # a parsed call given only as structured tool_calls is rendered Hermes-style
+    structured = [msgs[0], msgs[1], {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": call.name, "arguments": call.arguments}}]}]
+    assert f'<tool_call>\n{{"name": "{call.name}", "arguments": ' in tok.apply_chat_template(structured, tokenize=False)

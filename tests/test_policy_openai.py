@@ -1,0 +1,78 @@
+"""OpenAIPolicy against a real vLLM OpenAI-compatible server started locally with the tiny model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import envfactory
+from agents.policy import sampling_stats
+from agents.rollout import rollout
+from agents.rollout_check import invariant_problems
+from agents.scripted_policy import ScriptedPolicy
+from agents.tiny import build_tiny_model
+from conftest import require_vllm
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+LIST_ROOT = '<tool_call>\n{"name": "list_dir", "arguments": {"path": "/"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def server():
+    require_vllm()
+    from agents.vllm_server import vllm_server
+
+    path = build_tiny_model()
+    with vllm_server(path) as url:
+        yield url, path
+
+
+def test_token_mode_matches_hf_logprobs(server) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from agents.openai_policy import OpenAIPolicy
+
+    url, path = server
+    pol = OpenAIPolicy(url, path, mode="tokens")
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    prompts = [list(range(5, 300)), [7, 8, 9, 10] * 20]
+    gens = pol.generate(prompts, max_new_tokens=16, temperature=0.8, top_p=0.95, seed=3)
+    for p, g in zip(prompts, gens):
+        assert len(g.token_ids) == len(g.logprobs) == len(g.entropies) > 0
+        with torch.no_grad():
+            logits = model(torch.tensor([p + g.token_ids])).logits[0, len(p) - 1:-1]
+        logp, ent = sampling_stats(logits, 0.8, 0.95)
+        assert torch.allclose(logp.gather(1, torch.tensor(g.token_ids)[:, None]).squeeze(1),
+                              torch.tensor(g.logprobs), atol=1e-3)
+        assert torch.allclose(ent, torch.tensor(g.entropies), atol=1e-4)
+    again = pol.generate(prompts, max_new_tokens=16, temperature=0.8, top_p=0.95, seed=3)
+    assert [g.token_ids for g in again] == [g.token_ids for g in gens]
+    assert pol.prefix_tokens_reused > 0  # the server's prefix cache served the repeated prompts
+    pol.close()
+
+
+def test_rollout_over_http_is_token_in_token_out(server) -> None:
+    from agents.openai_policy import OpenAIPolicy
+
+    url, path = server
+    pol = OpenAIPolicy(url, path, mode="auto")
+    mixed = ScriptedPolicy(pol.tokenizer, lambda p, turn: LIST_ROOT if turn == 0 else None, fallback=pol)
+    trajs = rollout(mixed, [(envfactory.make("FileSystem-v0"), i) for i in range(2)], max_turns=3,
+                    max_new_tokens=24, seed=0)
+    for t in trajs:
+        assert t.error is None and t.turns >= 2 and t.token_exact
+        assert invariant_problems(t, pol.tokenizer) == []
+        a, b = t.turn_spans[1]
+        assert all(lp < 0 for lp in t.logprobs[a:b])
+    assert pol.mode == "auto"  # the server answered token prompts: no fallback to text
+
+
+def test_text_only_mode_for_evaluation(server) -> None:
+    from agents.openai_policy import OpenAIPolicy
+
+    url, path = server
+    pol = OpenAIPolicy(url, path, mode="text")
+    [t] = rollout(pol, [(envfactory.make("Counter-v0"), 0)], max_turns=2, max_new_tokens=16, seed=0)
+    assert t.error is None and t.turns >= 1 and not t.token_exact
+    assert t.messages[2]["role"] == "assistant" and t.response_ids
