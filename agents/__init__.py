@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["Trainer", "Policy", "Generation", "HFPolicy", "VLLMPolicy", "OpenAIPolicy", "Trajectory",
-           "rollout", "build_tiny_model", "load_policy"]
+           "rollout", "build_tiny_model", "load_policy", "TeamTrainer", "team_rollout", "TeamEpisode"]
 
 _LAZY = {
     "Trainer": "agents.trainer",
@@ -24,6 +24,9 @@ _LAZY = {
     "rollout": "agents.rollout",
     "build_tiny_model": "agents.tiny",
     "load_policy": "agents.policy_spec",
+    "TeamTrainer": "agents.team_trainer",
+    "team_rollout": "agents.team_rollout",
+    "TeamEpisode": "agents.team_rollout",
 }
 
 

@@ -271,7 +271,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "gc": ("remove Docker containers that exited envfactory processes left behind", _gc_args, _gc_run),
     "eval-team": ("evaluate teams of policies on the multi-agent environments (JSON + markdown report)",
                   _eval_team_args, _eval_team_run),
-    "eval": ("evaluate a model or a scripted baseline on environments (success with 95% CIs; --report DIR)",
+    "eval": ("evaluate a model or a scripted baseline on environments (success with 95%% CIs; --report DIR)",
              _eval_args, _eval_run),
     "quickstart": ("the main job: tiny model, SFT, ARPO on held-out tasks, success before/after (report)",
                    _train_quickstart_args, _train_quickstart_run),
