@@ -147,6 +147,30 @@ def _generate_each(policy: Policy, prompts: list[list[int]], kw: dict[str, Any])
         return out
 
 
+def append_turn(t: Trajectory, ids: list[int], gen: Generation, r: Any, stops: set[int]) -> tuple[str, str]:
+    """Append one sampled turn's ids (loss mask 1, their logprobs and entropies) to ``t``.
+
+    Returns ``(text, closing)``: the turn's text as the environment gets it (without the
+    sampled stop token when that token is the template's turn end) and what of the
+    template's turn closing is still to be inserted (mask 0) before the next message.
+    """
+    begin = len(t.response_ids)
+    t.response_ids += ids
+    t.loss_mask += [1] * len(ids)
+    t.logprobs += list(gen.logprobs) if len(gen.logprobs) == len(ids) else [0.0] * len(ids)
+    t.entropies += list(gen.entropies) if len(gen.entropies) == len(ids) else [0.0] * len(ids)
+    t.turn_spans.append((begin, len(t.response_ids)))
+    t.turns += 1
+    closing, content_ids = r.close, ids
+    if gen.finish_reason == "stop" and ids and ids[-1] in stops:
+        stop_text = r.decode(ids[-1:])
+        if closing.startswith(stop_text):  # the sampled stop token is the template's turn end
+            content_ids, closing = ids[:-1], closing[len(stop_text):]
+    text = r.decode(content_ids)
+    t.messages.append({"role": "assistant", "content": text})
+    return text, closing
+
+
 def _apply(policy: Policy, state: RolloutState, gen: Generation, stops: set[int]) -> None:
     """Record one sampled turn, step the environment with its text, insert the reply's ids."""
     r = renderer_for(policy)
@@ -155,21 +179,7 @@ def _apply(policy: Policy, state: RolloutState, gen: Generation, stops: set[int]
     if not ids and gen.text is not None:  # a text-only backend: evaluation only
         t.token_exact = False
         ids = r.encode(gen.text)
-    begin = len(t.response_ids)
-    t.response_ids += ids
-    t.loss_mask += [1] * len(ids)
-    t.logprobs += list(gen.logprobs) if len(gen.logprobs) == len(ids) else [0.0] * len(ids)
-    t.entropies += list(gen.entropies) if len(gen.entropies) == len(ids) else [0.0] * len(ids)
-    t.turn_spans.append((begin, len(t.response_ids)))
-    t.turns += 1
-    closing = r.close
-    content_ids = ids
-    if gen.finish_reason == "stop" and ids and ids[-1] in stops:
-        stop_text = r.decode(ids[-1:])
-        if closing.startswith(stop_text):  # the sampled stop token is the template's turn end
-            content_ids, closing = ids[:-1], closing[len(stop_text):]
-    text = r.decode(content_ids)
-    t.messages.append({"role": "assistant", "content": text})
+    text, closing = append_turn(t, ids, gen, r, stops)
     try:
         res = state.env.step(text)
     except Exception as exc:

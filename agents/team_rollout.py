@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .policy import Generation, Policy, default_stop_ids
-from .rollout import Trajectory, renderer_for
+from .rollout import Trajectory, append_turn, renderer_for
 
 __all__ = ["Team", "TeamEpisode", "resolve_team", "team_rollout"]
 
@@ -131,22 +131,7 @@ def _record(live: _Live, agent: str, policy_like: Any, gen: Generation, stops: s
     """Append one sampled turn to ``agent``'s trajectory; return the text the episode gets."""
     r = renderer_for(policy_like)
     t = live.out.trajectories[agent]
-    ids = list(gen.token_ids)
-    begin = len(t.response_ids)
-    t.response_ids += ids
-    t.loss_mask += [1] * len(ids)
-    t.logprobs += list(gen.logprobs) if len(gen.logprobs) == len(ids) else [0.0] * len(ids)
-    t.entropies += list(gen.entropies) if len(gen.entropies) == len(ids) else [0.0] * len(ids)
-    t.turn_spans.append((begin, len(t.response_ids)))
-    t.turns += 1
-    closing, content = r.close, ids
-    if gen.finish_reason == "stop" and ids and ids[-1] in stops:
-        stop_text = r.decode(ids[-1:])
-        if closing.startswith(stop_text):  # the sampled stop token is the template's turn end
-            content, closing = ids[:-1], closing[len(stop_text):]
-    text = r.decode(content)
-    t.messages.append({"role": "assistant", "content": text})
-    live.closing[agent] = closing
+    text, live.closing[agent] = append_turn(t, list(gen.token_ids), gen, r, stops)
     return text
 
 

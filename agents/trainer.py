@@ -42,6 +42,15 @@ __all__ = ["Trainer"]
 TaskFilter = Sequence[str] | Callable[[str, str], bool] | None
 
 
+def _all_multi_agent(names: Sequence[str]) -> bool:
+    import envfactory
+
+    flags = {bool(getattr(envfactory.spec(n), "multi_agent", False)) for n in names}
+    if flags == {True, False}:
+        raise ValueError(f"{list(names)} mixes single- and multi-agent environments: train them separately")
+    return flags == {True}
+
+
 class Trainer:
     """Train a policy on environments' tasks with sparse task-success rewards.
 
@@ -67,6 +76,30 @@ class Trainer:
         output_dir: Where ``metrics.jsonl``, ``learning_curve.png`` and ``checkpoints/`` go.
         save_every: Save a checkpoint every this many steps (0: only at the end of :meth:`train`).
     """
+
+    def __new__(cls, policy: Any = None, envs: Sequence[Any] = (), algorithm: ARPO | None = None, **kw: Any) -> Any:
+        """Multi-agent environments (every name in ``envs``) give a :class:`~agents.team_trainer.TeamTrainer`.
+
+        ``policy`` is then one ``Policy`` for every role (self-play) or ``{agent id: Policy}``;
+        team training is GRPO over joint episodes (``algorithm.M`` per task): pass ``GRPO(...)``,
+        as ARPO's branching has no joint-episode counterpart here. ``reward_fn`` then takes
+        ``(agent, trajectory, episode)``.
+        """
+        names = [e for e in envs if isinstance(e, str)]
+        if cls is Trainer and names and len(names) == len(envs) and _all_multi_agent(names):
+            from .team_trainer import TeamTrainer
+
+            algo = algorithm if algorithm is not None else GRPO()
+            if algo.branching:
+                raise ValueError("multi-agent training is GRPO over joint episodes: pass algorithm=GRPO(M=...); "
+                                 "ARPO's entropy-triggered branching is for single-agent environments")
+            allowed = {"tasks", "lr", "tasks_per_step", "max_new_tokens", "temperature", "micro_batch",
+                       "grad_clip", "seed", "output_dir", "show_progress", "reward_fn", "mode", "max_rounds"}
+            extra = sorted(set(kw) - allowed)
+            if extra:
+                raise TypeError(f"Trainer on multi-agent environments does not take {extra}")
+            return TeamTrainer(policy, names, M=algo.M, clip_eps=algo.clip_eps, **kw)
+        return super().__new__(cls)
 
     def __init__(self, policy: "Policy", envs: Sequence["Environment | str"], algorithm: ARPO | None = None, *,
                  tasks: TaskFilter = None, model: Any = None, lr: float = 1e-5, tasks_per_step: int = 4,

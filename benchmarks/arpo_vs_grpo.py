@@ -35,13 +35,15 @@ def run(algo_name: str, seed: int, args: argparse.Namespace) -> dict:
     algo = ARPO(M=args.M, N=args.N, k=args.k) if algo_name == "ARPO" else GRPO(M=args.M)
     tr = Trainer(policy, [args.env], algo, tasks=held, lr=args.lr, tasks_per_step=args.tasks_per_step,
                  max_new_tokens=args.max_new_tokens, max_turns=args.max_turns, seed=seed, show_progress=False)
-    tr.sft(sft_tasks, epochs=args.sft_epochs, lr=3e-3, seed=seed)
+    tr.sft(sft_tasks, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=args.sft_batch_size, seed=seed)
+    sft_success = tr.evaluate(held, samples=args.eval_samples, seed=10_000 + seed)["success"]
     t0 = time.perf_counter()
     rows = tr.train(args.steps)
     train_s = time.perf_counter() - t0
     ev = tr.evaluate(held, samples=args.eval_samples, seed=10_000 + seed)
     per_branch = [r["prefill_tokens_per_branch"] for r in rows if r["prefill_tokens_per_branch"] is not None]
     return {
+        "sft_success": sft_success,
         "success": ev["success"],
         "tool_calls_per_solved": ev["tool_calls_per_solved"],
         "train_tokens_generated": sum(r["tokens_generated"] for r in rows),
@@ -55,18 +57,23 @@ def run(algo_name: str, seed: int, args: argparse.Namespace) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--env", default="Counter-v0")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=6)
-    p.add_argument("--M", type=int, default=8)
-    p.add_argument("--N", type=int, default=4)
-    p.add_argument("--k", type=int, default=8)
-    p.add_argument("--tasks-per-step", type=int, default=4)
-    p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--max-turns", type=int, default=6)
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--sft-epochs", type=int, default=30)
-    p.add_argument("--eval-samples", type=int, default=4)
+    from agents.quickstart import QuickstartConfig
+
+    q = QuickstartConfig()  # defaults: the quickstart's own settings
+    p.add_argument("--env", default=q.env)
+    p.add_argument("--seeds", type=int, nargs="+", default=q.seeds)
+    p.add_argument("--steps", type=int, default=q.rl_steps)
+    p.add_argument("--M", type=int, default=q.M)
+    p.add_argument("--N", type=int, default=q.N)
+    p.add_argument("--k", type=int, default=q.k)
+    p.add_argument("--tasks-per-step", type=int, default=q.tasks_per_step)
+    p.add_argument("--max-new-tokens", type=int, default=q.max_new_tokens)
+    p.add_argument("--max-turns", type=int, default=q.max_turns)
+    p.add_argument("--lr", type=float, default=q.rl_lr)
+    p.add_argument("--sft-epochs", type=int, default=q.sft_epochs)
+    p.add_argument("--sft-lr", type=float, default=q.sft_lr)
+    p.add_argument("--sft-batch-size", type=int, default=q.sft_batch_size)
+    p.add_argument("--eval-samples", type=int, default=q.eval_samples)
     args = p.parse_args()
     out: dict = {"config": vars(args), "per_seed": {}}
     for name in ("GRPO", "ARPO"):
@@ -74,7 +81,7 @@ def main() -> int:
         print(f"{name}: {out['per_seed'][name]}", file=sys.stderr)
     for name, runs in out["per_seed"].items():
         agg = {}
-        for key in ("success", "tool_calls_per_solved", "train_tokens_generated", "prefill_tokens_per_branch",
+        for key in ("sft_success", "success", "tool_calls_per_solved", "train_tokens_generated", "prefill_tokens_per_branch",
                     "train_s", "branches"):
             vals = [r[key] for r in runs if r[key] is not None]
             agg[key] = statistics.mean(vals) if vals else None

@@ -157,3 +157,24 @@ def test_sft_on_reference_joint_solutions_fits_each_roles_turns(tiny_path):
     for role in ("reader_0", "writer_0"):
         assert last[role]["examples"] == 1
         assert last[role]["final_nll"] < first[role]["final_nll"] - 2.0, (role, first, last)
+
+
+def test_agents_trainer_on_multi_agent_envs_is_a_team_trainer(tiny_path):
+    """``agents.Trainer`` is the one entry point: on multi-agent environments it trains the team (GRPO)."""
+    from agents import Trainer
+    from agents.algorithms.arpo import ARPO, GRPO
+
+    pol = _policy(tiny_path)
+    tr = Trainer(pol, [ENV], GRPO(M=2), tasks=[TASK], max_rounds=1, tasks_per_step=1, max_new_tokens=8,
+                 lr=1e-3, reward_fn=_alternating(), seed=1, show_progress=False)
+    assert isinstance(tr, TeamTrainer) and tr.M == 2
+    assert set(tr.learner_of("reader_0").agents) == {"reader_0", "writer_0"}
+    before = _weights(pol.model)
+    assert tr.train_step()["step"] == 1
+    assert _changed(before, pol.model)
+    with pytest.raises(ValueError, match="GRPO"):
+        Trainer(pol, [ENV], ARPO())
+    with pytest.raises(ValueError, match="mixes single- and multi-agent"):
+        Trainer(pol, [ENV, "Lights-v0"], GRPO(M=2))
+    with pytest.raises(TypeError, match="format_coef"):
+        Trainer(pol, [ENV], GRPO(M=2), format_coef=0.1)
