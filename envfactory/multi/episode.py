@@ -34,7 +34,7 @@ from ..parsing import parse_action
 from .spec import PERMISSION_PREFIX, MultiAgentSpec, MultiTask
 from .state import CONFLICT_PREFIX, MultiState
 
-__all__ = ["MultiEpisode", "TurnResult", "SNAPSHOT_FORMAT"]
+__all__ = ["EpisodeViews", "MultiEpisode", "TurnResult", "SNAPSHOT_FORMAT"]
 
 SNAPSHOT_FORMAT = 1
 NOTHING_NEW = "(nothing new)"
@@ -68,7 +68,64 @@ class TurnResult:
         return asdict(self)
 
 
-class MultiEpisode:
+class EpisodeViews:
+    """The read-only views every multi-agent episode has, in-process or in a container.
+
+    Subclasses keep ``spec``, ``_task``, ``_round``, ``_terminated``, ``_truncated``, ``_success``,
+    ``_rewards``, ``_answer``, ``_ended_by`` and ``_log`` up to date.
+    """
+
+    spec: MultiAgentSpec
+
+    def _require_task(self) -> None:
+        if self._task is None:
+            raise EpisodeError(f"{self.spec.name}: call reset() first")
+
+    @property
+    def task(self) -> MultiTask | None:
+        return self._task
+
+    @property
+    def round(self) -> int:
+        return self._round
+
+    @property
+    def done(self) -> bool:
+        return self._terminated or self._truncated
+
+    @property
+    def terminated(self) -> bool:
+        return self._terminated
+
+    @property
+    def truncated(self) -> bool:
+        return self._truncated
+
+    @property
+    def success(self) -> bool | None:
+        """Joint success once the episode has ended (judged on the host), else ``None``."""
+        return self._success
+
+    @property
+    def rewards(self) -> dict[str, float]:
+        return dict(self._rewards)
+
+    @property
+    def answer(self) -> str | None:
+        return self._answer
+
+    @property
+    def ended_by(self) -> str | None:
+        """``finish``, ``terminal``, ``quiescence``, ``max_rounds`` (or ``timeout`` in a container), once ended."""
+        return self._ended_by
+
+    @property
+    def log(self) -> list[dict[str, Any]]:
+        """Every tool call so far: ``round, agent, name, arguments, ok, kind, read_only``."""
+        return self._log
+
+
+class MultiEpisode(EpisodeViews):
     """An episode of a multi-agent environment, executed in this process.
 
     Args:
@@ -324,57 +381,10 @@ class MultiEpisode:
             setattr(self, "_" + k, snap[k])
 
     # -- views ----------------------------------------------------------
-    def _require_task(self) -> None:
-        if self._task is None:
-            raise EpisodeError(f"{self.spec.name}: call reset() first")
-
     @property
     def state(self) -> MultiState:
         self._require_task()
         return self._state
-
-    @property
-    def task(self) -> MultiTask | None:
-        return self._task
-
-    @property
-    def round(self) -> int:
-        return self._round
-
-    @property
-    def done(self) -> bool:
-        return self._terminated or self._truncated
-
-    @property
-    def terminated(self) -> bool:
-        return self._terminated
-
-    @property
-    def truncated(self) -> bool:
-        return self._truncated
-
-    @property
-    def success(self) -> bool | None:
-        """Joint success once the episode has ended, else ``None``."""
-        return self._success
-
-    @property
-    def rewards(self) -> dict[str, float]:
-        return dict(self._rewards)
-
-    @property
-    def answer(self) -> str | None:
-        return self._answer
-
-    @property
-    def ended_by(self) -> str | None:
-        """``finish``, ``terminal``, ``quiescence`` or ``max_rounds``, once ended."""
-        return self._ended_by
-
-    @property
-    def log(self) -> list[dict[str, Any]]:
-        """Every tool call so far: ``round, agent, name, arguments, ok, kind, read_only``."""
-        return self._log
 
     def close(self) -> None:
         """Release resources (nothing in-process). Idempotent."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..env import EpisodeError, Message
-from ..multi.episode import SNAPSHOT_FORMAT, TurnResult
+from ..multi.episode import SNAPSHOT_FORMAT, EpisodeViews, TurnResult
 from ..multi.spec import MultiAgentSpec, MultiTask
 from ..multi.state import MultiState
 from ..parsing import ParsedAction, parse_action
@@ -63,7 +63,7 @@ def _served_as(spec: MultiAgentSpec) -> _Served:
     return hit[1]
 
 
-class DockerMultiEpisode:
+class DockerMultiEpisode(EpisodeViews):
     """A multi-agent episode of ``spec`` in a container (see the module docstring).
 
     Args:
@@ -286,10 +286,6 @@ class DockerMultiEpisode:
         self._obs = dict(reply["observations"])
 
     # -- what each agent sees ---------------------------------------------
-    def _require_task(self) -> None:
-        if self._task is None:
-            raise EpisodeError(f"{self.spec.name}: call reset() first")
-
     def observation(self, agent: str) -> str:
         """What is new for ``agent`` since its last turn (see ``MultiEpisode.observation``)."""
         self._require_task()
@@ -362,49 +358,6 @@ class DockerMultiEpisode:
         """The shared world, fetched from the container and validated."""
         self._require_task()
         return self.spec.state_type.model_validate(self._link.request({"op": "state"})["state"])
-
-    @property
-    def task(self) -> MultiTask | None:
-        return self._task
-
-    @property
-    def round(self) -> int:
-        return self._round
-
-    @property
-    def done(self) -> bool:
-        return self._terminated or self._truncated
-
-    @property
-    def terminated(self) -> bool:
-        return self._terminated
-
-    @property
-    def truncated(self) -> bool:
-        return self._truncated
-
-    @property
-    def success(self) -> bool | None:
-        """Joint success once the episode has ended (judged on this host), else ``None``."""
-        return self._success
-
-    @property
-    def rewards(self) -> dict[str, float]:
-        return dict(self._rewards)
-
-    @property
-    def answer(self) -> str | None:
-        return self._answer
-
-    @property
-    def ended_by(self) -> str | None:
-        """``finish``, ``terminal``, ``quiescence``, ``max_rounds`` (or ``timeout``), once ended."""
-        return self._ended_by
-
-    @property
-    def log(self) -> list[dict[str, Any]]:
-        """Every tool call so far: ``round, agent, name, arguments, ok, kind, read_only``."""
-        return self._log
 
     @property
     def container(self) -> Any:
