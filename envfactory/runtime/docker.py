@@ -31,13 +31,11 @@ from ..spec import EnvSpec
 from ..state import State
 from ..task import Task
 from .container import Container, ContainerError, Limits
+from .docker_session import SessionLink
 from .pool import Pool, get_pool
-from .wire import FrameError, action_to_json, recv_frame, send_frame
+from .wire import action_to_json
 
 __all__ = ["DockerEnv", "ContainerError", "Limits"]
-
-_ERRORS = {"EpisodeError": EpisodeError, "KeyError": KeyError, "ValueError": ValueError, "TypeError": TypeError}
-
 
 class DockerEnv(Environment):
     """An episode of ``spec`` in a container (see the module docstring).
@@ -61,9 +59,7 @@ class DockerEnv(Environment):
             raise ValueError("max_turns must be at least 1")
         self.step_timeout = step_timeout
         self.pool = pool or get_pool(spec, image, **pool_options)
-        self._container: Container | None = None
-        self._session: str | None = None
-        self._chan: socket.socket | None = None
+        self._link = SessionLink(self.pool, spec.name, {"max_turns": self.max_turns}, step_timeout)
         self._finish = {n for n, t in spec.all_tools.items() if t.finish}
         self._clear()
 
@@ -76,72 +72,15 @@ class DockerEnv(Environment):
         self._success: bool | None = None
 
     # -- session plumbing ------------------------------------------------
-    def _attach(self, container: Container, session: str) -> None:
-        self._container, self._session = container, session
-        self._chan = container.open_channel(session, self.step_timeout)
-
-    def _ensure_session(self) -> None:
-        if self._container is not None and not self._container.dead:
-            return
-        self._drop_session()
-        c = self.pool.acquire()
-        try:
-            sid = c.call("POST", "/sessions", {"max_turns": self.max_turns})["session"]
-            self._attach(c, sid)
-        except BaseException:
-            self.pool.release(c)
-            raise
-
-    def _drop_session(self, *, remove: bool = False) -> None:
-        c, self._container = self._container, None
-        if self._chan is not None:
-            self._chan.close()
-            self._chan = None
-        if c is None:
-            return
-        if remove or c.dead:
-            self.pool.discard(c)
-        else:
-            try:
-                c.call("DELETE", f"/sessions/{self._session}")
-            except ContainerError:
-                pass
-            self.pool.release(c)
-        self._session = None
-
-    def _where(self) -> str:
-        c = self._container
-        return f"{self.spec.name} session {self._session} (container {c.name if c else '?'})"
-
     def _request(self, req: dict[str, Any], *, raise_timeout: bool = False) -> dict[str, Any]:
-        """One framed request; raises :class:`ContainerError` (container removed)
-        when the container dies or overruns (``socket.timeout`` instead, with
-        ``raise_timeout``, for the caller to handle)."""
-        chan = self._chan
+        """One framed request (see :meth:`SessionLink.request`); a container
+        that died or overran (and was removed) also ends the episode."""
         try:
-            send_frame(chan, req)
-            reply = recv_frame(chan)
-        except socket.timeout:
-            if raise_timeout:
-                raise
-            where = self._where()
-            self._drop_session(remove=True)
-            self._done = True
-            raise ContainerError(f"{where}: {req.get('op')} did not finish within {self.step_timeout}s; "
-                                 "the container was removed; call reset() to start a new episode") from None
-        except (FrameError, OSError, ValueError) as exc:
-            where, c = self._where(), self._container
-            exit_info = c.describe_exit() if c else ""
-            self._drop_session(remove=True)
-            self._done = True
-            raise ContainerError(
-                f"{where}: the container stopped answering mid-episode ({exit_info}; {exc}). It was removed "
-                "and the pool replaces it; this episode is lost: call reset() to start a new one."
-            ) from None
-        if not reply.get("ok"):
-            exc_type = _ERRORS.get(reply.get("kind", ""), ContainerError)
-            raise exc_type(f"{self._where()}: {reply.get('error')}")
-        return reply
+            return self._link.request(req, raise_timeout=raise_timeout)
+        except ContainerError:
+            if self._link.container is None:
+                self._done = True
+            raise
 
     # -- protocol --------------------------------------------------------
     def reset(self, task: Any = None, *, seed: int | None = None) -> list[Message]:
@@ -156,14 +95,7 @@ class DockerEnv(Environment):
         if registered is not t:
             raise ValueError(f"{self.spec.name}: the docker runtime runs registered tasks only; "
                              f"task {t.id!r} is not one of them (register it in the EnvSpec)")
-        for attempt in (0, 1):
-            self._ensure_session()
-            try:
-                reply = self._request({"op": "reset", "task": t.id})
-                break
-            except ContainerError:
-                if attempt:  # the pool's replacement failed too
-                    raise
+        reply = self._link.request_with_retry({"op": "reset", "task": t.id})
         self._clear()
         self._task = t
         self._messages = reply["messages"]
@@ -187,8 +119,8 @@ class DockerEnv(Environment):
         terminated, answer = self._judge_end(parsed, new)
         truncated = not terminated and turn >= self.max_turns
         if (terminated, truncated) != (reply["terminated"], reply["truncated"]) or reply["info"].get("turn") != turn:
-            where = self._where()
-            self._drop_session(remove=True)
+            where = self._link.where()
+            self._link.drop(remove=True)
             self._done = True
             raise ContainerError(f"{where}: the container's account of turn {turn} disagrees with the action "
                                  "(end of episode or turn count); it was removed as untrustworthy")
@@ -211,7 +143,7 @@ class DockerEnv(Environment):
             return True, parsed.answer
         offset = len(parsed.errors)
         if len(new) != offset + len(parsed.calls):
-            raise ContainerError(f"{self._where()}: {len(new)} tool messages for {len(parsed.calls)} calls "
+            raise ContainerError(f"{self._link.where()}: {len(new)} tool messages for {len(parsed.calls)} calls "
                                  f"and {offset} parse errors")
         for i, c in enumerate(parsed.calls):
             if c.name in self._finish and not str(new[offset + i]["content"]).startswith("Error"):
@@ -220,8 +152,8 @@ class DockerEnv(Environment):
 
     def _timed_out(self, parsed: ParsedAction, turn: int) -> StepResult:
         """The step overran: recycle the container, end the episode with an error observation."""
-        where = self._where()
-        self._drop_session(remove=True)
+        where = self._link.where()
+        self._link.drop(remove=True)
         self._turn = turn
         self._done, self._success, self._answer = True, False, None
         msg = (f"Error: the step did not finish within {self.step_timeout}s; the environment's container "
@@ -242,15 +174,10 @@ class DockerEnv(Environment):
         return StepResult(new, 0.0, False, True, info)
 
     def fork(self) -> "DockerEnv":
-        if self._task is None or self._container is None:
+        if self._task is None or self._link.container is None:
             raise EpisodeError(f"{self.spec.name}: nothing to fork; call reset() first")
         child = DockerEnv(self.spec, max_turns=self.max_turns, step_timeout=self.step_timeout, pool=self.pool)
-        c = self._container
-        if self.spec.isolation == "session" and c.sessions < self.pool.per_container:
-            sid = c.call("POST", f"/sessions/{self._session}/fork")["session"]
-            with self.pool._cond:
-                c.sessions += 1
-            child._attach(c, sid)
+        if self._link.fork_into(child._link):  # a new session in the same container
             child._task, child._turn, child._done = self._task, self._turn, self._done
             child._answer, child._success = self._answer, self._success
             child._messages = list(self._messages)
@@ -259,19 +186,19 @@ class DockerEnv(Environment):
         return child
 
     def snapshot(self) -> dict[str, Any]:
-        if self._task is None or self._container is None:
+        if self._task is None or self._link.container is None:
             raise EpisodeError(f"{self.spec.name}: nothing to snapshot; call reset() first")
-        return self._container.call("GET", f"/sessions/{self._session}/snapshot")
+        return self._link.call("GET", "snapshot")
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         if not isinstance(snapshot, dict) or snapshot.get("env") != self.spec.name:
             raise ValueError(f"snapshot is of {snapshot.get('env') if isinstance(snapshot, dict) else snapshot!r}; "
                              f"this environment is {self.spec.name!r}")
-        self._ensure_session()
-        self._container.call("POST", f"/sessions/{self._session}/restore", snapshot)
+        self._link.call("POST", "restore", snapshot, open_session=True)
         self._clear()
         self._task = self.spec.task(snapshot["task_id"])
         self.max_turns = int(snapshot["max_turns"])
+        self._link.create = {"max_turns": self.max_turns}
         self._messages = list(snapshot["messages"])
         self._turn, self._done, self._answer = int(snapshot["turn"]), bool(snapshot["done"]), snapshot["answer"]
         if self._done:  # judged here, from the snapshot's state, not from its "success" field
@@ -284,7 +211,7 @@ class DockerEnv(Environment):
 
     @property
     def state(self) -> State:
-        if self._task is None or self._container is None:
+        if self._task is None or self._link.container is None:
             raise EpisodeError(f"{self.spec.name}: no state before reset()")
         return self.spec.state_type.model_validate(self._request({"op": "state"})["state"])
 
@@ -304,13 +231,18 @@ class DockerEnv(Environment):
     @property
     def container(self) -> Container | None:
         """The container serving the current session (``None`` before ``reset``)."""
-        return self._container
+        return self._link.container
+
+    @property
+    def session(self) -> str | None:
+        """The server's id of the current session (``None`` before ``reset``)."""
+        return self._link.session
 
     def close(self) -> None:
-        self._drop_session()
+        self._link.drop()
 
     def __repr__(self) -> str:
         tid = self._task.id if self._task else None
-        return f"<DockerEnv {self.spec.name} task={tid} turn={self._turn} done={self._done} {self._container!r}>"
+        return f"<DockerEnv {self.spec.name} task={tid} turn={self._turn} done={self._done} {self._link.container!r}>"
 
 from .docker_multi import DockerMultiEpisode  # noqa: E402,F401  (multi-agent episodes, same runtime)
