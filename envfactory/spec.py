@@ -39,6 +39,20 @@ def replay(tools: dict[str, Tool], state: State, calls: Sequence[ToolCall]) -> l
     return errors
 
 
+def lookup_task(env: str, tasks: list[Any], index: dict[str, Any], key: str | int) -> Any:
+    """``tasks[key]`` for an index, ``index[key]`` for an id; a ``KeyError`` naming ``env`` otherwise."""
+    if isinstance(key, bool):
+        raise TypeError("a task is chosen by id (str) or index (int), not bool")
+    if isinstance(key, int):
+        if not -len(tasks) <= key < len(tasks):
+            raise KeyError(f"{env} has {len(tasks)} tasks; index {key} is out of range")
+        return tasks[key]
+    try:
+        return index[key]
+    except (KeyError, TypeError):
+        raise KeyError(f"{env} has no task {key!r} (ids look like {tasks[0].id!r})") from None
+
+
 @dataclass(eq=False)
 class EnvSpec:
     """The definition of an environment.
@@ -142,20 +156,7 @@ class EnvSpec:
     def task(self, key: str | int | Task) -> Task:
         """A task by id, by index, or the task itself."""
         tasks = self.get_tasks()
-        if isinstance(key, Task):
-            return key
-        if isinstance(key, bool):
-            raise TypeError("a task is chosen by id (str) or index (int), not bool")
-        if isinstance(key, int):
-            if not -len(tasks) <= key < len(tasks):
-                raise KeyError(f"{self.name} has {len(tasks)} tasks; index {key} is out of range")
-            return tasks[key]
-        try:
-            return self._task_index[key]
-        except KeyError:
-            raise KeyError(
-                f"{self.name} has no task {key!r} (ids look like {tasks[0].id!r})"
-            ) from None
+        return key if isinstance(key, Task) else lookup_task(self.name, tasks, self._task_index, key)
 
     def describe(self) -> dict[str, Any]:
         """The listing entry: name, domain, multi_agent, tasks, tools."""

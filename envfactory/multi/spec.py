@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..spec import SpecError
+from ..spec import SpecError, lookup_task
 from ..state import copy_state
 from ..task import ToolCall, normalize_answer
 from ..tool import Tool, finish_tool
@@ -245,18 +245,7 @@ class MultiAgentSpec:
     def task(self, key: str | int | MultiTask) -> MultiTask:
         """A task by id, by index, or the task itself."""
         tasks = self.get_tasks()
-        if isinstance(key, MultiTask):
-            return key
-        if isinstance(key, bool):
-            raise TypeError("a task is chosen by id (str) or index (int), not bool")
-        if isinstance(key, int):
-            if not -len(tasks) <= key < len(tasks):
-                raise KeyError(f"{self.name} has {len(tasks)} tasks; index {key} is out of range")
-            return tasks[key]
-        try:
-            return self._index[key]
-        except KeyError:
-            raise KeyError(f"{self.name} has no task {key!r} (ids look like {tasks[0].id!r})") from None
+        return key if isinstance(key, MultiTask) else lookup_task(self.name, tasks, self._index, key)
 
     def start_state(self, task: MultiTask) -> MultiState:
         """A fresh copy of the task's world with the team filled in."""
