@@ -224,7 +224,7 @@ class Trainer:
         return rows
 
     def train_step(self) -> dict[str, Any]:
-        """One step: sample groups, compute advantages, one clipped-loss update, push weights."""
+        """One step: sample groups, compute advantages, ``algorithm.updates`` clipped-loss updates, push weights."""
         import torch
 
         t0 = time.perf_counter()
@@ -236,35 +236,37 @@ class Trainer:
         samples = self._samples(groups)
         n_tokens = sum(sum(s[2]) for s in samples)
         stats: list[Any] = []
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        for b in range(0, len(samples), self.micro_batch):
-            mb = samples[b:b + self.micro_batch]
-            seqs, starts = [s[0] for s in mb], [s[1] for s in mb]
-            lps = token_logprobs(self.model, seqs, starts, temperature=self.temperature, pad_id=self._pad_id())
-            ref = None
-            if self.ref_model is not None:
-                with torch.no_grad():
-                    ref = _pad([x.detach() for x in token_logprobs(self.ref_model, seqs, starts,
-                                                                  temperature=self.temperature,
-                                                                  pad_id=self._pad_id())])
-            dev = lps[0].device
-            loss, st = policy_loss(_pad(lps), _pad([torch.tensor(s[3], device=dev) for s in mb]),
-                                   _pad([torch.tensor(s[4], device=dev) for s in mb]),
-                                   _pad([torch.tensor(s[2], device=dev) for s in mb]),
-                                   clip_eps=self.algorithm.clip_eps, ref_logp=ref, kl_coef=self.algorithm.kl_coef,
-                                   num_tokens=n_tokens)
-            loss.backward()
-            stats.append(st)
         grad_norm = 0.0
-        if samples:
+        self.model.train()
+        for _ in range(self.algorithm.updates if samples else 0):
+            self.optimizer.zero_grad(set_to_none=True)
+            for b in range(0, len(samples), self.micro_batch):
+                mb = samples[b:b + self.micro_batch]
+                seqs, starts = [s[0] for s in mb], [s[1] for s in mb]
+                lps = token_logprobs(self.model, seqs, starts, temperature=self.temperature, pad_id=self._pad_id())
+                ref = None
+                if self.ref_model is not None:
+                    with torch.no_grad():
+                        ref = _pad([x.detach() for x in token_logprobs(self.ref_model, seqs, starts,
+                                                                      temperature=self.temperature,
+                                                                      pad_id=self._pad_id())])
+                dev = lps[0].device
+                loss, st = policy_loss(_pad(lps), _pad([torch.tensor(s[3], device=dev) for s in mb]),
+                                       _pad([torch.tensor(s[4], device=dev) for s in mb]),
+                                       _pad([torch.tensor(s[2], device=dev) for s in mb]),
+                                       clip_eps=self.algorithm.clip_eps, ref_logp=ref,
+                                       kl_coef=self.algorithm.kl_coef, num_tokens=n_tokens)
+                loss.backward()
+                stats.append(st)
             if self.grad_clip:
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
             self.optimizer.step()
+        if samples:
             self._sync()
         self.step += 1
+        updates = max(1, self.algorithm.updates if samples else 1)
         row = {"phase": "train", "step": self.step, "algorithm": self.algorithm.name, **summarize(groups),
-               "loss": sum(s.loss for s in stats), "kl": _wmean([(s.kl, s.tokens) for s in stats]),
+               "loss": sum(s.loss for s in stats) / updates, "kl": _wmean([(s.kl, s.tokens) for s in stats]),
                "clip_fraction": _wmean([(s.clip_fraction, s.tokens) for s in stats]),
                "trained_sequences": len(samples), "trained_tokens": n_tokens, "grad_norm": grad_norm,
                "rollout_s": round(t_rollout, 3), "step_s": round(time.perf_counter() - t0, 3)}

@@ -52,3 +52,32 @@ def test_one_step_raises_the_success_and_lowers_the_failures(monkeypatch):
     delta = [a - b for a, b in zip(after, before)]
     assert delta[0] > 0.0, delta
     assert sum(delta[1:]) < 0.0, delta
+
+
+def test_several_updates_per_batch_take_that_many_steps_further_the_same_way(monkeypatch):
+    """``updates=3`` (GRPO's μ): three optimizer steps on one batch, moving the winner further than one."""
+    from agents.hf_policy import HFPolicy
+    from agents.tiny import build_tiny_model
+
+    with pytest.raises(ValueError, match="updates"):
+        GRPO(M=4, updates=0)
+    torch.manual_seed(0)
+    deltas = {}
+    for updates in (1, 3):
+        policy = HFPolicy(build_tiny_model(), device="cpu")
+        tr = Trainer(policy, ["Lights-v0"], GRPO(M=6, updates=updates), tasks=["lights-bath-on"], lr=1e-3,
+                     tasks_per_step=1, max_new_tokens=10, max_turns=1, temperature=T, seed=0, show_progress=False)
+        if updates == 1:
+            groups = sample_groups(policy, tr.pool, GRPO(M=6), max_new_tokens=10, temperature=T, seed=3,
+                                   max_turns=1)
+            trajs = groups[0].trajectories
+            winner = trajs[0]
+        tr.reward_fn = lambda t: 1.0 if t is winner else 0.0
+        monkeypatch.setattr(trainer_mod, "sample_groups", lambda *a, **k: groups)
+        before = _summed_logprobs(tr, trajs)
+        tr.train_step()
+        after = _summed_logprobs(tr, trajs)
+        assert {int(s["step"]) for s in tr.optimizer.state.values()} == {updates}
+        deltas[updates] = [a - b for a, b in zip(after, before)]
+    assert deltas[3][0] > deltas[1][0] > 0.0, deltas
+    assert sum(deltas[3][1:]) < 0.0, deltas

@@ -53,6 +53,9 @@ class ARPO:
         attribution: ``"soft"`` (paper default) or ``"hard"`` advantages for shared prefixes.
         clip_eps: ``ε`` of the clipped ratio.
         kl_coef: ``β_KL`` of the k3 KL penalty to the reference (initial) policy; 0 disables it.
+        updates: Policy updates per rollout batch (GRPO's ``μ``): each re-scores the same samples
+            and takes one clipped step; the ratio to the *sampling* logprobs bounds how far the
+            later updates move. 1 is on-policy (the paper's setting).
     """
 
     M: int = 16
@@ -67,8 +70,11 @@ class ARPO:
     attribution: Literal["soft", "hard"] = "soft"
     clip_eps: float = 0.2
     kl_coef: float = 0.0
+    updates: int = 1
 
     def __post_init__(self) -> None:
+        if self.updates < 1:
+            raise ValueError(f"updates must be at least 1 (got {self.updates})")
         if not 1 <= self.N <= self.M:
             raise ValueError(f"need 1 <= N <= M, got N={self.N}, M={self.M}")
         if self.k < 1 or self.Z < 1:
