@@ -93,6 +93,10 @@ class Trainer:
             if algo.branching:
                 raise ValueError("multi-agent training is GRPO over joint episodes: pass algorithm=GRPO(M=...); "
                                  "ARPO's entropy-triggered branching is for single-agent environments")
+            unsupported = [f for f, off in (("updates", 1), ("kl_coef", 0.0)) if getattr(algo, f) != off]
+            if unsupported:
+                raise ValueError(f"team training does not take {unsupported} (one on-policy update, no KL "
+                                 "penalty); leave them at their defaults")
             allowed = {"tasks", "lr", "tasks_per_step", "max_new_tokens", "temperature", "micro_batch",
                        "grad_clip", "seed", "output_dir", "show_progress", "reward_fn", "mode", "max_rounds"}
             extra = sorted(set(kw) - allowed)

@@ -178,3 +178,5 @@ def test_agents_trainer_on_multi_agent_envs_is_a_team_trainer(tiny_path):
         Trainer(pol, [ENV, "Lights-v0"], GRPO(M=2))
     with pytest.raises(TypeError, match="format_coef"):
         Trainer(pol, [ENV], GRPO(M=2), format_coef=0.1)
+    with pytest.raises(ValueError, match="kl_coef"):
+        Trainer(pol, [ENV], GRPO(M=2, kl_coef=0.1))
