@@ -95,7 +95,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
         t0 = time.perf_counter()
         torch.manual_seed(seed)
         policy = HFPolicy(build_tiny_model(seed=seed), device="cpu")
-        trainer = Trainer(policy, [cfg.env], ARPO(M=cfg.M, N=cfg.N, k=cfg.k, updates=cfg.updates, kl_coef=cfg.kl_coef), tasks=held, lr=cfg.rl_lr,
+        algo = ARPO(M=cfg.M, N=cfg.N, k=cfg.k, updates=cfg.updates, kl_coef=cfg.kl_coef)
+        trainer = Trainer(policy, [cfg.env], algo, tasks=held, lr=cfg.rl_lr,
                           tasks_per_step=cfg.tasks_per_step, max_new_tokens=cfg.max_new_tokens,
                           max_turns=cfg.max_turns, temperature=cfg.temperature, seed=seed,
                           output_dir=str(out / f"seed-{seed}"))

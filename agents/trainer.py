@@ -241,19 +241,21 @@ class Trainer:
         n_tokens = sum(sum(s[2]) for s in samples)
         stats: list[Any] = []
         grad_norm = 0.0
+        updates = self.algorithm.updates if samples else 0
+        refs: dict[int, Any] = {}  # the reference policy's log-probs, once per micro-batch
         self.model.train()
-        for _ in range(self.algorithm.updates if samples else 0):
+        for _ in range(updates):
             self.optimizer.zero_grad(set_to_none=True)
             for b in range(0, len(samples), self.micro_batch):
                 mb = samples[b:b + self.micro_batch]
                 seqs, starts = [s[0] for s in mb], [s[1] for s in mb]
                 lps = token_logprobs(self.model, seqs, starts, temperature=self.temperature, pad_id=self._pad_id())
-                ref = None
-                if self.ref_model is not None:
+                if self.ref_model is not None and b not in refs:
                     with torch.no_grad():
-                        ref = _pad([x.detach() for x in token_logprobs(self.ref_model, seqs, starts,
-                                                                      temperature=self.temperature,
-                                                                      pad_id=self._pad_id())])
+                        refs[b] = _pad([x.detach() for x in token_logprobs(self.ref_model, seqs, starts,
+                                                                          temperature=self.temperature,
+                                                                          pad_id=self._pad_id())])
+                ref = refs.get(b)
                 dev = lps[0].device
                 loss, st = policy_loss(_pad(lps), _pad([torch.tensor(s[3], device=dev) for s in mb]),
                                        _pad([torch.tensor(s[4], device=dev) for s in mb]),
@@ -268,9 +270,8 @@ class Trainer:
         if samples:
             self._sync()
         self.step += 1
-        updates = max(1, self.algorithm.updates if samples else 1)
         row = {"phase": "train", "step": self.step, "algorithm": self.algorithm.name, **summarize(groups),
-               "loss": sum(s.loss for s in stats) / updates, "kl": _wmean([(s.kl, s.tokens) for s in stats]),
+               "loss": sum(s.loss for s in stats) / max(updates, 1), "kl": _wmean([(s.kl, s.tokens) for s in stats]),
                "clip_fraction": _wmean([(s.clip_fraction, s.tokens) for s in stats]),
                "trained_sequences": len(samples), "trained_tokens": n_tokens, "grad_norm": grad_norm,
                "rollout_s": round(t_rollout, 3), "step_s": round(time.perf_counter() - t0, 3)}
