@@ -16,6 +16,7 @@ and training numerics is corrected by the importance ratio instead of ignored.
 from __future__ import annotations
 
 import copy
+import inspect
 import random
 import time
 from dataclasses import asdict
@@ -97,8 +98,8 @@ class Trainer:
             if unsupported:
                 raise ValueError(f"team training does not take {unsupported} (one on-policy update, no KL "
                                  "penalty); leave them at their defaults")
-            allowed = {"tasks", "lr", "tasks_per_step", "max_new_tokens", "temperature", "micro_batch",
-                       "grad_clip", "seed", "output_dir", "show_progress", "reward_fn", "mode", "max_rounds"}
+            # what TeamTrainer takes by keyword, less what is set here from the arguments
+            allowed = set(inspect.signature(TeamTrainer).parameters) - {"team", "envs", "M", "clip_eps"}
             extra = sorted(set(kw) - allowed)
             if extra:
                 raise TypeError(f"Trainer on multi-agent environments does not take {extra}")

@@ -49,7 +49,7 @@ def lookup_task(env: str, tasks: list[Any], index: dict[str, Any], key: str | in
         return tasks[key]
     try:
         return index[key]
-    except (KeyError, TypeError):
+    except KeyError:
         raise KeyError(f"{env} has no task {key!r} (ids look like {tasks[0].id!r})") from None
 
 

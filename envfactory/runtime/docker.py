@@ -37,6 +37,7 @@ from .wire import action_to_json
 
 __all__ = ["DockerEnv", "ContainerError", "Limits"]
 
+
 class DockerEnv(Environment):
     """An episode of ``spec`` in a container (see the module docstring).
 
