@@ -12,25 +12,29 @@ The public surface::
     gymnasium.make("envfactory/FileSystem-v0")
 
 Defining an environment: a :class:`State` model, :func:`tool` functions over it,
-:class:`Task` objects, and :func:`register` of an :class:`EnvSpec`.
+:class:`Task` objects, and :func:`register` of a :class:`ToolEnvSpec` (for a
+team: :class:`Role` objects, a :class:`MultiState` and joint solutions, :func:`by`).
 """
 
+from .definition import Role, SpecError, ToolEnvSpec
 from .env import Environment, EpisodeError, StepResult
+from .episode import Episode
+from .mail import ConflictError, MultiState
 from .parsing import ActionTypeError, parse_action
 from .registry import ENTRY_POINT_GROUP, discover, make, make_multi, register, spec, specs
-from .spec import EnvSpec, SpecError
 from .state import State, copy_state, state_hash
-from .task import Task, ToolCall, call
-from .tool import Tool, ToolError, tool
-from .multi import MultiAgentSpec, MultiEpisode, MultiState, MultiTask, Role
+from .task import Task, ToolCall, by, call
+from .tooling import Tool, ToolError, tool
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ActionTypeError",
+    "ConflictError",
     "ENTRY_POINT_GROUP",
-    "EnvSpec",
+    "ToolEnvSpec",
     "Environment",
+    "Episode",
     "EpisodeError",
     "SpecError",
     "State",
@@ -44,11 +48,9 @@ __all__ = [
     "discover",
     "make",
     "make_multi",
-    "MultiAgentSpec",
-    "MultiEpisode",
     "MultiState",
-    "MultiTask",
     "Role",
+    "by",
     "parse_action",
     "register",
     "spec",

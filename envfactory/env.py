@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .spec import EnvSpec
+    from .definition import ToolEnvSpec
     from .state import State
     from .task import Task
 
@@ -47,8 +47,11 @@ class StepResult:
         reward: Sparse: 0.0 during the episode; at the end 1.0 on success, else 0.0.
         terminated: The agent finished (answered without a tool call, or called ``finish``).
         truncated: The turn limit was reached first.
-        info: ``turn``, ``tool_calls``, ``tool_errors``, ``parse_errors``,
-            ``task_id``; at the end also ``success`` and ``answer``.
+        info: ``turn`` (this agent's), ``round``, ``tool_calls``, ``tool_errors``,
+            ``parse_errors``, ``task_id``; at the end also ``success``, ``answer``
+            and ``ended_by``.
+        agent: Who acted (``agent_0`` in a single-agent environment).
+        rewards: Every agent's reward (for one agent, ``{agent: reward}``).
     """
 
     messages: list[Message]
@@ -56,16 +59,22 @@ class StepResult:
     terminated: bool
     truncated: bool
     info: dict[str, Any] = field(default_factory=dict)
+    agent: str = "agent_0"
+    rewards: dict[str, float] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
         return self.terminated or self.truncated
 
+    def to_json(self) -> dict[str, Any]:
+        return {"agent": self.agent, "messages": self.messages, "reward": self.reward, "rewards": self.rewards,
+                "terminated": self.terminated, "truncated": self.truncated, "info": self.info}
+
 
 class Environment(ABC):
     """A live episode of one registered environment, in some runtime."""
 
-    spec: "EnvSpec"
+    spec: "ToolEnvSpec"
 
     @abstractmethod
     def reset(self, task: "str | int | Task | None" = None, *, seed: int | None = None) -> list[Message]:

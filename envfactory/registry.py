@@ -9,6 +9,7 @@ a function). Every registered environment is also a Gymnasium id,
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import sys
@@ -16,14 +17,15 @@ import warnings
 from importlib import metadata
 from typing import Any
 
-from .env import Environment
-from .spec import EnvSpec, SpecError
+from .definition import SpecError
+from .episode import Episode
 
 __all__ = ["register", "make", "make_multi", "spec", "specs", "discover", "ENTRY_POINT_GROUP", "RUNTIMES"]
 
 ENTRY_POINT_GROUP = "envfactory.environments"
 GYM_NAMESPACE = "envfactory"
-RUNTIMES = ("local", "docker")
+# runtime name -> the World class that hosts the state ("module:attribute", imported on use)
+RUNTIMES = {"local": "envfactory.world:LocalWorld", "docker": "envfactory.runtime.docker:ContainerWorld"}
 
 _REGISTRY: dict[str, Any] = {}
 _discovered = False
@@ -34,12 +36,11 @@ def register(env_spec: Any, *, replace: bool = False) -> Any:
     """Register an environment definition and its Gymnasium id.
 
     Args:
-        env_spec: An :class:`EnvSpec` (or a multi-agent spec; anything with
-            ``name`` and ``describe()``).
+        env_spec: A :class:`ToolEnvSpec`.
         replace: Allow replacing an existing registration of the same name.
 
     Returns:
-        The spec, so that ``SPEC = register(EnvSpec(...))`` reads naturally.
+        The spec, so that ``SPEC = register(ToolEnvSpec(...))`` reads naturally.
     """
     name = getattr(env_spec, "name", None)
     if not isinstance(name, str):
@@ -127,58 +128,37 @@ def specs() -> list[Any]:
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 
-def make(name: str, runtime: str = "local", **kwargs: Any) -> Environment:
-    """Create a live environment.
+def _world_factory(runtime: str) -> Any:
+    """The world class registered for ``runtime`` (imported on first use)."""
+    try:
+        target = RUNTIMES[runtime]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}") from None
+    module, _, attr = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except ImportError as exc:
+        raise RuntimeError(f"the {runtime} runtime is not available: {exc}") from exc
+
+
+def make(name: str, runtime: str = "local", *, max_turns: int | None = None, **world_options: Any) -> Episode:
+    """Create a live episode of a registered environment, for one agent or a team.
 
     Args:
-        name: Registered name, e.g. ``"FileSystem-v0"``.
-        runtime: ``"local"`` (in-process) or ``"docker"`` (hardened container).
-        **kwargs: Passed to the runtime (e.g. ``max_turns``).
+        name: Registered name, e.g. ``"FileSystem-v0"`` or ``"MultiRecords-v0"``.
+        runtime: Where the world runs: ``"local"`` (in-process) or ``"docker"``
+            (a hardened container); the referee always runs here.
+        max_turns: Overrides the environment's turn (round) limit.
+        **world_options: Passed to the world (e.g. ``step_timeout`` for docker).
     """
     s = spec(name)
-    if getattr(s, "multi_agent", False):
-        raise TypeError(
-            f"{s.name} is a multi-agent environment; create it with envfactory.make_multi(...) "
-            "or its PettingZoo env()/parallel_env()"
-        )
-    if runtime == "local":
-        from .runtime.local import LocalEnv
-
-        return LocalEnv(s, **kwargs)
-    if runtime == "docker":
-        try:
-            from .runtime.docker import DockerEnv
-        except ImportError as exc:
-            raise RuntimeError(f"the docker runtime is not available: {exc}") from exc
-        return DockerEnv(s, **kwargs)
-    raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+    world = _world_factory(runtime)(s, **world_options)
+    return Episode(s, world, max_turns=max_turns)
 
 
-def make_multi(name: str, runtime: str = "local", **kwargs: Any) -> Any:
-    """Create a live multi-agent episode (:class:`envfactory.multi.MultiEpisode`).
-
-    Args:
-        name: Registered multi-agent environment name, e.g. ``"MultiRecords-v0"``.
-        runtime: ``"local"`` (in-process) or ``"docker"``.
-        **kwargs: Passed to the runtime (e.g. ``max_rounds``).
-
-    For PettingZoo views use :func:`envfactory.multi.env` (AEC) or
-    :func:`envfactory.multi.parallel_env`.
-    """
+def make_multi(name: str, runtime: str = "local", **kwargs: Any) -> Episode:
+    """:func:`make` for a team environment (it refuses a single-agent one)."""
     s = spec(name)
-    if not getattr(s, "multi_agent", False):
+    if not s.multi_agent:
         raise TypeError(f"{s.name} is a single-agent environment; create it with envfactory.make(...)")
-    if runtime == "local":
-        from .multi.episode import MultiEpisode
-
-        return MultiEpisode(s, **kwargs)
-    if runtime == "docker":
-        try:
-            from .runtime.docker import DockerMultiEpisode  # type: ignore[attr-defined]
-        except ImportError as exc:
-            raise RuntimeError(
-                f"the docker runtime does not serve multi-agent environments yet ({exc}); "
-                "use runtime='local'"
-            ) from exc
-        return DockerMultiEpisode(s, **kwargs)
-    raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+    return make(name, runtime, **kwargs)

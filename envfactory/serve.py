@@ -38,7 +38,7 @@ from .env import EpisodeError
 from .registry import spec as get_spec
 from .runtime.local import LocalEnv
 from .runtime.wire import MAGIC, TOKEN_HEADER, FrameError, recv_frame, send_frame
-from .spec import EnvSpec
+from .definition import ToolEnvSpec
 
 __all__ = ["Server", "main"]
 
@@ -70,7 +70,7 @@ class Server:
         max_sessions: Sessions allowed at once (1 for per-session containers).
     """
 
-    def __init__(self, spec: EnvSpec, token: str, max_sessions: int = 256) -> None:
+    def __init__(self, spec: ToolEnvSpec, token: str, max_sessions: int = 256) -> None:
         self.spec = spec
         self._token = token.encode()
         self.max_sessions = max_sessions

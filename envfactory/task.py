@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .state import State, copy_state, state_hash
 
-__all__ = ["ToolCall", "Task", "call", "normalize_answer"]
+__all__ = ["ToolCall", "Task", "by", "call", "normalize_answer"]
 
 
 @dataclass(slots=True)
@@ -26,12 +26,15 @@ class ToolCall:
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
     id: str | None = None
+    agent: str | None = None  # who makes the call, in a team's joint solution
 
     def to_json(self) -> dict[str, Any]:
-        """``{"name", "arguments"}`` (and ``id`` when set)."""
+        """``{"name", "arguments"}`` (and ``id``, ``agent`` when set)."""
         d: dict[str, Any] = {"name": self.name, "arguments": self.arguments}
         if self.id is not None:
             d["id"] = self.id
+        if self.agent is not None:
+            d["agent"] = self.agent
         return d
 
     def to_openai(self, call_id: str) -> dict[str, Any]:
@@ -61,15 +64,18 @@ class Task(BaseModel):
 
     Attributes:
         id: Unique within the environment, stable across processes.
-        instruction: What the user asks, shown to the agent.
+        instruction: What the user asks, shown to the agent (to every agent of a team).
         initial_state: The world at ``reset``; each episode gets its own copy.
-        solution: A reference solution (tool calls) that earns reward 1.
+        solution: A reference solution (tool calls) that earns reward 1; in a
+            team, each call names the agent that makes it (see :func:`by`).
+        private: Private knowledge per agent id, shown only to that agent.
         answer_facts: Strings the final answer must contain (case-insensitive),
             for tasks that ask for information.
         check: ``check(final_state) -> bool``. When omitted, success means the
             final state equals the state the reference solution produces (a
             canonical-hash comparison, as in tau-bench).
         difficulty: Defaults to the length of the reference solution.
+        metadata: Environment-specific data (e.g. private valuations for a payoff).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
@@ -78,10 +84,12 @@ class Task(BaseModel):
     instruction: str
     initial_state: State
     solution: list[ToolCall]
+    private: dict[str, str] = Field(default_factory=dict)
     answer_facts: list[str] = Field(default_factory=list)
     check: Callable[[Any], bool] | None = Field(default=None, exclude=True)
     difficulty: int | None = None
     expected_state_hash: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("solution", mode="after")
     @classmethod
@@ -106,7 +114,7 @@ class Task(BaseModel):
         if self.expected_state_hash is None:
             raise RuntimeError(
                 f"task {self.id!r} has neither a check nor an expected state; "
-                "register it through an EnvSpec, which replays the reference solution"
+                "register it through an ToolEnvSpec, which replays the reference solution"
             )
         return state_hash(final_state) == self.expected_state_hash
 
@@ -131,9 +139,15 @@ class Task(BaseModel):
             "difficulty": self.difficulty,
             "solution": [c.to_json() for c in self.solution],
             "answer_facts": list(self.answer_facts),
+            **({"private": dict(self.private)} if self.private else {}),
         }
 
 
 def call(name: str, /, **arguments: Any) -> ToolCall:
     """Shorthand for writing reference solutions: ``call("read_file", path="/a")``."""
     return ToolCall(name=name, arguments=arguments)
+
+
+def by(agent: str, name: str, /, **arguments: Any) -> ToolCall:
+    """Shorthand for a team's joint solution: ``by("writer_0", "update_record", id="E-1")``."""
+    return ToolCall(name=name, arguments=arguments, agent=agent)

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from .agents_scripted import claim_actions, noop_actions, oracle_actions, random_actions, run_episode
 from .env import Environment
-from .spec import EnvSpec
+from .definition import ToolEnvSpec
 
 __all__ = ["Failure", "Report", "verify_spec", "verify_many"]
 
@@ -80,7 +80,7 @@ class Report:
 
 
 def verify_spec(
-    spec: EnvSpec,
+    spec: ToolEnvSpec,
     make_env: Callable[[], Environment] | None = None,
     *,
     runtime: str = "local",
@@ -260,7 +260,7 @@ def verify_spec(
     return report
 
 
-def _tool_determinism(spec: EnvSpec, tasks: list[Any]) -> list[Failure]:
+def _tool_determinism(spec: ToolEnvSpec, tasks: list[Any]) -> list[Failure]:
     """Replay every reference solution on two copies of its initial state in
     lockstep: each call must give the same observation and the same state on
     both. Catches tools that read clocks, randomness or hidden globals, even
@@ -293,7 +293,7 @@ def _stable_seed(task_id: str, k: int) -> int:
     return zlib.crc32(f"{task_id}/{k}".encode()) & 0x7FFFFFFF
 
 
-def _mutates(spec: EnvSpec, task: Any, half: int) -> bool:
+def _mutates(spec: ToolEnvSpec, task: Any, half: int) -> bool:
     tools = spec.all_tools
     return any(not tools[c.name].read_only for c in task.solution[half:] if c.name in tools)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envfactory import EnvSpec, State, Task, call, register
+from envfactory import ToolEnvSpec, State, Task, call, register
 from envfactory.factory.tasks_synth import SynthConfig, synthesize
 from tools.banking import TOOLS, Account, Bank, Transaction
 
@@ -130,7 +130,7 @@ SYNTH = SynthConfig(
 )
 
 SPEC = register(
-    EnvSpec(
+    ToolEnvSpec(
         name="Bank-v0",
         domain="banking",
         description="Move money, answer balance questions and handle card incidents.",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envfactory import EnvSpec, State, Task, ToolError, call, register, tool
+from envfactory import ToolEnvSpec, State, Task, ToolError, call, register, tool
 
 
 class CounterState(State):
@@ -64,7 +64,7 @@ def tasks() -> list[Task]:
 
 
 SPEC = register(
-    EnvSpec(
+    ToolEnvSpec(
         name="Counter-v0",
         domain="toy",
         description="Bring a counter to a target value (benchmark and runtime smoke tests).",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envfactory import EnvSpec, State, Task, call, register
+from envfactory import ToolEnvSpec, State, Task, call, register
 from envfactory.factory.tasks_synth import SynthConfig, synthesize
 from tools.filesystem import TOOLS, FileTree
 
@@ -179,7 +179,7 @@ SYNTH = SynthConfig(
 )
 
 SPEC = register(
-    EnvSpec(
+    ToolEnvSpec(
         name="FileSystem-v0",
         domain="filesystem",
         description="Organise, read and edit files in a user's home and a server tree.",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envfactory import EnvSpec, State, Task, call, register
+from envfactory import ToolEnvSpec, State, Task, call, register
 from envfactory.factory.tasks_synth import SynthConfig, synthesize
 from tools.ticketing import TOOLS, Helpdesk, SupportAgent, Ticket
 
@@ -136,7 +136,7 @@ SYNTH = SynthConfig(
 )
 
 SPEC = register(
-    EnvSpec(
+    ToolEnvSpec(
         name="Helpdesk-v0",
         domain="ticketing",
         description="Triage, assign and resolve customer support tickets.",

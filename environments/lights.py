@@ -9,7 +9,7 @@ both actions all appear in the SFT tasks; a held-out task is a new pairing.
 
 from __future__ import annotations
 
-from envfactory import EnvSpec, State, Task, ToolError, call, register, tool
+from envfactory import ToolEnvSpec, State, Task, ToolError, call, register, tool
 
 ROOMS = ("kitchen", "hall", "bedroom", "bath", "garage", "office")
 
@@ -64,7 +64,7 @@ def tasks() -> list[Task]:
 
 
 SPEC = register(
-    EnvSpec(
+    ToolEnvSpec(
         name="Lights-v0",
         domain="toy",
         description="Switch one named light on or off (the training quickstart's learnable task).",

@@ -15,8 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import envfactory.multi as multi
-from envfactory import ToolError, register, tool
-from envfactory.multi import ConflictError, MultiAgentSpec, MultiState, MultiTask, Role, by
+from envfactory import ConflictError, MultiState, Role, Task, ToolEnvSpec, ToolError, by, register, tool
 from tools.messaging import TOOLS as MESSAGING
 
 ITEMS = ("books", "hats", "balls")
@@ -95,8 +94,8 @@ def _value(values: dict[str, int], items: dict[str, int]) -> int:
     return sum(values[i] * items[i] for i in ITEMS)
 
 
-def tasks() -> list[MultiTask]:
-    out: list[MultiTask] = []
+def tasks() -> list[Task]:
+    out: list[Task] = []
 
     def add(pool: dict[str, int], values: dict[str, dict[str, int]], walk: dict[str, int],
             keep0: dict[str, int]) -> None:
@@ -107,7 +106,7 @@ def tasks() -> list[MultiTask]:
                     f"you). Walk-away value: {walk[a]}; a deal worth less to you than that is worse than none. "
                     f"The pool is {pool}." for a in TRADERS}
         rest = {i: pool[i] - keep0[i] for i in ITEMS}
-        task = MultiTask(
+        task = Task(
             id=f"deal-{len(out):03d}",
             instruction=f"Negotiate how to split a pool of items {pool} between trader_0 and trader_1. "
                         "A deal needs one side's proposal and the other's acceptance.",
@@ -136,7 +135,7 @@ def tasks() -> list[MultiTask]:
     return out
 
 
-def payoff(task: MultiTask, state: DealState, success: bool) -> dict[str, float]:
+def payoff(task: Task, state: DealState, success: bool) -> dict[str, float]:
     """Each trader's share of its own total value of the pool (0 without a deal)."""
     if state.deal is None:
         return dict.fromkeys(TRADERS, 0.0)
@@ -144,16 +143,16 @@ def payoff(task: MultiTask, state: DealState, success: bool) -> dict[str, float]
     return {a: round(_value(values[a], state.deal[a]) / _value(values[a], state.pool), 4) for a in TRADERS}
 
 
-SPEC = register(MultiAgentSpec(
+SPEC = register(ToolEnvSpec(
     name="MultiDeal-v0",
     domain="negotiation",
     description="Mixed motive: two traders with private valuations split items; each is paid its own share.",
     state_type=DealState,
     roles=[Role(t, "a trader: get as much value for yourself as you can, but a deal below your walk-away value "
                 "is worse than none (see your private notes)", [propose, accept, list_proposals]) for t in TRADERS],
-    common_tools=MESSAGING,
+    tools=MESSAGING,
     tasks=tasks,
-    max_rounds=8,
+    max_turns=8,
     terminal=lambda state: state.deal is not None,
     payoff=payoff,
 ))

@@ -14,8 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import envfactory.multi as multi
-from envfactory import ToolError, register, tool
-from envfactory.multi import ConflictError, MultiAgentSpec, MultiState, MultiTask, Role, by
+from envfactory import ConflictError, MultiState, Role, Task, ToolEnvSpec, ToolError, by, register, tool
 from tools.messaging import TOOLS as MESSAGING
 
 DAYS = ("mon", "tue", "wed")
@@ -85,8 +84,8 @@ def accept_meeting(state: MeetingState, meeting_id: str) -> str:
     return f"You accepted {meeting_id} ({m.day} {m.hour}:00)."
 
 
-def tasks() -> list[MultiTask]:
-    out: list[MultiTask] = []
+def tasks() -> list[Task]:
+    out: list[Task] = []
 
     def add(free: dict[str, list[str]], meet: tuple[str, int]) -> None:
         busy = {a: [_slot(d, h) for d in DAYS for h in HOURS if _slot(d, h) not in free[a]] for a in PEOPLE}
@@ -105,7 +104,7 @@ def tasks() -> list[MultiTask]:
                   by("organizer_0", "send_message", to="all", content="Please accept MTG-1."),
                   by("guest_0", "accept_meeting", meeting_id="MTG-1"),
                   by("guest_1", "accept_meeting", meeting_id="MTG-1")]
-        out.append(MultiTask(
+        out.append(Task(
             id=f"meeting-{len(out):03d}",
             instruction="Schedule one team meeting (Mon-Wed, 9-11 or 13-16) at a time all three of you are "
                         "free; the organizer schedules it, and both guests must accept it.",
@@ -123,7 +122,7 @@ def tasks() -> list[MultiTask]:
     return out
 
 
-SPEC = register(MultiAgentSpec(
+SPEC = register(ToolEnvSpec(
     name="MultiMeeting-v0",
     domain="calendar",
     description="Consensus under private constraints: three private calendars, one meeting everyone accepts.",
@@ -131,9 +130,9 @@ SPEC = register(MultiAgentSpec(
     roles=[Role("organizer_0", "the organizer: you schedule the team meeting", [my_calendar, schedule_meeting]),
            Role("guest_0", "a guest: you accept the meeting if it suits you", [my_calendar, accept_meeting]),
            Role("guest_1", "a guest: you accept the meeting if it suits you", [my_calendar, accept_meeting])],
-    common_tools=MESSAGING,
+    tools=MESSAGING,
     tasks=tasks,
-    max_rounds=12,
+    max_turns=12,
 ))
 
 

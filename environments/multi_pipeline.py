@@ -13,8 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 import envfactory.multi as multi
-from envfactory import ToolError, register, tool
-from envfactory.multi import ConflictError, MultiAgentSpec, MultiState, MultiTask, Role, by
+from envfactory import ConflictError, MultiState, Role, Task, ToolEnvSpec, ToolError, by, register, tool
 from tools.messaging import TOOLS as MESSAGING
 
 
@@ -100,8 +99,8 @@ def ship_parcel(state: PipelineState, parcel_id: str, address: str, carrier: Lit
 STOCK = {"MUG-RED": 10, "MUG-BLUE": 2, "TEAPOT": 3, "KETTLE": 1}
 
 
-def tasks() -> list[MultiTask]:
-    out: list[MultiTask] = []
+def tasks() -> list[Task]:
+    out: list[Task] = []
 
     def add(orders: list[tuple[str, str, int, str, str]]) -> None:
         notes = " ".join(f"{c} wants {q} x {sku}, to be delivered to {addr}"
@@ -121,7 +120,7 @@ def tasks() -> list[MultiTask]:
                       by("warehouse_0", "pack_order", order_id=f"WO-{n}"),
                       by("warehouse_0", "send_message", to="shipping_0", content=f"WO-{n} is parcel PKG-{n}."),
                       by("shipping_0", "ship_parcel", parcel_id=f"PKG-{n}", address=addr, carrier=car)]
-        out.append(MultiTask(
+        out.append(Task(
             id=f"pipeline-{len(out):03d}",
             instruction="Fulfil the customer order(s) that intake_0 has received: register, pack and ship each "
                         "one to the right address with the right carrier (express for urgent orders).",
@@ -136,7 +135,7 @@ def tasks() -> list[MultiTask]:
     return out
 
 
-SPEC = register(MultiAgentSpec(
+SPEC = register(ToolEnvSpec(
     name="MultiPipeline-v0",
     domain="fulfilment",
     description="Handoff pipeline: intake registers, warehouse packs, shipping ships; ids pass by message.",
@@ -147,9 +146,9 @@ SPEC = register(MultiAgentSpec(
                 [list_stock, pack_order]),
            Role("shipping_0", "the shipping clerk: you ship packed parcels to the address you are given",
                 [ship_parcel])],
-    common_tools=MESSAGING,
+    tools=MESSAGING,
     tasks=tasks,
-    max_rounds=16,
+    max_turns=16,
 ))
 
 

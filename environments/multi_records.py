@@ -13,8 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 import envfactory.multi as multi
-from envfactory import ToolError, register, tool
-from envfactory.multi import MultiAgentSpec, MultiState, MultiTask, Role, by
+from envfactory import MultiState, Role, Task, ToolEnvSpec, ToolError, by, register, tool
 from tools.messaging import TOOLS as MESSAGING
 
 Field_ = Literal["team", "email", "title", "salary"]
@@ -123,14 +122,14 @@ def _change(steps: list, n: int, emp: str, field: str, value: str, note: str) ->
               by("writer_0", "update_employee", employee_id=emp, field=field, value=value, request_id=f"M-{n}")]
 
 
-def tasks() -> list[MultiTask]:
-    out: list[MultiTask] = []
+def tasks() -> list[Task]:
+    out: list[Task] = []
 
     def add(instruction: str, reads: list, changes: list[tuple[str, str, str]], expect: dict) -> None:
         steps = list(reads)
         for n, (emp, field, value) in enumerate(changes, 1):
             _change(steps, n, emp, field, value, "")
-        out.append(MultiTask(id=f"records-{len(out):03d}", instruction=instruction, initial_state=world(),
+        out.append(Task(id=f"records-{len(out):03d}", instruction=instruction, initial_state=world(),
                              solution=steps, check=_expect(expect)))
 
     add("Alice Chen has moved to the platform team; update her record.",
@@ -153,7 +152,7 @@ def tasks() -> list[MultiTask]:
     return out
 
 
-SPEC = register(MultiAgentSpec(
+SPEC = register(ToolEnvSpec(
     name="MultiRecords-v0",
     domain="hr-records",
     description="Split permissions: reader_0 can read the HR database, writer_0 can write it (citing requests).",
@@ -162,9 +161,9 @@ SPEC = register(MultiAgentSpec(
                 [search_employees, get_employee]),
            Role("writer_0", "the database administrator: you can change employee records but cannot read them; "
                 "every change must cite the id of reader_0's message requesting it", [update_employee])],
-    common_tools=MESSAGING,
+    tools=MESSAGING,
     tasks=tasks,
-    max_rounds=10,
+    max_turns=10,
 ))
 
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import envfactory.multi as multi
-from envfactory import ToolError, register, tool
-from envfactory.multi import ConflictError, MultiAgentSpec, MultiState, MultiTask, Role, by
+from envfactory import ConflictError, MultiState, Role, Task, ToolEnvSpec, ToolError, by, register, tool
 from tools.messaging import TOOLS as MESSAGING
 
 SLOTS = ("09:00", "10:00", "11:00", "14:00")
@@ -73,8 +72,8 @@ def _need_text(seats: int, slots: tuple[str, ...]) -> str:
     return f"Your team's meeting needs a room with at least {seats} seats at {' or '.join(slots)}."
 
 
-def tasks() -> list[MultiTask]:
-    out: list[MultiTask] = []
+def tasks() -> list[Task]:
+    out: list[Task] = []
 
     def add(rooms: dict[str, int], taken: dict[str, str], needs: dict[str, tuple[int, tuple[str, ...]]],
             plan: dict[str, tuple[str, str]]) -> None:
@@ -90,7 +89,7 @@ def tasks() -> list[MultiTask]:
 
         solution = [by(lead, "send_message", to="all", content=_need_text(*needs[lead])) for lead in LEADS]
         solution += [by(lead, "book_room", room=r, slot=s) for lead, (r, s) in plan.items()]
-        out.append(MultiTask(
+        out.append(Task(
             id=f"rooms-{len(out):03d}",
             instruction="Each team lead must book exactly one room for their team's meeting (needs in your "
                         "private notes). Rooms are scarce: make sure every team gets a room that fits.",
@@ -112,7 +111,7 @@ def tasks() -> list[MultiTask]:
     return out
 
 
-SPEC = register(MultiAgentSpec(
+SPEC = register(ToolEnvSpec(
     name="MultiRooms-v0",
     domain="scheduling",
     description="Shared scarce resources: three team leads with private needs must split few meeting rooms.",
@@ -120,9 +119,9 @@ SPEC = register(MultiAgentSpec(
     roles=[Role(lead, f"the {lead.split('_')[0]} team lead: you must book one room that fits your team's "
                 "meeting (see your private notes); you can only book and cancel for yourself")
            for lead in LEADS],
-    common_tools=[list_rooms, book_room, cancel_booking, *MESSAGING],
+    tools=[list_rooms, book_room, cancel_booking, *MESSAGING],
     tasks=tasks,
-    max_rounds=10,
+    max_turns=10,
 ))
 
 

@@ -13,8 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import envfactory.multi as multi
-from envfactory import ToolError, register, tool
-from envfactory.multi import ConflictError, MultiAgentSpec, MultiState, MultiTask, Role, by
+from envfactory import ConflictError, MultiState, Role, Task, ToolEnvSpec, ToolError, by, register, tool
 from tools.messaging import TOOLS as MESSAGING
 
 
@@ -108,8 +107,8 @@ def world(pin: str) -> SupportState:
                         pin=pin)
 
 
-def tasks() -> list[MultiTask]:
-    out: list[MultiTask] = []
+def tasks() -> list[Task]:
+    out: list[Task] = []
 
     def add(customer: str, pin: str, problem: str, order: str, amount: float) -> None:
         cents = round(amount * 100)
@@ -118,7 +117,7 @@ def tasks() -> list[MultiTask]:
             done = [r for r in state.refunds.values() if r.status == "refunded"]
             return len(done) == 1 and done[0].order_id == order and done[0].amount_cents == cents
 
-        out.append(MultiTask(
+        out.append(Task(
             id=f"support-{len(out):03d}",
             instruction="A customer has a complaint about an order. Resolve it: the right order must be refunded "
                         "by the right amount, authorized by the customer.",
@@ -140,7 +139,7 @@ def tasks() -> list[MultiTask]:
     return out
 
 
-SPEC = register(MultiAgentSpec(
+SPEC = register(ToolEnvSpec(
     name="MultiSupport-v0",
     domain="support",
     description="Information asymmetry: the customer knows the problem and the PIN; support has the order system.",
@@ -149,9 +148,9 @@ SPEC = register(MultiAgentSpec(
                 "authorizes refunds, but you cannot see the shop's systems", [authorize_refund]),
            Role("support_0", "the support agent: you can search orders and open refund requests; only the "
                 "customer can authorize them", [search_orders, open_refund])],
-    common_tools=MESSAGING,
+    tools=MESSAGING,
     tasks=tasks,
-    max_rounds=10,
+    max_turns=10,
 ))
 
 

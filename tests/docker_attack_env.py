@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 
-from envfactory import EnvSpec, State, Task, ToolError, call, register, tool
+from envfactory import ToolEnvSpec, State, Task, ToolError, call, register, tool
 
 CODE_TIMEOUT_S = 3.0
 
@@ -74,6 +74,6 @@ def tasks() -> list[Task]:
 
 # Registered on import: by the test that imports this module, and by the
 # container's server, which imports the spec's module.
-SPEC = register(EnvSpec(name="CodeSandbox-v0", domain="code", state_type=SandboxState,
+SPEC = register(ToolEnvSpec(name="CodeSandbox-v0", domain="code", state_type=SandboxState,
                         tools=[write_file, run_python], tasks=tasks, isolation="container", max_turns=8,
                     module=__name__), replace=True)

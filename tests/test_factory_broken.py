@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from envfactory import EnvSpec, State, Task, call, tool
+from envfactory import ToolEnvSpec, State, Task, call, tool
 from envfactory.runtime.local import LocalEnv
 from envfactory.verify import verify_spec
 
@@ -42,7 +42,7 @@ def put_stamped(state: Box, name: str) -> str:
 
 
 def _verify(tasks, tools=(put,)):
-    spec = EnvSpec(name="Broken-v0", domain="test", state_type=Box, tools=list(tools), tasks=tasks)
+    spec = ToolEnvSpec(name="Broken-v0", domain="test", state_type=Box, tools=list(tools), tasks=tasks)
     report = verify_spec(spec, make_env=lambda: LocalEnv(spec))
     return report, {(f.check, f.task) for f in report.failures}
 

@@ -8,7 +8,7 @@ import gymnasium
 import pytest
 
 import envfactory
-from envfactory import EnvSpec, SpecError, State, Task, call, tool
+from envfactory import ToolEnvSpec, SpecError, State, Task, call, tool
 
 
 def test_gymnasium_make_reset_step():
@@ -45,7 +45,7 @@ def test_register_validates_and_refuses_duplicates():
         return "ok"
 
     def mk(name):
-        return EnvSpec(name=name, domain="test", state_type=S, tools=[bump],
+        return ToolEnvSpec(name=name, domain="test", state_type=S, tools=[bump],
                        tasks=[Task(id="t", instruction="bump", initial_state=S(), solution=[call("bump")])])
 
     with pytest.raises(SpecError, match="must look like"):

@@ -2,7 +2,7 @@
 
 import random
 
-from envfactory import EnvSpec, State, Task, call, tool
+from envfactory import ToolEnvSpec, State, Task, call, tool
 from envfactory.verify import verify_spec
 
 
@@ -30,7 +30,7 @@ def set_y_random(state: S) -> str:
 
 
 def _spec(name, tasks, tools=(set_x,)):
-    return EnvSpec(name=name, domain="test", state_type=S, tools=list(tools), tasks=tasks)
+    return ToolEnvSpec(name=name, domain="test", state_type=S, tools=list(tools), tasks=tasks)
 
 
 def _checks(report):

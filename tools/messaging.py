@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from envfactory import ToolError, tool
-from envfactory.multi.state import BROADCAST, Letter
+from envfactory.mail import BROADCAST, Letter
 
 __all__ = ["send_message", "read_messages", "TOOLS", "letters_between"]
 

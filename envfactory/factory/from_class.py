@@ -1,7 +1,7 @@
 """A third-party Python class, unchanged, as an environment.
 
 The class keeps its state in instance attributes and exposes operations as
-methods. :func:`from_class` turns it into an :class:`~envfactory.EnvSpec`:
+methods. :func:`from_class` turns it into an :class:`~envfactory.ToolEnvSpec`:
 
 * the instance attributes (after ``cls(**config)``) become the fields of a
   generated :class:`~envfactory.State` model (names starting with ``_`` are
@@ -28,10 +28,10 @@ from typing import Any, Callable, Iterable, Sequence
 
 from pydantic import create_model
 
-from ..spec import EnvSpec, SpecError
+from ..definition import ToolEnvSpec, SpecError
 from ..state import State
 from ..task import Task
-from ..tool import Tool, make_tool
+from ..tooling import Tool, make_tool
 from .arguments import ArgSource
 from .tasks_synth import SynthConfig, synthesize
 
@@ -155,7 +155,7 @@ def from_class(
     read_only: Iterable[str] | None = None,
     read_share: float = 0.2,
     max_turns: int = 20,
-) -> EnvSpec:
+) -> ToolEnvSpec:
     """Build an environment from a class, leaving the class untouched.
 
     Args:
@@ -185,7 +185,7 @@ def from_class(
         arguments=dict(arguments or {}), templates=dict(templates or {}),
         read_share=read_share, prefix=name.split("-")[0].lower(),
     )
-    spec = EnvSpec(name=name, domain=domain, state_type=state_type, tools=tools, tasks=[],
+    spec = ToolEnvSpec(name=name, domain=domain, state_type=state_type, tools=tools, tasks=[],
                    description=description or (inspect.getdoc(cls) or "").split("\n")[0],
                    max_turns=max_turns, metadata={"synth": synth, "source": f"class {cls.__module__}."
                                                   f"{cls.__qualname__}"})

@@ -17,8 +17,8 @@ from typing import Any, Callable, Literal, Optional
 
 from pydantic import ValidationError, create_model
 
-from ..spec import EnvSpec, SpecError
-from ..tool import Tool, ToolError, make_tool
+from ..definition import ToolEnvSpec, SpecError
+from ..tooling import Tool, ToolError, make_tool
 from .arguments import FRESH_WORDS
 from .spec_file import EntitySpec, EnvFile, FieldSpec, OperationSpec
 from .tasks_synth import SynthConfig, synthesize
@@ -253,7 +253,7 @@ def _sources(env: EnvFile) -> dict[str, Any]:
     return out
 
 
-def from_spec(path: str | Path) -> EnvSpec:
+def from_spec(path: str | Path) -> ToolEnvSpec:
     """Build the environment a spec file declares (tasks synthesized lazily)."""
     from tools.tables import TableState
 
@@ -268,7 +268,7 @@ def from_spec(path: str | Path) -> EnvSpec:
     synth = SynthConfig(sample_state=sample, arguments=_sources(env), templates=templates,
                         lengths=tuple(env.tasks.lengths), read_share=env.tasks.read_share,
                         prefix=env.name.split("-")[0].lower())
-    spec = EnvSpec(name=env.name, domain=env.domain, state_type=state_type, tools=tools, tasks=[],
+    spec = ToolEnvSpec(name=env.name, domain=env.domain, state_type=state_type, tools=tools, tasks=[],
                    description=env.description, max_turns=env.max_turns,
                    metadata={"synth": synth, "source": f"spec file {Path(path).name}"})
     spec.tasks = lambda: synthesize(spec.all_tools, synth, env.tasks.n, env.tasks.seed)

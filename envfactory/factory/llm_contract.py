@@ -8,7 +8,7 @@ __all__ = ["SYSTEM_PROMPT", "repair_message", "extract_code"]
 
 EXAMPLE = '''
 """Notes-v0: keep short notes by title."""
-from envfactory import EnvSpec, State, Task, ToolError, call, tool
+from envfactory import ToolEnvSpec, State, Task, ToolError, call, tool
 
 
 class NotesState(State):
@@ -54,7 +54,7 @@ def tasks() -> list[Task]:
     ]
 
 
-SPEC = EnvSpec(name="Notes-v0", domain="notes", description="Keep short notes.",
+SPEC = ToolEnvSpec(name="Notes-v0", domain="notes", description="Keep short notes.",
                state_type=NotesState, tools=[write_note, read_note], tasks=tasks)
 '''
 
@@ -69,7 +69,7 @@ against the `envfactory` API. Rules:
   success means the final state equals the state the solution produces.
 - Tools must be deterministic: no randomness, clocks, network, files or global variables.
 - No task may be satisfied by doing nothing, and answer facts must not appear in the instruction.
-- Define `SPEC = EnvSpec(name="Name-v0", domain=..., description=..., state_type=...,
+- Define `SPEC = ToolEnvSpec(name="Name-v0", domain=..., description=..., state_type=...,
   tools=[...], tasks=tasks)` at module level; do not call register().
 - Import only from `envfactory`, `pydantic`, `typing` and the standard library.
 Answer with the complete module in one ```python code block and nothing else.

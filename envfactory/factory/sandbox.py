@@ -1,8 +1,8 @@
 """Verify an untrusted environment module in a separate, resource-limited process.
 
 Run as ``python -I -m envfactory.factory.sandbox MODULE.py [--min-tasks N]``:
-it imports the file, finds its :class:`~envfactory.EnvSpec` (``SPEC``, or the
-only EnvSpec defined), runs the verification suite on the local runtime and
+it imports the file, finds its :class:`~envfactory.ToolEnvSpec` (``SPEC``, or the
+only ToolEnvSpec defined), runs the verification suite on the local runtime and
 prints one JSON line: ``{"ok", "name", "domain", "tasks", "failures", "error"}``.
 
 :func:`verify_in_sandbox` runs that command with CPU, memory, file-size and
@@ -54,7 +54,7 @@ class SandboxLimits:
 def verify_module_file(path: str, min_tasks: int = 1) -> dict[str, Any]:
     """Import ``path`` and verify its environment (in this process)."""
     from envfactory.runtime.local import LocalEnv
-    from envfactory.spec import EnvSpec
+    from envfactory.definition import ToolEnvSpec
     from envfactory.verify import verify_spec
 
     doc: dict[str, Any] = {"ok": False, "name": None, "domain": None, "tasks": 0, "failures": [],
@@ -67,11 +67,11 @@ def verify_module_file(path: str, min_tasks: int = 1) -> dict[str, Any]:
         doc["error"] = "importing the module failed:\n" + _tail(traceback.format_exc())
         return doc
     found = getattr(module, "SPEC", None)
-    if not isinstance(found, EnvSpec):
-        specs = [v for v in vars(module).values() if isinstance(v, EnvSpec)]
+    if not isinstance(found, ToolEnvSpec):
+        specs = [v for v in vars(module).values() if isinstance(v, ToolEnvSpec)]
         if len(specs) != 1:
-            doc["error"] = (f"the module must define exactly one EnvSpec as SPEC; found {len(specs)} "
-                            "EnvSpec objects")
+            doc["error"] = (f"the module must define exactly one ToolEnvSpec as SPEC; found {len(specs)} "
+                            "ToolEnvSpec objects")
             return doc
         found = specs[0]
     doc["name"], doc["domain"] = found.name, found.domain

@@ -23,7 +23,7 @@ from ..agents_scripted import claim_actions, noop_actions, random_actions
 from ..parsing import parse_action
 from ..state import State, copy_state, state_hash
 from ..task import Task, ToolCall, normalize_answer
-from ..tool import Tool
+from ..tooling import Tool
 from .arguments import ArgSource, draw_arguments, is_free
 from .checks import ChangeCheck, state_leaves
 

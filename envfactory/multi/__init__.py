@@ -1,28 +1,19 @@
-"""Multi-agent tool environments: roles with their own tools, private knowledge,
-a shared world, messages, turn order (AEC) and simultaneous moves (Parallel).
+"""PettingZoo faces of team environments, and team evaluation.
 
-::
+A team environment is a :class:`~envfactory.ToolEnvSpec` with roles; its live
+episode is the same :class:`~envfactory.Episode` as for one agent
+(``envfactory.make("MultiRecords-v0")``). This package adds the PettingZoo views::
 
     import envfactory.multi as multi
     aec = multi.env("MultiRecords-v0")            # PettingZoo AEC
     par = multi.parallel_env("MultiRecords-v0")   # PettingZoo Parallel
-    ep = envfactory.make_multi("MultiRecords-v0") # the live episode (fork/snapshot/restore)
-
-Defining one: a :class:`MultiState` subclass, tools, :class:`Role` objects,
-:class:`MultiTask` objects with joint solutions (:func:`by`), and
-``envfactory.register(MultiAgentSpec(...))``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .episode import MultiEpisode, TurnResult
-from .spec import JointCall, MultiAgentSpec, MultiTask, Role, by
-from .state import BROADCAST, ConflictError, Letter, Mailbox, MultiState
-
-__all__ = ["BROADCAST", "ConflictError", "JointCall", "Letter", "Mailbox", "MultiAgentSpec", "MultiEpisode",
-           "MultiState", "MultiTask", "Role", "TurnResult", "by", "env", "parallel_env"]
+__all__ = ["env", "parallel_env"]
 
 
 def env(name: str, **kwargs: Any) -> Any:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .episode import MultiEpisode
-from .spec import MultiAgentSpec
+from .definition import MultiAgentSpec
 from .team import MODES, SCRIPTED, NoopPolicy, RolePolicy, TeamOutcome, play, scripted_policy
 
 __all__ = ["PolicyEntry", "build_policies", "wilson", "summarize", "evaluate_env", "evaluate"]

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from ..verify import Failure, Report
 from .episode import MultiEpisode
-from .spec import MultiAgentSpec
+from .definition import MultiAgentSpec
 from .team import MODES, NoopPolicy, OraclePolicy, RandomPolicy, ScriptPolicy, play
 
 __all__ = ["verify_multi_spec", "pettingzoo_checks", "episode_trace", "parity_failures"]

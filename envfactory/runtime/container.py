@@ -29,7 +29,7 @@ from typing import Any
 import httpcore
 import httpx
 
-from ..spec import EnvSpec
+from ..definition import ToolEnvSpec
 from .wire import MAGIC, TOKEN_HEADER, recv_frame, send_frame
 
 __all__ = ["Container", "ContainerError", "Limits", "LABEL", "SOCKET_ROOT", "owner_label"]
@@ -89,7 +89,7 @@ class Container:
         start_timeout: Seconds allowed for the server to come up.
     """
 
-    def __init__(self, client: Any, spec: EnvSpec, image: str, *, max_sessions: int,
+    def __init__(self, client: Any, spec: ToolEnvSpec, image: str, *, max_sessions: int,
                  limits: Limits, control_timeout: float = 30.0, start_timeout: float = 60.0) -> None:
         self.spec = spec
         self.client = client

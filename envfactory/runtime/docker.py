@@ -27,7 +27,7 @@ from typing import Any
 
 from ..env import Environment, EpisodeError, Message, StepResult
 from ..parsing import ParsedAction, parse_action
-from ..spec import EnvSpec
+from ..definition import ToolEnvSpec
 from ..state import State
 from ..task import Task
 from .container import Container, ContainerError, Limits
@@ -52,7 +52,7 @@ class DockerEnv(Environment):
             process-wide pool is created.
     """
 
-    def __init__(self, spec: EnvSpec, *, max_turns: int | None = None, step_timeout: float = 30.0,
+    def __init__(self, spec: ToolEnvSpec, *, max_turns: int | None = None, step_timeout: float = 30.0,
                  pool: Pool | None = None, image: str | None = None, **pool_options: Any) -> None:
         self.spec = spec
         self.max_turns = spec.max_turns if max_turns is None else int(max_turns)
@@ -95,7 +95,7 @@ class DockerEnv(Environment):
             registered = None
         if registered is not t:
             raise ValueError(f"{self.spec.name}: the docker runtime runs registered tasks only; "
-                             f"task {t.id!r} is not one of them (register it in the EnvSpec)")
+                             f"task {t.id!r} is not one of them (register it in the ToolEnvSpec)")
         reply = self._link.request_with_retry({"op": "reset", "task": t.id})
         self._clear()
         self._task = t

@@ -1,6 +1,6 @@
 """The warm pool of environment containers, and garbage collection.
 
-Isolation policy (``EnvSpec.isolation``):
+Isolation policy (``ToolEnvSpec.isolation``):
 
 * ``session``: pure-state worlds. Up to ``sessions_per_container`` sessions
   share one container; acquiring picks the least-loaded live container.
@@ -24,7 +24,7 @@ import socket
 import threading
 from typing import Any
 
-from ..spec import EnvSpec
+from ..definition import ToolEnvSpec
 from .container import LABEL, SOCKET_ROOT, Container, ContainerError, Limits
 
 __all__ = ["Pool", "get_pool", "shutdown_all", "gc"]
@@ -63,7 +63,7 @@ class Pool:
         limits: Resource limits of each container.
     """
 
-    def __init__(self, spec: EnvSpec, image: str | None = None, *, warm: int = 1,
+    def __init__(self, spec: ToolEnvSpec, image: str | None = None, *, warm: int = 1,
                  sessions_per_container: int = 64, limits: Limits | None = None) -> None:
         from ..images import image_for
 
@@ -220,7 +220,7 @@ _pools: dict[tuple[str, str | None, str], Pool] = {}
 _pools_lock = threading.Lock()
 
 
-def get_pool(spec: EnvSpec, image: str | None = None, **options: Any) -> Pool:
+def get_pool(spec: ToolEnvSpec, image: str | None = None, **options: Any) -> Pool:
     """The process-wide pool of ``spec`` (created on first use with ``options``)."""
     key = (spec.name, image, repr(sorted(options.items())))
     with _pools_lock:

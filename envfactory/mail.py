@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from ..state import State
-from ..tool import ToolError
+from .state import State
+from .tooling import ToolError
 
 __all__ = ["BROADCAST", "Letter", "Mailbox", "MultiState", "ConflictError", "CONFLICT_PREFIX"]
 

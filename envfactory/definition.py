@@ -1,0 +1,318 @@
+"""ToolEnvSpec: everything that defines an environment, for one agent or a team.
+
+One definition covers N >= 1 roles. A single-agent environment is the one-role
+case: it names no roles, and its one agent (``agent_0``) may call every tool.
+A team environment names its :class:`Role` objects; each role adds the tools
+only it may call (its permissions) to the ``tools`` every role shares (usually
+the messaging tools), and its state subclasses
+:class:`~envfactory.mail.MultiState` (the mailbox, who is acting, the round).
+Private views, payoffs and the world's own end (``terminal``) are further
+properties of the definition, never of a second code path.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Sequence
+
+from .state import State, copy_state, state_hash
+from .task import Task, ToolCall
+from .tooling import Tool, finish_tool
+
+__all__ = ["ToolEnvSpec", "Role", "SpecError", "SOLE_AGENT", "PERMISSION_PREFIX", "lookup_task"]
+
+_NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]*-v\d+$")
+_AGENT_RE = re.compile(r"^[a-z][a-z0-9]*_[0-9]+$")
+SOLE_AGENT = "agent_0"
+PERMISSION_PREFIX = "Error: permission denied: "
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are an agent that completes the user's task in a {domain} environment by calling tools. "
+    "Call tools with <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}</tool_call>. "
+    "When the task is done, reply with your final answer without calling a tool."
+)
+DEFAULT_TEAM_PROMPT = (
+    "You are {agent}, {role}. You work in a team of agents ({team}) in a {domain} environment. "
+    "Only you see your own tool results and private notes; your teammates learn what you tell them "
+    "with send_message (to an agent id, or to \"all\"), and their messages to you appear in your "
+    "observations. Call tools with <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}</tool_call>. "
+    "Each round every agent takes one turn. Reply without a tool call to pass your turn; the episode "
+    "ends when every agent passes in the same round, or when anyone calls finish."
+)
+
+
+class SpecError(ValueError):
+    """An environment definition is invalid; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class Role:
+    """One agent of a team.
+
+    Attributes:
+        id: The agent id, ``<descriptor>_<number>`` (PettingZoo's convention), e.g. ``reader_0``.
+        description: Who this agent is, completing "You are reader_0, ..." in its system prompt.
+        tools: The tools only this role may call (its permissions).
+    """
+
+    id: str
+    description: str
+    tools: Sequence[Tool] = ()
+
+
+def lookup_task(env: str, tasks: list[Any], index: dict[str, Any], key: str | int) -> Any:
+    """``tasks[key]`` for an index, ``index[key]`` for an id; a ``KeyError`` naming ``env`` otherwise."""
+    if isinstance(key, bool):
+        raise TypeError("a task is chosen by id (str) or index (int), not bool")
+    if isinstance(key, int):
+        if not -len(tasks) <= key < len(tasks):
+            raise KeyError(f"{env} has {len(tasks)} tasks; index {key} is out of range")
+        return tasks[key]
+    try:
+        return index[key]
+    except KeyError:
+        raise KeyError(f"{env} has no task {key!r} (ids look like {tasks[0].id!r})") from None
+
+
+Payoff = Callable[[Task, Any, bool], dict[str, float]]
+
+
+@dataclass(eq=False)
+class ToolEnvSpec:
+    """The definition of an environment.
+
+    Attributes:
+        name: Registry name and Gymnasium id suffix, ``<Name>-v<N>``.
+        domain: Short domain label (``filesystem``, ``banking``...).
+        state_type: The pydantic :class:`State` subclass of the world
+            (a :class:`~envfactory.mail.MultiState` subclass for teams).
+        tools: The tools every role may call (for one agent: all its tools).
+        tasks: The tasks, or a zero-argument function that builds them (called
+            once, lazily: registration stays cheap).
+        roles: The team, in turn order; empty for a single-agent environment.
+        description: One sentence for listings.
+        system_prompt: The system message; ``{domain}`` is filled in (and, for
+            teams, ``{agent} {role} {team}``).
+        max_turns: Rounds (every role takes one turn) before the episode is truncated.
+        finish_tool: Add the built-in ``finish(answer)`` tool.
+        terminal: ``terminal(state) -> bool``: the world itself ended the
+            episode (a deal was closed); checked after every turn.
+        payoff: ``payoff(task, final_state, success) -> {agent: reward}`` for
+            mixed-motive games; by default every role gets the joint reward.
+        isolation: For the Docker runtime: ``session`` (many sessions share a
+            container; pure-state worlds) or ``container`` (one container per
+            session; worlds that execute agent code).
+        module: The module that registers this spec (imported again inside
+            containers); filled in by :func:`envfactory.register`.
+    """
+
+    name: str
+    domain: str
+    state_type: type[State]
+    tools: Sequence[Tool]
+    tasks: Sequence[Task] | Callable[[], Sequence[Task]]
+    roles: Sequence[Role] = ()
+    description: str = ""
+    system_prompt: str | None = None
+    max_turns: int = 20
+    finish_tool: bool = True
+    terminal: Callable[[Any], bool] | None = None
+    payoff: Payoff | None = None
+    isolation: Literal["session", "container"] = "session"
+    module: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    _tasks: list[Task] | None = field(default=None, init=False, repr=False)
+    _task_index: dict[str, Task] = field(default_factory=dict, init=False, repr=False)
+    _tool_map: dict[str, Tool] = field(default_factory=dict, init=False, repr=False)
+    _role_tools: dict[str, dict[str, Tool]] = field(default_factory=dict, init=False, repr=False)
+    _owners: dict[str, list[str]] = field(default_factory=dict, init=False, repr=False)
+    replay_errors: dict[str, list[str]] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise SpecError(
+                f"environment name {self.name!r} must look like 'Name-v0' "
+                "(capitalised, alphanumeric, version suffix)"
+            )
+        if not (isinstance(self.state_type, type) and issubclass(self.state_type, State)):
+            raise SpecError(f"{self.name}: state_type must be a subclass of envfactory.State")
+        if self.max_turns < 1:
+            raise SpecError(f"{self.name}: max_turns must be at least 1")
+        common = list(self.tools) + ([finish_tool] if self.finish_tool else [])
+        for t in common:
+            if not isinstance(t, Tool):
+                raise SpecError(f"{self.name}: {t!r} is not a Tool (decorate it with @envfactory.tool)")
+            if t.name in self._tool_map:
+                raise SpecError(f"{self.name}: two tools are named {t.name!r}")
+            self._tool_map[t.name] = t
+        self.roles = tuple(self.roles)
+        if len(self.roles) == 1:
+            raise SpecError(f"{self.name}: a team needs at least two roles; a single agent names none")
+        if self.roles:
+            from .mail import MultiState
+
+            if not issubclass(self.state_type, MultiState):
+                raise SpecError(f"{self.name}: the state of a team must subclass envfactory.MultiState "
+                                "(it carries the mailbox and who is acting)")
+        for role in self.roles:
+            if not _AGENT_RE.match(role.id):
+                raise SpecError(f"{self.name}: agent id {role.id!r} must look like 'reader_0' "
+                                "(lower-case descriptor, underscore, number)")
+            if role.id in self._role_tools:
+                raise SpecError(f"{self.name}: two roles are called {role.id!r}")
+            own = dict(self._tool_map)
+            for t in role.tools:
+                if not isinstance(t, Tool):
+                    raise SpecError(f"{self.name}: {t!r} of role {role.id} is not a Tool")
+                if t.name in own:
+                    raise SpecError(f"{self.name}: role {role.id} has two tools named {t.name!r}")
+                own[t.name] = t
+                self._owners.setdefault(t.name, []).append(role.id)
+            self._role_tools[role.id] = own
+        if not self.roles:
+            self._role_tools[SOLE_AGENT] = self._tool_map
+        self._agents = list(self._role_tools)
+
+    # -- roles and tools ---------------------------------------------------
+    @property
+    def multi_agent(self) -> bool:
+        """Whether this is a team environment (two or more roles)."""
+        return bool(self.roles)
+
+    @property
+    def agent_ids(self) -> list[str]:
+        """The agents in turn order (``["agent_0"]`` for a single agent)."""
+        return self._agents
+
+    def role(self, agent: str) -> Role:
+        for r in self.roles:
+            if r.id == agent:
+                return r
+        if not self.roles and agent == SOLE_AGENT:
+            return Role(SOLE_AGENT, "the agent")
+        raise KeyError(f"{self.name} has no agent {agent!r}; its agents are {self.agent_ids}")
+
+    @property
+    def all_tools(self) -> dict[str, Tool]:
+        """Every tool by name: the shared ones, ``finish``, and every role's own."""
+        if not self.roles:
+            return self._tool_map
+        out = dict(self._tool_map)
+        for tools in self._role_tools.values():
+            out.update(tools)
+        return out
+
+    def tools_of(self, agent: str | None = None) -> dict[str, Tool]:
+        """The tools ``agent`` may call, by name (the sole agent's when ``None``)."""
+        if agent is None:
+            agent = self._agents[0]
+        try:
+            return self._role_tools[agent]
+        except KeyError:
+            raise KeyError(f"{self.name} has no agent {agent!r}; its agents are {self.agent_ids}") from None
+
+    def owners(self, tool_name: str) -> list[str]:
+        """The roles that own a role-specific tool (empty for shared or unknown tools)."""
+        return self._owners.get(tool_name, [])
+
+    def tool_schemas(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """OpenAI function-calling schemas of the tools ``agent`` may call."""
+        return [t.schema() for t in self.tools_of(agent).values()]
+
+    def render_system_prompt(self, agent: str | None = None) -> str:
+        if not self.roles:
+            return (self.system_prompt or DEFAULT_SYSTEM_PROMPT).format(domain=self.domain)
+        agent = agent or self._agents[0]
+        return (self.system_prompt or DEFAULT_TEAM_PROMPT).format(
+            agent=agent, role=self.role(agent).description, team=", ".join(self._agents), domain=self.domain)
+
+    # -- tasks -------------------------------------------------------------
+    def get_tasks(self) -> list[Task]:
+        """The tasks, built on first use. Each reference solution is replayed once
+        here: tool errors are kept in :attr:`replay_errors`, and tasks without a
+        ``check`` get the expected final state it produces."""
+        if self._tasks is None:
+            raw = self.tasks() if callable(self.tasks) else self.tasks
+            tasks = list(raw)
+            if not tasks:
+                raise SpecError(f"{self.name}: an environment needs at least one task")
+            index: dict[str, Task] = {}
+            agents = set(self._agents)
+            for t in tasks:
+                if not isinstance(t, Task):
+                    raise SpecError(f"{self.name}: {t!r} is not a Task")
+                if t.id in index:
+                    raise SpecError(f"{self.name}: two tasks have id {t.id!r}")
+                if not isinstance(t.initial_state, self.state_type):
+                    raise SpecError(
+                        f"{self.name}: task {t.id!r} has an initial state of type "
+                        f"{type(t.initial_state).__name__}, expected {self.state_type.__name__}"
+                    )
+                unknown = ({c.agent for c in t.solution if c.agent is not None} | set(t.private)) - agents
+                if unknown:
+                    raise SpecError(f"{self.name}: task {t.id!r} names unknown agents {sorted(unknown)}")
+                index[t.id] = t
+                s = self.start_state(t)
+                errs = self.replay(s, t.solution)
+                if errs:
+                    self.replay_errors[t.id] = errs
+                if t.check is None and t.expected_state_hash is None:
+                    t.expected_state_hash = state_hash(s)
+            self._task_index = index
+            self._tasks = tasks
+        return self._tasks
+
+    def task(self, key: str | int | Task) -> Task:
+        """A task by id, by index, or the task itself."""
+        tasks = self.get_tasks()
+        return key if isinstance(key, Task) else lookup_task(self.name, tasks, self._task_index, key)
+
+    def start_state(self, task: Task) -> State:
+        """A fresh copy of the task's world (with the team filled in, for teams)."""
+        state = copy_state(task.initial_state)
+        if self.roles:
+            state.agents = list(self._agents)
+        return state
+
+    def replay(self, state: State, calls: Sequence[ToolCall]) -> list[str]:
+        """Run ``calls`` on ``state`` in place, with permissions; return the error observations.
+
+        A call without ``agent`` is made by the first role (the sole agent)."""
+        errors = []
+        team = bool(self.roles)
+        for i, c in enumerate(calls):
+            agent = c.agent or self._agents[0]
+            if team:
+                state.acting, state.round = agent, i + 1
+            t = self._role_tools.get(agent, {}).get(c.name)
+            if t is None:
+                errors.append(f"call {i} ({agent}: {c.name}): not a tool of {agent}")
+                continue
+            out = t.invoke(state, c.arguments)
+            if not out.ok:
+                errors.append(f"call {i} ({agent}: {c.name}): {out.content}")
+        if team:
+            state.acting = ""
+        return errors
+
+    def rewards(self, task: Task, state: Any, success: bool) -> dict[str, float]:
+        """Per-agent rewards at the end: the payoff for mixed-motive games, else the joint reward."""
+        if self.payoff is not None:
+            out = self.payoff(task, state, success)
+            return {a: float(out.get(a, 0.0)) for a in self._agents}
+        return dict.fromkeys(self._agents, 1.0 if success else 0.0)
+
+    def describe(self) -> dict[str, Any]:
+        """The listing entry: name, domain, multi_agent, tasks, tools."""
+        d = {
+            "name": self.name,
+            "domain": self.domain,
+            "multi_agent": self.multi_agent,
+            "tasks": len(self.get_tasks()),
+            "tools": len(self.all_tools),
+            "description": self.description,
+        }
+        if self.roles:
+            d.update(agents=list(self._agents), mixed_motive=self.payoff is not None)
+        return d

@@ -1,0 +1,488 @@
+"""The episode engine: one referee for one agent or a team, over any world.
+
+An :class:`Episode` is a live episode of a :class:`~envfactory.definition.ToolEnvSpec`
+with N >= 1 roles. It is the referee and it always runs on the host: it parses
+each action, checks permissions, keeps every agent's transcript and private
+view, delivers messages, counts turns and rounds, decides the end of the
+episode and computes the reward from the true final state. The state itself
+lives in a :class:`~envfactory.world.World` (in-process, or in a container),
+which only runs the calls the referee allowed.
+
+Turn protocol. Agents act in role order; when every agent has taken one turn,
+a round ends. :meth:`Episode.act` plays one agent's turn (turn order,
+PettingZoo AEC). :meth:`Episode.step` plays the sole agent's turn (one role,
+Gymnasium) or a whole round of simultaneous moves (a team, PettingZoo
+Parallel): every action of a round was chosen on the same information, so
+messages sent during it reach their recipients only from the next round on;
+calls run in role order, so when two agents grab the same resource the first
+gets it and the second a ``conflict`` error.
+
+A turn is an assistant message (model text, an OpenAI-style message, or tool
+calls). Calls to another role's tools are refused (``permission denied``). A
+turn without a tool call *passes*. The episode terminates when anyone calls
+``finish`` (its answer is the final answer), when the world says so
+(``spec.terminal``), or when every agent passes in the same round (for one
+agent: it answers without a tool call); it is truncated after ``max_turns``
+rounds. Rewards are sparse: 0 until the end, then the task success (or, for
+mixed-motive games, each agent's payoff), judged from the true final state,
+never from what an agent claims.
+
+The one-role case pays nothing for mail: it has no mailbox and no letters.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from .definition import PERMISSION_PREFIX, ToolEnvSpec
+from .env import Environment, EpisodeError, Message, StepResult
+from .mail import CONFLICT_PREFIX
+from .parsing import ParsedAction, parse_action
+from .state import State
+from .task import Task, ToolCall
+from .world import LocalWorld, World, WorldTimeout
+
+__all__ = ["Episode", "SNAPSHOT_FORMAT", "task_for_seed"]
+
+SNAPSHOT_FORMAT = 2
+NOTHING_NEW = "(nothing new)"
+_IGNORED = "Error: ignored; the episode was already finished by an earlier call."
+_CONFLICT = "Error: " + CONFLICT_PREFIX
+
+
+def task_for_seed(n_tasks: int, seed: int | None) -> int:
+    """The task index that ``reset(seed=seed)`` picks, for every face (make, Gymnasium, PettingZoo)."""
+    return random.Random(seed).randrange(n_tasks)
+
+
+class Episode(Environment):
+    """A live episode of ``spec`` (see the module docstring).
+
+    Args:
+        spec: The environment definition.
+        world: Where the state lives (default: in this process).
+        max_turns: Overrides ``spec.max_turns`` (rounds, for a team).
+    """
+
+    def __init__(self, spec: ToolEnvSpec, world: World | None = None, *, max_turns: int | None = None) -> None:
+        self.spec = spec
+        self.world = world if world is not None else LocalWorld(spec)
+        self.agents: list[str] = list(spec.agent_ids)
+        self.max_turns = spec.max_turns if max_turns is None else int(max_turns)
+        if self.max_turns < 1:
+            raise ValueError("max_turns must be at least 1")
+        self._team = len(self.agents) > 1
+        self._finish = {n for n, t in spec.all_tools.items() if t.finish}
+        self._task: Task | None = None
+        self._terminated = self._truncated = False
+
+    # -- protocol -------------------------------------------------------------
+    def reset(self, task: Any = None, *, seed: int | None = None) -> Any:
+        """Start an episode.
+
+        Args:
+            task: A task id, index or :class:`Task`. ``None`` picks one from
+                ``seed`` (:func:`task_for_seed`), or at random when ``seed`` is ``None``.
+
+        Returns:
+            For one agent, its opening messages (system, user instruction); for a
+            team, each agent's opening observation (instruction and private notes).
+        """
+        if task is None:
+            task = task_for_seed(len(self.spec.get_tasks()), seed)
+        t = self.spec.task(task)
+        self.world.start(t)
+        self._task = t
+        self._transcripts: dict[str, list[Message]] = {}
+        for a in self.agents:
+            opening = t.instruction
+            if t.private.get(a):
+                opening += "\n\nPrivate notes (only you know this): " + t.private[a]
+            self._transcripts[a] = [{"role": "system", "content": self.spec.render_system_prompt(a)},
+                                    {"role": "user", "content": opening}]
+        self._seen_mail = dict.fromkeys(self.agents, 0)
+        self._last_tool: dict[str, list[Message]] = {a: [] for a in self.agents}
+        self._acted = dict.fromkeys(self.agents, 0)
+        self._counts = {a: {"tool_calls": 0, "tool_errors": 0, "parse_errors": 0} for a in self.agents}
+        self._round, self._pos = 1, 0
+        self._passed: list[str] = []
+        self._last_words: dict[str, str] = {}
+        self._log: list[dict[str, Any]] = []
+        self._terminated = self._truncated = False
+        self._success: bool | None = None
+        self._rewards = dict.fromkeys(self.agents, 0.0)
+        self._answer: str | None = None
+        self._ended_by: str | None = None
+        if self._team:
+            return {a: self.observation(a) for a in self.agents}
+        return list(self._transcripts[self.agents[0]])
+
+    @property
+    def next_agent(self) -> str | None:
+        """Whose turn it is (turn order), or ``None`` before ``reset`` and after the end."""
+        return None if self._task is None or self.done else self.agents[self._pos]
+
+    def act(self, agent: str, action: Any) -> StepResult:
+        """Play ``agent``'s turn; it must be :attr:`next_agent`. Never raises on model output.
+
+        Raises:
+            EpisodeError: no episode is running, it has ended, or it is not ``agent``'s turn.
+            envfactory.parsing.ActionTypeError: ``action`` is of no accepted type.
+        """
+        self._check_turn(agent)
+        return self._turn(agent, action, self._mail_count())
+
+    def step(self, action: Any) -> Any:
+        """One agent: play its turn (a :class:`StepResult`). A team: play one round of
+        simultaneous moves from ``{agent: action}`` (an agent missing from it passes)
+        and return ``{agent: StepResult}`` for the agents that acted (the episode may
+        end mid-round, e.g. on ``finish``; later agents' actions are then ignored)."""
+        if not self._team:
+            self._check_turn(self.agents[0])
+            return self._turn(self.agents[0], action, 0)
+        if self._task is None:
+            raise EpisodeError(f"{self.spec.name}: call reset() before step()")
+        if not isinstance(action, dict):
+            raise EpisodeError(f"{self.spec.name} is a team environment: step() takes {{agent: action}} "
+                               f"for {self.agents}; act(agent, action) plays one turn")
+        if self._pos != 0 and not self.done:
+            raise EpisodeError(f"{self.spec.name}: a simultaneous round must start at the beginning of "
+                               f"a round, but it is {self.next_agent}'s turn; finish the round with act()")
+        unknown = set(action) - set(self.agents)
+        if unknown:
+            raise EpisodeError(f"{self.spec.name}: actions for unknown agents {sorted(unknown)}; "
+                               f"the agents are {self.agents}")
+        limit = self._mail_count()
+        out: dict[str, StepResult] = {}
+        for a in self.agents:
+            if self.done and out:
+                break
+            self._check_turn(a)
+            out[a] = self._turn(a, action.get(a, ""), limit)
+        return out
+
+    def _check_turn(self, agent: str) -> None:
+        if self._task is None:
+            raise EpisodeError(f"{self.spec.name}: call reset() before step()")
+        if self._terminated or self._truncated:
+            raise EpisodeError(f"{self.spec.name}: the episode has ended; call reset() to start another")
+        if agent != self.agents[self._pos]:
+            raise EpisodeError(f"{self.spec.name}: it is {self.agents[self._pos]}'s turn, not {agent!r}")
+
+    def _mail_count(self) -> int:
+        return len(self.world.state().mail.letters) if self._team and self._task is not None else 0
+
+    def _turn(self, agent: str, action: Any, mail_limit: int) -> StepResult:
+        parsed = parse_action(action)  # ActionTypeError before anything changes
+        transcript, counts = self._transcripts[agent], self._counts[agent]
+        if self._team:
+            letters = self.world.state().mail.inbox(agent, self._seen_mail[agent], mail_limit)
+            if letters:
+                transcript.append({"role": "user", "content": "\n".join(m.render() for m in letters)})
+            self._seen_mail[agent] = max(self._seen_mail[agent], mail_limit)
+        self._acted[agent] += 1
+        rnd = self._round
+        tag = f"{agent}_{rnd}" if self._team else str(rnd)
+        assistant: Message = {"role": "assistant", "content": parsed.content}
+        transcript.append(assistant)
+        new: list[Message] = []
+        log = self._log
+        for j, err in enumerate(parsed.errors):
+            counts["parse_errors"] += 1
+            new.append({"role": "tool", "tool_call_id": f"call_{tag}_invalid{j}",
+                        "name": "invalid_tool_call", "content": "Error: " + err})
+            log.append({"round": rnd, "agent": agent, "name": None, "arguments": None,
+                        "ok": False, "kind": "parse_error"})
+        finished, answer, timed_out = False, None, False
+        if parsed.calls:
+            finished, answer, timed_out = self._run_calls(agent, rnd, tag, parsed, assistant, new, counts)
+        transcript.extend(new)
+        self._last_tool[agent] = new
+        if not parsed.attempted:
+            self._passed.append(agent)
+            self._last_words[agent] = parsed.answer
+        info: dict[str, Any] = {"turn": self._acted[agent], "round": rnd, "task_id": self._task.id, **counts}
+        self._pos += 1
+        if timed_out:
+            self._end("timeout", terminated=False, success=False)
+            info["timeout"] = True
+        elif finished:
+            self._end("finish", terminated=True, answer=answer)
+        elif self.spec.terminal is not None and self.spec.terminal(self.world.state()):
+            self._end("terminal", terminated=True)
+        elif self._pos == len(self.agents):
+            if len(self._passed) == len(self.agents):
+                self._end("quiescence" if self._team else "answer", terminated=True)
+            elif rnd >= self.max_turns:
+                self._end("max_turns", terminated=False)
+            else:
+                self._round, self._pos, self._passed = rnd + 1, 0, []
+        if self._terminated or self._truncated:
+            info.update(success=self._success, answer=self._answer, ended_by=self._ended_by)
+        rewards = self._rewards
+        return StepResult(new, rewards[agent], self._terminated, self._truncated, info, agent, dict(rewards))
+
+    def _run_calls(self, agent: str, rnd: int, tag: str, parsed: ParsedAction, assistant: Message,
+                   new: list[Message], counts: dict[str, int]) -> tuple[bool, str | None, bool]:
+        """Check each call against ``agent``'s permissions, run the allowed ones in the
+        world as one batch (``finish`` runs here: it ends the turn), and write the
+        tool messages and log entries. Returns (finished, answer, timed out)."""
+        tools = self.spec.tools_of(agent)
+        calls = parsed.calls
+        contents: list[str | None] = [None] * len(calls)
+        kinds = ["ok"] * len(calls)
+        batch: list[int] = []
+        finished, answer, timed_out = False, None, False
+
+        def flush() -> None:
+            nonlocal timed_out
+            if not batch:
+                return
+            if timed_out:
+                outs = None
+            else:
+                try:
+                    outs = self.world.run(agent, rnd, [calls[i] for i in batch])
+                except WorldTimeout as exc:
+                    timed_out, outs = True, None
+                    self._timeout_msg = f"Error: {exc}"
+            for k, i in enumerate(batch):
+                if outs is None:
+                    contents[i], kinds[i] = self._timeout_msg, "timeout"
+                    continue
+                o = outs[k]
+                contents[i] = o.content
+                if not o.ok:
+                    kinds[i] = "conflict" if o.content.startswith(_CONFLICT) else o.kind
+            batch.clear()
+
+        for i, c in enumerate(calls):
+            t = tools.get(c.name)
+            if finished:
+                contents[i], kinds[i] = _IGNORED, "ignored"
+            elif t is None:
+                owners = self.spec.owners(c.name)
+                if owners:
+                    contents[i], kinds[i] = (PERMISSION_PREFIX + f"'{c.name}' is a tool of {', '.join(owners)}, "
+                                             f"not of {agent}; ask them to do it. Your tools: {', '.join(tools)}."
+                                             ), "permission"
+                else:
+                    what = "Your tools" if self._team else "Available tools"
+                    contents[i], kinds[i] = f"Error: unknown tool '{c.name}'. {what}: {', '.join(tools)}.", \
+                        "unknown_tool"
+            elif t.finish:
+                flush()
+                if timed_out:
+                    contents[i], kinds[i] = self._timeout_msg, "timeout"
+                    continue
+                out = t.invoke(None, c.arguments)
+                contents[i] = out.content
+                if out.ok:
+                    finished, answer = True, str(c.arguments.get("answer", ""))
+                else:
+                    kinds[i] = out.kind
+            else:
+                batch.append(i)
+        flush()
+        # Arguments stay a dict (the HF chat-template convention); see
+        # envfactory.messages.to_openai for the string form OpenAI servers want.
+        openai_calls = []
+        log = self._log
+        for i, c in enumerate(calls):
+            cid = c.id or f"call_{tag}_{i}"
+            openai_calls.append({"id": cid, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
+            counts["tool_calls"] += 1
+            kind = kinds[i]
+            if kind != "ok":
+                counts["tool_errors"] += 1
+            t = tools.get(c.name)
+            log.append({"round": rnd, "agent": agent, "name": c.name, "arguments": c.arguments,
+                        "ok": kind == "ok", "kind": kind, "read_only": bool(t is not None and t.read_only)})
+            new.append({"role": "tool", "tool_call_id": cid, "name": c.name, "content": contents[i]})
+        assistant["tool_calls"] = openai_calls
+        return finished, answer, timed_out
+
+    def _end(self, how: str, *, terminated: bool, answer: str | None = None, success: bool | None = None) -> None:
+        self._terminated, self._truncated, self._ended_by = terminated, not terminated, how
+        if how == "timeout":  # the world is gone: nothing to judge
+            self._answer, self._success, self._rewards = None, False, dict.fromkeys(self.agents, 0.0)
+            return
+        if answer is None:
+            answer = "\n".join(self._last_words[a] for a in self.agents if self._last_words.get(a))
+        state = self.world.state()
+        self._answer = answer
+        self._success = self._task.success(state, answer)
+        self._rewards = self.spec.rewards(self._task, state, self._success)
+
+    # -- what each agent sees -------------------------------------------------
+    def _agent(self, agent: str | None) -> str:
+        if agent is None:
+            if self._team:
+                raise EpisodeError(f"{self.spec.name} is a team environment; say which agent ({self.agents})")
+            return self.agents[0]
+        if agent not in self._acted:
+            raise KeyError(f"{self.spec.name} has no agent {agent!r}; its agents are {self.agents}")
+        return agent
+
+    def _require_task(self) -> None:
+        if self._task is None:
+            raise EpisodeError(f"{self.spec.name}: call reset() first")
+
+    def transcript(self, agent: str | None = None) -> list[Message]:
+        """``agent``'s conversation so far (its private view), with undelivered letters as
+        a final user message: what an LLM playing ``agent`` is prompted with."""
+        self._require_task()
+        agent = self._agent(agent)
+        out = self._transcripts[agent]
+        if not self._team:
+            return out
+        out = list(out)
+        letters = self.world.state().mail.inbox(agent, self._seen_mail[agent])
+        if letters:
+            out.append({"role": "user", "content": "\n".join(m.render() for m in letters)})
+        return out
+
+    @property
+    def messages(self) -> list[Message]:
+        """The sole agent's conversation (for a team, use :meth:`transcript`)."""
+        if self._task is None:
+            return []
+        return self.transcript()
+
+    def observation(self, agent: str | None = None) -> str:
+        """What is new for ``agent`` since its last turn: its tool responses, then the
+        letters that reached it (before its first turn: the opening instruction)."""
+        self._require_task()
+        agent = self._agent(agent)
+        parts = []
+        if not self._acted[agent]:
+            parts.append(self._transcripts[agent][1]["content"])
+        elif self._last_tool[agent]:
+            parts.append("\n".join(f"<tool_response>\n{m['content']}\n</tool_response>"
+                                   for m in self._last_tool[agent]))
+        if self._team:
+            letters = self.world.state().mail.inbox(agent, self._seen_mail[agent])
+            if letters:
+                parts.append("\n".join(m.render() for m in letters))
+        return "\n".join(parts) or NOTHING_NEW
+
+    def tool_schemas(self, agent: str | None = None) -> list[dict[str, Any]]:
+        return self.spec.tool_schemas(agent)
+
+    def turns_taken(self, agent: str | None = None) -> int:
+        """How many turns ``agent`` has played in this episode."""
+        self._require_task()
+        return self._acted[self._agent(agent)]
+
+    # -- fork / snapshot / restore ----------------------------------------------
+    def fork(self) -> "Episode":
+        """An independent copy of this live episode: same transcripts, same state, same
+        turn; later actions on either copy do not affect the other."""
+        if self._task is None:
+            raise EpisodeError(f"{self.spec.name}: nothing to fork; call reset() first")
+        new = Episode.__new__(Episode)
+        new.__dict__.update(self.__dict__)
+        new.world = self.world.fork()
+        new._transcripts = {a: list(m) for a, m in self._transcripts.items()}  # messages are never mutated
+        new._seen_mail, new._acted = dict(self._seen_mail), dict(self._acted)
+        new._last_tool = dict(self._last_tool)
+        new._counts = {a: dict(c) for a, c in self._counts.items()}
+        new._passed, new._last_words = list(self._passed), dict(self._last_words)
+        new._log, new._rewards = list(self._log), dict(self._rewards)
+        return new
+
+    _FIELDS = ("transcripts", "seen_mail", "last_tool", "acted", "counts", "round", "pos", "passed",
+               "last_words", "log", "terminated", "truncated", "success", "rewards", "answer", "ended_by")
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole episode (referee and world) as JSON data, for :meth:`restore`."""
+        if self._task is None:
+            raise EpisodeError(f"{self.spec.name}: nothing to snapshot; call reset() first")
+        snap = {"format": SNAPSHOT_FORMAT, "env": self.spec.name, "task_id": self._task.id,
+                "max_turns": self.max_turns, "state": self.world.dump()}
+        snap.update({k: getattr(self, "_" + k) for k in self._FIELDS})
+        return json.loads(json.dumps(snap))
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Continue exactly from ``snapshot`` (taken from an episode of the same environment).
+        The success of an ended episode is judged again here, from the snapshot's state."""
+        if not isinstance(snapshot, dict) or snapshot.get("format") != SNAPSHOT_FORMAT:
+            raise ValueError(f"not an envfactory snapshot of format {SNAPSHOT_FORMAT} "
+                             "(take one with Episode.snapshot())")
+        if snapshot.get("env") != self.spec.name:
+            raise ValueError(f"snapshot is of {snapshot.get('env')!r}; this environment is {self.spec.name!r}")
+        snap = json.loads(json.dumps(snapshot))
+        task = self.spec.task(snap["task_id"])
+        self.world.load(task, snap["state"])
+        self._task = task
+        self.max_turns = int(snap["max_turns"])
+        for k in self._FIELDS:
+            setattr(self, "_" + k, snap[k])
+        if self.done and self._ended_by != "timeout":
+            self._success = task.success(self.world.state(), self._answer)
+            self._rewards = self.spec.rewards(task, self.world.state(), self._success)
+
+    # -- views ----------------------------------------------------------------
+    @property
+    def state(self) -> State:
+        """The current world state (from a container: a validated copy)."""
+        self._require_task()
+        return self.world.state()
+
+    @property
+    def task(self) -> Task | None:
+        return self._task
+
+    @property
+    def round(self) -> int:
+        return self._round if self._task is not None else 0
+
+    @property
+    def done(self) -> bool:
+        return self._terminated or self._truncated
+
+    @property
+    def terminated(self) -> bool:
+        return self._terminated
+
+    @property
+    def truncated(self) -> bool:
+        return self._truncated
+
+    @property
+    def success(self) -> bool | None:
+        """Task success once the episode has ended (judged on the host), else ``None``."""
+        return self._success if self._task is not None else None
+
+    @property
+    def rewards(self) -> dict[str, float]:
+        return dict(self._rewards) if self._task is not None else dict.fromkeys(self.agents, 0.0)
+
+    @property
+    def answer(self) -> str | None:
+        return self._answer if self._task is not None else None
+
+    @property
+    def ended_by(self) -> str | None:
+        """``finish``, ``terminal``, ``answer`` (one agent), ``quiescence`` (a team),
+        ``max_turns`` or ``timeout``, once ended."""
+        return self._ended_by if self._task is not None else None
+
+    @property
+    def log(self) -> list[dict[str, Any]]:
+        """Every tool call so far: ``round, agent, name, arguments, ok, kind, read_only``."""
+        return self._log if self._task is not None else []
+
+    def close(self) -> None:
+        self.world.close()
+
+    def __repr__(self) -> str:
+        tid = self._task.id if self._task else None
+        return f"<Episode {self.spec.name} task={tid} round={self.round} done={self.done} world={type(self.world).__name__}>"
+
+
+def joint_calls(task: Task, agent: str) -> list[ToolCall]:
+    """The calls of ``task``'s reference solution that ``agent`` makes (all of them for one agent)."""
+    return [c for c in task.solution if c.agent in (None, agent)]

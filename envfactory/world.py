@@ -1,0 +1,109 @@
+"""Worlds: where an episode's state lives and its tool calls run.
+
+The referee (:class:`~envfactory.episode.Episode`, always on the host) owns the
+rules: turns, rounds, permissions, the end of an episode and the reward. A
+:class:`World` owns the state: it starts it from a task, runs tool calls that
+the referee has already parsed and allowed, and forks, dumps and loads it. It
+never sees the rules, so nothing is judged twice and a world in a container
+cannot award itself anything.
+
+Two worlds ship: :class:`LocalWorld` (in-process, the fast path) and the
+container world of the Docker runtime
+(:class:`envfactory.runtime.docker.ContainerWorld`). Look runtimes up by name
+with :func:`envfactory.registry.make`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .state import State, copy_state
+from .task import Task, ToolCall
+from .tooling import ToolOutcome
+
+if TYPE_CHECKING:
+    from .definition import ToolEnvSpec
+
+__all__ = ["World", "LocalWorld", "WorldTimeout"]
+
+
+class WorldTimeout(TimeoutError):
+    """A batch of tool calls overran the world's deadline; the world is gone."""
+
+
+class World(ABC):
+    """The state of one episode and the tools that act on it."""
+
+    spec: "ToolEnvSpec"
+
+    @abstractmethod
+    def start(self, task: Task) -> None:
+        """Set the state to a fresh copy of ``task``'s start state."""
+
+    @abstractmethod
+    def run(self, agent: str, round: int, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+        """Run ``calls`` (already parsed and allowed for ``agent``) in order; one outcome each.
+
+        Raises:
+            WorldTimeout: the batch overran the deadline (the world is then unusable).
+        """
+
+    @abstractmethod
+    def state(self) -> State:
+        """The current state (for a remote world, a validated copy)."""
+
+    @abstractmethod
+    def fork(self) -> "World":
+        """An independent world with an equal state."""
+
+    @abstractmethod
+    def dump(self) -> Any:
+        """The state as JSON data (for snapshots)."""
+
+    @abstractmethod
+    def load(self, task: Task, state: Any) -> None:
+        """Continue from a dumped state of an episode of ``task``."""
+
+    def close(self) -> None:
+        """Release what the world holds (containers, sessions). Idempotent."""
+
+
+class LocalWorld(World):
+    """The state in this process; tool calls are function calls."""
+
+    __slots__ = ("spec", "_state", "_tools", "_team")
+
+    def __init__(self, spec: "ToolEnvSpec") -> None:
+        self.spec = spec
+        self._state: State | None = None
+        self._tools = spec.all_tools
+        self._team = spec.multi_agent
+
+    def start(self, task: Task) -> None:
+        self._state = self.spec.start_state(task)
+
+    def run(self, agent: str, round: int, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+        state, tools = self._state, self._tools
+        if self._team:
+            state.acting, state.round = agent, round
+            try:
+                return [tools[c.name].invoke(state, c.arguments) for c in calls]
+            finally:
+                state.acting = ""
+        return [tools[c.name].invoke(state, c.arguments) for c in calls]
+
+    def state(self) -> State:
+        return self._state
+
+    def fork(self) -> "LocalWorld":
+        new = LocalWorld.__new__(LocalWorld)
+        new.spec, new._tools, new._team = self.spec, self._tools, self._team
+        new._state = copy_state(self._state)
+        return new
+
+    def dump(self) -> Any:
+        return self._state.model_dump(mode="json")
+
+    def load(self, task: Task, state: Any) -> None:
+        self._state = self.spec.state_type.model_validate(state)
