@@ -1,6 +1,6 @@
 """LLM agents for envfactory environments: policies (HF transformers, vLLM,
-OpenAI-compatible HTTP), token-in/token-out multi-turn rollouts, evaluation,
-and training (``agents.Trainer``).
+OpenAI-compatible HTTP), token-in/token-out multi-turn rollouts of one agent or
+a team, evaluation, and training (``agents.Trainer``).
 
 Submodules import their heavy dependencies (torch, transformers, vllm) only
 when used, so ``import agents`` stays cheap.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Trainer", "Policy", "Generation", "HFPolicy", "VLLMPolicy", "OpenAIPolicy", "Trajectory",
-           "rollout", "build_tiny_model", "load_policy", "TeamTrainer", "team_rollout", "TeamEpisode"]
+__all__ = ["Trainer", "Policy", "Generation", "HFPolicy", "VLLMPolicy", "OpenAIPolicy", "Trajectory", "Rollout",
+           "rollout", "build_tiny_model", "load_policy", "ARPO", "GRPO", "LLMRolePolicy"]
 
 _LAZY = {
     "Trainer": "agents.trainer",
@@ -21,12 +21,13 @@ _LAZY = {
     "VLLMPolicy": "agents.vllm_policy",
     "OpenAIPolicy": "agents.openai_policy",
     "Trajectory": "agents.rollout",
+    "Rollout": "agents.rollout",
     "rollout": "agents.rollout",
     "build_tiny_model": "agents.tiny",
     "load_policy": "agents.policy_spec",
-    "TeamTrainer": "agents.team_trainer",
-    "team_rollout": "agents.team_rollout",
-    "TeamEpisode": "agents.team_rollout",
+    "LLMRolePolicy": "agents.policy_spec",
+    "ARPO": "agents.algorithms.arpo",
+    "GRPO": "agents.algorithms.arpo",
 }
 
 

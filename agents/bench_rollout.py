@@ -37,10 +37,10 @@ def _measure(policy: Policy, episodes_per_env: int, max_new_tokens: int) -> dict
     rec = RecordingPolicy(policy)
     mixed = ScriptedPolicy(policy.tokenizer, script, fallback=rec)
     policy.generate([[5, 6, 7, 8]], max_new_tokens=4, seed=0)  # warm-up
-    pairs = [(envfactory.make(name), i) for name in ENVS for i in range(episodes_per_env)]
+    pairs = [(envfactory.make(name, max_turns=3), i) for name in ENVS for i in range(episodes_per_env)]
     prefill0 = policy.prefill_tokens_computed()
     t0 = time.perf_counter()
-    trajs = rollout(mixed, pairs, max_turns=3, max_new_tokens=max_new_tokens, temperature=1.0, seed=0)
+    trajs = [r.trajectory for r in rollout(mixed, pairs, max_new_tokens=max_new_tokens, temperature=1.0, seed=0)]
     dt = time.perf_counter() - t0
     errors = [t.error for t in trajs if t.error]
     if errors:

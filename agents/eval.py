@@ -99,16 +99,16 @@ def evaluate(env_names: list[str], policy: str | Policy, *, episodes: int, runti
             tasks = s.get_tasks()
             chosen = [tasks[i % len(tasks)] for i in range(episodes)]
             if isinstance(agent, str):
-                env = envfactory.make(s.name, runtime=runtime)
+                env = envfactory.make(s.name, runtime=runtime, max_turns=max_turns)
                 try:
                     rows += [_scripted_episode(agent, env, t, seed + i) for i, t in enumerate(chosen)]
                 finally:
                     env.close()
                 continue
-            envs = [envfactory.make(s.name, runtime=runtime) for _ in chosen]
+            envs = [envfactory.make(s.name, runtime=runtime, max_turns=max_turns) for _ in chosen]
             try:
-                trajs = rollout(agent, list(zip(envs, chosen)), max_turns=max_turns or s.max_turns,
-                                max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+                trajs = [r.trajectory for r in rollout(agent, list(zip(envs, chosen)), max_new_tokens=max_new_tokens,
+                                                       temperature=temperature, top_p=top_p, seed=seed)]
             finally:
                 for e in envs:
                     e.close()

@@ -1,4 +1,5 @@
-"""Policy specs for the command line: one string names a model backend or a scripted baseline.
+"""Policy specs for the command line: one string names a model backend or a scripted baseline;
+and :class:`LLMRolePolicy`, a model as a team role policy (team evaluation).
 
 ==========================  ==================================================
 ``tiny``                    the embedded tiny model on HF transformers
@@ -19,7 +20,7 @@ from typing import Any
 
 from .policy import Policy
 
-__all__ = ["load_policy", "SCRIPTED", "PolicySpecError"]
+__all__ = ["load_policy", "SCRIPTED", "PolicySpecError", "LLMRolePolicy", "load_llm_policy", "tiny_policy"]
 
 SCRIPTED = ("oracle", "random", "noop")
 
@@ -62,3 +63,52 @@ def load_policy(spec: str, **kwargs: Any) -> Policy | str:
         f"unknown policy spec {spec!r}; use tiny, hf:PATH, vllm:PATH, openai:URL#MODEL, "
         "or a scripted baseline: oracle, random, noop"
     )
+
+
+class LLMRolePolicy:
+    """A :class:`Policy` as a role policy of a team (``act(episode, agent, seed) -> text``), for
+    team evaluation (``envfactory eval-team``); the same object may play every role.
+
+    Each turn renders the agent's own conversation (``episode.transcript(agent)``: its
+    system prompt, instruction, private notes, tool results and letters) with its role's
+    tool schemas, samples one assistant turn and returns the text; the episode parses the
+    tool calls. Training goes through :mod:`agents.rollout`'s token-in/token-out path instead.
+    """
+
+    stochastic = True
+
+    def __init__(self, policy: Policy, *, name: str = "llm", max_new_tokens: int = 96,
+                 temperature: float = 1.0) -> None:
+        from .rollout import renderer_for
+
+        self.policy, self.name = policy, name
+        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        self.renderer = renderer_for(policy.tokenizer)
+        self.max_len = int(getattr(policy.tokenizer, "model_max_length", 1 << 30) or 1 << 30)
+        self.truncated_prompts = 0
+
+    def act(self, episode: Any, agent: str, seed: int) -> str:
+        import zlib
+
+        ids = self.renderer.opening(episode.transcript(agent), episode.tool_schemas(agent))
+        if len(ids) + self.max_new_tokens > self.max_len:
+            self.truncated_prompts += 1  # the conversation no longer fits the model's context: pass
+            return ""
+        turn_seed = zlib.crc32(f"{episode.task.id}/{agent}/{episode.turns_taken(agent)}/{seed}".encode())
+        gen = self.policy.generate([ids], max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                                   seed=turn_seed & 0x7FFFFFFF)[0]
+        tokens = gen.token_ids[:-1] if gen.finish_reason == "stop" else gen.token_ids
+        return self.policy.tokenizer.decode(tokens, skip_special_tokens=False)
+
+
+def load_llm_policy(model: str | None, *, name: str | None = None, device: str = "cpu", **kwargs: Any
+                    ) -> LLMRolePolicy:
+    """A transformers model (a path or hub id; ``None`` for the tiny model) as a role policy."""
+    from .hf_policy import HFPolicy
+
+    return LLMRolePolicy(HFPolicy(model, device=device), name=name or (model or "tiny"), **kwargs)
+
+
+def tiny_policy(**kwargs: Any) -> LLMRolePolicy:
+    """The embedded tiny model on CPU, as a role policy named ``tiny``."""
+    return load_llm_policy(None, name="tiny", **kwargs)

@@ -1,41 +1,62 @@
-"""Multi-turn, token-in/token-out rollouts of a policy in envfactory environments.
+"""Multi-turn, token-in/token-out rollouts of policies in envfactory episodes, for one agent or a team.
 
-An episode's sample is ``prompt_ids + response_ids``. ``response_ids`` interleaves
-the ids the policy sampled (``loss_mask`` 1) with ids inserted from the chat
-template (``loss_mask`` 0): the closing markup of each assistant turn, the
-environment's tool responses and the next assistant header
-(:class:`~agents.chat_render.ChatRenderer`). The model's text is decoded from
-its ids and handed to the environment, never re-encoded, so decoding the whole
-sample gives exactly the template's rendering of ``Trajectory.messages``.
+A :class:`Rollout` is one live episode (:class:`envfactory.Episode`, any number of
+roles) and a :class:`Trajectory` per role: the sequence that role's model really
+saw and wrote. A single agent is the one-role case. A role's ``prompt_ids`` are its
+opening (system prompt with its tool schemas, the instruction with its private
+notes, letters that reached it before its first turn, the assistant header); its
+``response_ids`` interleave
 
-Failures stay inside their episode: a malformed model output is the
-environment's error observation; an environment or backend that raises ends
-only that episode, with :attr:`Trajectory.error` saying why.
+* the ids its actor sampled on each of its turns (``loss_mask`` 1), and
+* what it observes between its turns (the closing markup of its turn, its tool
+  responses, teammates' letters, the next assistant header), rendered by the chat
+  template as the *difference* of two renderings
+  (:class:`~agents.chat_render.ChatRenderer`) and inserted with ``loss_mask`` 0 as
+  soon as it is the role's turn again (or at the end of the episode).
+
+The model's text is decoded from its ids and handed to the episode, never
+re-encoded, so decoding ``prompt_ids + response_ids`` gives exactly the chat
+template's rendering of ``Trajectory.messages`` (what
+:func:`agents.rollout_check.invariant_problems` checks).
+
+A *team* is one :class:`~agents.policy.Policy` for every role (self-play, or a
+single agent) or ``{agent id: actor}``. An actor is a ``Policy`` (sampled, batched
+across all live episodes) or a scripted role policy with ``act(episode, agent,
+seed)`` (its text is encoded and recorded as a turn with logprob 0: that is how
+SFT data on reference solutions is made). Turn order (``aec``) and simultaneous
+moves (``parallel``) both work. At the end every role trajectory gets its agent's
+reward (the sparse success, or the agent's payoff in a mixed-motive game).
+
+Failures stay inside their episode: a malformed model output is the episode's
+error observation; an environment or backend that raises ends only that
+episode, with :attr:`Rollout.error` (and each ``Trajectory.error``) saying why.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
-from envfactory.env import Environment
-
 from .chat_render import ChatRenderer
-from .policy import Generation, Policy, default_stop_ids
+from .policy import Generation, default_stop_ids
 
-__all__ = ["Trajectory", "RolloutState", "start", "advance", "rollout", "write_jsonl", "read_jsonl",
-           "renderer_for"]
+__all__ = ["Trajectory", "Rollout", "Team", "resolve_team", "start", "advance", "rollout", "write_jsonl",
+           "read_jsonl", "renderer_for"]
+
+Team = Any  # Policy | Mapping[str, Policy | scripted role policy]
 
 
 @dataclass
 class Trajectory:
-    """One episode as a training sample (see the module docstring)."""
+    """One role's side of an episode as a training sample (see the module docstring)."""
 
     env_name: str
     task_id: str
+    agent: str = "agent_0"
     prompt_ids: list[int] = field(default_factory=list)
     response_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
@@ -69,70 +90,230 @@ class Trajectory:
         d["turn_spans"] = [tuple(s) for s in d.get("turn_spans", [])]
         return cls(**d)
 
+    def copy(self) -> "Trajectory":
+        return Trajectory(**{k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()})
 
-@dataclass
-class RolloutState:
-    """One live episode: its environment, the tokens so far and their records."""
-
-    env: Environment
-    traj: Trajectory
-    done: bool = False
-    max_turns: int | None = None
-
-    @property
-    def ids(self) -> list[int]:
-        """The whole sequence so far (what the policy continues)."""
-        return self.traj.prompt_ids + self.traj.response_ids
-
-    def fork(self) -> "RolloutState":
-        """An independent copy: the token records are copied and the environment forked."""
-        t = self.traj
-        traj = Trajectory(**{**t.__dict__, "prompt_ids": list(t.prompt_ids), "response_ids": list(t.response_ids),
-                             "loss_mask": list(t.loss_mask), "logprobs": list(t.logprobs),
-                             "entropies": list(t.entropies), "turn_spans": list(t.turn_spans),
-                             "messages": list(t.messages)})
-        return RolloutState(self.env.fork() if not self.done else self.env, traj, self.done, self.max_turns)
+    def _insert(self, ids: list[int]) -> None:
+        self.response_ids += ids
+        self.loss_mask += [0] * len(ids)
+        self.logprobs += [0.0] * len(ids)
+        self.entropies += [0.0] * len(ids)
 
 
 _RENDERERS: dict[int, ChatRenderer] = {}
 
 
-def renderer_for(policy: Policy) -> ChatRenderer:
-    """The (cached) :class:`ChatRenderer` of a policy's tokenizer."""
-    key = id(policy.tokenizer)
-    r = _RENDERERS.get(key)
-    if r is None or r.tokenizer is not policy.tokenizer:
-        r = _RENDERERS[key] = ChatRenderer(policy.tokenizer)
+def renderer_for(tokenizer: Any) -> ChatRenderer:
+    """The (cached) :class:`ChatRenderer` of a tokenizer (or of anything with a ``tokenizer``)."""
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    r = _RENDERERS.get(id(tokenizer))
+    if r is None or r.tokenizer is not tokenizer:
+        r = _RENDERERS[id(tokenizer)] = ChatRenderer(tokenizer)
     return r
 
 
-def _fail(state: RolloutState, why: str) -> None:
-    state.traj.error = why
-    state.done = True
+def resolve_team(team: Team, agents: Sequence[str]) -> dict[str, Any]:
+    """``agent id -> actor`` for ``agents``; a single policy plays every role.
 
-
-def start(policy: Policy, env: Environment, task: Any = None, *, seed: int | None = None,
-          max_turns: int | None = None) -> RolloutState:
-    """Reset ``env`` on ``task`` and render the opening prompt.
-
-    Never raises for a failing environment: the state comes back done, with
-    ``traj.error`` set.
+    Raises:
+        KeyError: a mapping lacks some agent (names what is missing and what was given).
     """
-    name = getattr(getattr(env, "spec", None), "name", type(env).__name__)
-    traj = Trajectory(env_name=name, task_id=str(getattr(task, "id", task)))
-    state = RolloutState(env, traj, max_turns=max_turns)
+    if isinstance(team, Mapping):
+        missing = [a for a in agents if a not in team]
+        if missing:
+            raise KeyError(f"the team has no policy for {missing}; give one per agent id "
+                           f"(it has {sorted(team)}), or pass a single Policy for self-play")
+        return {a: team[a] for a in agents}
+    return dict.fromkeys(agents, team)
+
+
+class Rollout:
+    """One episode being played (or finished): the episode, its actors and a trajectory per role.
+
+    Attributes:
+        trajectories: ``agent id -> Trajectory`` for every agent of the episode; a role that
+            never got a turn has an empty one.
+        done, error: Whether it has ended; why it failed (``None`` unless it did).
+        success, rewards, rounds, ended_by: The outcome, set when it ends.
+    """
+
+    def __init__(self, env: Any, actors: dict[str, Any], tokenizers: dict[str, Any], mode: str) -> None:
+        self.env, self.actors, self.tokenizers, self.mode = env, actors, tokenizers, mode
+        name = getattr(getattr(env, "spec", None), "name", type(env).__name__)
+        self.trajectories = {a: Trajectory(name, "", a) for a in actors}
+        self.cursor: dict[str, int] = {}   # index in transcript(agent) after the role's last assistant turn
+        self.closing: dict[str, str] = {}  # markup still owed after the role's last sampled turn
+        self.full: set[str] = set()        # roles out of context: they pass, nothing more is recorded
+        self.done, self.error = False, None
+        self.success, self.rewards, self.rounds, self.ended_by = False, dict.fromkeys(actors, 0.0), 0, ""
+
+    @property
+    def env_name(self) -> str:
+        return next(iter(self.trajectories.values())).env_name
+
+    @property
+    def task_id(self) -> str:
+        return next(iter(self.trajectories.values())).task_id
+
+    @property
+    def trajectory(self) -> Trajectory:
+        """The sole agent's trajectory (single-agent environments)."""
+        if len(self.trajectories) != 1:
+            raise ValueError(f"{self.env_name} has agents {list(self.trajectories)}; use trajectories[agent]")
+        return next(iter(self.trajectories.values()))
+
+    @property
+    def ids(self) -> list[int]:
+        """The sole agent's whole sequence so far (what its policy continues)."""
+        t = self.trajectory
+        return t.prompt_ids + t.response_ids
+
+    def acting(self) -> list[str]:
+        """The agents who play the next tick: the next agent (turn order) or all (a parallel round)."""
+        if self.done:
+            return []
+        return list(self.env.agents) if self.mode == "parallel" else [self.env.next_agent]
+
+    def fork(self) -> "Rollout":
+        """An independent copy: the token records are copied and the episode forked."""
+        new = Rollout.__new__(Rollout)
+        new.__dict__.update(self.__dict__)
+        new.env = self.env.fork() if not self.done else self.env
+        new.trajectories = {a: t.copy() for a, t in self.trajectories.items()}
+        new.cursor, new.closing, new.full = dict(self.cursor), dict(self.closing), set(self.full)
+        new.rewards = dict(self.rewards)
+        return new
+
+    def fail(self, why: str) -> None:
+        self.error = why
+        self._finish()
+
+    # -- observing and recording ------------------------------------------------
+    def _observe(self, agent: str, max_new_tokens: int, max_context: int | None) -> None:
+        """Bring ``agent``'s trajectory up to its turn now (or mark it out of context)."""
+        r, t = renderer_for(self.tokenizers[agent]), self.trajectories[agent]
+        msgs = [dict(m) for m in self.env.transcript(agent)]
+        if agent not in self.cursor:
+            t.tools = self.env.tool_schemas(agent)
+            t.messages = msgs
+            t.prompt_ids = r.opening(msgs, t.tools)
+            self.cursor[agent] = len(msgs)
+        else:
+            new = msgs[self.cursor[agent]:]
+            t._insert(r.encode(self.closing.pop(agent) + r.continuation(new, add_generation_prompt=True)))
+            t.messages += new
+        limit = max_context or getattr(self.tokenizers[agent], "model_max_length", None) or 0
+        if 0 < limit < 10**8 and len(t.prompt_ids) + len(t.response_ids) + max_new_tokens > limit:
+            t.truncated = True
+            self.full.add(agent)
+
+    def _next(self, max_new_tokens: int, max_context: int | None) -> None:
+        """After a tick: end the rollout, or let the next agents observe what is new to them."""
+        if self.env.done:
+            return self._finish()
+        for a in self.acting():
+            if a not in self.full:
+                self._observe(a, max_new_tokens, max_context)
+        if len(self.full) == len(self.trajectories):
+            self._finish()  # nobody fits another turn
+
+    def _play(self, turns: dict[str, Generation], stops: dict[str, set[int]]) -> None:
+        """Hand the sampled turns' text to the episode; record the turns it took."""
+        split = {a: _split(g, renderer_for(self.tokenizers[a]), stops[a]) for a, g in turns.items()}
+        texts = {a: s[1] for a, s in split.items()}
+        acting = self.acting()
+        if len(self.trajectories) == 1:
+            results = {acting[0]: self.env.step(texts.get(acting[0], ""))}
+        elif self.mode == "parallel":
+            results = self.env.step({a: texts.get(a, "") for a in acting})
+        else:
+            results = {acting[0]: self.env.act(acting[0], texts.get(acting[0], ""))}
+        for a, (ids, text, closing) in split.items():
+            t = self.trajectories[a]
+            if a not in results:  # a parallel round cut short (finish) ignored this turn
+                t.truncated = True
+                self.full.add(a)
+                continue
+            g = turns[a]
+            begin = len(t.response_ids)
+            t.response_ids += ids
+            t.loss_mask += [1] * len(ids)
+            t.logprobs += list(g.logprobs) if len(g.logprobs) == len(ids) else [0.0] * len(ids)
+            t.entropies += list(g.entropies) if len(g.entropies) == len(ids) else [0.0] * len(ids)
+            t.turn_spans.append((begin, len(t.response_ids)))
+            t.turns += 1
+            t.token_exact = t.token_exact and bool(g.token_ids)
+            t.messages.append({"role": "assistant", "content": text})
+            self.closing[a] = closing
+            msgs = self.env.transcript(a)
+            self.cursor[a] = max(i for i, m in enumerate(msgs) if m["role"] == "assistant") + 1
+        for a, res in results.items():
+            for k in ("tool_calls", "tool_errors", "parse_errors"):
+                setattr(self.trajectories[a], k, int(res.info.get(k, 0)))
+
+    def _finish(self) -> None:
+        """Close every role's trajectory: owed markup and last observations, rewards, outcome."""
+        ep = self.env
+        self.done = True
+        ok = self.error is None
+        if ok and ep.done:
+            self.success, self.rewards = bool(ep.success), dict(ep.rewards)
+            self.rounds, self.ended_by = ep.round, ep.ended_by or ""
+        for a, t in self.trajectories.items():
+            if ok and a in self.closing and a not in self.full:
+                r = renderer_for(self.tokenizers[a])
+                new = [dict(m) for m in ep.transcript(a)[self.cursor[a]:]]
+                t._insert(r.encode(self.closing.pop(a) + r.continuation(new, add_generation_prompt=False)))
+                t.messages += new
+            t.reward, t.success, t.error = float(self.rewards.get(a, 0.0)), self.success, self.error
+            t.terminated = ok and bool(ep.terminated)
+            t.truncated = t.truncated or (ok and bool(ep.truncated))
+
+
+def _split(gen: Generation, r: ChatRenderer, stops: set[int]) -> tuple[list[int], str, str]:
+    """``(ids, text, closing)`` of a sampled turn: the ids recorded, the text the episode gets
+    (without a sampled stop token that is the template's turn end) and the template's turn
+    closing still to be inserted (mask 0) before the role's next observation."""
+    ids = list(gen.token_ids) or r.encode(gen.text or "")  # a text-only backend: evaluation only
+    closing, content = r.close, ids
+    if gen.finish_reason == "stop" and ids and ids[-1] in stops:
+        stop_text = r.decode(ids[-1:])
+        if closing.startswith(stop_text):
+            content, closing = ids[:-1], closing[len(stop_text):]
+    return ids, r.decode(content), closing
+
+
+def start(team: Team, env: Any, task: Any = None, *, seed: int | None = None, mode: str = "aec",
+          tokenizer: Any = None, max_new_tokens: int = 256, max_context: int | None = None) -> Rollout:
+    """Reset ``env`` on ``task`` and render the opening of the agents who act first.
+
+    Args:
+        team: A ``Policy`` for every role, or ``{agent id: Policy | scripted role policy}``.
+        tokenizer: The tokenizer of scripted actors' turns (default: that of a ``Policy`` in the team).
+
+    Never raises for a failing environment: the rollout comes back done, with ``error`` set.
+    """
+    if mode not in ("aec", "parallel"):
+        raise ValueError(f"mode must be 'aec' or 'parallel', got {mode!r}")
+    actors = resolve_team(team, list(env.agents))
+    fallback = tokenizer or next((a.tokenizer for a in actors.values() if hasattr(a, "generate")), None)
+    toks = {a: getattr(x, "tokenizer", None) or fallback for a, x in actors.items()}
+    if any(t is None for t in toks.values()):
+        raise ValueError("a team of scripted actors needs tokenizer= to record their turns")
+    ro = Rollout(env, actors, toks, mode if len(actors) > 1 else "aec")
+    for t in ro.trajectories.values():
+        t.task_id = str(getattr(task, "id", task))
     try:
-        messages = env.reset(task, seed=seed)
-        traj.task_id = env.task.id if env.task is not None else traj.task_id
-        traj.tools = env.tool_schemas()
-        traj.messages = [dict(m) for m in messages]
-        traj.prompt_ids = renderer_for(policy).opening(traj.messages, traj.tools)
+        env.reset(task, seed=seed)
+        for t in ro.trajectories.values():
+            t.task_id = env.task.id
+        ro._next(max_new_tokens, max_context)
     except Exception as exc:  # a crashed container must not kill the batch
-        _fail(state, f"reset failed: {type(exc).__name__}: {exc}")
-    return state
+        ro.fail(f"reset failed: {type(exc).__name__}: {exc}")
+    return ro
 
 
-def _generate_each(policy: Policy, prompts: list[list[int]], kw: dict[str, Any]) -> list[Generation | Exception]:
+def _generate_each(policy: Any, prompts: list[list[int]], kw: dict[str, Any]) -> list[Generation | Exception]:
     """Generate as one batch; if the batch fails, retry prompt by prompt so one
     bad request only fails its own episode."""
     try:
@@ -147,133 +328,102 @@ def _generate_each(policy: Policy, prompts: list[list[int]], kw: dict[str, Any])
         return out
 
 
-def append_turn(t: Trajectory, ids: list[int], gen: Generation, r: Any, stops: set[int]) -> tuple[str, str]:
-    """Append one sampled turn's ids (loss mask 1, their logprobs and entropies) to ``t``.
-
-    Returns ``(text, closing)``: the turn's text as the environment gets it (without the
-    sampled stop token when that token is the template's turn end) and what of the
-    template's turn closing is still to be inserted (mask 0) before the next message.
-    """
-    begin = len(t.response_ids)
-    t.response_ids += ids
-    t.loss_mask += [1] * len(ids)
-    t.logprobs += list(gen.logprobs) if len(gen.logprobs) == len(ids) else [0.0] * len(ids)
-    t.entropies += list(gen.entropies) if len(gen.entropies) == len(ids) else [0.0] * len(ids)
-    t.turn_spans.append((begin, len(t.response_ids)))
-    t.turns += 1
-    closing, content_ids = r.close, ids
-    if gen.finish_reason == "stop" and ids and ids[-1] in stops:
-        stop_text = r.decode(ids[-1:])
-        if closing.startswith(stop_text):  # the sampled stop token is the template's turn end
-            content_ids, closing = ids[:-1], closing[len(stop_text):]
-    text = r.decode(content_ids)
-    t.messages.append({"role": "assistant", "content": text})
-    return text, closing
+def _scripted(ro: Rollout, agent: str, seed: int) -> Generation:
+    """A scripted actor's turn as a "sampled" one (logprob 0), ending in the turn's stop token."""
+    tok = ro.tokenizers[agent]
+    ids = renderer_for(tok).encode(str(ro.actors[agent].act(ro.env, agent, seed))) + [default_stop_ids(tok)[-1]]
+    return Generation(ids, [0.0] * len(ids), [0.0] * len(ids), "stop")
 
 
-def _apply(policy: Policy, state: RolloutState, gen: Generation, stops: set[int]) -> None:
-    """Record one sampled turn, step the environment with its text, insert the reply's ids."""
-    r = renderer_for(policy)
-    t = state.traj
-    ids = list(gen.token_ids)
-    if not ids and gen.text is not None:  # a text-only backend: evaluation only
-        t.token_exact = False
-        ids = r.encode(gen.text)
-    text, closing = append_turn(t, ids, gen, r, stops)
-    try:
-        res = state.env.step(text)
-    except Exception as exc:
-        _fail(state, f"environment step failed: {type(exc).__name__}: {exc}")
-        return
-    info = res.info
-    t.tool_calls = int(info.get("tool_calls", t.tool_calls))
-    t.tool_errors = int(info.get("tool_errors", t.tool_errors))
-    t.parse_errors = int(info.get("parse_errors", t.parse_errors))
-    new = [dict(m) for m in res.messages]
-    cut = not res.done and state.max_turns is not None and t.turns >= state.max_turns
-    state.done = res.done or cut
-    try:
-        inserted = r.encode(closing + r.continuation(new, add_generation_prompt=not state.done))
-    except Exception as exc:
-        _fail(state, f"rendering the environment's reply failed: {type(exc).__name__}: {exc}")
-        return
-    t.messages += new
-    t.response_ids += inserted
-    t.loss_mask += [0] * len(inserted)
-    t.logprobs += [0.0] * len(inserted)
-    t.entropies += [0.0] * len(inserted)
-    t.reward = float(res.reward)
-    t.terminated = bool(res.terminated)
-    t.truncated = bool(res.truncated or cut)
-    t.success = bool(info.get("success", False)) if res.done else False
+def advance(states: Sequence[Rollout], *, max_new_tokens: int, temperature: float = 1.0, seed: int | None = None,
+            top_p: float = 1.0, stop_token_ids: list[int] | None = None, max_context: int | None = None,
+            env_threads: int | None = None) -> None:
+    """Play one batched tick of every rollout that is not done: its next agent's turn (turn
+    order) or a whole round (parallel).
 
-
-def advance(policy: Policy, states: Sequence[RolloutState], *, max_new_tokens: int, temperature: float = 1.0,
-            seed: int | None = None, top_p: float = 1.0, stop_token_ids: list[int] | None = None,
-            max_context: int | None = None, env_threads: int | None = None) -> None:
-    """Play one batched assistant turn for every state that is not done.
-
-    Generates for all of them in one call, steps each environment with its
-    sampled text, and appends the environment's reply as inserted ids (loss
-    mask 0). A state whose sequence cannot fit another ``max_new_tokens``
-    within ``max_context`` (default: the tokenizer's ``model_max_length``) ends
-    truncated. Environments are stepped in ``env_threads`` threads (default: 1
-    for in-process environments, 16 when any is remote, e.g. Docker).
+    Generates for all of them, one call per distinct policy, steps each episode with
+    the sampled text, and inserts what each next agent observes (loss mask 0). A role
+    whose sequence cannot fit another ``max_new_tokens`` within ``max_context``
+    (default: the tokenizer's ``model_max_length``) passes from then on, its trajectory
+    truncated; a rollout none of whose roles fits ends. Episodes are stepped in
+    ``env_threads`` threads (default: 1 for in-process worlds, 16 when any is remote).
     """
     live = [s for s in states if not s.done]
-    limit = max_context or getattr(policy.tokenizer, "model_max_length", None) or 0
-    if 0 < limit < 10**8:
-        for s in live:
-            if len(s.traj.prompt_ids) + len(s.traj.response_ids) + max_new_tokens > limit:
-                s.traj.truncated = True
-                s.done = True
-        live = [s for s in live if not s.done]
-    if not live:
-        return
-    stops = set(stop_token_ids if stop_token_ids is not None else default_stop_ids(policy.tokenizer))
-    kw = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-              stop_token_ids=sorted(stops), seed=seed)
-    gens = _generate_each(policy, [s.ids for s in live], kw)
-    jobs = []
-    for s, g in zip(live, gens):
-        if isinstance(g, Exception):
-            _fail(s, f"policy backend failed: {type(g).__name__}: {g}")
+    jobs = [(s, a) for s in live for a in s.acting() if a not in s.full]
+    out: list[Generation | Exception | None] = [None] * len(jobs)
+    by_policy: dict[int, list[int]] = {}
+    for j, (s, a) in enumerate(jobs):
+        if hasattr(s.actors[a], "generate"):
+            by_policy.setdefault(id(s.actors[a]), []).append(j)
         else:
-            jobs.append((s, g))
+            try:
+                out[j] = _scripted(s, a, seed or 0)
+            except Exception as exc:
+                out[j] = exc
+    stops: dict[int, list[int]] = {}
+    for idx in by_policy.values():
+        s0, a0 = jobs[idx[0]]
+        policy = s0.actors[a0]
+        stops[id(policy)] = stop_token_ids if stop_token_ids is not None else default_stop_ids(policy.tokenizer)
+        kw = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                  stop_token_ids=sorted(set(stops[id(policy)])), seed=seed)
+        seqs = [jobs[j][0].trajectories[jobs[j][1]] for j in idx]
+        for j, g in zip(idx, _generate_each(policy, [t.prompt_ids + t.response_ids for t in seqs], kw)):
+            out[j] = g
+    turns: dict[int, dict[str, Generation]] = {id(s): {} for s in live}
+    for (s, a), g in zip(jobs, out):
+        if isinstance(g, Exception):
+            if not s.done:
+                s.fail(f"policy backend failed for {a}: {type(g).__name__}: {g}")
+        else:
+            turns[id(s)][a] = g
+    live = [s for s in live if not s.done]
+
+    def play(s: Rollout) -> None:
+        st = {a: set(stops.get(id(s.actors[a])) or default_stop_ids(s.tokenizers[a])) for a in turns[id(s)]}
+        try:
+            s._play(turns[id(s)], st)
+        except Exception as exc:
+            return s.fail(f"environment step failed: {type(exc).__name__}: {exc}")
+        try:
+            s._next(max_new_tokens, max_context)
+        except Exception as exc:
+            s.fail(f"rendering the environment's reply failed: {type(exc).__name__}: {exc}")
+
     if env_threads is None:
-        from envfactory.runtime.local import LocalEnv
+        from envfactory.world import LocalWorld
 
-        env_threads = 1 if all(isinstance(s.env, LocalEnv) for s, _ in jobs) else 16
-    if env_threads > 1 and len(jobs) > 1:
-        with ThreadPoolExecutor(min(env_threads, len(jobs))) as pool:
-            list(pool.map(lambda job: _apply(policy, job[0], job[1], stops), jobs))
+        env_threads = 1 if all(isinstance(getattr(s.env, "world", None), LocalWorld) for s in live) else 16
+    if env_threads > 1 and len(live) > 1:
+        with ThreadPoolExecutor(min(env_threads, len(live))) as pool:
+            list(pool.map(play, live))
     else:
-        for s, g in jobs:
-            _apply(policy, s, g, stops)
+        for s in live:
+            play(s)
 
 
-def rollout(policy: Policy, envs_and_tasks: Iterable[tuple[Environment, Any]], *, max_turns: int,
-            max_new_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None,
-            stop_token_ids: list[int] | None = None, max_context: int | None = None,
-            env_threads: int | None = None) -> list[Trajectory]:
-    """Run every ``(env, task)`` episode to its end, all turns batched together.
+def rollout(team: Team, envs_and_tasks: Iterable[tuple[Any, Any]], *, max_new_tokens: int = 256,
+            temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None, mode: str = "aec",
+            tokenizer: Any = None, stop_token_ids: list[int] | None = None, max_context: int | None = None,
+            env_threads: int | None = None) -> list[Rollout]:
+    """Play every ``(episode, task)`` to its end with ``team``, all turns batched together.
 
-    Each pair needs its own environment instance. An episode still running
-    after ``max_turns`` assistant turns ends truncated. One failing episode is
-    reported in its trajectory's ``error``; the others go on.
+    Each pair needs its own episode (``envfactory.make(name, max_turns=...)``: the
+    episode's turn limit ends it). One failing episode is reported in its rollout's
+    ``error``; the others go on.
     """
     pairs = list(envs_and_tasks)
     if len({id(e) for e, _ in pairs}) != len(pairs):
         raise ValueError("rollout: each episode needs its own environment instance (make one per pair)")
-    states = [start(policy, env, task, seed=None if seed is None else seed + i, max_turns=max_turns)
-              for i, (env, task) in enumerate(pairs)]
-    for turn in range(max_turns):
-        if all(s.done for s in states):
-            break
-        advance(policy, states, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                seed=None if seed is None else seed * 7919 + turn, stop_token_ids=stop_token_ids,
+    states = [start(team, env, task, seed=None if seed is None else seed + i, mode=mode, tokenizer=tokenizer,
+                    max_new_tokens=max_new_tokens, max_context=max_context) for i, (env, task) in enumerate(pairs)]
+    tick = 0
+    while not all(s.done for s in states):
+        advance(states, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                seed=None if seed is None else seed * 7919 + tick, stop_token_ids=stop_token_ids,
                 max_context=max_context, env_threads=env_threads)
-    return [s.traj for s in states]
+        tick += 1
+    return states
 
 
 def write_jsonl(trajectories: Iterable[Trajectory], path: str | os.PathLike[str]) -> int:

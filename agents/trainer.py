@@ -1,205 +1,262 @@
-"""``agents.Trainer``: SFT warm start and GRPO/ARPO training over tool-use environments.
+"""``agents.Trainer``: SFT warm start and GRPO/ARPO training of one agent or a team.
 
 The loop, step by step (each a separate, obvious piece)::
 
-    groups  = sample_groups(policy, tasks, algorithm)        # rollout: M trajectories per task (ARPO branches)
-    Â       = group_advantages(rewards of each group)        # sparse outcome reward, group-normalised
-    loss    = policy_loss(log π_θ, log π_old, Â, loss_mask)  # clipped ratio, token-mean, tool tokens masked
-    optimizer.step(); push weights to the inference engine   # vLLM: VLLMPolicy.load_weights
+    groups  = sample_groups(team, tasks, algorithm)         # M rollouts per task (ARPO branches), a trajectory per role
+    Â       = group_advantages(rewards of a role in a group) # sparse outcome reward (or payoff), group-normalised
+    loss    = policy_loss(log π_θ, log π_old, Â, loss_mask)  # clipped ratio (+ β·KL), token-mean, observations masked
+    optimizer.step() per learner, μ times; push weights to the inference engine (vLLM: load_weights)
 
-Rollouts are token-in/token-out (:mod:`agents.rollout`): the trainer scores
-exactly the ids the policy sampled. ``log π_old`` is the sampling log-probability
-the backend recorded (the behaviour policy), so a mismatch between inference
-and training numerics is corrected by the importance ratio instead of ignored.
+A *learner* is one trainable model with its optimizer (and, with a KL penalty,
+its frozen reference). With one shared :class:`~agents.policy.Policy` (a single
+agent, or self-play) every role's trajectories train the same model; with
+``{agent id: Policy}`` each distinct policy trains only on the trajectories of
+the roles it plays. Rollouts are token-in/token-out (:mod:`agents.rollout`): the
+trainer scores exactly the ids the policy sampled, and ``log π_old`` is the
+sampling log-probability the backend recorded.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 import random
 import time
-from dataclasses import asdict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from .algorithms.advantages import group_advantages, hard_token_advantages, soft_token_advantages
-from .algorithms.arpo import ARPO, GRPO, Group, sample_groups
+from .algorithms.advantages import group_advantages
+from .algorithms.arpo import ARPO, GRPO, Algorithm, Group, sample_groups
 from .algorithms.logprobs import token_logprobs
 from .algorithms.loss import policy_loss
 from .algorithms.metrics import MetricsLog, plot_learning_curve, progress
-from .algorithms.sft import reference_trajectories
+from .algorithms.sft import reference_rollouts
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .rollout import Trajectory
 
-if TYPE_CHECKING:
-    import torch
-
-    from envfactory import Environment
-
-    from .policy import Policy
-
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "Learner", "Sample", "summarize"]
 
 TaskFilter = Sequence[str] | Callable[[str, str], bool] | None
 
 
-def _all_multi_agent(names: Sequence[str]) -> bool:
-    import envfactory
+@dataclass
+class Sample:
+    """One role trajectory as a training row: its ids, where scoring starts, the loss mask,
+    the sampling log-probs and each response token's advantage."""
 
-    flags = {bool(getattr(envfactory.spec(n), "multi_agent", False)) for n in names}
-    if flags == {True, False}:
-        raise ValueError(f"{list(names)} mixes single- and multi-agent environments: train them separately")
-    return flags == {True}
+    agent: str
+    ids: list[int]
+    start: int
+    mask: list[int]
+    old_logprobs: list[float]
+    advantages: list[float]
+
+
+@dataclass
+class Learner:
+    """A trainable model, its optimizer, the agent ids it plays and its KL reference."""
+
+    policy: Any
+    model: Any
+    optimizer: Any
+    agents: set[str] = field(default_factory=set)
+    ref_model: Any = None
+
+    @property
+    def label(self) -> str:
+        return ",".join(sorted(self.agents))
+
+    @property
+    def pad_id(self) -> int:
+        tok = self.policy.tokenizer
+        return int(tok.pad_token_id) if tok.pad_token_id is not None else 0
+
+    def sync(self) -> None:
+        """Push the trained weights to the sampling backend when it does not share them."""
+        if self.model is not getattr(self.policy, "model", None):
+            self.policy.load_weights(list(self.model.state_dict().items()))
 
 
 class Trainer:
-    """Train a policy on environments' tasks with sparse task-success rewards.
+    """Train a policy, or a team of them, on environments' tasks with sparse rewards.
 
     Args:
-        policy: The sampling backend. With :class:`~agents.hf_policy.HFPolicy`,
-            ``policy.model`` is trained in place; with any other backend (vLLM)
-            pass ``model`` (the HF module to train) and the trainer pushes its
-            weights to the backend's ``load_weights`` after every step.
-        envs: Environments (instances or registered names); their tasks form the pool.
+        policy: One ``Policy`` for every role (a single agent, or self-play), or
+            ``{agent id: Policy}`` (a learner per distinct policy). With
+            :class:`~agents.hf_policy.HFPolicy`, ``policy.model`` is trained in place;
+            with another backend (vLLM) pass ``model`` (the HF module to train) and the
+            trainer pushes its weights to the backend's ``load_weights`` after every step.
+        envs: Environments (episodes or registered names), single-agent or teams; their tasks form the pool.
         algorithm: :class:`ARPO` (default) or :class:`GRPO`.
         tasks: Which tasks to train on: ids (``"task"`` or ``"Env-v0/task"``), or
             ``f(env_name, task_id) -> bool``; default every task.
         lr: AdamW learning rate of the RL updates.
-        tasks_per_step: Tasks per step; each gets ``algorithm.M`` trajectories.
+        tasks_per_step: Tasks per step; each gets ``algorithm.M`` rollouts.
         max_new_tokens: Tokens per assistant turn.
-        max_turns: Assistant turns per episode (default: the environment's).
+        max_turns: The episodes' turn (round) limit (default: each environment's).
+        mode: ``aec`` (turn order) or ``parallel`` (simultaneous moves) for teams.
         micro_batch: Sequences per forward/backward pass (gradients accumulate).
         grad_clip: Global gradient-norm clip (0 disables).
         format_coef: Optional reward for a trajectory without parse errors (off unless asked for).
-        reward_fn: Replaces the reward: ``reward_fn(trajectory) -> float`` (default: the
-            environment's sparse task success, plus the format term when ``format_coef``).
+        reward_fn: Replaces the reward: ``reward_fn(trajectory) -> float`` (the trajectory
+            names its ``agent``; default: the agent's reward from the environment, plus
+            the format term when ``format_coef``).
         seed: Seeds task choice, sampling and branching of every step (a resumed run repeats them).
         output_dir: Where ``metrics.jsonl``, ``learning_curve.png`` and ``checkpoints/`` go.
         save_every: Save a checkpoint every this many steps (0: only at the end of :meth:`train`).
     """
 
-    def __new__(cls, policy: Any = None, envs: Sequence[Any] = (), algorithm: ARPO | None = None, **kw: Any) -> Any:
-        """Multi-agent environments (every name in ``envs``) give a :class:`~agents.team_trainer.TeamTrainer`.
-
-        ``policy`` is then one ``Policy`` for every role (self-play) or ``{agent id: Policy}``;
-        team training is GRPO over joint episodes (``algorithm.M`` per task): pass ``GRPO(...)``,
-        as ARPO's branching has no joint-episode counterpart here. ``reward_fn`` then takes
-        ``(agent, trajectory, episode)``.
-        """
-        names = [e for e in envs if isinstance(e, str)]
-        if cls is Trainer and names and len(names) == len(envs) and _all_multi_agent(names):
-            from .team_trainer import TeamTrainer
-
-            algo = algorithm if algorithm is not None else GRPO()
-            if algo.branching:
-                raise ValueError("multi-agent training is GRPO over joint episodes: pass algorithm=GRPO(M=...); "
-                                 "ARPO's entropy-triggered branching is for single-agent environments")
-            unsupported = [f for f, off in (("updates", 1), ("kl_coef", 0.0)) if getattr(algo, f) != off]
-            if unsupported:
-                raise ValueError(f"team training does not take {unsupported} (one on-policy update, no KL "
-                                 "penalty); leave them at their defaults")
-            # what TeamTrainer takes by keyword, less what is set here from the arguments
-            allowed = set(inspect.signature(TeamTrainer).parameters) - {"team", "envs", "M", "clip_eps"}
-            extra = sorted(set(kw) - allowed)
-            if extra:
-                raise TypeError(f"Trainer on multi-agent environments does not take {extra}")
-            return TeamTrainer(policy, names, M=algo.M, clip_eps=algo.clip_eps, **kw)
-        return super().__new__(cls)
-
-    def __init__(self, policy: "Policy", envs: Sequence["Environment | str"], algorithm: ARPO | None = None, *,
+    def __init__(self, policy: Any, envs: Sequence[Any], algorithm: Algorithm | None = None, *,
                  tasks: TaskFilter = None, model: Any = None, lr: float = 1e-5, tasks_per_step: int = 4,
                  max_new_tokens: int = 128, temperature: float = 1.0, max_turns: int | None = None,
-                 micro_batch: int = 16, grad_clip: float = 1.0, format_coef: float = 0.0,
-                 reward_fn: Callable[[Any], float] | None = None, seed: int = 0,
+                 mode: str = "aec", micro_batch: int = 16, grad_clip: float = 1.0, format_coef: float = 0.0,
+                 reward_fn: Callable[[Trajectory], float] | None = None, seed: int = 0,
                  output_dir: str | None = None, save_every: int = 0, show_progress: bool = True) -> None:
         import torch
 
         import envfactory
 
-        self.policy = policy
-        self.algorithm = algorithm if algorithm is not None else ARPO()
-        self.model = model if model is not None else getattr(policy, "model", None)
-        if self.model is None:
-            raise ValueError(f"{type(policy).__name__} has no trainable .model; pass model= (the HF module to "
-                             "train), whose weights are pushed to the policy after each step")
-        if isinstance(self.model, str):
-            from transformers import AutoModelForCausalLM
-
-            self.model = AutoModelForCausalLM.from_pretrained(self.model, dtype=torch.float32)
-        self.push_weights = self.model is not getattr(policy, "model", None)
-        if self.push_weights and not hasattr(policy, "load_weights"):
-            raise ValueError(f"{type(policy).__name__} cannot receive weights (no load_weights); "
-                             "train an HFPolicy's own model instead")
+        self.team, self.algorithm = policy, algorithm if algorithm is not None else ARPO()
         self.envs = [envfactory.make(e) if isinstance(e, str) else e for e in envs]
+        for e in self.envs:
+            e.max_turns = e.max_turns if max_turns is None else max_turns
+        self.learners: list[Learner] = []
+        for agent in dict.fromkeys(a for e in self.envs for a in e.agents):
+            if isinstance(policy, Mapping) and agent not in policy:
+                raise KeyError(f"the team has no policy for agent {agent!r} (it has {sorted(policy)}); "
+                               "give one per agent id, or pass a single Policy for self-play")
+            pol = policy[agent] if isinstance(policy, Mapping) else policy
+            ln = next((x for x in self.learners if x.policy is pol), None)
+            if ln is None:
+                ln = Learner(pol, self._model_of(pol, model), None)
+                ln.optimizer = torch.optim.AdamW(ln.model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+                self.learners.append(ln)
+            ln.agents.add(agent)
         self.pool = self._select(tasks)
         if not self.pool:
             raise ValueError("no tasks to train on: check the tasks= filter against the environments' task ids")
         self.lr, self.tasks_per_step, self.max_new_tokens = lr, tasks_per_step, max_new_tokens
-        self.temperature, self.max_turns, self.micro_batch = temperature, max_turns, micro_batch
+        self.temperature, self.max_turns, self.mode, self.micro_batch = temperature, max_turns, mode, micro_batch
         self.grad_clip, self.format_coef, self.reward_fn, self.seed = grad_clip, format_coef, reward_fn, seed
         self.output_dir = Path(output_dir) if output_dir else None
         self.save_every, self.show_progress = save_every, show_progress
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
-        self.ref_model: Any = None
         self.step = 0
         self.log = MetricsLog(self.output_dir / "metrics.jsonl" if self.output_dir else None)
+        self.last_samples: dict[str, list[Sample]] = {}
+
+    def _model_of(self, pol: Any, model: Any) -> Any:
+        import torch
+
+        if model is not None and isinstance(self.team, Mapping):
+            raise ValueError("model= goes with one shared policy; a team trains each policy's own .model")
+        m = model if model is not None else getattr(pol, "model", None)
+        if m is None:
+            raise ValueError(f"{type(pol).__name__} has no trainable .model; pass model= (the HF module to "
+                             "train), whose weights are pushed to the policy after each step")
+        if isinstance(m, str):
+            from transformers import AutoModelForCausalLM
+
+            m = AutoModelForCausalLM.from_pretrained(m, dtype=torch.float32)
+        if m is not getattr(pol, "model", None) and not hasattr(pol, "load_weights"):
+            raise ValueError(f"{type(pol).__name__} cannot receive weights (no load_weights); "
+                             "train an HFPolicy's own model instead")
+        return m
+
+    # -- learners ------------------------------------------------------------
+    def learner_of(self, agent: str) -> Learner:
+        """The learner that plays ``agent``."""
+        for ln in self.learners:
+            if agent in ln.agents:
+                return ln
+        raise KeyError(f"no learner plays {agent!r}")
+
+    def _sole(self) -> Learner:
+        if len(self.learners) != 1:
+            raise AttributeError(f"this trainer has {len(self.learners)} learners; use learner_of(agent)")
+        return self.learners[0]
+
+    @property
+    def policy(self) -> Any:
+        return self._sole().policy
+
+    @property
+    def model(self) -> Any:
+        return self._sole().model
+
+    @property
+    def optimizer(self) -> Any:
+        return self._sole().optimizer
+
+    def _pad_id(self) -> int:
+        return self._sole().pad_id
 
     # -- tasks -------------------------------------------------------------
-    def _select(self, tasks: TaskFilter) -> list[tuple["Environment", str]]:
+    def _select(self, tasks: TaskFilter) -> list[tuple[Any, str]]:
         pool = []
         for env in self.envs:
+            name = env.spec.name
             for t in env.spec.get_tasks():
-                name = env.spec.name
                 if tasks is None or (callable(tasks) and tasks(name, t.id)) or (
                         not callable(tasks) and (t.id in tasks or f"{name}/{t.id}" in tasks)):
                     pool.append((env, t.id))
         return pool
 
-    def pairs(self, tasks: TaskFilter = None) -> list[tuple["Environment", str]]:
-        """``(env, task_id)`` for ``tasks`` (default: the training pool)."""
+    def pairs(self, tasks: TaskFilter = None) -> list[tuple[Any, str]]:
+        """``(episode, task_id)`` for ``tasks`` (default: the training pool)."""
         return self.pool if tasks is None else self._select(tasks)
+
+    def _groups(self, pairs: list[tuple[Any, str]], algo: Algorithm, seed: int, temperature: float) -> list[Group]:
+        return sample_groups(self.team, pairs, algo, max_new_tokens=self.max_new_tokens, temperature=temperature,
+                             seed=seed, mode=self.mode)
 
     # -- evaluation ----------------------------------------------------------
     def evaluate(self, tasks: TaskFilter = None, *, samples: int = 4, temperature: float | None = None,
                  seed: int = 12345) -> dict[str, Any]:
         """Success rate over ``samples`` episodes of each task (default: the training pool)."""
-        temp = self.temperature if temperature is None else temperature
-        groups = sample_groups(self.policy, self.pairs(tasks), GRPO(M=samples), max_new_tokens=self.max_new_tokens,
-                               temperature=temp, seed=seed, max_turns=self.max_turns)
-        return summarize(groups)
+        return summarize(self._groups(self.pairs(tasks), GRPO(M=samples), seed,
+                                      self.temperature if temperature is None else temperature))
 
     # -- SFT warm start -------------------------------------------------------
     def sft(self, tasks: TaskFilter = None, *, epochs: int = 10, lr: float = 1e-3, batch_size: int = 8,
             seed: int | None = None) -> dict[str, Any]:
-        """Warm start on the tasks' verified reference solutions (loss on assistant tokens only)."""
+        """Warm start every learner on its own roles' turns of the tasks' verified reference
+        solutions (loss on the sampled-turn tokens only).
+
+        Raises:
+            RuntimeError: a reference solution did not succeed (run ``envfactory verify``).
+        """
         import torch
 
-        trajs = reference_trajectories(self.policy.tokenizer, self.pairs(tasks))
-        opt = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
         rng = random.Random(self.seed if seed is None else seed)
-        started, losses = time.perf_counter(), []
-        self.model.train()
-        for epoch in range(epochs):
-            order = list(range(len(trajs)))
-            rng.shuffle(order)
-            for b in range(0, len(order), batch_size):
-                batch = [trajs[i] for i in order[b:b + batch_size]]
-                lps = token_logprobs(self.model, [t.prompt_ids + t.response_ids for t in batch],
-                                     [len(t.prompt_ids) for t in batch], pad_id=self._pad_id())
-                masks = [torch.tensor(t.loss_mask, dtype=lp.dtype, device=lp.device) for t, lp in zip(batch, lps)]
-                n = sum(float(m.sum()) for m in masks)
-                loss = -sum((lp * m).sum() for lp, m in zip(lps, masks)) / max(n, 1.0)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if self.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-                opt.step()
-                losses.append(float(loss.item()))
-            self.log.write({"phase": "sft", "epoch": epoch + 1, "nll": losses[-1]})
-            if self.show_progress:
-                progress("sft", epoch + 1, epochs, started, nll=losses[-1])
-        self._sync()
-        return {"examples": len(trajs), "epochs": epochs, "final_nll": losses[-1] if losses else None,
+        started, out = time.perf_counter(), {}
+        for ln in self.learners:  # rendered with this learner's tokenizer
+            rows = [t for ro in reference_rollouts(ln.policy.tokenizer, self.pairs(tasks))
+                    for a, t in ro.trajectories.items() if a in ln.agents and sum(t.loss_mask)]
+            opt = torch.optim.AdamW(ln.model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+            ln.model.train()
+            losses: list[float] = []
+            for epoch in range(epochs):
+                rng.shuffle(rows)
+                for b in range(0, len(rows), batch_size):
+                    batch = rows[b:b + batch_size]
+                    lps = token_logprobs(ln.model, [t.prompt_ids + t.response_ids for t in batch],
+                                         [len(t.prompt_ids) for t in batch], pad_id=ln.pad_id)
+                    masks = [torch.tensor(t.loss_mask, dtype=lp.dtype, device=lp.device) for t, lp in zip(batch, lps)]
+                    loss = -sum((lp * m).sum() for lp, m in zip(lps, masks)) / max(sum(float(m.sum()) for m in masks), 1.0)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    if self.grad_clip:
+                        torch.nn.utils.clip_grad_norm_(ln.model.parameters(), self.grad_clip)
+                    opt.step()
+                    losses.append(float(loss.item()))
+                self.log.write({"phase": "sft", "learner": ln.label, "epoch": epoch + 1, "nll": losses[-1]})
+                if self.show_progress:
+                    progress("sft", epoch + 1, epochs, started, nll=losses[-1])
+            ln.sync()
+            out[ln.label] = {"examples": len(rows), "final_nll": losses[-1] if losses else None}
+        return {"examples": sum(v["examples"] for v in out.values()), "epochs": epochs,
+                "final_nll": out[self.learners[0].label]["final_nll"], "learners": out,
                 "seconds": round(time.perf_counter() - started, 2)}
 
     # -- RL ------------------------------------------------------------------
@@ -212,8 +269,9 @@ class Trainer:
         """
         if resume:
             self.load(latest_checkpoint(self.output_dir / "checkpoints") if resume is True else resume)
-        if self.algorithm.kl_coef and self.ref_model is None:
-            self.ref_model = _frozen_copy(self.model)
+        for ln in self.learners:
+            if self.algorithm.kl_coef and ln.ref_model is None:
+                ln.ref_model = _frozen_copy(ln.model)
         started, rows = time.perf_counter(), []
         while self.step < steps:
             row = self.train_step()
@@ -229,86 +287,91 @@ class Trainer:
         return rows
 
     def train_step(self) -> dict[str, Any]:
-        """One step: sample groups, compute advantages, ``algorithm.updates`` clipped-loss updates, push weights."""
-        import torch
-
+        """One step: sample groups, compute advantages, ``algorithm.updates`` clipped-loss updates
+        of every learner on its own samples, push weights."""
         t0 = time.perf_counter()
         rng = random.Random(self.seed * 1_000_003 + self.step)
         chosen = rng.sample(self.pool, min(self.tasks_per_step, len(self.pool)))
-        groups = sample_groups(self.policy, chosen, self.algorithm, max_new_tokens=self.max_new_tokens,
-                               temperature=self.temperature, seed=rng.randrange(2**31), max_turns=self.max_turns)
+        groups = self._groups(chosen, self.algorithm, rng.randrange(2**31), self.temperature)
         t_rollout = time.perf_counter() - t0
-        samples = self._samples(groups)
-        n_tokens = sum(sum(s[2]) for s in samples)
-        stats: list[Any] = []
-        grad_norm = 0.0
-        updates = self.algorithm.updates if samples else 0
-        refs: dict[int, Any] = {}  # the reference policy's log-probs, once per micro-batch
-        self.model.train()
-        for _ in range(updates):
-            self.optimizer.zero_grad(set_to_none=True)
-            for b in range(0, len(samples), self.micro_batch):
-                mb = samples[b:b + self.micro_batch]
-                seqs, starts = [s[0] for s in mb], [s[1] for s in mb]
-                lps = token_logprobs(self.model, seqs, starts, temperature=self.temperature, pad_id=self._pad_id())
-                if self.ref_model is not None and b not in refs:
-                    with torch.no_grad():
-                        refs[b] = _pad([x.detach() for x in token_logprobs(self.ref_model, seqs, starts,
-                                                                          temperature=self.temperature,
-                                                                          pad_id=self._pad_id())])
-                ref = refs.get(b)
-                dev = lps[0].device
-                loss, st = policy_loss(_pad(lps), _pad([torch.tensor(s[3], device=dev) for s in mb]),
-                                       _pad([torch.tensor(s[4], device=dev) for s in mb]),
-                                       _pad([torch.tensor(s[2], device=dev) for s in mb]),
-                                       clip_eps=self.algorithm.clip_eps, ref_logp=ref,
-                                       kl_coef=self.algorithm.kl_coef, num_tokens=n_tokens)
-                loss.backward()
-                stats.append(st)
-            if self.grad_clip:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
-            self.optimizer.step()
-        if samples:
-            self._sync()
+        self.last_samples = self.samples(groups)
+        per = {ln.label: self._update(ln, self.last_samples[ln.label]) for ln in self.learners}
         self.step += 1
+        st = list(per.values())
         row = {"phase": "train", "step": self.step, "algorithm": self.algorithm.name, **summarize(groups),
-               "loss": sum(s.loss for s in stats) / max(updates, 1), "kl": _wmean([(s.kl, s.tokens) for s in stats]),
-               "clip_fraction": _wmean([(s.clip_fraction, s.tokens) for s in stats]),
-               "trained_sequences": len(samples), "trained_tokens": n_tokens, "grad_norm": grad_norm,
+               "loss": sum(s["loss"] for s in st), "kl": _wmean([(s["kl"], s["tokens"]) for s in st]),
+               "clip_fraction": _wmean([(s["clip_fraction"], s["tokens"]) for s in st]),
+               "trained_sequences": sum(s["sequences"] for s in st), "trained_tokens": sum(s["tokens"] for s in st),
+               "grad_norm": max(s["grad_norm"] for s in st), "learners": per,
                "rollout_s": round(t_rollout, 3), "step_s": round(time.perf_counter() - t0, 3)}
         self.log.write(row)
         return row
 
-    def _samples(self, groups: list[Group]) -> list[tuple[list[int], int, list[int], list[float], list[float]]]:
-        """``(ids, prompt_len, loss_mask, old_logprobs, token_advantages)`` of every trajectory with signal."""
-        out = []
+    def samples(self, groups: list[Group]) -> dict[str, list[Sample]]:
+        """Per learner (by label), the role trajectories with signal and their token advantages."""
+        out: dict[str, list[Sample]] = {ln.label: [] for ln in self.learners}
         for g in groups:
-            rewards = [self.reward(t) for t in g.trajectories]
-            adv = group_advantages(rewards)
-            if not any(adv) and not self.algorithm.kl_coef:
-                continue  # equal rewards: no signal (as DAPO's dynamic sampling drops such groups)
-            lengths = [len(t.response_ids) for t in g.trajectories]
-            tok_adv = (hard_token_advantages(adv, lengths, g.lineage) if self.algorithm.attribution == "hard"
-                       else soft_token_advantages(adv, lengths))
-            for t, a in zip(g.trajectories, tok_adv):
-                if t.response_ids and t.token_exact:
-                    out.append((t.prompt_ids + t.response_ids, len(t.prompt_ids), t.loss_mask, t.logprobs, a))
+            for agent in g.agents:
+                trajs = [e.trajectories[agent] for e in g.episodes]
+                adv = group_advantages([self.reward(t) for t in trajs])
+                if not any(adv) and not self.algorithm.kl_coef:
+                    continue  # equal rewards: no signal (as DAPO's dynamic sampling drops such groups)
+                tok_adv = self.algorithm.token_advantages(adv, [len(t.response_ids) for t in trajs], g.lineages[agent])
+                rows = out[self.learner_of(agent).label]
+                for t, a in zip(trajs, tok_adv):
+                    if sum(t.loss_mask) and t.error is None and t.token_exact:
+                        rows.append(Sample(agent, t.prompt_ids + t.response_ids, len(t.prompt_ids),
+                                           list(t.loss_mask), list(t.logprobs), a))
         return out
 
-    def reward(self, traj: Any) -> float:
-        """The scalar reward of a finished trajectory (sparse success unless configured otherwise)."""
+    def reward(self, traj: Trajectory) -> float:
+        """The scalar reward of a finished role trajectory (sparse success unless configured otherwise)."""
         if self.reward_fn is not None:
             return float(self.reward_fn(traj))
         return traj.reward + (self.format_coef if traj.parse_errors == 0 and traj.tool_calls else 0.0)
 
-    # -- weights, checkpoints, plots -------------------------------------------
-    def _pad_id(self) -> int:
-        tok = self.policy.tokenizer
-        return int(tok.pad_token_id) if tok.pad_token_id is not None else 0
+    def _update(self, ln: Learner, samples: list[Sample]) -> dict[str, Any]:
+        """``algorithm.updates`` clipped-loss steps of ``ln`` on its own samples (none: no step)."""
+        import torch
 
-    def _sync(self) -> None:
-        if self.push_weights:
-            self.policy.load_weights(list(self.model.state_dict().items()))
+        n_tokens = sum(sum(s.mask) for s in samples)
+        updates = self.algorithm.updates if samples else 0
+        stats, grad_norm, refs = [], 0.0, {}  # refs: the reference's log-probs, once per micro-batch
+        ln.model.train()
+        for _ in range(updates):
+            ln.optimizer.zero_grad(set_to_none=True)
+            for b in range(0, len(samples), self.micro_batch):
+                mb = samples[b:b + self.micro_batch]
+                seqs, starts = [s.ids for s in mb], [s.start for s in mb]
+                lps = token_logprobs(ln.model, seqs, starts, temperature=self.temperature, pad_id=ln.pad_id)
+                if ln.ref_model is not None and b not in refs:
+                    with torch.no_grad():
+                        refs[b] = _pad(token_logprobs(ln.ref_model, seqs, starts, temperature=self.temperature,
+                                                      pad_id=ln.pad_id))
+                dev = lps[0].device
+                loss, st = policy_loss(_pad(lps), _pad([torch.tensor(s.old_logprobs, device=dev) for s in mb]),
+                                       _pad([torch.tensor(s.advantages, device=dev) for s in mb]),
+                                       _pad([torch.tensor(s.mask, device=dev) for s in mb]),
+                                       clip_eps=self.algorithm.clip_eps, ref_logp=refs.get(b),
+                                       kl_coef=self.algorithm.kl_coef, num_tokens=n_tokens)
+                loss.backward()
+                stats.append(st)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(ln.model.parameters(), self.grad_clip or float("inf")))
+            ln.optimizer.step()
+        ln.model.eval()
+        if samples:
+            ln.sync()
+        return {"sequences": len(samples), "tokens": n_tokens, "loss": sum(s.loss for s in stats) / max(updates, 1),
+                "kl": _wmean([(s.kl, s.tokens) for s in stats]),
+                "clip_fraction": _wmean([(s.clip_fraction, s.tokens) for s in stats]), "grad_norm": grad_norm}
+
+    # -- checkpoints, plots ------------------------------------------------------
+    def _parts(self) -> dict[str, dict[str, Any]]:
+        """Checkpoint folder per learner: the top for one learner, its agent ids for several."""
+        one = len(self.learners) == 1
+        return {"" if one else ln.label: {"model": ln.model, "optimizer": ln.optimizer,
+                                          "tokenizer": ln.policy.tokenizer, "reference": ln.ref_model}
+                for ln in self.learners}
 
     def save(self, path: str | None = None) -> Path:
         """Write a checkpoint (default ``output_dir/checkpoints/step-<n>``)."""
@@ -316,28 +379,23 @@ class Trainer:
         if root is None:
             raise ValueError("Trainer.save: pass a path or construct the Trainer with output_dir=")
         state = {"seed": self.seed, "algorithm": asdict(self.algorithm), "algorithm_name": self.algorithm.name}
-        ckpt = save_checkpoint(root, self.step, model=self.model, optimizer=self.optimizer, state=state,
-                               tokenizer=self.policy.tokenizer)
-        if self.ref_model is not None:
-            from safetensors.torch import save_model
-
-            save_model(self.ref_model, str(ckpt / "reference.safetensors"))
-        return ckpt
+        return save_checkpoint(root, self.step, self._parts(), state=state)
 
     def load(self, path: str | Path | None) -> None:
-        """Restore weights, optimizer state and the step counter from a checkpoint folder."""
+        """Restore every learner's weights, optimizer state and KL reference, and the step counter."""
         if path is None:
             raise FileNotFoundError("no checkpoint to resume from: none saved under output_dir/checkpoints yet")
-        meta = load_checkpoint(path, model=self.model, optimizer=self.optimizer)
+        for ln in self.learners:
+            if ln.ref_model is None and (Path(path) / self._sub(ln) / "reference.safetensors").exists():
+                ln.ref_model = _frozen_copy(ln.model)
+        meta = load_checkpoint(path, self._parts())
         self.step = int(meta["step"])
-        ref = Path(path) / "reference.safetensors"
-        if ref.exists():
-            from safetensors.torch import load_model
-
-            self.ref_model = _frozen_copy(self.model)
-            load_model(self.ref_model, str(ref))
         self.log.truncate_after(self.step)
-        self._sync()
+        for ln in self.learners:
+            ln.sync()
+
+    def _sub(self, ln: Learner) -> str:
+        return "" if len(self.learners) == 1 else ln.label
 
     def plot(self) -> str | None:
         """Draw ``output_dir/learning_curve.png`` from this run's metric rows."""
@@ -346,24 +404,32 @@ class Trainer:
             return None
         return plot_learning_curve({"training success": [(r["step"], r["success"]) for r in rows]},
                                    self.output_dir / "learning_curve.png",
-                                   title=f"{self.algorithm.name}: success of the sampled trajectories")
+                                   title=f"{self.algorithm.name}: success of the sampled episodes")
 
 
 def summarize(groups: list[Group]) -> dict[str, Any]:
-    """Success, tool calls per solved task, tokens generated and branching figures of some groups."""
-    trajs = [t for g in groups for t in g.trajectories]
-    solved = [t for t in trajs if t.success]
+    """Success, rewards, tool calls per solved episode, tokens and branching figures of some groups."""
+    eps = [e for g in groups for e in g.episodes]
+    trajs = [t for e in eps for t in e.trajectories.values()]
+    solved = [e for e in eps if e.success]
+    rewards: dict[str, list[float]] = {}
+    for t in trajs:
+        rewards.setdefault(t.agent, []).append(t.reward)
     per_branch = [x for g in groups for x in g.branch_prefill_tokens]
+    n = max(len(eps), 1)
     return {
-        "episodes": len(trajs),
-        "success": sum(t.success for t in trajs) / max(len(trajs), 1),
+        "episodes": len(eps),
+        "success": sum(e.success for e in eps) / n,
         "reward": sum(t.reward for t in trajs) / max(len(trajs), 1),
-        "tool_calls_per_solved": sum(t.tool_calls for t in solved) / len(solved) if solved else None,
+        "rewards": {a: sum(v) / len(v) for a, v in rewards.items()},
+        "rounds": sum(e.rounds for e in eps) / n,
+        "tool_calls_per_solved": (sum(t.tool_calls for e in solved for t in e.trajectories.values()) / len(solved)
+                                  if solved else None),
         "tokens_generated": sum(sum(t.loss_mask) for t in trajs),
         "branches": sum(k == "branch" for g in groups for k in g.kinds),
         "fills": sum(k == "fill" for g in groups for k in g.kinds),
         "prefill_tokens_per_branch": sum(per_branch) / len(per_branch) if per_branch else None,
-        "errors": sum(t.error is not None for t in trajs),
+        "errors": sum(e.error is not None for e in eps),
     }
 
 
@@ -372,7 +438,7 @@ def _wmean(pairs: list[tuple[float, int]]) -> float:
     return sum(v * w for v, w in pairs) / n if n else 0.0
 
 
-def _pad(rows: list["torch.Tensor"]) -> "torch.Tensor":
+def _pad(rows: list[Any]) -> Any:
     import torch
 
     return torch.nn.utils.rnn.pad_sequence([r.to(torch.float32) for r in rows], batch_first=True)

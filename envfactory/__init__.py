@@ -59,6 +59,12 @@ __all__ = [
     "tool",
 ]
 
-# Register every installed environment (built-in ones included) so that
-# gymnasium.make("envfactory/<Name>-v0") works right after `import envfactory`.
-discover(_defer_on_error=True)
+# Lazy registration: environments are known by name -> module (read from the
+# ``envfactory.environments`` entry points on first use) and imported by make/spec.
+# gymnasium.make("envfactory/<Name>-v0") works right after `import envfactory`:
+# the Gymnasium ids are registered (string entry points, no environment imported)
+# when gymnasium is imported, or now if it already is; envfactory never imports it.
+from .registry import install_gym_hook as _install_gym_hook  # noqa: E402
+
+_install_gym_hook()
+del _install_gym_hook

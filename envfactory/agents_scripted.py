@@ -1,52 +1,307 @@
-"""Scripted agents for verification, demos and baselines (no model involved).
+"""Scripted agents for any number of roles: verification, demos and baselines (no model involved).
 
-Each is a callable ``agent(env_messages, tool_schemas, task) -> action`` turned
-into episodes by :func:`run_episode`. They act through the public
-:class:`~envfactory.env.Environment` interface, so they run on every runtime.
+A policy answers ``act(episode, agent, seed) -> action`` for the agent whose turn
+it is, on a live :class:`~envfactory.episode.Episode` (one agent or a team, any
+runtime). Scripted policies may read the episode (the oracle follows the task's
+reference solution by looking at which steps were done); model policies only
+read ``episode.transcript(agent)`` and ``episode.tool_schemas(agent)``.
+
+* :class:`OraclePolicy`: plays the agent's own steps of the (joint) reference
+  solution when they are next and passes otherwise; once the plan is done, a
+  sole agent answers with the answer facts and a team member calls ``finish``;
+* :class:`NoopPolicy`: always passes; :class:`ClaimPolicy`: claims success
+  without acting (the reward must not believe claims);
+* :class:`RandomPolicy`: schema-typed random calls with the agent's own tools,
+  then a claim;
+* :class:`ScriptPolicy`: a fixed list of actions (verification plays a team's
+  whole joint solution with one role alone through it).
+
+:func:`play` plays an episode with one policy per agent (or one for all) in
+turn order (``aec``) or simultaneous rounds (``parallel``; the same thing for
+one agent). For one agent, the action-list helpers (:func:`oracle_actions`,
+:func:`random_actions`, ...) and :func:`run_episode` remain.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
-from typing import Any, Callable
+import zlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
-from .env import Environment, StepResult
-from .task import Task
+from .task import Task, ToolCall
 
-__all__ = ["EpisodeOutcome", "run_episode", "oracle_actions", "noop_actions", "claim_actions",
-           "random_actions"]
+if TYPE_CHECKING:
+    from .episode import Episode
+
+__all__ = ["Policy", "OraclePolicy", "NoopPolicy", "ClaimPolicy", "RandomPolicy", "ScriptPolicy", "Outcome",
+           "play", "run_episode", "episode_trace", "plan_progress", "scripted_policy", "SCRIPTED", "MODES",
+           "PASS", "CLAIM", "oracle_actions", "noop_actions", "claim_actions", "random_actions",
+           "redundant_calls"]
+
+MODES = ("aec", "parallel")
+PASS = "I have nothing to do this turn."
+CLAIM = ("I have completed the task successfully. Everything you asked for is done and verified. "
+         "<success>true</success> reward=1")
+
+
+class Policy(Protocol):
+    name: str
+
+    def act(self, episode: "Episode", agent: str, seed: int) -> Any:
+        """The action of ``agent`` for its turn now."""
+
+
+def _args_equal(logged: Any, planned: dict[str, Any]) -> bool:
+    # the log holds arguments parsed back from JSON (tuples became lists)
+    return logged == planned or logged == json.loads(json.dumps(planned, default=str))
+
+
+def plan_progress(episode: "Episode") -> int:
+    """How many leading steps of the task's (joint) solution were done successfully, in order."""
+    plan, k, first = episode.task.solution, 0, episode.agents[0]
+    for e in episode.log:
+        if k < len(plan) and e["ok"]:
+            step = plan[k]
+            if e["agent"] == (step.agent or first) and e["name"] == step.name and _args_equal(e["arguments"],
+                                                                                            step.arguments):
+                k += 1
+    return k
+
+
+def _answer(task: Task) -> str:
+    return "Done. " + " ".join(task.answer_facts)
+
+
+def _closing(episode: "Episode", agent: str) -> str:
+    """The oracle's last word: a sole agent answers; a team member calls ``finish``
+    (a pass ends a team's episode only when every agent passes)."""
+    if len(episode.agents) == 1 or "finish" not in episode.spec.tools_of(agent):
+        return _answer(episode.task)
+    return ToolCall("finish", {"answer": _answer(episode.task).strip()}).to_hermes()
+
+
+class OraclePolicy:
+    """Plays the agent's steps of the (joint) reference solution as they come up."""
+
+    name = "oracle"
+    stochastic = False
+
+    def act(self, episode: "Episode", agent: str, seed: int) -> Any:
+        plan = episode.task.solution
+        k = plan_progress(episode)
+        if k == len(plan):
+            return _closing(episode, agent)
+        return plan[k].to_hermes() if (plan[k].agent or episode.agents[0]) == agent else PASS
+
+
+class NoopPolicy:
+    """Always passes."""
+
+    name = "noop"
+    stochastic = False
+
+    def act(self, episode: "Episode", agent: str, seed: int) -> Any:
+        return PASS
+
+
+class ClaimPolicy:
+    """Claims success without doing anything."""
+
+    name = "claim"
+    stochastic = False
+
+    def act(self, episode: "Episode", agent: str, seed: int) -> Any:
+        return CLAIM
+
+
+class RandomPolicy:
+    """Schema-typed random calls with the agent's own tools (``turns`` of them), then a claim of
+    success quoting the instruction, then passes. Seeded by task, agent and ``seed``."""
+
+    name = "random"
+    stochastic = True
+
+    def __init__(self, turns: int = 6) -> None:
+        self.turns = turns
+        self._last: dict[str, tuple[Any, list[str]]] = {}  # agent -> (episode key, its actions)
+
+    def act(self, episode: "Episode", agent: str, seed: int) -> Any:
+        key = (episode.spec.name, episode.task.id, seed)
+        cached = self._last.get(agent)
+        if cached is None or cached[0] != key:
+            s = zlib.crc32(f"{episode.task.id}/{agent}/{seed}".encode()) & 0x7FFFFFFF
+            cached = self._last[agent] = (key, random_actions(episode.task, episode.tool_schemas(agent), s,
+                                                              self.turns))
+        actions, i = cached[1], episode.turns_taken(agent)
+        return actions[i] if i < len(actions) else PASS
 
 
 @dataclass
-class EpisodeOutcome:
-    reward: float
-    turns: int
-    terminated: bool
-    truncated: bool
-    last: StepResult | None
+class ScriptPolicy:
+    """Plays ``actions`` one per turn (a :class:`ToolCall` as Hermes text, anything else as
+    is); then, with ``finish``, the oracle's closing move once; then ``then`` forever."""
+
+    actions: list[Any]
+    finish: bool = False
+    then: Any = PASS
+    name: str = "script"
+    stochastic = False
+
+    def act(self, episode: "Episode", agent: str, seed: int) -> Any:
+        i = episode.turns_taken(agent)
+        if i < len(self.actions):
+            a = self.actions[i]
+            return a.to_hermes() if isinstance(a, ToolCall) else a
+        if self.finish and i == len(self.actions):
+            return _closing(episode, agent)
+        return self.then
 
 
-def run_episode(env: Environment, task: str | int | Task, actions: list[Any]) -> EpisodeOutcome:
-    """Reset ``env`` on ``task`` and play ``actions`` until the episode ends.
+SCRIPTED = ("oracle", "random", "noop", "claim")
 
-    If the actions run out first, the agent's last word is an empty answer.
+
+def scripted_policy(name: str) -> Policy:
+    """A scripted policy by name: ``oracle``, ``random``, ``noop`` or ``claim``."""
+    kinds = {"oracle": OraclePolicy, "random": RandomPolicy, "noop": NoopPolicy, "claim": ClaimPolicy}
+    try:
+        return kinds[name]()
+    except KeyError:
+        raise KeyError(f"no scripted policy {name!r}; choose one of {', '.join(SCRIPTED)}") from None
+
+
+@dataclass
+class Outcome:
+    """One episode, summarised (for verification and evaluation).
+
+    ``messages`` counts the letters a team sent (0 for one agent); ``calls`` the
+    tool calls; ``errors`` failed calls by kind; ``redundant`` successful calls
+    repeating an earlier one; ``turns`` the turns played by all agents.
     """
-    env.reset(task)
-    last = None
-    turns = 0
-    for action in list(actions) + [""]:
-        last = env.step(action)
-        turns += 1
-        if last.done:
-            break
-    return EpisodeOutcome(last.reward, turns, last.terminated, last.truncated, last)
+
+    env: str
+    task_id: str
+    mode: str
+    success: bool
+    rewards: dict[str, float]
+    rounds: int
+    ended_by: str
+    messages: int = 0
+    calls: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    redundant: int = 0
+    turns: int = 0
+    terminated: bool = False
+    truncated: bool = False
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def reward(self) -> float:
+        """The sole agent's reward (for a team: the first role's)."""
+        return next(iter(self.rewards.values()), 0.0)
+
+    def to_json(self, *, with_log: bool = False) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "log"}
+        if with_log:
+            d["log"] = self.log
+        return d
 
 
-def oracle_actions(task: Task) -> list[str]:
-    """The reference solution, one Hermes tool call per turn, then an answer with the facts."""
-    return [c.to_hermes() for c in task.solution] + ["Done. " + " ".join(task.answer_facts)]
+def redundant_calls(log: list[dict[str, Any]]) -> int:
+    """Successful calls that repeat an earlier successful call (same tool and arguments, by anyone)."""
+    seen, n = set(), 0
+    for e in log:
+        if not e["ok"] or e["name"] in (None, "send_message", "read_messages", "finish"):
+            continue
+        key = (e["name"], json.dumps(e["arguments"], sort_keys=True, default=str))
+        n += key in seen
+        seen.add(key)
+    return n
+
+
+def _team(episode: "Episode", policies: Policy | Mapping[str, Policy]) -> Mapping[str, Policy]:
+    if not isinstance(policies, Mapping):
+        return dict.fromkeys(episode.agents, policies)
+    missing = set(episode.agents) - set(policies)
+    if missing:
+        raise KeyError(f"the team has no policy for {sorted(missing)}")
+    return policies
+
+
+def _turn(episode: "Episode", team: Mapping[str, Policy], mode: str, seed: int) -> dict[str, Any]:
+    """Play one move: a turn (``aec``, or any single agent) or a simultaneous round; the results."""
+    agents = episode.agents
+    if len(agents) == 1:
+        a = agents[0]
+        return {a: episode.step(team[a].act(episode, a, seed))}
+    if mode == "aec":
+        a = episode.next_agent
+        return {a: episode.act(a, team[a].act(episode, a, seed))}
+    return episode.step({a: team[a].act(episode, a, seed) for a in agents})
+
+
+def play(episode: "Episode", policies: Policy | Mapping[str, Policy], task: Any, *, mode: str = "aec",
+         seed: int = 0) -> Outcome:
+    """Reset ``episode`` on ``task`` and play it to the end.
+
+    Args:
+        policies: One policy for every agent, or ``{agent: policy}``.
+        mode: ``aec`` (turn order: each agent decides after the previous one acted) or
+            ``parallel`` (every agent decides on the same information); one agent has one mode.
+        seed: Passed to every policy's ``act``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    team = _team(episode, policies)
+    episode.reset(task)
+    while not episode.done:
+        _turn(episode, team, mode, seed)
+    log = list(episode.log)
+    errors: dict[str, int] = {}
+    for e in log:
+        if not e["ok"]:
+            errors[e["kind"]] = errors.get(e["kind"], 0) + 1
+    mail = getattr(episode.state, "mail", None) if len(episode.agents) > 1 else None
+    return Outcome(
+        env=episode.spec.name, task_id=episode.task.id, mode=mode, success=bool(episode.success),
+        rewards=episode.rewards, rounds=episode.round, ended_by=episode.ended_by or "",
+        messages=len(mail.letters) if mail is not None else 0, calls=sum(e["name"] is not None for e in log),
+        errors=errors, redundant=redundant_calls(log), turns=sum(episode.turns_taken(a) for a in episode.agents),
+        terminated=episode.terminated, truncated=episode.truncated, log=log)
+
+
+def episode_trace(episode: "Episode", policies: Policy | Mapping[str, Policy], task: Any, mode: str = "aec",
+                  seed: int = 0) -> list[Any]:
+    """Everything observable of one episode, move by move: results, whose turn, round, every
+    agent's observation, transcript and turn count; at the end rewards, success, answer, how it
+    ended, the call log and the final state. Equal traces mean equal episodes (runtime parity)."""
+    team = _team(episode, policies)
+    agents = episode.agents
+    out: list[Any] = [episode.reset(task), {a: episode.transcript(a) for a in agents}]
+    while not episode.done:
+        results = _turn(episode, team, mode, seed)
+        out.append(({a: r.to_json() for a, r in results.items()}, episode.next_agent, episode.round,
+                    {a: episode.observation(a) for a in agents}, {a: list(episode.transcript(a)) for a in agents},
+                    {a: episode.turns_taken(a) for a in agents}))
+    out.append((episode.rewards, episode.success, episode.answer, episode.ended_by, episode.terminated,
+                episode.truncated, json.dumps(episode.log, sort_keys=True), episode.state.model_dump(mode="json"),
+                episode.state.hash()))
+    return out
+
+
+# -- one agent: action lists -------------------------------------------------
+def run_episode(env: "Episode", task: str | int | Task, actions: list[Any]) -> Outcome:
+    """Reset a one-agent ``env`` on ``task`` and play ``actions`` until the episode ends;
+    if they run out first, the agent's last word is an empty answer."""
+    return play(env, ScriptPolicy(list(actions), then=""), task)
+
+
+def oracle_actions(task: Task, agent: str | None = None) -> list[str]:
+    """The reference solution as Hermes tool calls, one per turn, then an answer with the
+    facts. With ``agent``: only that agent's calls of a joint solution."""
+    calls = [c for c in task.solution if agent is None or c.agent in (None, agent)]
+    return [c.to_hermes() for c in calls] + [_answer(task)]
 
 
 def noop_actions(task: Task) -> list[str]:
@@ -56,10 +311,7 @@ def noop_actions(task: Task) -> list[str]:
 
 def claim_actions(task: Task) -> list[str]:
     """Claim success without acting (the reward must not believe claims)."""
-    return [
-        "I have completed the task successfully. Everything you asked for is done and verified. "
-        "<success>true</success> reward=1"
-    ]
+    return [CLAIM]
 
 
 def _random_value(schema: dict[str, Any], rng: random.Random, words: list[str]) -> Any:
@@ -99,6 +351,3 @@ def random_actions(task: Task, tool_schemas: list[dict[str, Any]], seed: int, tu
         actions.append(f'<tool_call>{json.dumps({"name": fn["name"], "arguments": args})}</tool_call>')
     actions.append("Task complete. " + " ".join(rng.sample(words, min(3, len(words)))))
     return actions
-
-
-Agent = Callable[[Task], list[Any]]

@@ -81,25 +81,31 @@ def _time_episodes(env: gymnasium.Env, action: str, episodes: int, episode_len: 
 
 def bench_step(n: int = 20000) -> dict[str, Any]:
     """Median time of one trivial tool-call step: envfactory (Gymnasium adapter over
-    the local runtime) against :class:`PlainCounterEnv`, interleaved in rounds."""
+    the local runtime, and the engine's own ``Episode.step``) against
+    :class:`PlainCounterEnv`, interleaved in rounds."""
     from .gym_env import ToolGymEnv
 
     action = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
     ours = ToolGymEnv("Counter-v0", max_turns=10**9)
+    episode = ours.env  # the engine alone, without the Gymnasium face
     plain = PlainCounterEnv()
     ours_s: list[float] = []
     plain_s: list[float] = []
+    episode_s: list[float] = []
     episode_len = 50
     for _ in range(n // episode_len):  # interleave so drift hits both equally
         plain_s += _time_episodes(plain, action, 1, episode_len, lambda: plain.reset(seed=0))
         ours_s += _time_episodes(
             ours, action, 1, episode_len, lambda: ours.reset(seed=0, options={"task": 0})
         )
-    o, p = _median_us(ours_s), _median_us(plain_s)
+        episode_s += _time_episodes(episode, action, 1, episode_len, lambda: episode.reset(0))
+    o, p, e = _median_us(ours_s), _median_us(plain_s), _median_us(episode_s)
     return {
         "step_envfactory_us": round(o, 2),
+        "step_episode_us": round(e, 2),
         "step_plain_gymnasium_us": round(p, 2),
         "step_envfactory_vs_plain_ratio": round(o / p, 2),
+        "step_episode_vs_plain_ratio": round(e / p, 2),
         "step_samples": len(ours_s) * episode_len,
     }
 
@@ -112,13 +118,13 @@ def bench_fork(n: int = 2000) -> dict[str, Any]:
     out: dict[str, Any] = {}
     worst = 0.0
     for s in specs():
-        if getattr(s, "multi_agent", False):
-            continue
         env = make(s.name)
         task = max(s.get_tasks(), key=lambda t: len(t.solution))
         env.reset(task.id)
         for c in task.solution[: max(1, len(task.solution) // 2)]:
-            env.step(c.to_hermes())
+            while env.next_agent not in (c.agent, None) and c.agent is not None:
+                env.act(env.next_agent, "")  # the others pass until it is this call's agent's turn
+            env.act(env.next_agent, c.to_hermes())
         clock = time.perf_counter_ns
         samples = []
         for _ in range(n):
@@ -151,26 +157,28 @@ def bench_docker() -> dict[str, Any]:
     return run()
 
 
-def bench_rollout() -> dict[str, Any]:
-    """Rollout throughput, HF against vLLM on the same episodes (see :mod:`agents.bench_rollout`);
-    agents is imported only here."""
-    from agents.bench_rollout import bench_rollout as run
-
-    return run()
-
-
 SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
     "step": bench_step,
     "fork": bench_fork,
     "docker": bench_docker,
-    "rollout": bench_rollout,
 }
+BENCH_GROUP = "envfactory.bench"  # other packages add sections (agents: "rollout") through this group
+
+
+def sections() -> dict[str, Callable[[], dict[str, Any]]]:
+    """The core's sections and those installed packages announce in :data:`BENCH_GROUP`."""
+    from importlib import metadata
+
+    out = dict(SECTIONS)
+    for ep in metadata.entry_points(group=BENCH_GROUP):
+        out.setdefault(ep.name, lambda ep=ep: ep.load()())
+    return out
 
 
 def run_bench(only: list[str] | None = None) -> dict[str, Any]:
     """Run the named sections (all by default) and merge their results."""
     results: dict[str, Any] = {}
-    for name, fn in SECTIONS.items():
+    for name, fn in sections().items():
         if only and name not in only:
             continue
         t0 = time.perf_counter()

@@ -1,21 +1,49 @@
 """The ``envfactory`` command line. Every command takes ``--json`` for scripts.
 
-Subcommands live in :data:`COMMANDS` as ``name -> (help, add_arguments, run)``;
-subsystems (Docker images, evaluation, training) add theirs there. ``run``
-returns ``(exit_code, json_document, human_text)``; the CLI prints one of them.
+Built-in subcommands live in :data:`COMMANDS` as ``name -> (help, add_arguments, run)``.
+Other packages add theirs through the entry-point group ``envfactory.commands``
+(:data:`COMMAND_GROUP`): each entry point is named after its command and points
+at a :class:`Command` (or any ``(help, add_arguments, run)`` triple); the
+``agents`` package adds ``eval``, ``train`` and ``quickstart`` this way, so the
+core never imports it. ``run`` returns ``(exit_code, json_document, human_text)``;
+the CLI prints one of them. With ``--json``, everything the command (or any
+library or child process) writes to stdout goes to stderr, and stdout carries
+only the JSON document.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, NamedTuple
 
-__all__ = ["main", "COMMANDS"]
+__all__ = ["main", "build_parser", "COMMANDS", "COMMAND_GROUP", "Command", "plugin_commands"]
 
 Result = tuple[int, Any, str]
+COMMAND_GROUP = "envfactory.commands"
+
+
+class Command(NamedTuple):
+    """A subcommand: its one-line help, a function adding its arguments, and its runner."""
+
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], Result]
+
+
+def _table(header: list[str], rows: list[list[Any]], right: set[int] = frozenset()) -> list[str]:
+    """Left/right-aligned columns, each as wide as its widest cell; the last column is free text."""
+    cells = [[str(c) for c in r] for r in [header, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header) - 1)]
+    out = []
+    for r in cells:
+        parts = [r[i].rjust(w) if i in right else r[i].ljust(w) for i, w in enumerate(widths)]
+        out.append("  ".join(parts + [r[-1]]).rstrip())
+    return out
 
 
 # -- list ------------------------------------------------------------------
@@ -27,12 +55,12 @@ def _list_run(args: argparse.Namespace) -> Result:
     from . import specs
 
     rows = [s.describe() for s in specs()]
-    lines = [f"{'name':<24}{'domain':<14}{'agents':<8}{'tasks':>6}{'tools':>6}  description"]
-    for r in rows:
-        lines.append(
-            f"{r['name']:<24}{r['domain']:<14}{'multi' if r['multi_agent'] else 'single':<8}"
-            f"{r['tasks']:>6}{r['tools']:>6}  {r.get('description', '')}"
-        )
+    lines = _table(
+        ["name", "domain", "agents", "tasks", "tools", "description"],
+        [[r["name"], r["domain"], "multi" if r["multi_agent"] else "single", r["tasks"], r["tools"],
+          r.get("description", "")] for r in rows],
+        right={3, 4},
+    )
     return 0, rows, "\n".join(lines)
 
 
@@ -76,15 +104,16 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
 
 
 def _bench_run(args: argparse.Namespace) -> Result:
-    from .bench import SECTIONS, run_bench
+    from . import bench
 
+    known = bench.sections() if hasattr(bench, "sections") else bench.SECTIONS
     if args.only:
-        unknown = [s for s in args.only if s not in SECTIONS]
+        unknown = [s for s in args.only if s not in known]
         if unknown:
-            msg = f"unknown bench section(s) {unknown}; choose from {sorted(SECTIONS)}"
+            msg = f"unknown bench section(s) {unknown}; choose from {sorted(known)}"
             return 2, {"error": msg}, "error: " + msg
-    doc = run_bench(args.only)
-    width = max(len(k) for k in doc)
+    doc = bench.run_bench(args.only)
+    width = max((len(k) for k in doc), default=0)
     return 0, doc, "\n".join(f"{k:<{width}}  {v}" for k, v in doc.items())
 
 
@@ -205,101 +234,159 @@ def _eval_team_run(args: argparse.Namespace) -> Result:
     return cli_run(args)
 
 
-def _eval_args(p: argparse.ArgumentParser) -> None:
-    from agents.eval_cli import eval_args  # agents is imported only when the command runs
-
-    eval_args(p)
-
-
-def _eval_run(args: argparse.Namespace) -> Result:
-    from .multi.eval import eval_team_from_eval_args, team_names
-
-    team = team_names(args.env)  # multi-agent environments (or "multi"): team evaluation
-    if team is not None:
-        return eval_team_from_eval_args(args, team)
-    from agents.eval_cli import eval_run
-
-    return eval_run(args)
-
-
-# -- training: quickstart and train (agents is imported lazily) ---------------
-def _train_quickstart_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (one run each)")
-    p.add_argument("--steps", type=int, default=None, help="ARPO steps per seed")
-    p.add_argument("--out", default="runs/quickstart", help="report folder")
-
-
-def _train_quickstart_run(args: argparse.Namespace) -> Result:
-    """Tiny model -> SFT on reference solutions -> ARPO on held-out tasks; success before/after per seed."""
-    from agents.quickstart import QuickstartConfig, run_quickstart
-
-    cfg = QuickstartConfig(seeds=list(args.seeds), output_dir=args.out)
-    if args.steps is not None:
-        cfg.rl_steps = args.steps
-    doc = run_quickstart(cfg, log=lambda m: print(m, file=sys.stderr))
-    text = (f"success on held-out tasks per seed {doc['seeds']}:\n"
-            + "\n".join(f"  {k:<7}{[round(x, 3) for x in v]}" for k, v in doc["success"].items())
-            + f"\nARPO - SFT mean {doc['arpo_minus_sft_mean']:+.3f}, seed spread {doc['seed_spread']:.3f}; "
-            f"report {args.out}/report.md; {doc['seconds']}s")
-    return 0, doc, text
-
-
-def _train_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", required=True, help="a JSON or YAML training config (see agents/train_config.py)")
-
-
-def _train_run(args: argparse.Namespace) -> Result:
-    from agents.train_config import load_config, train_from_config
-
-    try:
-        cfg = load_config(args.config)
-    except (OSError, ValueError) as exc:
-        return 2, {"error": str(exc)}, f"error: {exc}"
-    doc = train_from_config(cfg)
-    return 0, doc, json.dumps(doc, indent=2, default=str)
-
-
-COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], Result]]] = {
-    "list": ("list registered environments", _list_args, _list_run),
-    "verify": ("run the verification suite", _verify_args, _verify_run),
-    "bench": ("measure speed against same-run baselines", _bench_args, _bench_run),
-    "generate": ("build and verify an environment from a prompt (LLM) or a spec file",
-                 _generate_args, _generate_run),
-    "tasks": ("task tools: 'tasks synth NAME --n N --seed S'", _tasks_args, _tasks_run),
-    "image": ("Docker images: 'image build [NAME...|--all]' (offline, content-hashed tags)",
-              _image_args, _image_run),
-    "gc": ("remove Docker containers that exited envfactory processes left behind", _gc_args, _gc_run),
-    "eval-team": ("evaluate teams of policies on the multi-agent environments (JSON + markdown report)",
-                  _eval_team_args, _eval_team_run),
-    "eval": ("evaluate a model or a scripted baseline on environments (success with 95%% CIs; --report DIR)",
-             _eval_args, _eval_run),
-    "quickstart": ("the main job: tiny model, SFT, ARPO on held-out tasks, success before/after (report)",
-                   _train_quickstart_args, _train_quickstart_run),
-    "train": ("train a policy with GRPO/ARPO: 'train --config FILE' (JSON or YAML)", _train_args, _train_run),
-    "play": ("list, verify and play the built-in environments with scripted agents", _quickstart_args,
-             _quickstart_run),
+COMMANDS: dict[str, Command] = {
+    "list": Command("list registered environments", _list_args, _list_run),
+    "verify": Command("run the verification suite", _verify_args, _verify_run),
+    "bench": Command("measure speed against same-run baselines", _bench_args, _bench_run),
+    "generate": Command("build and verify an environment from a prompt (LLM) or a spec file",
+                        _generate_args, _generate_run),
+    "tasks": Command("task tools: 'tasks synth NAME --n N --seed S'", _tasks_args, _tasks_run),
+    "image": Command("Docker images: 'image build [NAME...|--all]' (offline, content-hashed tags)",
+                     _image_args, _image_run),
+    "gc": Command("remove Docker containers that exited envfactory processes left behind", _gc_args, _gc_run),
+    "eval-team": Command("evaluate teams of policies on the multi-agent environments (JSON + markdown report)",
+                         _eval_team_args, _eval_team_run),
+    "play": Command("list, verify and play the built-in environments with scripted agents", _quickstart_args,
+                    _quickstart_run),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+# -- commands from other packages (entry points) ------------------------------
+def _broken(name: str, source: str, why: str) -> Command:
+    """A stand-in for a plugin command that cannot be loaded: listed in --help, a clear error when run."""
+    msg = (f"the {name!r} command (entry point {source} in group {COMMAND_GROUP}) is unavailable: {why}")
+
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        pass  # whatever arguments come are accepted (main parses them as unknown)
+
+    def run(args: argparse.Namespace) -> Result:
+        return 2, {"error": msg}, "error: " + msg
+
+    return _Broken(f"[unavailable: {why}]".replace("%", "%%"), add_arguments, run)  # help is a %-format
+
+
+class _Broken(Command):
+    """A plugin command that could not be loaded (see :func:`_broken`)."""
+
+
+def _as_command(obj: Any) -> Command:
+    if isinstance(obj, Command):
+        return obj
+    if isinstance(obj, tuple) and len(obj) == 3:
+        return Command(*obj)
+    if all(hasattr(obj, a) for a in ("help", "add_arguments", "run")):
+        return Command(obj.help, obj.add_arguments, obj.run)
+    raise TypeError(f"expected an envfactory.cli.Command or a (help, add_arguments, run) triple, "
+                    f"got {type(obj).__name__}")
+
+
+def plugin_commands() -> dict[str, tuple[Command, str]]:
+    """Commands announced in :data:`COMMAND_GROUP`: ``name -> (command, where it comes from)``.
+
+    Loading an entry point imports only the module it names (which should import its
+    heavy dependencies inside ``run``). A plugin that fails to load or is malformed becomes a
+    stand-in that explains why when run; a built-in command of the same name wins.
+    """
+    from importlib import metadata
+
+    out: dict[str, tuple[Command, str]] = {}
+    for ep in sorted(metadata.entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
+        source = f"{ep.name} = {ep.value!r}"
+        if ep.name in COMMANDS or ep.name in out:
+            continue  # a built-in command wins; the same distribution may be seen twice on sys.path
+        try:
+            cmd = _as_command(ep.load())
+        except Exception as exc:  # a broken plugin must not break the CLI
+            cmd = _broken(ep.name, source, f"{type(exc).__name__}: {exc}")
+        out[ep.name] = (cmd, source)
+    return out
+
+
+def _all_commands() -> dict[str, tuple[Command, str | None]]:
+    table: dict[str, tuple[Command, str | None]] = {n: (c, None) for n, c in COMMANDS.items()}
+    table.update(plugin_commands())
+    return table
+
+
+def build_parser(commands: dict[str, tuple[Command, str | None]] | None = None) -> argparse.ArgumentParser:
+    commands = _all_commands() if commands is None else commands
     parser = argparse.ArgumentParser(prog="envfactory", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (help_, add_args, _run) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_)
-        p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-        add_args(p)
+    for name, (cmd, source) in commands.items():
+        p = sub.add_parser(name, help=cmd.help)
+        p.add_argument("--json", action="store_true", help="machine-readable output on stdout (only JSON)")
+        try:
+            cmd.add_arguments(p)
+        except Exception as exc:  # a plugin whose arguments cannot be built
+            if source is None:
+                raise
+            broken = _broken(name, source, f"adding its arguments failed: {type(exc).__name__}: {exc}")
+            commands[name] = (broken, source)
+            for action in p._actions:  # whatever it added before failing must not block the error
+                action.required = False
     return parser
 
 
+def _fileno(stream: Any, default: int) -> int:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # e.g. pytest's capsys streams
+        return default
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout to stderr until the block ends, at the
+    file-descriptor level too (so C libraries, ``logging`` handlers holding the old
+    ``sys.stdout`` and child processes are caught); ``sys.stdout`` is restored after."""
+    old_stdout = sys.stdout
+    for stream in (old_stdout, sys.__stdout__):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(_fileno(sys.stderr, 2), 1)
+        sys.stdout = sys.stderr
+        yield
+    finally:
+        for stream in (sys.stdout, old_stdout, sys.__stdout__):  # buffered noise goes out to stderr
+            with contextlib.suppress(Exception):
+                stream.flush()
+        sys.stdout = old_stdout
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _run(name: str, cmd: Command, source: str | None, args: argparse.Namespace) -> Result:
+    if source is None:
+        return cmd.run(args)
+    try:
+        return cmd.run(args)
+    except ImportError as exc:  # a plugin's optional dependency (torch, transformers, ...) is missing
+        msg = (f"the {name!r} command (from {source}) needs a module that is not installed: {exc}. "
+               "Install the package's extras (e.g. pip install 'envfactory[train]').")
+        return 2, {"error": msg}, "error: " + msg
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    _, _, run = COMMANDS[args.command]
-    code, doc, text = run(args)
-    if args.json:
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print(text)
+    commands = _all_commands()
+    parser = build_parser(commands)
+    args, unknown = parser.parse_known_args(argv)
+    cmd, source = commands[args.command]
+    if unknown and not isinstance(cmd, _Broken):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if not args.json:
+        code, doc, text = _run(args.command, cmd, source, args)
+        try:
+            print(text)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `envfactory list | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return code
+    with stdout_to_stderr():
+        code, doc, text = _run(args.command, cmd, source, args)
+    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    sys.stdout.flush()
     return code
 
 

@@ -42,6 +42,7 @@ from .mail import CONFLICT_PREFIX
 from .parsing import ParsedAction, parse_action
 from .state import State
 from .task import Task, ToolCall
+from .tooling import ToolOutcome
 from .world import LocalWorld, World, WorldTimeout
 
 __all__ = ["Episode", "SNAPSHOT_FORMAT", "task_for_seed"]
@@ -74,7 +75,8 @@ class Episode(Environment):
         if self.max_turns < 1:
             raise ValueError("max_turns must be at least 1")
         self._team = len(self.agents) > 1
-        self._finish = {n for n, t in spec.all_tools.items() if t.finish}
+        self._tools_of = {a: spec.tools_of(a) for a in self.agents}
+        self._timed_out: str | None = None
         self._task: Task | None = None
         self._terminated = self._truncated = False
 
@@ -115,6 +117,7 @@ class Episode(Environment):
         self._rewards = dict.fromkeys(self.agents, 0.0)
         self._answer: str | None = None
         self._ended_by: str | None = None
+        self._timed_out = None
         if self._team:
             return {a: self.observation(a) for a in self.agents}
         return list(self._transcripts[self.agents[0]])
@@ -193,8 +196,7 @@ class Episode(Environment):
             counts["parse_errors"] += 1
             new.append({"role": "tool", "tool_call_id": f"call_{tag}_invalid{j}",
                         "name": "invalid_tool_call", "content": "Error: " + err})
-            log.append({"round": rnd, "agent": agent, "name": None, "arguments": None,
-                        "ok": False, "kind": "parse_error"})
+            log.append((rnd, agent, None, None, "parse_error", False))
         finished, answer, timed_out = False, None, False
         if parsed.calls:
             finished, answer, timed_out = self._run_calls(agent, rnd, tag, parsed, assistant, new, counts)
@@ -227,82 +229,68 @@ class Episode(Environment):
     def _run_calls(self, agent: str, rnd: int, tag: str, parsed: ParsedAction, assistant: Message,
                    new: list[Message], counts: dict[str, int]) -> tuple[bool, str | None, bool]:
         """Check each call against ``agent``'s permissions, run the allowed ones in the
-        world as one batch (``finish`` runs here: it ends the turn), and write the
-        tool messages and log entries. Returns (finished, answer, timed out)."""
-        tools = self.spec.tools_of(agent)
+        world (one batch per step in the common case; ``finish`` runs here, on the
+        host, and ends the turn), and write the tool messages and log entries.
+        Returns (finished, answer, timed out)."""
+        tools = self._tools_of[agent]
         calls = parsed.calls
-        contents: list[str | None] = [None] * len(calls)
-        kinds = ["ok"] * len(calls)
-        batch: list[int] = []
-        finished, answer, timed_out = False, None, False
-
-        def flush() -> None:
-            nonlocal timed_out
-            if not batch:
-                return
-            if timed_out:
-                outs = None
-            else:
-                try:
-                    outs = self.world.run(agent, rnd, [calls[i] for i in batch])
-                except WorldTimeout as exc:
-                    timed_out, outs = True, None
-                    self._timeout_msg = f"Error: {exc}"
-            for k, i in enumerate(batch):
-                if outs is None:
-                    contents[i], kinds[i] = self._timeout_msg, "timeout"
-                    continue
-                o = outs[k]
-                contents[i] = o.content
-                if not o.ok:
-                    kinds[i] = "conflict" if o.content.startswith(_CONFLICT) else o.kind
-            batch.clear()
-
-        for i, c in enumerate(calls):
-            t = tools.get(c.name)
-            if finished:
-                contents[i], kinds[i] = _IGNORED, "ignored"
-            elif t is None:
-                owners = self.spec.owners(c.name)
-                if owners:
-                    contents[i], kinds[i] = (PERMISSION_PREFIX + f"'{c.name}' is a tool of {', '.join(owners)}, "
-                                             f"not of {agent}; ask them to do it. Your tools: {', '.join(tools)}."
-                                             ), "permission"
+        found = [tools.get(c.name) for c in calls]
+        finished, answer = False, None
+        if None not in found and not any(t.finish for t in found):  # the common case: one batch
+            outcomes = self._run_batch(agent, rnd, calls)
+        else:
+            outcomes = []
+            for c, t in zip(calls, found):
+                if finished:
+                    outcomes.append(ToolOutcome(_IGNORED, False, "ignored"))
+                elif t is None:
+                    outcomes.append(self._refused(agent, c.name, tools))
+                elif t.finish:
+                    out = t.invoke(None, c.arguments)  # finish touches no state
+                    outcomes.append(out)
+                    if out.ok:
+                        finished, answer = True, str(c.arguments.get("answer", ""))
                 else:
-                    what = "Your tools" if self._team else "Available tools"
-                    contents[i], kinds[i] = f"Error: unknown tool '{c.name}'. {what}: {', '.join(tools)}.", \
-                        "unknown_tool"
-            elif t.finish:
-                flush()
-                if timed_out:
-                    contents[i], kinds[i] = self._timeout_msg, "timeout"
-                    continue
-                out = t.invoke(None, c.arguments)
-                contents[i] = out.content
-                if out.ok:
-                    finished, answer = True, str(c.arguments.get("answer", ""))
-                else:
-                    kinds[i] = out.kind
-            else:
-                batch.append(i)
-        flush()
+                    outcomes.extend(self._run_batch(agent, rnd, [c]))
+        timed_out = False
         # Arguments stay a dict (the HF chat-template convention); see
         # envfactory.messages.to_openai for the string form OpenAI servers want.
         openai_calls = []
         log = self._log
-        for i, c in enumerate(calls):
+        for i, (c, t, o) in enumerate(zip(calls, found, outcomes)):
             cid = c.id or f"call_{tag}_{i}"
             openai_calls.append({"id": cid, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
-            counts["tool_calls"] += 1
-            kind = kinds[i]
-            if kind != "ok":
+            kind = o.kind
+            if not o.ok:
                 counts["tool_errors"] += 1
-            t = tools.get(c.name)
-            log.append({"round": rnd, "agent": agent, "name": c.name, "arguments": c.arguments,
-                        "ok": kind == "ok", "kind": kind, "read_only": bool(t is not None and t.read_only)})
-            new.append({"role": "tool", "tool_call_id": cid, "name": c.name, "content": contents[i]})
+                if o.content.startswith(_CONFLICT):
+                    kind = "conflict"
+                timed_out = timed_out or kind == "timeout"
+            log.append((rnd, agent, c.name, c.arguments, kind, t is not None and t.read_only))
+            new.append({"role": "tool", "tool_call_id": cid, "name": c.name, "content": o.content})
+        counts["tool_calls"] += len(calls)
         assistant["tool_calls"] = openai_calls
         return finished, answer, timed_out
+
+    def _run_batch(self, agent: str, rnd: int, calls: list[ToolCall]) -> list[ToolOutcome]:
+        if self._timed_out is not None:  # the world is gone: answer the rest of the turn
+            return [ToolOutcome(self._timed_out, False, "timeout") for _ in calls]
+        try:
+            outs = self.world.run(agent, rnd, calls)
+        except WorldTimeout as exc:
+            self._timed_out = f"Error: {exc}"
+            return [ToolOutcome(self._timed_out, False, "timeout") for _ in calls]
+        if len(outs) != len(calls):
+            raise RuntimeError(f"{self.spec.name}: the world answered {len(outs)} outcomes for {len(calls)} calls")
+        return outs
+
+    def _refused(self, agent: str, name: str, tools: dict[str, Any]) -> ToolOutcome:
+        owners = self.spec.owners(name)
+        if owners:
+            return ToolOutcome(PERMISSION_PREFIX + f"'{name}' is a tool of {', '.join(owners)}, not of {agent}; "
+                               f"ask them to do it. Your tools: {', '.join(tools)}.", False, "permission")
+        what = "Your tools" if self._team else "Available tools"
+        return ToolOutcome(f"Error: unknown tool '{name}'. {what}: {', '.join(tools)}.", False, "unknown_tool")
 
     def _end(self, how: str, *, terminated: bool, answer: str | None = None, success: bool | None = None) -> None:
         self._terminated, self._truncated, self._ended_by = terminated, not terminated, how
@@ -472,8 +460,12 @@ class Episode(Environment):
 
     @property
     def log(self) -> list[dict[str, Any]]:
-        """Every tool call so far: ``round, agent, name, arguments, ok, kind, read_only``."""
-        return self._log if self._task is not None else []
+        """Every tool call so far: ``round, agent, name, arguments, ok, kind, read_only``
+        (kept as tuples on the step path; made into dicts here)."""
+        if self._task is None:
+            return []
+        return [{"round": r, "agent": a, "name": n, "arguments": args, "ok": k == "ok", "kind": k, "read_only": ro}
+                for r, a, n, args, k, ro in self._log]
 
     def close(self) -> None:
         self.world.close()

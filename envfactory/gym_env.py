@@ -1,10 +1,24 @@
-"""Gymnasium adapter: any envfactory environment as a ``gymnasium.Env[str, str]``.
+"""Gymnasium adapter: any single-agent envfactory environment as a ``gymnasium.Env[str, str]``.
 
 Observations and actions are text. ``reset`` returns the user's instruction;
 ``step`` takes the agent's assistant turn as model text and returns the tool
-responses, each wrapped as ``<tool_response>...</tool_response>``. ``info``
-carries the full ``messages``, the tool ``tools`` schemas and the ``task_id``,
-which is what an LLM agent actually consumes.
+responses, each wrapped as ``<tool_response>...</tool_response>``.
+
+``info`` of ``reset`` carries the opening ``messages`` (system, user), the tool
+``tools`` schemas and the ``task_id``, which is what an LLM agent consumes.
+``info`` of ``step`` carries what the step added to the conversation,
+``messages`` (the assistant turn and its tool responses), with the step's
+counters (``turn``, ``round``, ``tool_calls``, ``tool_errors``, ``parse_errors``,
+``task_id``; at the end ``success``, ``answer``, ``ended_by``). The reset
+messages followed by every step's messages are the whole conversation; read it
+at no cost with ``env.unwrapped.messages`` (the live list: copy it before
+changing it). Copying the whole conversation into every ``info`` would make an
+episode quadratic in its length.
+
+``reset(seed=s)`` picks the same task as ``envfactory.make(name).reset(seed=s)``
+(:func:`envfactory.episode.task_for_seed`, the one seeding rule); ``reset()``
+without a seed draws the next task from the env's seeded ``np_random``;
+``options={"task": id_or_index}`` picks one explicitly.
 """
 
 from __future__ import annotations
@@ -16,7 +30,7 @@ from typing import Any
 import gymnasium
 from gymnasium import spaces
 
-from .env import Environment
+from .episode import Episode, task_for_seed
 
 __all__ = ["ToolGymEnv", "TEXT_CHARSET", "MAX_TEXT_LENGTH"]
 
@@ -64,18 +78,29 @@ def render_tool_messages(messages: list[dict[str, Any]]) -> str:
     return "\n".join(f"<tool_response>\n{m['content']}\n</tool_response>" for m in messages)
 
 
+_outside = _OUTSIDE_CHARSET.search
+_ROOM = MAX_TEXT_LENGTH - len("<tool_response>\n\n</tool_response>")
+
+
+def _observation(messages: list[dict[str, Any]]) -> str:
+    """:func:`render_tool_messages`, fitted into the Text space. The step hot path: the usual
+    single response is checked alone (the block around it is known to fit)."""
+    if len(messages) == 1:
+        c = messages[0]["content"]
+        if len(c) <= _ROOM and _outside(c) is None:
+            return "<tool_response>\n" + c + "\n</tool_response>"
+    return _clean(render_tool_messages(messages))
+
+
 class ToolGymEnv(gymnasium.Env[str, str]):
-    """A Gymnasium view of an envfactory environment.
+    """A Gymnasium view of a single-agent envfactory environment (see the module docstring).
 
     Args:
         env_name: Registered name (used by ``gymnasium.make``).
-        env: An existing :class:`Environment` to wrap instead.
+        env: An existing one-agent :class:`~envfactory.Episode` to wrap instead.
         runtime: Runtime for ``env_name`` (``local`` or ``docker``).
         render_mode: ``None`` or ``"ansi"`` (the transcript as text).
         **kwargs: Passed to :func:`envfactory.make`.
-
-    ``reset(seed=s)`` picks the task deterministically from ``s``;
-    ``options={"task": id_or_index}`` picks it explicitly.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -84,7 +109,7 @@ class ToolGymEnv(gymnasium.Env[str, str]):
         self,
         env_name: str | None = None,
         *,
-        env: Environment | None = None,
+        env: Episode | None = None,
         runtime: str = "local",
         render_mode: str | None = None,
         **kwargs: Any,
@@ -95,6 +120,9 @@ class ToolGymEnv(gymnasium.Env[str, str]):
             from .registry import make
 
             env = make(env_name, runtime=runtime, **kwargs)
+        if env.spec.multi_agent:
+            raise TypeError(f"{env.spec.name} is a team environment; use its PettingZoo views "
+                            "(envfactory.multi.env / parallel_env)")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.env = env
@@ -103,6 +131,12 @@ class ToolGymEnv(gymnasium.Env[str, str]):
         self.action_space = _text_space("act")
         self._tools = env.tool_schemas()
         self._n_tasks = len(env.spec.get_tasks())
+        self._seen = 0
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The whole conversation so far (the live list; copy it before changing it)."""
+        return self.env.messages
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -110,19 +144,22 @@ class ToolGymEnv(gymnasium.Env[str, str]):
         super().reset(seed=seed)
         task = (options or {}).get("task")
         if task is None:
-            task = int(self.np_random.integers(self._n_tasks))
+            if seed is not None:
+                task = task_for_seed(self._n_tasks, seed)
+            else:
+                task = int(self.np_random.integers(self._n_tasks))
         messages = self.env.reset(task)
-        info = {"task_id": self.env.task.id, "messages": list(self.env.messages), "tools": self._tools}
+        self._seen = len(messages)
+        info = {"task_id": self.env.task.id, "messages": messages, "tools": self._tools}
         return _clean(messages[-1]["content"]), info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         r = self.env.step(action)
         info = r.info
-        info["messages"] = self.env.messages[:]
-        obs = render_tool_messages(r.messages)
-        if _OUTSIDE_CHARSET.search(obs) is not None or len(obs) > MAX_TEXT_LENGTH:
-            obs = _clean(obs)
-        return obs, r.reward, r.terminated, r.truncated, info
+        transcript = self.env.messages
+        info["messages"] = transcript[self._seen:]
+        self._seen = len(transcript)
+        return _observation(r.messages), r.reward, r.terminated, r.truncated, info
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":

@@ -1,35 +1,57 @@
 """The registry: register environments, find them through entry points, make them.
 
-Built-in and third-party environments register themselves when their module is
-imported. Packages announce such modules in the entry-point group
-``envfactory.environments``; :func:`discover` imports each (calling it if it is
-a function). Every registered environment is also a Gymnasium id,
-``envfactory/<Name>-v<N>``.
+Registration is lazy, as in Gymnasium: an environment is known by name and by
+the module whose import registers it, and that module is imported only when
+the environment is first used (:func:`make`, :func:`spec`); :func:`specs`
+imports them all. Packages announce environments in the entry-point group
+``envfactory.environments``. An entry point may name
+
+* a mapping, or a function returning one, ``{name: "package.module"}`` (lazy;
+  a value may also be ``{"module": "package.module", "multi_agent": True}``), or
+* a module, or a function that imports its modules and returns ``None`` (the
+  older, eager form: everything is imported on discovery).
+
+Every registered single-agent environment is also a Gymnasium id,
+``envfactory/<Name>-v<N>``. ``import envfactory`` does not import gymnasium:
+the ids are registered (with a string entry point, importing no environment)
+as soon as gymnasium is imported, or at once if it already is.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import inspect
 import os
 import sys
+import threading
 import warnings
-from importlib import metadata
+from collections.abc import Mapping
 from typing import Any
 
 from .definition import SpecError
 from .episode import Episode
 
-__all__ = ["register", "make", "make_multi", "spec", "specs", "discover", "ENTRY_POINT_GROUP", "RUNTIMES"]
+__all__ = ["register", "register_lazy", "names", "make", "make_multi", "spec", "specs", "discover", "ENTRY_POINT_GROUP",
+           "RUNTIMES"]
 
 ENTRY_POINT_GROUP = "envfactory.environments"
 GYM_NAMESPACE = "envfactory"
 # runtime name -> the World class that hosts the state ("module:attribute", imported on use)
 RUNTIMES = {"local": "envfactory.world:LocalWorld", "docker": "envfactory.runtime.docker:ContainerWorld"}
 
-_REGISTRY: dict[str, Any] = {}
+_REGISTRY: dict[str, Any] = {}          # name -> spec (its module is imported)
+_LAZY: dict[str, "_Lazy"] = {}          # name -> where it will come from (not imported yet)
 _discovered = False
-_discovery_errors: dict[str, str] = {}
+_discovery_errors: dict[str, str] = {}  # entry point or module -> error
+_lock = threading.RLock()
+
+
+class _Lazy:
+    __slots__ = ("module", "multi_agent", "source")
+
+    def __init__(self, module: str, multi_agent: bool, source: str) -> None:
+        self.module, self.multi_agent, self.source = module, multi_agent, source
 
 
 def register(env_spec: Any, *, replace: bool = False) -> Any:
@@ -54,31 +76,136 @@ def register(env_spec: Any, *, replace: bool = False) -> Any:
         frame = inspect.currentframe()
         caller = frame.f_back if frame else None
         env_spec.module = caller.f_globals.get("__name__") if caller else None
-    _REGISTRY[name] = env_spec
-    _register_gym(env_spec)
+    with _lock:
+        _REGISTRY[name] = env_spec
+        _LAZY.pop(name, None)
+    _register_gym(name, bool(getattr(env_spec, "multi_agent", False)))
     return env_spec
 
 
-def _register_gym(env_spec: Any) -> None:
+def register_lazy(name: str, module: str, *, multi_agent: bool = False, replace: bool = False,
+                  _source: str = "register_lazy") -> None:
+    """Announce that importing ``module`` registers the environment ``name``.
+
+    Nothing is imported now; :func:`make` / :func:`spec` import the module on first
+    use. The Gymnasium id of a single-agent environment is registered right away
+    (as a string entry point) once gymnasium is imported.
+    """
+    if not isinstance(name, str) or not isinstance(module, str) or not module:
+        raise SpecError(f"register_lazy needs a name and a module path, got {name!r} -> {module!r}")
+    with _lock:
+        if name in _REGISTRY:
+            if not replace:
+                return  # already imported and registered: the table adds nothing
+            del _REGISTRY[name]
+        elif name in _LAZY and _LAZY[name].module != module and not replace:
+            raise SpecError(
+                f"an environment named {name!r} is already announced by {_LAZY[name].source} "
+                f"(module {_LAZY[name].module}); {_source} announces it again (module {module})"
+            )
+        _LAZY[name] = _Lazy(module, multi_agent, _source)
+    _register_gym(name, multi_agent)
+
+
+def _add_table(table: Mapping[str, Any], source: str) -> None:
+    for name, target in table.items():
+        if isinstance(target, str):
+            module, multi = target, False
+        elif isinstance(target, Mapping) and isinstance(target.get("module"), str):
+            module, multi = target["module"], bool(target.get("multi_agent", False))
+        else:
+            raise SpecError(f"{source}: environment {name!r} -> {target!r}: expected a module path "
+                            "or {'module': ..., 'multi_agent': ...}")
+        register_lazy(name, module, multi_agent=multi, _source=f"entry point {source!r}")
+
+
+# -- Gymnasium ids ------------------------------------------------------------
+_gym_ready = False  # gymnasium is fully imported and our ids are in its registry
+
+
+def _register_gym(name: str, multi_agent: bool) -> None:
+    """Register (or refresh) ``envfactory/<name>`` if gymnasium is loaded; otherwise the
+    import hook does it when gymnasium is imported."""
+    if multi_agent or not _gym_ready:
+        return
     import gymnasium
 
-    gym_id = f"{GYM_NAMESPACE}/{env_spec.name}"
-    if getattr(env_spec, "multi_agent", False):
-        return
+    gym_id = f"{GYM_NAMESPACE}/{name}"
     if gym_id in gymnasium.registry:
         del gymnasium.registry[gym_id]
     gymnasium.register(
         id=gym_id,
         entry_point="envfactory.gym_env:ToolGymEnv",
-        kwargs={"env_name": env_spec.name},
+        kwargs={"env_name": name},
         disable_env_checker=False,
     )
 
 
-def discover(*, force: bool = False, _defer_on_error: bool = False) -> dict[str, str]:
-    """Import every module announced in the ``envfactory.environments`` group.
+def _gym_now_available() -> None:
+    """gymnasium has just been imported (or was already): discover, then register every id."""
+    global _gym_ready
+    _gym_ready = True
+    discover(_defer_on_error=True)
+    with _lock:
+        known = [(n, bool(getattr(s, "multi_agent", False))) for n, s in _REGISTRY.items()]
+        known += [(n, lz.multi_agent) for n, lz in _LAZY.items()]
+    for name, multi in known:
+        _register_gym(name, multi)
 
-    A plugin that fails to import is reported (returned and warned about), not
+
+class _GymnasiumImportHook(importlib.abc.MetaPathFinder):
+    """Runs :func:`_gym_now_available` right after ``import gymnasium`` completes, so that
+    ``gymnasium.make("envfactory/...")`` works without envfactory importing gymnasium itself."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "gymnasium":
+            return None
+        _remove_hook()
+        import importlib.util
+
+        found = importlib.util.find_spec("gymnasium")
+        if found is None or found.loader is None:
+            return found
+        found.loader = _AfterExecLoader(found.loader)
+        return found
+
+
+class _AfterExecLoader(importlib.abc.Loader):
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def create_module(self, spec: Any) -> Any:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._inner.exec_module(module)
+        try:
+            _gym_now_available()
+        except Exception as exc:  # never break `import gymnasium`
+            warnings.warn(f"envfactory: registering Gymnasium ids failed: {exc}", RuntimeWarning, stacklevel=2)
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, get_code, ...
+        return getattr(self._inner, name)
+
+
+def _remove_hook() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _GymnasiumImportHook)]
+
+
+def install_gym_hook() -> None:
+    """Make the Gymnasium ids available: now if gymnasium is imported, else when it is."""
+    gym = sys.modules.get("gymnasium")
+    if gym is not None and hasattr(gym, "register") and hasattr(gym, "registry"):
+        _gym_now_available()
+    elif not any(isinstance(f, _GymnasiumImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _GymnasiumImportHook())
+
+
+# -- discovery ----------------------------------------------------------------
+def discover(*, force: bool = False, _defer_on_error: bool = False) -> dict[str, str]:
+    """Read the ``envfactory.environments`` entry points (lazy tables; eager plugins are imported).
+
+    A plugin that fails to load is reported (returned and warned about), not
     fatal: one broken package must not hide every other environment.
     Set ``ENVFACTORY_NO_PLUGINS=1`` to skip discovery.
 
@@ -86,45 +213,87 @@ def discover(*, force: bool = False, _defer_on_error: bool = False) -> dict[str,
         ``{entry point name: error}`` for plugins that failed.
     """
     global _discovered
-    if (_discovered and not force) or os.environ.get("ENVFACTORY_NO_PLUGINS") == "1":
+    with _lock:
+        if (_discovered and not force) or os.environ.get("ENVFACTORY_NO_PLUGINS") == "1":
+            return dict(_discovery_errors)
+        _discovered = True
+        from importlib import metadata
+
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                obj = ep.load()
+                if callable(obj) and not inspect.ismodule(obj) and not isinstance(obj, Mapping):
+                    obj = obj()  # a table (lazy) or None (it registered eagerly)
+                if isinstance(obj, Mapping):
+                    _add_table(obj, ep.name)
+            except Exception as exc:  # report, keep going
+                if _defer_on_error:
+                    # triggered from inside a plugin module's own import (a circular,
+                    # partial import): try again on first use.
+                    _discovered = False
+                    return {}
+                _discovery_errors[ep.name] = f"{type(exc).__name__}: {exc}"
+                warnings.warn(
+                    f"envfactory: environment plugin {ep.name!r} ({ep.value}) failed to load: {exc}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         return dict(_discovery_errors)
-    _discovered = True
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            obj = ep.load()
-            if callable(obj) and not inspect.ismodule(obj):
-                obj()
-        except Exception as exc:  # report, keep going
-            if _defer_on_error:
-                # `import envfactory` was triggered from inside a plugin module's own
-                # import (a circular, partial import): try again on first use.
-                _discovered = False
-                return {}
-            _discovery_errors[ep.name] = f"{type(exc).__name__}: {exc}"
-            warnings.warn(
-                f"envfactory: environment plugin {ep.name!r} ({ep.value}) failed to load: {exc}",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-    return dict(_discovery_errors)
+
+
+def _import_lazy(name: str) -> None:
+    """Import the module announced for ``name`` (it registers the spec)."""
+    lazy = _LAZY.get(name)
+    if lazy is None:
+        return
+    try:
+        importlib.import_module(lazy.module)
+    except Exception as exc:
+        raise SpecError(f"environment {name!r}: importing {lazy.module} (announced by {lazy.source}) "
+                        f"failed: {type(exc).__name__}: {exc}") from exc
+    if name not in _REGISTRY:
+        raise SpecError(f"environment {name!r}: {lazy.source} announced it in module {lazy.module}, "
+                        "but importing that module did not register it")
 
 
 def spec(name: str) -> Any:
-    """The registered spec called ``name`` (``envfactory/`` prefix allowed)."""
+    """The registered spec called ``name`` (``envfactory/`` prefix allowed); imports its module."""
     if name.startswith(GYM_NAMESPACE + "/"):
         name = name[len(GYM_NAMESPACE) + 1 :]
     if name not in _REGISTRY:
         discover()
+        _import_lazy(name)
     try:
         return _REGISTRY[name]
     except KeyError:
-        known = ", ".join(sorted(_REGISTRY)) or "none"
+        known = ", ".join(names()) or "none"
         raise KeyError(f"no environment named {name!r}; registered: {known}") from None
 
 
-def specs() -> list[Any]:
-    """Every registered spec, sorted by name."""
+def names() -> list[str]:
+    """Every known environment name, sorted, without importing any environment module."""
     discover()
+    return sorted(set(_REGISTRY) | set(_LAZY))
+
+
+def specs() -> list[Any]:
+    """Every registered spec, sorted by name (imports every announced module).
+
+    A module that fails to import is warned about and skipped."""
+    discover()
+    for module in sorted({lz.module for lz in list(_LAZY.values())}):
+        pending = [n for n, lz in list(_LAZY.items()) if lz.module == module]
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            _discovery_errors[module] = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"envfactory: environment module {module} ({', '.join(pending)}) failed to import: "
+                          f"{exc}", RuntimeWarning, stacklevel=2)
+            continue
+        for n in pending:
+            if n not in _REGISTRY and n in _LAZY:
+                warnings.warn(f"envfactory: {module} was announced to register {n!r} but did not",
+                              RuntimeWarning, stacklevel=2)
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 

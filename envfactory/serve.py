@@ -1,11 +1,15 @@
 """``python -m envfactory.serve``: the server inside an environment's container.
 
-It hosts :class:`~envfactory.runtime.local.LocalEnv` sessions of one
-environment (:class:`~envfactory.multi.episode.MultiEpisode` sessions for a
-multi-agent one, see :func:`_multi_op`) and answers on a Unix socket in a folder the host bind-mounts (the
-container has no network). The wire format is in
-:mod:`envfactory.runtime.wire`: HTTP/1.1 for control calls, a length-prefixed
-JSON channel for the step path, both on the same socket.
+It hosts worlds, nothing else: one :class:`~envfactory.world.LocalWorld` per
+session, which starts a task's state, runs tool calls the host has already
+parsed and allowed, and reports, forks and loads its state. The rules (parsing,
+permissions, turns, the end of an episode, rewards) live on the host, in
+:class:`~envfactory.episode.Episode`; this server never sees an action.
+
+It answers on a Unix socket in a folder the host bind-mounts (the container has
+no network). The wire format is in :mod:`envfactory.runtime.wire`: HTTP/1.1 for
+control calls (sessions, fork), a length-prefixed JSON channel for the world's
+operations (start, run, state, load), both on the same socket.
 
 Configuration (environment variables, set by the host):
 
@@ -16,9 +20,6 @@ Configuration (environment variables, set by the host):
   uid, no capabilities) can read neither the file nor the server's memory, and
   cannot issue calls of their own;
 * ``ENVF_SOCKET`` (default ``/run/envf/s``); ``ENVF_MAX_SESSIONS`` (default 256).
-
-Trust: the host never takes this server's word for a reward. It fetches the
-final state, validates it and runs the task's success check itself.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ import sys
 import threading
 from typing import Any
 
-from .env import EpisodeError
-from .registry import spec as get_spec
-from .runtime.local import LocalEnv
-from .runtime.wire import MAGIC, TOKEN_HEADER, FrameError, recv_frame, send_frame
 from .definition import ToolEnvSpec
+from .registry import spec as get_spec
+from .runtime.wire import MAGIC, TOKEN_HEADER, FrameError, recv_frame, send_frame
+from .task import ToolCall
+from .world import LocalWorld
 
 __all__ = ["Server", "main"]
 
@@ -54,15 +55,15 @@ class _HTTPError(Exception):
 
 
 class _Session:
-    __slots__ = ("env", "lock")
+    __slots__ = ("world", "lock")
 
-    def __init__(self, env: LocalEnv) -> None:
-        self.env = env
+    def __init__(self, world: LocalWorld) -> None:
+        self.world = world
         self.lock = threading.Lock()
 
 
 class Server:
-    """Sessions of one environment behind the socket protocol.
+    """Worlds of one environment behind the socket protocol.
 
     Args:
         spec: The environment served.
@@ -76,65 +77,37 @@ class Server:
         self.max_sessions = max_sessions
         self.sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
-        # A multi-agent spec is served as MultiEpisode sessions (see _multi_op).
-        self.multi = bool(getattr(spec, "multi_agent", False))
 
-    # -- sessions --------------------------------------------------------
-    def _add(self, env: LocalEnv) -> str:
+    def _add(self, world: LocalWorld) -> str:
         with self._lock:
             if len(self.sessions) >= self.max_sessions:
                 raise _HTTPError(409, f"this container holds at most {self.max_sessions} session(s)")
             sid = secrets.token_hex(6)
-            self.sessions[sid] = _Session(env)
+            self.sessions[sid] = _Session(world)
         return sid
 
-    def _get(self, sid: str) -> _Session:
-        s = self.sessions.get(sid)
-        if s is None:
-            raise _HTTPError(404, f"no session {sid!r} in this container (closed, or never created)")
-        return s
-
-    def _authorized(self, token: str | bytes | None) -> bool:
-        if token is None:
-            return False
+    def _authorized(self, token: Any) -> bool:
         if isinstance(token, str):
             token = token.encode()
-        return hmac.compare_digest(token, self._token)
+        return isinstance(token, bytes) and hmac.compare_digest(token, self._token)
 
     # -- HTTP control calls ---------------------------------------------
-    def route(self, method: str, path: str, body: bytes) -> Any:
+    def route(self, method: str, path: str) -> Any:
         parts = [p for p in path.split("?")[0].split("/") if p]
         if method == "GET" and parts == ["health"]:
             return {"ok": True, "env": self.spec.name, "sessions": len(self.sessions), "pid": os.getpid()}
-        if parts[:1] != ["sessions"]:
-            raise _HTTPError(404, f"no route {method} {path}")
-        if method == "POST" and len(parts) == 1:
-            args = json.loads(body or b"{}")
-            if self.multi:
-                from .multi.episode import MultiEpisode
-
-                return {"session": self._add(MultiEpisode(self.spec, max_rounds=args.get("max_rounds")))}
-            return {"session": self._add(LocalEnv(self.spec, max_turns=args.get("max_turns")))}
-        if len(parts) < 2:
-            raise _HTTPError(404, f"no route {method} {path}")
-        sid = parts[1]
-        if method == "DELETE" and len(parts) == 2:
+        if method == "POST" and parts == ["sessions"]:
+            return {"session": self._add(LocalWorld(self.spec))}
+        if method == "DELETE" and len(parts) == 2 and parts[0] == "sessions":
             with self._lock:
-                self.sessions.pop(sid, None)
+                self.sessions.pop(parts[1], None)
             return {"ok": True}
-        s = self._get(sid)
-        op = parts[2] if len(parts) > 2 else ""
-        with s.lock:
-            if method == "GET" and op == "snapshot":
-                return s.env.snapshot()
-            if method == "GET" and op == "state":
-                return {"state": s.env.state.model_dump(mode="json")}
-            if method == "POST" and op == "restore":
-                s.env.restore(json.loads(body))
-                return {"ok": True}
-            if method == "POST" and op == "fork":
-                child = s.env.fork()
-        if method == "POST" and op == "fork":
+        if method == "POST" and len(parts) == 3 and parts[0] == "sessions" and parts[2] == "fork":
+            s = self.sessions.get(parts[1])
+            if s is None:
+                raise _HTTPError(404, f"no session {parts[1]!r} in this container (closed, or never created)")
+            with s.lock:
+                child = s.world.fork()
             return {"session": self._add(child)}
         raise _HTTPError(404, f"no route {method} {path}")
 
@@ -156,15 +129,14 @@ class Server:
                 k, _, v = h.decode("latin-1").partition(":")
                 headers[k.strip().lower()] = v.strip()
             n = int(headers.get("content-length") or 0)
-            body = rf.read(n) if n else b""
+            if n:
+                rf.read(n)  # no control call takes a body
             try:
                 if not self._authorized(headers.get(TOKEN_HEADER.lower())):
                     raise _HTTPError(401, "missing or wrong token")
-                status, doc = 200, self.route(method, target, body)
+                status, doc = 200, self.route(method, target)
             except _HTTPError as exc:
                 status, doc = exc.status, {"error": str(exc)}
-            except (EpisodeError, KeyError, ValueError, TypeError) as exc:
-                status, doc = 400, {"error": f"{type(exc).__name__}: {exc}", "kind": type(exc).__name__}
             except Exception as exc:  # report, keep serving
                 status, doc = 500, {"error": f"{type(exc).__name__}: {exc}"}
             payload = _dumps(doc).encode()
@@ -175,7 +147,7 @@ class Server:
             if headers.get("connection", "").lower() == "close":
                 return
 
-    # -- the framed step channel ----------------------------------------
+    # -- the framed channel: the world's operations ----------------------
     def _serve_frames(self, conn: socket.socket) -> None:
         conn.recv(len(MAGIC))
         hello = recv_frame(conn)
@@ -187,44 +159,39 @@ class Server:
             send_frame(conn, {"ok": False, "error": f"no session {sid!r} in this container"})
             return
         send_frame(conn, {"ok": True})
-        sessions = self.sessions
-        frame_op = _multi_op if self.multi else self._frame_op
+        sessions, op = self.sessions, self._op
         while True:
             req = recv_frame(conn)
             s = sessions.get(sid)
-            if s is None:
-                send_frame(conn, {"ok": False, "error": f"session {sid!r} was closed",
-                                  "kind": "EpisodeError"})
-                continue
             try:
+                if s is None:
+                    raise LookupError(f"session {sid!r} was closed")
                 with s.lock:
-                    reply = frame_op(s.env, req)
-            except EpisodeError as exc:
-                reply = {"ok": False, "error": str(exc), "kind": "EpisodeError"}
+                    reply = op(s.world, req)
             except (KeyError, ValueError, TypeError) as exc:
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": type(exc).__name__}
             except Exception as exc:
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": "internal"}
             send_frame(conn, reply)
 
-    @staticmethod
-    def _frame_op(env: LocalEnv, req: dict[str, Any]) -> dict[str, Any]:
+    def _op(self, world: LocalWorld, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")
-        if op == "step":
-            r = env.step(req["action"])
-            msgs = env.messages
-            reply = {"ok": True, "assistant": msgs[len(msgs) - len(r.messages) - 1], "messages": r.messages,
-                     "terminated": r.terminated, "truncated": r.truncated, "info": r.info}
-            if r.terminated or r.truncated:
-                reply["state"] = env.state.model_dump(mode="json")
-            return reply
-        if op == "reset":
-            return {"ok": True, "messages": env.reset(req["task"])}
-        if op == "state":
-            return {"ok": True, "state": env.state.model_dump(mode="json")}
-        if op == "ping":
+        if op == "run":
+            outs = world.run(req["agent"], req["round"], [ToolCall(c["name"], c["arguments"]) for c in req["calls"]])
+            reply = {"ok": True, "outcomes": [{"content": o.content, "ok": o.ok, "kind": o.kind} for o in outs]}
+        elif op == "start":
+            world.start(self.spec.task(req["task"]))
+            reply = {"ok": True}
+        elif op == "state":
+            return {"ok": True, "state": world.dump()}
+        elif op == "load":
+            world.load(self.spec.task(req["task"]), req["state"])
             return {"ok": True}
-        raise ValueError(f"unknown op {op!r}")
+        else:
+            raise ValueError(f"unknown op {op!r}")
+        if req.get("state"):
+            reply["state"] = world.dump()
+        return reply
 
     # -- connections -----------------------------------------------------
     def _handle(self, conn: socket.socket) -> None:
@@ -260,43 +227,6 @@ class Server:
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
 
-def _multi_op(ep: Any, req: dict[str, Any]) -> dict[str, Any]:
-    """One framed request on a multi-agent session (a ``MultiEpisode``).
-
-    Ops: ``reset {task}``, ``act {agent, action}``, ``step {actions}``,
-    ``views {have}``, ``state``. ``act``/``step`` replies carry the turn results,
-    the log entries they added, each agent's observation and the tail of its
-    messages from ``have[agent] - 1`` (only a conversation's last message, the
-    undelivered letters, can change; the rest only grows), and the state when
-    the episode ended or ``state`` was asked for. The host judges the outcome.
-    """
-    op = req.get("op")
-    if op == "state":
-        return {"ok": True, "state": ep.state.model_dump(mode="json")}
-    if op == "reset":
-        ep.reset(req["task"])
-        return {"ok": True, **_multi_views(ep, {})}
-    if op == "views":
-        return {"ok": True, **_multi_views(ep, req.get("have") or {})}
-    if op not in ("act", "step"):
-        raise ValueError(f"unknown op {op!r}")
-    n_log = len(ep.log)
-    if op == "act":
-        results = {req["agent"]: ep.act(req["agent"], req["action"])}
-    else:
-        results = ep.step(req["actions"])
-    reply = {"ok": True, "results": {a: r.to_json() for a, r in results.items()}, "log": ep.log[n_log:],
-             **_multi_views(ep, req.get("have") or {})}
-    if ep.done or req.get("state"):
-        reply["state"] = ep.state.model_dump(mode="json")
-    return reply
-
-
-def _multi_views(ep: Any, have: dict[str, int]) -> dict[str, Any]:
-    return {"observations": {a: ep.observation(a) for a in ep.agents},
-            "tails": {a: ep.messages(a)[max(0, int(have.get(a, 0)) - 1):] for a in ep.agents}}
-
-
 def _harden() -> None:
     """Make this process non-dumpable: same-uid processes lose access to its
     memory, ``/proc/<pid>/environ`` and ptrace (no capabilities to override)."""
@@ -323,7 +253,7 @@ def main() -> None:
     if module:
         importlib.import_module(module)
     spec = get_spec(name)
-    spec.get_tasks()  # build and replay the tasks now, not on the first reset
+    spec.get_tasks()  # build and replay the tasks now, not on the first start
     Server(spec, token, int(os.environ.get("ENVF_MAX_SESSIONS", "256"))).serve_forever(
         os.environ.get("ENVF_SOCKET", "/run/envf/s")
     )

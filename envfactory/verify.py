@@ -1,38 +1,54 @@
 """The verification suite: an environment is registered as verified only if it passes.
 
+One suite for one agent and for teams (a single agent is the one-role case).
 Checks (each failure names the check and, where it applies, the task):
 
-* ``schema``: every tool has an OpenAI-valid name, a description and an object schema;
-* ``tasks``: at least one task, every reference solution replays without tool errors;
-* ``reference``: every task's reference solution earns reward 1;
-* ``noop`` / ``claim`` / ``random``: an agent that does nothing, one that only
-  claims success, and a seeded random agent earn 0 on every task;
-* ``determinism``: the same actions give the same messages and final state;
+* ``schema``: every tool of every role has an OpenAI-valid name, a description
+  and an object schema, and no two roles have different tools of one name;
+* ``tasks``: at least one task, every (joint) reference solution replays without tool errors;
 * ``tool_determinism``: each reference call, run twice on equal states, gives
   equal observations and states;
-* ``fork``: a fork taken mid-episode is independent of its parent, both ways;
+* ``reference``: the oracle (each role plays its steps of the reference
+  solution) succeeds on every task, with reward 1 unless the environment has
+  a payoff; teams in turn order (AEC) and with simultaneous moves (Parallel);
+* ``noop`` / ``claim`` / ``random``: agents that do nothing, that only claim
+  success, and seeded random agents fail and earn 0;
+* ``alone`` (teams): each role, playing the *whole* joint solution by itself
+  while the others pass, fails: permissions and private state make every role necessary;
+* ``determinism``: the same policies give the same episode (transcripts, calls, state);
+* ``fork``: a fork taken mid-episode is independent of its parent, both ways,
+  and finishes like it;
 * ``snapshot``: snapshot -> JSON -> restore continues exactly like the original;
-* ``malformed``: malformed and unknown tool calls become error observations;
-* ``gymnasium``: ``gymnasium.utils.env_checker.check_env`` passes (local runtime).
+* ``malformed``: malformed, unknown and (teams) another role's tool calls become
+  error observations;
+* ``gymnasium`` (one role, local runtime): ``gymnasium.utils.env_checker.check_env``;
+  ``pettingzoo`` (teams): ``api_test``, ``parallel_api_test``, ``seed_test``,
+  ``parallel_seed_test`` on the runtime verified;
+* ``parity`` (``runtime="docker"``): identical episodes in the local and Docker
+  runtimes (:func:`envfactory.runtime.parity.parity_failures`).
 
-Checks run through the :class:`~envfactory.env.Environment` interface, so the
+Checks run through the :class:`~envfactory.episode.Episode` interface, so the
 same suite verifies any runtime.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import time
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .agents_scripted import claim_actions, noop_actions, oracle_actions, random_actions, run_episode
-from .env import Environment
+from .agents_scripted import (MODES, ClaimPolicy, NoopPolicy, OraclePolicy, RandomPolicy, ScriptPolicy, play,
+                              plan_progress)
 from .definition import ToolEnvSpec
+from .episode import Episode
 
-__all__ = ["Failure", "Report", "verify_spec", "verify_many"]
+__all__ = ["Failure", "Report", "verify_spec", "verify_many", "pettingzoo_checks"]
 
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -81,29 +97,122 @@ class Report:
 
 def verify_spec(
     spec: ToolEnvSpec,
-    make_env: Callable[[], Environment] | None = None,
+    make_env: Callable[[], Episode] | None = None,
     *,
     runtime: str = "local",
     random_episodes: int = 2,
+    api_checks: bool = True,
 ) -> Report:
-    """Run the verification suite on one environment.
+    """Run the verification suite on one environment (one agent or a team).
 
     Args:
         spec: The environment definition.
-        make_env: Creates a fresh environment (defaults to the given runtime via
-            :func:`envfactory.make`).
+        make_env: Creates a fresh episode (default: :func:`envfactory.make` on ``runtime``;
+            pass ``lambda: envfactory.Episode(spec)`` for an unregistered spec).
         runtime: Runtime name for the report (and for ``make_env``'s default).
         random_episodes: Seeded random-agent episodes per task.
+        api_checks: Run the Gymnasium (one role) or PettingZoo (teams) API checks.
     """
-    from .registry import make
-
     start = time.perf_counter()
-    make_env = make_env or (lambda: make(spec.name, runtime=runtime))
+    if make_env is None:
+        from .registry import make
+
+        make_env = lambda: make(spec.name, runtime=runtime)  # noqa: E731
     report = Report(spec.name, spec.domain, 0, runtime)
     fail = report.failures
-
-    # schema ---------------------------------------------------------------
     report.checks.append("schema")
+    fail.extend(_schema_failures(spec))
+
+    report.checks.append("tasks")
+    try:
+        tasks = spec.get_tasks()
+    except Exception as exc:
+        fail.append(Failure("tasks", f"building the tasks failed: {type(exc).__name__}: {exc}"))
+        report.seconds = time.perf_counter() - start
+        return report
+    report.tasks = len(tasks)
+    report.mean_solution_length = sum(len(t.solution) for t in tasks) / len(tasks)
+    for tid, errs in spec.replay_errors.items():
+        fail.append(Failure("tasks", "reference solution has tool errors: " + "; ".join(errs), tid))
+    report.checks.append("tool_determinism")
+    fail.extend(_tool_determinism(spec, tasks))
+
+    team = spec.multi_agent
+    agents = spec.agent_ids
+    modes = MODES if team else MODES[:1]
+    ep = make_env()
+    try:
+        report.checks += ["reference", "noop", "claim", "random"] + (["alone"] if team else [])
+        for task in tasks:
+            for mode in modes:
+                out = play(ep, OraclePolicy(), task.id, mode=mode)
+                if not out.success or (spec.payoff is None and set(out.rewards.values()) != {1.0}):
+                    how = f" ({mode})" if team else ""
+                    fail.append(Failure("reference", f"the reference solution{how} earned {_rewards(out.rewards)} "
+                                        f"(ended by {out.ended_by} in round {out.rounds}, errors {out.errors})",
+                                        task.id))
+            for check, policy in (("noop", NoopPolicy()), ("claim", ClaimPolicy())):
+                out = play(ep, policy, task.id)
+                if out.success or any(out.rewards.values()):
+                    fail.append(Failure(check, f"a {check} {'team' if team else 'agent'} earned "
+                                        f"{_rewards(out.rewards)}", task.id))
+            for k in range(random_episodes):
+                seed = _stable_seed(task.id, k)
+                out = play(ep, RandomPolicy(), task.id, seed=seed)
+                if out.success or (spec.payoff is None and any(out.rewards.values())):
+                    fail.append(Failure("random", f"a random {'team' if team else 'agent'} (seed {seed}) earned "
+                                        f"{_rewards(out.rewards)}", task.id))
+            if team:
+                for agent in agents:
+                    policies = {a: ScriptPolicy(list(task.solution), finish=True) if a == agent else NoopPolicy()
+                                for a in agents}
+                    if play(ep, policies, task.id).success:
+                        fail.append(Failure("alone", f"{agent} alone succeeded by playing the whole joint "
+                                            "solution; the task does not need the other roles", task.id))
+
+        longest = max(tasks, key=lambda t: len(t.solution))
+        report.checks.append("determinism")
+        traces = []
+        for _ in range(2):
+            play(ep, OraclePolicy(), longest.id)
+            traces.append(_ending(ep))
+        if traces[0] != traces[1]:
+            fail.append(Failure("determinism", "the same actions gave different episodes", longest.id))
+        report.checks += ["fork", "snapshot"]
+        _check_fork_snapshot(spec, ep, make_env, longest, fail)
+        report.checks.append("malformed")
+        fail.extend(_malformed(spec, ep, longest.id))
+    finally:
+        ep.close()
+
+    if api_checks:
+        report.checks.append("pettingzoo" if team else "gymnasium")
+        if team:
+            fail.extend(Failure("pettingzoo", p) for p in pettingzoo_checks(make_env))
+        else:
+            fail.extend(_gymnasium_failures(make_env))
+    if runtime == "docker" and spec.module and spec.isolation == "session":
+        report.checks.append("parity")
+        from .runtime.parity import parity_failures
+
+        for task_id, detail in parity_failures(spec):
+            fail.append(Failure("parity", detail, task_id))
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _rewards(rewards: dict[str, float]) -> Any:
+    return next(iter(rewards.values())) if len(rewards) == 1 else rewards
+
+
+def _schema_failures(spec: ToolEnvSpec) -> list[Failure]:
+    fail = []
+    seen: dict[str, Any] = {}
+    for agent in spec.agent_ids:
+        for name, t in spec.tools_of(agent).items():
+            if seen.setdefault(name, t) is not t:
+                fail.append(Failure("schema", f"two roles have different tools named {name!r}; "
+                                    "tool names must be unique across the team"))
     for t in spec.all_tools.values():
         sch = t.schema()["function"]
         if not _TOOL_NAME.match(sch["name"]):
@@ -119,164 +228,28 @@ def verify_spec(
             json.dumps(sch)
         except (TypeError, ValueError) as exc:
             fail.append(Failure("schema", f"tool {sch['name']!r}: schema is not JSON ({exc})"))
-
-    # tasks ----------------------------------------------------------------
-    report.checks.append("tasks")
-    try:
-        tasks = spec.get_tasks()
-    except Exception as exc:
-        fail.append(Failure("tasks", f"building the tasks failed: {type(exc).__name__}: {exc}"))
-        report.seconds = time.perf_counter() - start
-        return report
-    report.tasks = len(tasks)
-    report.mean_solution_length = sum(len(t.solution) for t in tasks) / len(tasks)
-    for tid, errs in spec.replay_errors.items():
-        fail.append(Failure("tasks", "reference solution has tool errors: " + "; ".join(errs), tid))
-    report.checks.append("tool_determinism")
-    fail.extend(_tool_determinism(spec, tasks))
-
-    env = make_env()
-    try:
-        schemas = env.tool_schemas()
-        # reference / noop / claim / random ------------------------------------
-        report.checks += ["reference", "noop", "claim", "random"]
-        for task in tasks:
-            out = run_episode(env, task.id, oracle_actions(task))
-            if out.reward != 1.0:
-                fail.append(Failure("reference", f"reference solution earned {out.reward}", task.id))
-            for check, actions in (("noop", noop_actions(task)), ("claim", claim_actions(task))):
-                out = run_episode(env, task.id, actions)
-                if out.reward != 0.0:
-                    fail.append(Failure(check, f"a {check} agent earned {out.reward}", task.id))
-            for k in range(random_episodes):
-                seed = _stable_seed(task.id, k)
-                out = run_episode(env, task.id, random_actions(task, schemas, seed))
-                if out.reward != 0.0:
-                    fail.append(Failure("random", f"a random agent (seed {seed}) earned {out.reward}", task.id))
-
-        # determinism / fork / snapshot on the longest task ---------------------
-        longest = max(tasks, key=lambda t: len(t.solution))
-        actions = oracle_actions(longest)
-        half = max(1, len(longest.solution) // 2)
-        report.checks.append("determinism")
-        traces = []
-        for _ in range(2):
-            run_episode(env, longest.id, actions)
-            traces.append((json.dumps(env.messages, sort_keys=True), env.state.hash()))
-        if traces[0] != traces[1]:
-            fail.append(Failure("determinism", "the same actions gave different episodes", longest.id))
-
-        report.checks.append("fork")
-        env.reset(longest.id)
-        for a in actions[:half]:
-            env.step(a)
-        before = env.state.hash()
-        child = env.fork()
-        try:
-            for a in actions[half:]:
-                r = child.step(a)
-                if r.done:
-                    break
-            if env.state.hash() != before:
-                fail.append(Failure("fork", "acting in a fork changed its parent", longest.id))
-            if child.state.hash() == before and len(longest.solution) > half and _mutates(spec, longest, half):
-                fail.append(Failure("fork", "the fork did not change while acting", longest.id))
-            for a in actions[half:]:
-                r = env.step(a)
-                if r.done:
-                    break
-            if env.state.hash() != child.state.hash() or env.messages != child.messages:
-                fail.append(Failure("fork", "parent and fork diverged on the same actions", longest.id))
-        finally:
-            child.close()
-
-        report.checks.append("snapshot")
-        env.reset(longest.id)
-        for a in actions[:half]:
-            env.step(a)
-        snap = json.loads(json.dumps(env.snapshot()))
-        other = make_env()
-        try:
-            other.restore(snap)
-            if other.messages != env.messages or other.state.hash() != env.state.hash():
-                fail.append(Failure("snapshot", "restore did not reproduce the episode", longest.id))
-            for a in actions[half:]:
-                r1, r2 = env.step(a), other.step(a)
-                if (r1.messages, r1.reward, r1.terminated, r1.truncated) != (
-                    r2.messages, r2.reward, r2.terminated, r2.truncated
-                ):
-                    fail.append(Failure("snapshot", "restored episode diverged", longest.id))
-                    break
-                if r1.done:
-                    break
-        finally:
-            other.close()
-
-        # malformed input -------------------------------------------------------
-        report.checks.append("malformed")
-        for bad in (
-            "<tool_call>{not json</tool_call>",
-            '<tool_call>{"name": "no_such_tool", "arguments": {}}</tool_call>',
-            '<tool_call>{"name": "%s", "arguments": {"__bogus__": 1}}</tool_call>'
-            % schemas[0]["function"]["name"],
-            "<tool_call>unterminated",
-        ):
-            env.reset(longest.id)
-            try:
-                r = env.step(bad)
-            except Exception as exc:
-                fail.append(Failure("malformed", f"step raised {type(exc).__name__} on {bad!r}: {exc}"))
-                continue
-            if r.done or not r.messages or not r.messages[0]["content"].startswith("Error"):
-                fail.append(Failure("malformed", f"no error observation for {bad!r}"))
-    finally:
-        env.close()
-
-    # gymnasium ------------------------------------------------------------
-    if runtime == "docker" and spec.module and getattr(spec, "isolation", "session") == "session":
-        # parity: identical episodes in local and docker (engine present: make() above succeeded)
-        report.checks.append("parity")
-        from .runtime.parity import parity_failures
-
-        for task_id, detail in parity_failures(spec):
-            fail.append(Failure("parity", detail, task_id))
-
-    if runtime == "local":
-        report.checks.append("gymnasium")
-        try:
-            from gymnasium.utils.env_checker import check_env
-
-            from .gym_env import ToolGymEnv
-
-            genv = ToolGymEnv(env=make_env())
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                check_env(genv, skip_render_check=True)
-            genv.close()
-        except Exception as exc:
-            fail.append(Failure("gymnasium", f"check_env failed: {type(exc).__name__}: {exc}"))
-
-    report.seconds = time.perf_counter() - start
-    return report
+    return fail
 
 
 def _tool_determinism(spec: ToolEnvSpec, tasks: list[Any]) -> list[Failure]:
-    """Replay every reference solution on two copies of its initial state in
-    lockstep: each call must give the same observation and the same state on
-    both. Catches tools that read clocks, randomness or hidden globals, even
-    when no episode-level comparison happens to exercise them."""
-    from .state import copy_state, state_hash
-
-    tools = spec.all_tools
+    """Replay every reference solution on two copies of its start state in lockstep
+    (as the acting role, for teams): each call must give the same observation and
+    the same state on both. Catches tools that read clocks, randomness or hidden
+    globals, even when no episode-level comparison happens to exercise them."""
     bad: dict[str, Failure] = {}
+    team = spec.multi_agent
     for task in tasks:
-        a, b = copy_state(task.initial_state), copy_state(task.initial_state)
-        for c in task.solution:
-            t = tools.get(c.name)
+        a, b = spec.start_state(task), spec.start_state(task)
+        for i, c in enumerate(task.solution):
+            agent = c.agent or spec.agent_ids[0]
+            t = spec.tools_of(agent).get(c.name)
             if t is None or c.name in bad:
                 break
+            if team:
+                a.acting = b.acting = agent
+                a.round = b.round = i + 1
             out_a, out_b = t.invoke(a, c.arguments), t.invoke(b, c.arguments)
-            if out_a.content != out_b.content or state_hash(a) != state_hash(b):
+            if out_a.content != out_b.content or a.hash() != b.hash():
                 what = "observation" if out_a.content != out_b.content else "resulting state"
                 bad[c.name] = Failure(
                     "tool_determinism",
@@ -287,30 +260,153 @@ def _tool_determinism(spec: ToolEnvSpec, tasks: list[Any]) -> list[Failure]:
     return list(bad.values())
 
 
-def _stable_seed(task_id: str, k: int) -> int:
-    import zlib
+def _ending(ep: Episode) -> tuple[Any, ...]:
+    """Everything an episode that just ended leaves behind, for comparisons."""
+    return (ep.state.hash(), json.dumps(ep.log, sort_keys=True), ep.rewards, ep.success, ep.ended_by,
+            json.dumps({a: ep.transcript(a) for a in ep.agents}, sort_keys=True))
 
-    return zlib.crc32(f"{task_id}/{k}".encode()) & 0x7FFFFFFF
+
+def _finish(ep: Episode, policy: Any) -> tuple[Any, ...]:
+    while not ep.done:
+        a = ep.next_agent
+        ep.act(a, policy.act(ep, a, 0))
+    return _ending(ep)
 
 
-def _mutates(spec: ToolEnvSpec, task: Any, half: int) -> bool:
+def _mutates(spec: ToolEnvSpec, calls: list[Any]) -> bool:
     tools = spec.all_tools
-    return any(not tools[c.name].read_only for c in task.solution[half:] if c.name in tools)
+    return any(c.name in tools and not tools[c.name].read_only for c in calls)
 
 
-def _verify_any(spec: Any, runtime: str) -> Report:
-    """Single-agent specs get :func:`verify_spec`; multi-agent ones the multi-agent suite."""
-    if getattr(spec, "multi_agent", False):
-        from .multi.verify import verify_multi_spec
+def _check_fork_snapshot(spec: ToolEnvSpec, ep: Episode, make_env: Callable[[], Episode], task: Any,
+                         fail: list[Failure]) -> None:
+    """Fork and snapshot halfway through the oracle's episode; every copy must finish alike."""
+    oracle = OraclePolicy()
+    ep.reset(task.id)
+    half = max(1, len(task.solution) // 2)
+    while plan_progress(ep) < half and not ep.done:
+        a = ep.next_agent
+        ep.act(a, oracle.act(ep, a, 0))
+    rest = task.solution[plan_progress(ep):]
+    before = ep.state.hash()
+    views = json.dumps({a: ep.transcript(a) for a in ep.agents}, sort_keys=True)
+    child = ep.fork()
+    snap = json.loads(json.dumps(ep.snapshot()))
+    try:
+        if child.state.hash() != before or json.dumps({a: child.transcript(a) for a in child.agents},
+                                                      sort_keys=True) != views:
+            fail.append(Failure("fork", "the fork does not start where its parent is", task.id))
+        child_end = _finish(child, oracle)
+    finally:
+        child.close()  # a docker fork holds a session of its own
+    if ep.state.hash() != before:
+        fail.append(Failure("fork", "acting in a fork changed its parent", task.id))
+    if child_end[0] == before and _mutates(spec, rest):
+        fail.append(Failure("fork", "the fork did not change while acting", task.id))
+    other = make_env()
+    try:
+        other.restore(snap)
+        if other.state.hash() != before or json.dumps({a: other.transcript(a) for a in other.agents},
+                                                      sort_keys=True) != views:
+            fail.append(Failure("snapshot", "restore did not reproduce the episode", task.id))
+        restored_end = _finish(other, oracle)
+    finally:
+        other.close()
+    parent_end = _finish(ep, oracle)
+    if parent_end != child_end:
+        fail.append(Failure("fork", "parent and fork diverged on the same actions", task.id))
+    if restored_end != parent_end:
+        fail.append(Failure("snapshot", "the restored episode diverged from the original", task.id))
 
-        return verify_multi_spec(spec, runtime=runtime)
-    return verify_spec(spec, runtime=runtime)
+
+def _malformed(spec: ToolEnvSpec, ep: Episode, task_id: str) -> list[Failure]:
+    agents = spec.agent_ids
+    own = spec.tools_of(agents[0])
+    bad_actions = [
+        "<tool_call>{not json</tool_call>",
+        '<tool_call>{"name": "no_such_tool", "arguments": {}}</tool_call>',
+        '<tool_call>{"name": "%s", "arguments": {"__bogus__": 1}}</tool_call>' % next(iter(own)),
+        "<tool_call>unterminated",
+    ]
+    foreign = next((n for a in agents[1:] for n in spec.tools_of(a) if n not in own), None)
+    if foreign:
+        bad_actions.append(f'<tool_call>{{"name": "{foreign}", "arguments": {{}}}}</tool_call>')
+    fail = []
+    for bad in bad_actions:
+        ep.reset(task_id)
+        try:
+            r = ep.act(agents[0], bad)
+        except Exception as exc:
+            fail.append(Failure("malformed", f"a turn raised {type(exc).__name__} on {bad!r}: {exc}"))
+            continue
+        if r.done or not r.messages or not r.messages[0]["content"].startswith("Error"):
+            fail.append(Failure("malformed", f"no error observation for {bad!r}"))
+    return fail
+
+
+def _gymnasium_failures(make_env: Callable[[], Episode]) -> list[Failure]:
+    try:
+        from gymnasium.utils.env_checker import check_env
+
+        from .gym_env import ToolGymEnv
+
+        genv = ToolGymEnv(env=make_env())
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                check_env(genv, skip_render_check=True)
+        finally:
+            genv.close()
+    except Exception as exc:
+        return [Failure("gymnasium", f"check_env failed: {type(exc).__name__}: {exc}")]
+    return []
+
+
+def pettingzoo_checks(make_env: Callable[[], Episode], *, num_cycles: int = 200) -> list[str]:
+    """Run PettingZoo's API and seed tests on both views of fresh episodes from ``make_env``;
+    return the problems found."""
+    from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
+
+    from .multi.pettingzoo_env import ToolAECEnv, ToolParallelEnv
+
+    def aec() -> ToolAECEnv:
+        return ToolAECEnv(episode=make_env())
+
+    def par() -> ToolParallelEnv:
+        return ToolParallelEnv(episode=make_env())
+
+    def closing(make: Callable[[], Any], test: Callable[..., Any]) -> Callable[[], None]:
+        def run() -> None:
+            e = make()
+            try:
+                test(e, num_cycles=num_cycles)
+            finally:
+                e.close()  # a docker episode holds a container session
+
+        return run
+
+    checks = [("api_test", closing(aec, api_test)), ("parallel_api_test", closing(par, parallel_api_test)),
+              ("seed_test", lambda: seed_test(aec, num_cycles=num_cycles)),
+              ("parallel_seed_test", lambda: parallel_seed_test(par, num_cycles=num_cycles))]
+    problems = []
+    for label, check in checks:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                check()
+        except Exception as exc:
+            problems.append(f"{label} failed: {type(exc).__name__}: {exc}")
+    return problems
+
+
+def _stable_seed(task_id: str, k: int) -> int:
+    return zlib.crc32(f"{task_id}/{k}".encode()) & 0x7FFFFFFF
 
 
 def verify_many(specs: list[Any], *, runtime: str = "local") -> dict[str, Any]:
     """Verify several environments; the ``envfactory verify --json`` document."""
     start = time.perf_counter()
-    reports = [_verify_any(s, runtime).to_json() for s in specs]
+    reports = [verify_spec(s, runtime=runtime).to_json() for s in specs]
     n_tasks = sum(r["tasks"] for r in reports)
     lengths = [r["mean_solution_length"] * r["tasks"] for r in reports]
     return {

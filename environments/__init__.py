@@ -1,19 +1,67 @@
 """Built-in envfactory environments, one module per environment family.
 
-Discovered through the ``envfactory.environments`` entry point, which calls
-:func:`register_all`.
+Announced through the ``envfactory.environments`` entry point
+(``builtin = "environments:register_all"``). Registration is lazy:
+:func:`register_all` returns a table ``{environment name: module}`` and
+envfactory imports a module only when one of its environments is first used
+(``envfactory.make`` / ``envfactory.spec``); ``envfactory.specs()`` imports
+them all. This package's ``__init__`` must therefore stay cheap: it imports
+nothing from the environment modules.
+
+Adding a module here means adding its environments to :data:`SINGLE_AGENT`
+or :data:`MULTI_AGENT` (``tests/test_imports.py`` checks the tables against
+what the modules actually register).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+from typing import Any
 
-__all__ = ["register_all"]
+__all__ = ["SINGLE_AGENT", "MULTI_AGENT", "register_all", "import_all"]
+
+_SPEC_FILES = "environments.spec_envs"   # one environment per specs/*.yaml
+_CLASSES = "environments.class_envs"     # one environment per classes/*.py
+
+# environment name -> the module whose import registers it
+SINGLE_AGENT: dict[str, str] = {
+    "Bank-v0": "environments.bank",
+    "Counter-v0": "environments.counter",
+    "FileSystem-v0": "environments.filesystem",
+    "Helpdesk-v0": "environments.helpdesk",
+    "Lights-v0": "environments.lights",
+    **{name: _CLASSES for name in (
+        "GitRepo-v0", "LabBench-v0", "SmartHome-v0", "Social-v0", "Spreadsheet-v0", "TeamChat-v0",
+        "Trading-v0", "Vehicle-v0",
+    )},
+    **{name: _SPEC_FILES for name in (
+        "CRM-v0", "Calendar-v0", "Clinic-v0", "Courses-v0", "Events-v0", "Fleet-v0", "Flights-v0",
+        "GymClub-v0", "HR-v0", "Hotel-v0", "Library-v0", "Mailbox-v0", "PetShelter-v0", "Pharmacy-v0",
+        "ProjectBoard-v0", "Recipes-v0", "Restaurant-v0", "RetailOrders-v0", "Warehouse-v0",
+    )},
+}
+
+# team environments (no Gymnasium id: they are PettingZoo environments)
+MULTI_AGENT: dict[str, str] = {
+    "MultiDeal-v0": "environments.multi_deal",
+    "MultiMeeting-v0": "environments.multi_meeting",
+    "MultiPipeline-v0": "environments.multi_pipeline",
+    "MultiRecords-v0": "environments.multi_records",
+    "MultiRooms-v0": "environments.multi_rooms",
+    "MultiSupport-v0": "environments.multi_support",
+}
 
 
-def register_all() -> None:
-    """Import every built-in environment module (each registers its specs)."""
-    for mod in pkgutil.iter_modules(__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{mod.name}")
+def register_all() -> dict[str, Any]:
+    """The lazy registration table: ``{name: module}`` for single-agent environments and
+    ``{name: {"module": module, "multi_agent": True}}`` for team ones. Imports nothing."""
+    table: dict[str, Any] = dict(SINGLE_AGENT)
+    table.update({name: {"module": module, "multi_agent": True} for name, module in MULTI_AGENT.items()})
+    return table
+
+
+def import_all() -> None:
+    """Import every built-in environment module now (each registers its specs)."""
+    import importlib
+
+    for module in sorted(set(SINGLE_AGENT.values()) | set(MULTI_AGENT.values())):
+        importlib.import_module(module)

@@ -11,6 +11,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -51,3 +52,79 @@ def require_vllm() -> None:
     """Skip (laptop) or fail (CI) unless vLLM is importable."""
     if importlib.util.find_spec("vllm") is None:
         _missing("vLLM", "the vllm package is not installed (run scripts/install-vllm.sh)")
+
+
+def require_module(module: str, install: str) -> None:
+    """Skip (laptop) or fail (CI) unless ``module`` is importable; ``install`` says how to get it."""
+    if importlib.util.find_spec(module) is None:
+        _missing(module, f"the {module} package is not installed ({install})")
+
+
+def require_torch() -> None:
+    """Skip (laptop) or fail (CI) unless torch (the 'train' extra) is importable."""
+    require_module("torch", "bash scripts/setup.sh installs the pinned CPU build")
+
+
+# Modules the CI machine must have (scripts/setup.sh installs them). Under CI=true a
+# skip caused by one of them missing -- pytest.importorskip("torch") at module or test
+# level, or a skipif whose reason names it -- is turned into a failure.
+CI_REQUIRED_MODULES = ("torch", "transformers")
+
+
+def _missing_required(reason: str) -> str | None:
+    for module in CI_REQUIRED_MODULES:
+        if module in reason and importlib.util.find_spec(module) is None:
+            return module
+    return None
+
+
+def _skip_reason(report: pytest.CollectReport | pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr or "")
+
+
+def _missing_message(report: pytest.CollectReport | pytest.TestReport) -> str | None:
+    if not (IN_CI and report.skipped):
+        return None
+    reason = _skip_reason(report)
+    module = _missing_required(reason)
+    if module is None:
+        return None
+    return (f"{module} is required but unavailable ({reason}) -- CI=true: a missing {module} is a failure, "
+            "not a skip; scripts/setup.sh installs it")
+
+
+class _MissingModule(pytest.Item):
+    """Stands for a test module skipped at import because a CI-required module is missing:
+    it fails (a collection error would stop the whole run instead)."""
+
+    def __init__(self, *, message: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.message = message
+
+    def runtest(self) -> None:
+        pytest.fail(self.message, pytrace=False)
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, self.name
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    outcome = yield
+    report = outcome.get_result()
+    message = _missing_message(report)
+    if message is not None and isinstance(collector, pytest.Module):
+        report.outcome, report.longrepr = "passed", None
+        report.result = [_MissingModule.from_parent(collector, name="required-module-missing", message=message)]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    message = _missing_message(report)
+    if message is not None:
+        report.outcome, report.longrepr = "failed", message

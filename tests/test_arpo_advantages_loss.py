@@ -114,6 +114,12 @@ def test_branch_probability_and_grpo_is_arpo_without_branching():
     t = ARPO(mode="threshold", tau=0.1)
     assert t.branch_probability(0.2) == 1.0 and t.branch_probability(0.05) == 0.0
     g = GRPO(M=6)
-    assert isinstance(g, ARPO) and not g.branching and g.N == 6 and g.name == "GRPO"
+    assert not isinstance(g, ARPO) and g.initial == 6 and g.name == "GRPO"
+    assert not hasattr(g, "N") and not hasattr(g, "alpha")  # GRPO has no branching knobs
+    assert g.token_advantages([1.0, -1.0], [2, 1], Lineage.independent(2)) == [[1.0, 1.0], [-1.0]]
+    assert a.initial == 8 and ARPO(attribution="hard").token_advantages(
+        [1.0, -1.0], [2, 2], Lineage(parent=[-1, 0], shared=[0, 1])) == [[0.0, 1.0], [0.0, -1.0]]
     with pytest.raises(ValueError, match="N <= M"):
         ARPO(M=4, N=8)
+    with pytest.raises(ValueError, match="updates"):
+        GRPO(updates=0)

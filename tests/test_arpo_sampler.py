@@ -51,10 +51,9 @@ class FakePolicy(Policy):
 
 
 def _groups(tokenizer, algo, n_tasks=2, seed=0, **kw):
-    env = envfactory.make("Counter-v0")
+    env = envfactory.make("Counter-v0", max_turns=4)
     tasks = ["counter-0-12", "counter-3-11"][:n_tasks]
-    return sample_groups(FakePolicy(tokenizer, **kw), [(env, t) for t in tasks], algo, max_new_tokens=40,
-                         seed=seed, max_turns=4)
+    return sample_groups(FakePolicy(tokenizer, **kw), [(env, t) for t in tasks], algo, max_new_tokens=40, seed=seed)
 
 
 def _calls_and_values(traj):
@@ -74,8 +73,8 @@ def test_budget_is_exactly_M(tokenizer, algo):
     groups = _groups(tokenizer, algo)
     for g in groups:
         assert len(g.trajectories) == algo.M == len(g.kinds) == len(g.lineage.parent)
-        assert g.kinds.count("initial") == algo.N
-    if not algo.branching:
+        assert g.kinds.count("initial") == algo.initial
+    if isinstance(algo, GRPO):
         assert all(k == "initial" for g in groups for k in g.kinds)
     elif algo.alpha == 0.0 and algo.beta == 0.0:  # never branches: fresh trajectories fill the budget
         assert all(g.kinds.count("fill") == algo.M - algo.N for g in groups)

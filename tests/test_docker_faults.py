@@ -1,5 +1,11 @@
 """Faults, containment, cleanup and the reward-tampering attack on the Docker runtime.
 
+The episode (the referee) runs here; its world runs in the container
+(``episode.world``, a :class:`~envfactory.runtime.docker.ContainerWorld`), so
+the container's faults surface as world faults: :class:`ContainerError`, or a
+:class:`~envfactory.world.WorldTimeout` that the referee turns into a truncated
+episode.
+
 Runtime: about 30-60 s on 2 cores once images exist (each per-session
 container starts in about a second; two tests wait out a timeout).
 """
@@ -41,22 +47,22 @@ def test_container_killed_mid_episode_names_env_and_session_and_is_replaced() ->
     env = envfactory.make("Counter-v0", runtime="docker")
     env.reset(0)
     env.step(INC)
-    c, session = env.container, env.session
+    c, session = env.world.container, env.world.session
     c.client.api.kill(c.id)
     with pytest.raises(ContainerError) as err:
         env.step(INC)
     assert "Counter-v0" in str(err.value) and session in str(err.value) and c.name in str(err.value)
     assert not _exists(c.id)
     env.reset(0)  # the pool gives a fresh container
-    assert env.container is not c and env.step(INC).messages[0]["content"] == "1"
+    assert env.world.container is not c and env.step(INC).messages[0]["content"] == "1"
     env.close()
 
 
 def test_labels_and_cleanup_by_close_and_gc() -> None:
     env = envfactory.make("CodeSandbox-v0", runtime="docker")
     env.reset(0)
-    cid = env.container.id
-    labels = env.container.client.containers.get(cid).labels
+    cid = env.world.container.id
+    labels = env.world.container.client.containers.get(cid).labels
     assert labels[LABEL] == "1" and labels["org.envfactory.env"] == "CodeSandbox-v0"
     assert labels["org.envfactory.owner"].endswith(f":{os.getpid()}")
     env.close()
@@ -68,7 +74,7 @@ def test_labels_and_cleanup_by_close_and_gc() -> None:
     assert not _exists(cid)
     # A process that dies without cleaning up: its containers are found by their labels.
     code = ("import envfactory, os; e = envfactory.make('Counter-v0', runtime='docker'); e.reset(0); "
-            "print(e.container.id, flush=True); os._exit(0)")
+            "print(e.world.container.id, flush=True); os._exit(0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     orphan = out.stdout.split()[-1]
     assert _exists(orphan)
@@ -80,7 +86,7 @@ def test_labels_and_cleanup_by_close_and_gc() -> None:
 
 def test_interpreter_exit_leaves_no_container() -> None:
     code = ("import envfactory; e = envfactory.make('Counter-v0', runtime='docker'); e.reset(0); "
-            "print(e.container.id)")
+            "print(e.world.container.id)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert not _exists(out.stdout.split()[-1])
@@ -89,14 +95,15 @@ def test_interpreter_exit_leaves_no_container() -> None:
 def test_step_that_runs_forever_times_out_and_recycles_the_container() -> None:
     env = envfactory.make("CodeSandbox-v0", runtime="docker", step_timeout=1.5)
     env.reset(0)
-    c = env.container
+    c = env.world.container
     r = env.step(call("run_python", code="while True: pass"))
-    assert r.truncated and r.reward == 0.0 and r.info["timeout"]
+    assert r.truncated and r.reward == 0.0 and r.info["timeout"] and env.ended_by == "timeout"
     assert r.messages[0]["content"].startswith("Error: the step did not finish within 1.5s")
+    assert c.name in r.messages[0]["content"] and "recycled" in r.messages[0]["content"]
     assert env.messages[-1] == r.messages[-1]
     assert not _exists(c.id)
     env.reset(0)
-    assert env.container is not c
+    assert env.world.container is not c
     assert env.step(call("write_file", path="/answer.txt", content="42")).messages[0]["content"] == "OK"
     env.close()
 
@@ -137,11 +144,16 @@ for pid in [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpi
             report.setdefault(f'{what}_errors', set()).add(type(e).__name__)
 report['folder'] = sorted(os.listdir('/run/envf'))
 report = {k: sorted(v) if isinstance(v, set) else v for k, v in report.items()}
-# 2. Overwrite the state (and with it any success check) through the server's own API.
-snap = {'format': 1, 'env': 'CodeSandbox-v0', 'task_id': 'answer-42', 'max_turns': 8,
-        'state': {'files': {'/answer.txt': '42'}, 'runs': 0}, 'messages': [], 'turn': 0,
-        'done': True, 'answer': 'x', 'success': True, 'counts': {}}
-report['restore'] = http('/sessions/x/restore', snap, token='guess')
+# 2. Overwrite the state (and with it any success check) through the server's own API:
+#    a control call, and a world operation on the framed channel.
+report['restore'] = http('/sessions/x/fork', {}, token='guess')
+s = socket.socket(socket.AF_UNIX); s.connect('/run/envf/s')
+data = json.dumps({'token': 'guess', 'session': 'x'}).encode()
+s.sendall(b'ENVF' + len(data).to_bytes(4, 'big') + data)
+reply = b''
+while chunk := s.recv(4096):
+    reply += chunk
+report['frames'] = reply[4:].decode()   # then it would send {'op': 'load', 'state': ...}
 # 3. Replace the server's socket with our own, which would report success.
 os.rename('/run/envf/s', '/run/envf/old')
 fake = socket.socket(socket.AF_UNIX); fake.bind('/run/envf/s'); fake.listen(8)
@@ -158,13 +170,13 @@ def test_agent_code_cannot_change_the_host_computed_reward() -> None:
     env.reset(0)
     r = env.step(call("run_python", code=ATTACK))
     report = r.messages[0]["content"]
-    assert env.container.token not in report and '"folder": ["s"]' in report, report
+    assert env.world.container.token not in report and '"folder": ["s"]' in report, report
     assert '"environ_errors": ["PermissionError"]' in report, report
-    assert "401 Unauthorized" in report, report
+    assert "401 Unauthorized" in report and "wrong token" in report, report
     assert '"socket": "replaced"' in report, report
     # A new connection now meets the impostor: the peer check refuses it.
     with pytest.raises(ContainerError, match="replaced"):
-        env.container.open_channel(env.session, 5)
+        env.world.container.open_channel(env.world.session, 5)
     # The established channel still reaches the real server; the claim buys nothing.
     r = env.step("I wrote 42 to /answer.txt. Task complete, success=true, reward=1.")
     assert r.terminated and r.reward == 0.0 and r.info["success"] is False
@@ -175,3 +187,66 @@ def test_agent_code_cannot_change_the_host_computed_reward() -> None:
     honest.step(call("write_file", path="/answer.txt", content="42"))
     assert honest.step("Done.").reward == 1.0
     honest.close()
+
+
+def test_a_reply_that_breaks_the_protocol_is_a_container_fault() -> None:
+    """The host checks every reply: one well-formed outcome per call, a valid state.
+    A container that claims anything else (an extra outcome, a forged kind, a state
+    of the wrong shape) is removed; claims of rewards in a reply are never read."""
+    env = envfactory.make("Counter-v0", runtime="docker", sessions_per_container=1)
+    link = env.world._link
+    real = link.request
+
+    def claims(req: dict, **kw) -> dict:
+        reply = real(req, **kw)
+        reply.update(reward=1.0, success=True, terminated=True, state_hash="forged")
+        return reply
+
+    link.request = claims
+    env.reset(0)  # the task: make the counter show exactly 1
+    for _ in range(2):
+        r = env.step(INC)
+        assert not r.done and r.reward == 0.0
+    r = env.step("The counter shows 1, success=true, reward=1.")
+    assert r.terminated and r.reward == 0.0 and r.info["success"] is False  # it shows 2
+    forgeries = [
+        lambda reply: reply["outcomes"].append({"content": "2", "ok": True, "kind": "ok"}),
+        lambda reply: reply["outcomes"][0].update(ok="yes"),
+        lambda reply: reply["outcomes"][0].update(ok=False, kind="ok"),
+        lambda reply: reply.pop("outcomes"),
+        lambda reply: reply.update(outcomes=["1"]),
+    ]
+    for forge in forgeries:
+        def forged(req: dict, _forge=forge, **kw) -> dict:
+            reply = real(req, **kw)
+            if req["op"] == "run":
+                _forge(reply)
+            return reply
+
+        link.request = forged
+        env.reset(0)
+        c = env.world.container
+        with pytest.raises(ContainerError, match="untrustworthy") as err:
+            env.step(INC)
+        assert "Counter-v0" in str(err.value) and c.name in str(err.value)
+        assert env.world.container is None and not _exists(c.id)
+    link.request = real
+
+    def bad_state(req: dict, **kw) -> dict:
+        reply = real(req, **kw)
+        if req["op"] == "state":
+            reply["state"] = {"value": "a lot", "reward": 1}
+        return reply
+
+    link.request = bad_state
+    env.reset(0)
+    c = env.world.container
+    env.step(INC)
+    with pytest.raises(ContainerError, match="not a valid"):
+        env.step("Done.")  # the reward needs the final state: it is validated here
+    assert not _exists(c.id) and not env.success
+    link.request = real
+    env.reset(0)  # a fresh container serves again
+    env.step(INC)
+    assert env.step("Done.").reward == 1.0
+    env.close()

@@ -1,14 +1,16 @@
-"""Multi-agent environments served from the Docker runtime.
+"""Team environments served from the Docker runtime.
 
-Every registered multi-agent environment: PettingZoo's ``api_test``,
-``parallel_api_test``, ``seed_test`` and ``parallel_seed_test`` on
-``runtime="docker"``, and local/docker parity (the joint reference solution
-and seeded random joint actions, in turn order and in simultaneous rounds,
-give identical turn results, observations, conversations, rewards, logs and
-final states). Also: the verification suite on Docker (fork and snapshot
-across the container boundary), snapshots moving between runtimes, rewards
-judged on the host whatever the container claims, a killed container, and a
-turn that overruns its timeout.
+A team episode on Docker is the same :class:`~envfactory.Episode` as a single
+agent's, over the same :class:`~envfactory.runtime.docker.ContainerWorld`: there
+is no separate multi-agent path. Every registered team environment:
+PettingZoo's ``api_test``, ``parallel_api_test``, ``seed_test`` and
+``parallel_seed_test`` on ``runtime="docker"``, and local/docker parity (the
+joint reference solution, seeded random teams and a passive team, in turn order
+and in simultaneous rounds, give identical turn results, observations,
+conversations, rewards, logs and final states). Also: the verification suite
+on Docker, snapshots moving between runtimes, forks (inside a shared container
+and into a container of their own), rewards judged on the host whatever the
+container claims, a killed container, and a turn that overruns its timeout.
 
 Containers are shared: each environment's process-wide pool serves every test
 of this module (tests that kill or freeze a container use a private pool).
@@ -21,12 +23,12 @@ import json
 import warnings
 
 import pytest
-from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
 
 import envfactory
-import envfactory.multi as multi
-from envfactory.multi.team import NoopPolicy, OraclePolicy, RandomPolicy, play
-from envfactory.multi.verify import episode_trace, verify_multi_spec
+from envfactory.env import EpisodeError
+from envfactory.runtime.container import ContainerError
+from envfactory.runtime.docker import ContainerWorld
+from envfactory.runtime.parity import MODES, TeamScript, team_trace
 
 from conftest import require_docker
 
@@ -46,16 +48,34 @@ def _exists(container_id: str) -> bool:
     return bool(docker_client().containers.list(all=True, filters={"id": container_id}))
 
 
-def test_there_are_multi_agent_environments_to_serve() -> None:
+def _play(ep: envfactory.Episode, policy: str, task: object = 0, mode: str = "aec") -> envfactory.Episode:
+    """Reset ``ep`` on ``task`` (unless ``task`` is ``None``: go on) and play it to the end."""
+    if task is not None:
+        ep.reset(task)
+    team = TeamScript(policy, ep.task)
+    while not ep.done:
+        if mode == "aec":
+            a = ep.next_agent
+            ep.act(a, team.act(ep, a))
+        else:
+            ep.step({a: team.act(ep, a) for a in ep.agents})
+    return ep
+
+
+def test_there_are_team_environments_to_serve() -> None:
     assert len(MULTI) >= 6
 
 
 @pytest.mark.parametrize("name", MULTI)
 def test_pettingzoo_api_and_seed_tests_on_docker(name: str) -> None:
+    from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
+
+    import envfactory.multi as multi
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pettingzoo recommends Box/Discrete spaces; ours are Text
         aec = multi.env(name, runtime="docker")
-        assert type(aec.episode).__name__ == "DockerMultiEpisode"
+        assert type(aec.episode) is envfactory.Episode and isinstance(aec.episode.world, ContainerWorld)
         api_test(aec, num_cycles=50)
         aec.close()
         par = multi.parallel_env(name, runtime="docker")
@@ -67,21 +87,21 @@ def test_pettingzoo_api_and_seed_tests_on_docker(name: str) -> None:
 
 @pytest.mark.parametrize("name", MULTI)
 def test_parity_every_task(name: str) -> None:
-    local = envfactory.make_multi(name)
-    docker = envfactory.make_multi(name, runtime="docker")
+    local = envfactory.make(name)
+    docker = envfactory.make(name, runtime="docker")
+    assert type(docker) is type(local) and isinstance(docker.world, ContainerWorld)  # one engine
     try:
         outcomes = []
         for task in local.spec.get_tasks():
-            for mode in ("aec", "parallel"):
-                for policy, seed in ((OraclePolicy, 0), (RandomPolicy, 1), (RandomPolicy, 2)):
-                    team = {a: policy() for a in local.agents}
-                    a = episode_trace(local, team, task.id, mode, seed)
-                    b = episode_trace(docker, team, task.id, mode, seed)
+            for mode in MODES:
+                for policy, seed in (("oracle", 0), ("random", 1), ("random", 2), ("noop", 0)):
+                    a = team_trace(local, task.id, mode, policy, seed)
+                    b = team_trace(docker, task.id, mode, policy, seed)
                     for i, (x, y) in enumerate(zip(a, b)):
-                        assert x == y, f"{name} task {task.id} {mode} {policy.name}: step {i} differs"
+                        assert x == y, f"{name} task {task.id} {mode} {policy}: step {i} differs"
                     assert len(a) == len(b)
                     outcomes.append(b[-1][1])
-                    if policy is OraclePolicy:
+                    if policy == "oracle":
                         assert b[-1][1] is True, f"{name} task {task.id}: the oracle failed on docker ({mode})"
         assert True in outcomes and False in outcomes  # both outcomes were exercised
     finally:
@@ -90,42 +110,46 @@ def test_parity_every_task(name: str) -> None:
 
 def test_verify_suite_on_docker() -> None:
     """Reference/noop/random/alone, determinism, fork and snapshot semantics, malformed input, parity."""
-    report = verify_multi_spec(envfactory.spec("MultiSupport-v0"), runtime="docker", random_seeds=1,
-                               pettingzoo=False)  # PettingZoo's tests run above
-    assert report.verified, [f.__dict__ for f in report.failures]
+    from envfactory.verify import verify_spec
+
+    report = verify_spec(envfactory.spec("MultiSupport-v0"), runtime="docker", random_episodes=1,
+                         api_checks=False)  # PettingZoo's tests run above
+    assert report.verified, report.to_json()["failures"]
     assert {"fork", "snapshot", "determinism", "parity"} <= set(report.checks)
 
 
 def test_snapshot_moves_between_runtimes_and_fork_is_independent() -> None:
     name = "MultiRecords-v0"
     task = envfactory.spec(name).get_tasks()[-1]
-    oracle = OraclePolicy()
-    local, docker = envfactory.make_multi(name), envfactory.make_multi(name, runtime="docker")
-    private = envfactory.make_multi(name, runtime="docker", sessions_per_container=1)
+    oracle = TeamScript("oracle", task)
+    local, docker = envfactory.make(name), envfactory.make(name, runtime="docker")
+    private = envfactory.make(name, runtime="docker", sessions_per_container=1)
     try:
         docker.reset(task.id)
         for _ in range(3):
             a = docker.next_agent
-            docker.act(a, oracle.act(docker, a, 0))
+            docker.act(a, oracle.act(docker, a))
         local.restore(json.loads(json.dumps(docker.snapshot())))  # docker -> local
         assert local.state.hash() == docker.state.hash()
-        assert all(local.messages(a) == docker.messages(a) for a in local.agents)
+        assert all(local.transcript(a) == docker.transcript(a) for a in local.agents)
+        assert all(local.observation(a) == docker.observation(a) for a in local.agents)
         before = docker.state.hash()
         children = [docker.fork()]  # a session forked inside the shared container
+        assert children[0].world.container is docker.world.container
+        assert children[0].world.session != docker.world.session
         private.restore(docker.snapshot())
         children.append(private.fork())  # the container is full: the fork gets a container of its own
-        assert children[1].container is not private.container
+        assert children[1].world.container is not private.world.container
         for child in children:
-            while not child.done:
-                a = child.next_agent
-                child.act(a, oracle.act(child, a, 0))
+            _play(child, "oracle", None)
             assert child.success is True and child.state.hash() != before
         assert docker.state.hash() == before and not docker.done
-        other = envfactory.make_multi(name, runtime="docker")
+        assert private.state.hash() == before and not private.done
+        other = envfactory.make(name, runtime="docker")
         other.restore(local.snapshot())  # local -> docker
         while not local.done:
             a = local.next_agent
-            action = oracle.act(local, a, 0)
+            action = oracle.act(local, a)
             r1, r2 = local.act(a, action), other.act(a, action)
             assert r1.to_json() == r2.to_json()
         assert other.rewards == local.rewards and other.success is True
@@ -138,67 +162,85 @@ def test_snapshot_moves_between_runtimes_and_fork_is_independent() -> None:
 
 
 def test_rewards_are_judged_on_the_host_not_claimed_by_the_container() -> None:
-    from envfactory.runtime.container import ContainerError
-
     name = "MultiDeal-v0"  # mixed motive: payoffs come from the final state
-    ep = envfactory.make_multi(name, runtime="docker", sessions_per_container=2)
-    link = ep._link
+    ep = envfactory.make(name, runtime="docker", sessions_per_container=2)
+    link = ep.world._link
     real = link.request
 
-    def inflated(req: dict, **kw) -> dict:
+    def claims(req: dict, **kw) -> dict:
         reply = real(req, **kw)
-        for r in reply.get("results", {}).values():
-            r["rewards"] = dict.fromkeys(r["rewards"], 1.0)
-            r["info"].update(success=True, answer="I won")
+        reply.update(rewards=dict.fromkeys(ep.agents, 1.0), success=True, answer="I won", terminated=True)
+        for o in reply.get("outcomes", []):
+            o["reward"] = 1.0
         return reply
 
-    link.request = inflated
-    out = play(ep, {a: NoopPolicy() for a in ep.agents}, 0)
-    assert out.ended_by == "quiescence" and out.success is False and set(out.rewards.values()) == {0.0}
-    assert ep.success is False and ep.answer != "I won"
+    link.request = claims
+    _play(ep, "noop")
+    assert ep.ended_by == "quiescence" and ep.success is False and set(ep.rewards.values()) == {0.0}
+    assert ep.answer != "I won"
+    _play(ep, "random", mode="parallel")  # the claims never end an episode either
+    assert ep.ended_by != "finish" and set(ep.rewards.values()) == {0.0}
 
-    def ends_early(req: dict, **kw) -> dict:
+    def no_state(req: dict, **kw) -> dict:  # a team's referee needs the state (the mail) after every call
         reply = real(req, **kw)
-        for r in reply.get("results", {}).values():
-            r["terminated"] = True
-            r["info"]["ended_by"] = "finish"
+        reply.pop("state", None)
         return reply
 
-    link.request = ends_early
-    ep.reset(0)
-    c = ep.container
-    with pytest.raises(ContainerError, match="untrustworthy") as err:
-        ep.act(ep.next_agent, "I pass.")
-    assert name in str(err.value) and c.name in str(err.value)
-    assert ep.done and not ep.success and not _exists(c.id)
+    for forge in (no_state,):
+        link.request = forge
+        with pytest.raises(ContainerError, match="untrustworthy"):
+            ep.reset(0)
+        assert ep.world.container is None
     link.request = real
-    assert play(ep, {a: OraclePolicy() for a in ep.agents}, 0).success  # a fresh container serves again
+    ep.reset(0)
+    c = ep.world.container
+
+    def miscounts(req: dict, **kw) -> dict:
+        reply = real(req, **kw)
+        if req["op"] == "run":
+            reply["outcomes"] = reply["outcomes"] * 2
+        return reply
+
+    link.request = miscounts
+    agent = ep.next_agent
+    with pytest.raises(ContainerError, match="untrustworthy") as err:
+        ep.act(agent, '<tool_call>{"name": "send_message", "arguments": {"to": "all", "content": "hi"}}</tool_call>')
+    assert name in str(err.value) and c.name in str(err.value)
+    assert not ep.success and not _exists(c.id)
+    with pytest.raises(EpisodeError, match="no live session"):
+        ep.act(ep.next_agent, '<tool_call>{"name": "send_message", "arguments": {"to": "all", "content": "x"}}</tool_call>')
+    link.request = real
+    assert _play(ep, "oracle").success  # a fresh container serves again
     ep.close()
 
 
 def test_container_killed_mid_episode_and_a_frozen_turn_times_out() -> None:
-    from envfactory.runtime.container import ContainerError
-
     name = "MultiRooms-v0"
-    ep = envfactory.make_multi(name, runtime="docker", sessions_per_container=3, step_timeout=2.0)
+    ep = envfactory.make(name, runtime="docker", sessions_per_container=3, step_timeout=2.0)
+    send = '<tool_call>{"name": "send_message", "arguments": {"to": "all", "content": "hello"}}</tool_call>'
     try:
         ep.reset(0)
-        ep.act(ep.next_agent, "I pass.")
-        c, session = ep.container, ep._link.session
+        ep.act(ep.next_agent, send)
+        c, session = ep.world.container, ep.world.session
         c.client.api.kill(c.id)
         with pytest.raises(ContainerError) as err:
-            ep.act(ep.next_agent, "I pass.")
+            ep.act(ep.next_agent, send)
         assert name in str(err.value) and session in str(err.value) and c.name in str(err.value)
         assert not _exists(c.id)
         ep.reset(0)
-        c = ep.container
+        c = ep.world.container
+        assert c is not None and c.id is not None
+        ep.act(ep.next_agent, send)
         c.client.api.pause(c.id)  # the server stops answering: the turn overruns step_timeout
         agent = ep.next_agent
-        r = ep.act(agent, '<tool_call>{"name": "finish", "arguments": {"answer": "x"}}</tool_call>')
+        r = ep.act(agent, send)
         assert r.truncated and r.info["timeout"] and r.rewards == dict.fromkeys(ep.agents, 0.0)
-        assert "did not finish within 2.0s" in r.messages[0]["content"] and ep.done and ep.success is False
-        assert "did not finish" in ep.observation(agent) and ep.messages(agent)[-1] == r.messages[0]
+        assert ep.ended_by == "timeout" and ep.done and ep.success is False
+        assert "did not finish within 2.0s" in r.messages[0]["content"] and c.name in r.messages[0]["content"]
+        assert "did not finish" in ep.observation(agent) and r.messages[0] in ep.transcript(agent)
+        # the mail still reads (from the last state seen before the overrun): the letter is there
+        assert any("hello" in m["content"] for m in ep.transcript(agent) if m["role"] == "user")
         assert not _exists(c.id)
-        assert play(ep, {a: OraclePolicy() for a in ep.agents}, 0).success
+        assert _play(ep, "oracle").success
     finally:
         ep.close()

@@ -2,7 +2,8 @@
 
 Every registered single-agent environment, every task: the reference solution
 and a seeded random agent give identical messages, rewards, end flags, info
-and final-state hashes in ``local`` and ``docker``. Also: fork/snapshot
+and final-state hashes in ``local`` and ``docker`` (the same referee over an
+in-process world and a container world). Also: fork/snapshot
 semantics across the container boundary (the verification suite run against
 the Docker runtime), snapshots moving between runtimes, and the Gymnasium
 adapter on Docker. Runtime: about 30-60 s on 2 cores once images exist.
@@ -17,6 +18,8 @@ import pytest
 
 import envfactory
 from envfactory.agents_scripted import oracle_actions, random_actions
+from envfactory.runtime.docker import ContainerWorld
+from envfactory.runtime.parity import single_trace as _play
 from envfactory.verify import verify_spec
 
 from conftest import require_docker
@@ -34,21 +37,11 @@ def _single_agent_specs() -> list:
             and (s.module or "").split(".")[0] in ("environments",)]
 
 
-def _play(env: envfactory.Environment, task_id: str, actions: list) -> list:
-    trace = [env.reset(task_id)]
-    for a in actions + [""]:
-        r = env.step(a)
-        trace.append((r.messages, r.reward, r.terminated, r.truncated, r.info))
-        if r.done:
-            break
-    trace.append((json.dumps(env.messages, sort_keys=True), env.state.hash()))
-    return trace
-
-
 @pytest.mark.parametrize("name", [s.name for s in _single_agent_specs()])
 def test_parity_every_task(name: str) -> None:
     local = envfactory.make(name)
     docker = envfactory.make(name, runtime="docker")
+    assert type(docker) is type(local) and isinstance(docker.world, ContainerWorld)  # one engine
     schemas = local.tool_schemas()
     assert docker.tool_schemas() == schemas
     try:
@@ -93,6 +86,7 @@ def test_snapshot_moves_between_runtimes_and_fork_is_independent() -> None:
             if r1.done:
                 break
         assert r2.reward == 1.0 and other.state.hash() == local.state.hash()
+        assert other.world.container is not None and child.world.container is docker.world.container
         child.close()
         other.close()
     finally:

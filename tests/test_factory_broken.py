@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from envfactory import ToolEnvSpec, State, Task, call, tool
-from envfactory.runtime.local import LocalEnv
+from envfactory import Episode
 from envfactory.verify import verify_spec
 
 
@@ -43,7 +43,7 @@ def put_stamped(state: Box, name: str) -> str:
 
 def _verify(tasks, tools=(put,)):
     spec = ToolEnvSpec(name="Broken-v0", domain="test", state_type=Box, tools=list(tools), tasks=tasks)
-    report = verify_spec(spec, make_env=lambda: LocalEnv(spec))
+    report = verify_spec(spec, make_env=lambda: Episode(spec))
     return report, {(f.check, f.task) for f in report.failures}
 
 

@@ -7,7 +7,7 @@ import inspect
 
 import envfactory
 from envfactory.factory.from_class import from_class
-from envfactory.runtime.local import LocalEnv
+from envfactory import Episode
 from envfactory.verify import verify_spec
 from environments.classes import brokerage
 from environments.classes.brokerage import Brokerage
@@ -38,7 +38,7 @@ def test_class_becomes_an_environment_and_stays_unchanged():
                                                            "description": "Number of shares (1 to 1000)."}
     assert set(spec.state_type.model_fields) >= {"cash", "prices", "positions", "orders", "watchlist"}
 
-    env = LocalEnv(spec)
+    env = Episode(spec)
     env.reset(0)
     r = env.step('<tool_call>{"name": "buy", "arguments": {"symbol": "ACME", "quantity": 3}}</tool_call>')
     assert "bought 3 ACME" in r.messages[0]["content"]
@@ -54,7 +54,7 @@ def test_class_environment_passes_verification_with_synthesized_tasks():
     spec = _spec()
     tasks = spec.get_tasks()
     assert len(tasks) == 12 and len({t.difficulty for t in tasks}) >= 3
-    report = verify_spec(spec, make_env=lambda: LocalEnv(spec))
+    report = verify_spec(spec, make_env=lambda: Episode(spec))
     assert report.verified, report.failures
 
 

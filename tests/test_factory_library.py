@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -24,9 +26,23 @@ def test_library_size_and_inputs():
     assert len(big) >= 30 and len({s.domain for s in big}) >= 12
 
 
+_LAZY_PROBE = """
+import sys, envfactory
+mods = lambda: sorted(m for m in sys.modules if m.split(".")[0] == "environments" and m != "environments")
+assert mods() == [], mods()                       # import envfactory imports no environment
+spec = envfactory.spec("Warehouse-v0")
+assert mods() == ["environments.spec_envs"], mods()  # only the module that registers it
+assert spec._tasks is None and callable(spec.tasks)  # its tasks are not built yet
+n = len(spec.get_tasks())
+assert spec._tasks is not None and n >= 50, n     # built on first use
+print("ok")
+"""
+
+
 def test_environment_import_is_lazy():
-    spec = envfactory.spec("Warehouse-v0")
-    assert spec._tasks is None or callable(spec.tasks)  # tasks built on first use only
+    # a fresh interpreter: other tests here have already imported and used every environment
+    r = subprocess.run([sys.executable, "-c", _LAZY_PROBE], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import pytest
 from envfactory import SpecError
 from envfactory.cli import main
 from envfactory.factory.from_spec import from_spec
-from envfactory.runtime.local import LocalEnv
+from envfactory import Episode
 from envfactory.verify import verify_spec
 
 SPEC = """
@@ -58,7 +58,7 @@ def test_spec_file_becomes_an_environment(spec_path):
     assert names[:5] == ["list_spots", "get_car", "park", "close_spot", "register_car"]
     park = spec.all_tools["park"].parameters
     assert park["required"] == ["car_id", "spot"]
-    env = LocalEnv(spec)
+    env = Episode(spec)
     env.reset(0)
     st = env.state
     free = sorted(k for k, r in st.tables["spot"].items() if r["state"] == "free")
@@ -75,7 +75,7 @@ def test_spec_file_becomes_an_environment(spec_path):
 
 def test_spec_environment_passes_verification(spec_path):
     spec = from_spec(spec_path)
-    report = verify_spec(spec, make_env=lambda: LocalEnv(spec))
+    report = verify_spec(spec, make_env=lambda: Episode(spec))
     assert report.verified, report.failures
     assert report.tasks == 24
 

@@ -57,7 +57,7 @@ def test_snapshot_is_json_and_restore_reproduces_exactly():
         assert (r1.messages, r1.reward, r1.terminated, r1.info) == (r2.messages, r2.reward, r2.terminated, r2.info)
     assert r1.reward == 1.0
     # restoring does not alias the snapshot: the episode went on, the snapshot did not change
-    assert json.loads(json.dumps(snap)) == snap and len(snap["messages"]) < len(other.messages)
+    assert json.loads(json.dumps(snap)) == snap and len(snap["transcripts"]["agent_0"]) < len(other.messages)
 
 
 def test_restore_rejects_foreign_snapshots():

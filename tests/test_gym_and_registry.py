@@ -26,6 +26,36 @@ def test_gymnasium_make_reset_step():
     assert info3["task_id"] == "counter-3-7"
 
 
+def test_gymnasium_and_make_pick_the_same_task_for_every_seed():
+    for name in ("Helpdesk-v0", "Bank-v0"):
+        ours, gym_env = envfactory.make(name), gymnasium.make(f"envfactory/{name}")
+        for seed in range(20):
+            ours.reset(seed=seed)
+            _, info = gym_env.reset(seed=seed)
+            assert info["task_id"] == ours.task.id, (name, seed)
+        ids = set()
+        for seed in range(20):  # an unseeded reset draws from the seeded np_random, and reproducibly
+            gym_env.reset(seed=seed)
+            ids.add(gym_env.reset()[1]["task_id"])
+        assert len(ids) > 1
+
+
+def test_step_info_carries_what_is_new_and_the_transcript_is_one_call_away():
+    env = gymnasium.make("envfactory/Counter-v0")
+    _, info = env.reset(options={"task": "counter-0-2"})
+    conversation = list(info["messages"])
+    assert [m["role"] for m in conversation] == ["system", "user"]
+    for action in ('<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
+                   '<tool_call>{"name": "read_counter", "arguments": {}}</tool_call>', "Done."):
+        *_, info = env.step(action)
+        assert info["messages"][0] == {"role": "assistant", "content": info["messages"][0]["content"],
+                                       **({"tool_calls": info["messages"][0]["tool_calls"]}
+                                          if "tool_calls" in info["messages"][0] else {})}
+        conversation += info["messages"]
+    assert [m["role"] for m in conversation] == ["system", "user", "assistant", "tool", "tool", "assistant"]
+    assert conversation == env.unwrapped.messages == env.unwrapped.env.messages
+
+
 def test_observations_are_sanitised_into_the_text_space():
     env = gymnasium.make("envfactory/FileSystem-v0")
     env.reset(options={"task": 0})

@@ -6,7 +6,7 @@ import pytest
 
 import envfactory
 from envfactory import EpisodeError
-from envfactory.multi.team import OraclePolicy, play
+from envfactory.agents_scripted import OraclePolicy, RandomPolicy, episode_trace, play
 
 
 def call(name, /, **args):
@@ -40,7 +40,7 @@ def test_direct_and_broadcast_messages_reach_the_right_agents_and_cannot_be_forg
     ep.act("sales_0", call("send_message", to="eng_0", content="need atlas at 11"))
     assert "need atlas at 11" in ep.observation("eng_0")  # what eng_0 sees before its turn
     ep.act("eng_0", call("send_message", to="all", content="I take birch at 10"))
-    assert any("need atlas at 11" in m["content"] for m in ep.messages("eng_0") if m["role"] == "user")
+    assert any("need atlas at 11" in m["content"] for m in ep.transcript("eng_0") if m["role"] == "user")
     assert "need atlas at 11" not in ep.observation("hr_0")
     assert "birch" in ep.observation("hr_0") and "birch" in ep.observation("sales_0")
     assert "birch" not in ep.observation("eng_0").split("</tool_response>")[-1]
@@ -50,7 +50,7 @@ def test_direct_and_broadcast_messages_reach_the_right_agents_and_cannot_be_forg
     assert "yourself" in r.messages[0]["content"]
     # letters are delivered into the recipient's conversation at its next turn
     ep.act("sales_0", "waiting")
-    assert any("birch" in m["content"] for m in ep.messages("sales_0") if m["role"] == "user")
+    assert any("birch" in m["content"] for m in ep.transcript("sales_0") if m["role"] == "user")
 
 
 def test_simultaneous_moves_see_letters_only_from_the_next_round():
@@ -59,7 +59,7 @@ def test_simultaneous_moves_see_letters_only_from_the_next_round():
     ep.step({"reader_0": call("send_message", to="writer_0", content="set team of E-102 to platform (ticket XYZZY)"),
              "writer_0": "nothing yet"})
     # writer_0 acted in the same round: the letter is not in its conversation before its action ...
-    transcript = ep.messages("writer_0")
+    transcript = ep.transcript("writer_0")
     first_assistant = next(i for i, m in enumerate(transcript) if m["role"] == "assistant")
     assert not any("XYZZY" in str(m["content"]) for m in transcript[:first_assistant])
     # ... but it is in its next observation
@@ -88,11 +88,11 @@ def test_endings_quiescence_finish_truncation_and_terminal():
     assert r.terminated and ep.ended_by == "finish" and ep.answer == "done" and ep.success is False
     with pytest.raises(EpisodeError, match="ended"):
         ep.act("writer_0", "x")
-    short = envfactory.make_multi("MultiRecords-v0", max_rounds=2)
+    short = envfactory.make_multi("MultiRecords-v0", max_turns=2)
     short.reset(0)
     for _ in range(2):
         short.step({"reader_0": call("search_employees", name="Alice")})
-    assert short.truncated and short.ended_by == "max_rounds"
+    assert short.truncated and short.ended_by == "max_turns"
     deal = envfactory.make_multi("MultiDeal-v0")
     deal.reset(0)
     deal.act("trader_0", call("propose", books=3, hats=1, balls=0))
@@ -126,7 +126,7 @@ def test_fork_is_independent_and_snapshot_round_trips_through_json():
     assert child.success and ep.state.hash() == before and not ep.done
     other = envfactory.make_multi("MultiPipeline-v0")
     other.restore(snap)
-    assert other.state.hash() == before and other.messages("shipping_0") == ep.messages("shipping_0")
+    assert other.state.hash() == before and other.transcript("shipping_0") == ep.transcript("shipping_0")
     for e in (ep, other):
         while not e.done:
             a = e.next_agent
@@ -142,3 +142,15 @@ def test_play_counts_rounds_messages_and_modes():
     aec, par = play(ep, team, 0, mode="aec"), play(ep, team, 0, mode="parallel")
     assert aec.success and par.success and aec.messages == par.messages == 2
     assert par.rounds > aec.rounds  # simultaneous moves wait a round for every handoff
+
+
+@pytest.mark.parametrize("name", ["MultiPipeline-v0", "Bank-v0"])
+def test_episode_traces_are_reproducible_for_teams_and_one_agent(name):
+    ep = envfactory.make(name)
+    task = max(ep.spec.get_tasks(), key=lambda t: len(t.solution)).id
+    for mode in ("aec", "parallel"):
+        oracle = episode_trace(ep, OraclePolicy(), task, mode)
+        assert oracle == episode_trace(envfactory.make(name), OraclePolicy(), task, mode)
+        assert oracle[-1][1] is True  # success
+        rand = [episode_trace(ep, RandomPolicy(), task, mode, seed) for seed in (1, 1, 2)]
+        assert rand[0] == rand[1] != rand[2] and rand[0][-1][1] is False

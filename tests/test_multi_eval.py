@@ -8,8 +8,9 @@ import sys
 import pytest
 
 import envfactory
-from envfactory.multi.eval import evaluate, summarize, wilson
-from envfactory.multi.team import TeamOutcome
+from envfactory.agents_scripted import OraclePolicy, Outcome, play
+from envfactory.multi import eval as team_eval
+from envfactory.multi.eval import POLICY_GROUP, build_policies, evaluate, summarize, wilson
 
 
 def test_wilson_interval():
@@ -21,8 +22,8 @@ def test_wilson_interval():
 
 def test_summarize_counts_rounds_messages_and_coordination_errors():
     def o(success, rounds, messages, errors, redundant=0):
-        return TeamOutcome("E-v0", "t", "aec", success, {"a_0": float(success)}, rounds, "finish", messages, 5,
-                           errors, redundant)
+        return Outcome("E-v0", "t", "aec", success, {"a_0": float(success)}, rounds, "finish", messages=messages,
+                       calls=5, errors=errors, redundant=redundant)
 
     m = summarize([o(True, 3, 2, {}), o(True, 5, 4, {"conflict": 2}, 1), o(False, 9, 6, {"permission": 1})],
                   ["a_0"])
@@ -72,20 +73,55 @@ def test_cli_eval_team_writes_json_markdown_and_plots(tmp_path):
     assert bad.returncode == 2 and "single-agent" in bad.stdout
 
 
+class _EchoPolicy:
+    """A stand-in model policy: says what it was asked to, from the agent's own transcript."""
+
+    stochastic = True
+
+    def __init__(self, model, *, name, max_new_tokens):
+        self.model, self.name, self.max_new_tokens = model, name, max_new_tokens
+
+    def act(self, episode, agent, seed):
+        return f"{self.model} saw {len(episode.transcript(agent))} messages"
+
+
+class _EntryPoint:
+    value = "tests.test_multi_eval:_EchoPolicy"
+
+    def load(self):
+        return _EchoPolicy
+
+
+def test_model_policies_come_through_the_entry_point_group_or_as_objects(monkeypatch):
+    monkeypatch.setattr(team_eval, "policy_factories", lambda: {"echo": _EntryPoint()})
+    [scripted, model, given] = build_policies(["noop", "echo:m-1", OraclePolicy()], model_tasks=1, max_new_tokens=7)
+    assert (scripted.name, scripted.stochastic, scripted.max_tasks) == ("noop", False, None)
+    assert model.name == "echo:m-1" and model.policy.model == "m-1" and model.policy.max_new_tokens == 7
+    assert model.stochastic and model.max_tasks == 1
+    assert given.name == "oracle" and not given.stochastic
+    doc = evaluate(["MultiRecords-v0"], ["oracle", "echo"], episodes=1, modes=["aec"])
+    assert doc["environments"][0]["teams"]["echo"]["tasks"] == 2  # model policies play model_tasks tasks
+    assert doc["summary"]["echo"]["aec"]["success"] == 0.0 and doc["summary"]["oracle"]["aec"]["success"] == 1.0
+    with pytest.raises(KeyError, match="unknown policy 'nope'"):
+        build_policies(["nope"])
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None or importlib.util.find_spec("agents") is None,
                     reason="model teams need the agents package and torch (the 'train' extra)")
 def test_tiny_model_team_plays_through_the_agents_policy():
-    from envfactory.multi.llm import tiny_policy
-    from envfactory.multi.team import OraclePolicy, play
+    from conftest import _missing
 
-    llm = tiny_policy(max_new_tokens=8)
-    ep = envfactory.make_multi("MultiRecords-v0", max_rounds=2)
+    if "tiny" not in team_eval.policy_factories():
+        _missing("the 'tiny' policy", f"no entry point 'tiny' in the '{POLICY_GROUP}' group (pip install -e .)")
+    [entry] = build_policies(["tiny"], max_new_tokens=8)
+    llm = entry.policy
+    ep = envfactory.make_multi("MultiRecords-v0", max_turns=2)
     out = play(ep, {"reader_0": llm, "writer_0": OraclePolicy()}, 0, mode="parallel", seed=0)
     assert out.rounds >= 1 and out.success is False
-    said = [m for m in ep.messages("reader_0") if m["role"] == "assistant"]
+    said = [m for m in ep.transcript("reader_0") if m["role"] == "assistant"]
     assert said and all(isinstance(m["content"], str) for m in said)
     # the prompt the model saw is the agent's own view, rendered with its role's tools
-    ids = llm.renderer.opening(ep.messages("reader_0"), ep.tool_schemas("reader_0"))
+    ids = llm.renderer.opening(ep.transcript("reader_0"), ep.tool_schemas("reader_0"))
     text = llm.policy.tokenizer.decode(ids)
     assert "search_employees" in text and "update_employee" not in text

@@ -8,7 +8,7 @@ from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, see
 import envfactory
 import envfactory.multi as multi
 from envfactory.multi.pettingzoo_env import TextObservation, ToolAECEnv
-from envfactory.multi.team import OraclePolicy
+from envfactory.agents_scripted import OraclePolicy
 
 MULTI = sorted(s.name for s in envfactory.specs() if getattr(s, "multi_agent", False))
 
@@ -77,6 +77,25 @@ def test_seeded_reset_picks_the_same_task_and_options_pick_a_task():
     assert a.episode.task.id == b.episode.task.id
     a.reset(options={"task": "rooms-002"})
     assert a.episode.task.id == "rooms-002"
+    # the one seeding rule: both PettingZoo views pick what envfactory.make(...).reset(seed=s) picks
+    ep, par = envfactory.make("MultiRooms-v0"), multi.parallel_env("MultiRooms-v0")
+    for seed in range(20):
+        ep.reset(seed=seed)
+        a.reset(seed=seed)
+        par.reset(seed=seed)
+        assert a.episode.task.id == par.episode.task.id == ep.task.id, seed
+
+
+def test_infos_are_cheap_and_the_transcript_is_one_call_away():
+    env = multi.env("MultiRecords-v0")
+    env.reset(options={"task": 0})
+    opening = env.infos["reader_0"]["messages"]
+    assert [m["role"] for m in opening] == ["system", "user"] and "records analyst" in opening[0]["content"]
+    env.step('<tool_call>{"name": "search_employees", "arguments": {"name": "Alice"}}</tool_call>')
+    assert "messages" not in env.infos["reader_0"] and env.infos["reader_0"]["round"] == 1
+    said = env.transcript("reader_0")
+    assert said[-1]["role"] == "tool" and "Alice Chen" in said[-1]["content"]
+    assert env.transcript("writer_0") == env.episode.transcript("writer_0")
 
 
 def test_private_notes_reach_only_their_owner():
@@ -94,7 +113,12 @@ def test_render_and_module_level_entry_points():
     env.step('<tool_call>{"name": "search_employees", "arguments": {"name": "Alice"}}</tool_call>')
     assert "search_employees" in env.render() and "-> ok" in env.render()
     assert multi_records.parallel_env().possible_agents == ["reader_0", "writer_0"]
-    with pytest.raises(TypeError, match="multi-agent"):
-        envfactory.make("MultiRecords-v0")
+    assert envfactory.make("MultiRecords-v0").agents == ["reader_0", "writer_0"]  # one engine for teams too
     with pytest.raises(TypeError, match="single-agent"):
         envfactory.make_multi("Counter-v0")
+    with pytest.raises(TypeError, match="single-agent"):
+        ToolAECEnv(episode=envfactory.make("Counter-v0"))
+    from envfactory.gym_env import ToolGymEnv
+
+    with pytest.raises(TypeError, match="team environment"):
+        ToolGymEnv(env=envfactory.make("MultiRecords-v0"))

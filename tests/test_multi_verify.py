@@ -8,10 +8,9 @@ import sys
 import pytest
 
 import envfactory
-from envfactory import State, tool
-from envfactory.multi import MultiAgentSpec, MultiState, MultiTask, Role, by
-from envfactory.multi.team import MODES, NoopPolicy, OraclePolicy, RandomPolicy, ScriptPolicy, play
-from envfactory.multi.verify import verify_multi_spec
+from envfactory import MultiState, Role, State, Task, ToolEnvSpec, by, tool
+from envfactory.agents_scripted import MODES, ClaimPolicy, NoopPolicy, OraclePolicy, RandomPolicy, ScriptPolicy, play
+from envfactory.verify import verify_spec
 
 MULTI = sorted(s.name for s in envfactory.specs() if getattr(s, "multi_agent", False))
 
@@ -27,18 +26,19 @@ def test_reference_succeeds_noop_fails_and_every_role_alone_fails(name):
         noop = play(ep, dict.fromkeys(spec.agent_ids, NoopPolicy()), task.id)
         assert not noop.success and not any(noop.rewards.values())
         assert not play(ep, dict.fromkeys(spec.agent_ids, RandomPolicy()), task.id, seed=3).success
-        everything = [s.call for s in task.solution]
+        assert not play(ep, ClaimPolicy(), task.id).success
         for agent in spec.agent_ids:
-            team = {a: ScriptPolicy(everything) if a == agent else NoopPolicy() for a in spec.agent_ids}
+            team = {a: ScriptPolicy(list(task.solution), finish=True) if a == agent else NoopPolicy()
+                    for a in spec.agent_ids}
             out = play(ep, team, task.id)
             assert not out.success, f"{agent} alone solved {task.id}"
 
 
 @pytest.mark.parametrize("name", MULTI)
 def test_full_verification_suite_passes(name):
-    report = verify_multi_spec(envfactory.spec(name), pettingzoo=False)
+    report = verify_spec(envfactory.spec(name), api_checks=False)
     assert report.verified, [f.to_json() for f in report.failures]
-    assert {"reference", "noop", "alone", "fork", "snapshot", "malformed"} <= set(report.checks)
+    assert {"reference", "noop", "claim", "alone", "fork", "snapshot", "malformed"} <= set(report.checks)
 
 
 class Tally(MultiState):
@@ -61,15 +61,16 @@ def bump_b(state: Tally) -> str:
 
 
 def _spec(name, roles, check):
-    task = MultiTask(id="t", instruction="make a and b positive", initial_state=Tally(),
-                     solution=[by("left_0", "bump_a"), by("right_0", "bump_b")], check=check)
-    return MultiAgentSpec(name=name, domain="test", state_type=Tally, roles=roles, tasks=[task])
+    task = Task(id="t", instruction="make a and b positive", initial_state=Tally(),
+                solution=[by("left_0", "bump_a"), by("right_0", "bump_b")], check=check)
+    return ToolEnvSpec(name=name, domain="test", state_type=Tally, tools=[], roles=roles, tasks=[task])
 
 
 def test_verifier_catches_a_role_that_can_do_everything_alone():
     spec = _spec("TestSolo-v0", [Role("left_0", "left", [bump_a, bump_b]), Role("right_0", "right", [bump_b])],
                  lambda s: s.a > 0 and s.b > 0)
-    report = verify_multi_spec(spec, make_episode=lambda: envfactory.MultiEpisode(spec), pettingzoo=False)
+    report = verify_spec(spec, make_env=lambda: envfactory.Episode(spec))
+    assert "pettingzoo" in report.checks and not [f for f in report.failures if f.check == "pettingzoo"]
     alone = [f.detail for f in report.failures if f.check == "alone"]
     assert len(alone) == 1 and alone[0].startswith("left_0 alone succeeded")
 
@@ -77,8 +78,21 @@ def test_verifier_catches_a_role_that_can_do_everything_alone():
 def test_verifier_catches_a_task_a_noop_team_solves():
     spec = _spec("TestTrivial-v0", [Role("left_0", "left", [bump_a]), Role("right_0", "right", [bump_b])],
                  lambda s: True)
-    report = verify_multi_spec(spec, make_episode=lambda: envfactory.MultiEpisode(spec), pettingzoo=False)
-    assert {"noop", "random", "alone"} <= {f.check for f in report.failures}
+    report = verify_spec(spec, make_env=lambda: envfactory.Episode(spec), api_checks=False)
+    assert {"noop", "claim", "random", "alone"} <= {f.check for f in report.failures}
+
+
+def test_verifier_catches_two_roles_with_different_tools_of_one_name():
+    @tool(name="bump_a")
+    def other_bump(state: Tally) -> str:
+        """Increase b, under a's name."""
+        state.b += 1
+        return "ok"
+
+    spec = _spec("TestClash-v0", [Role("left_0", "left", [bump_a]), Role("right_0", "right", [other_bump, bump_b])],
+                 lambda s: s.a > 0 and s.b > 0)
+    report = verify_spec(spec, make_env=lambda: envfactory.Episode(spec), api_checks=False)
+    assert any(f.check == "schema" and "'bump_a'" in f.detail for f in report.failures)
 
 
 def test_spec_validation_names_what_to_fix():
@@ -91,8 +105,8 @@ def test_spec_validation_names_what_to_fix():
         x: int = 0
 
     with pytest.raises(envfactory.SpecError, match="MultiState"):
-        MultiAgentSpec(name="TestBad-v0", domain="t", state_type=NotMulti,
-                       roles=[Role("a_0", "a"), Role("b_0", "b")], tasks=[])
+        ToolEnvSpec(name="TestBad-v0", domain="t", state_type=NotMulti, tools=[],
+                    roles=[Role("a_0", "a"), Role("b_0", "b")], tasks=[])
 
 
 def test_cli_list_and_verify_show_multi_agent_environments():

@@ -67,12 +67,76 @@ _json = st.recursive(
 )
 
 
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+
+
+def _blocks(text: str) -> tuple[int, int]:
+    """(closed <tool_call> blocks, opening tags): counted without the parser's regex."""
+    closed, i = 0, text.find(_OPEN)
+    while i != -1:
+        j = text.find(_CLOSE, i + len(_OPEN))
+        if j == -1:
+            break
+        closed += 1
+        i = text.find(_OPEN, j + len(_CLOSE))
+    return closed, text.count(_OPEN)
+
+
+def _check_step(env, action, content):
+    """Step once on a fresh episode and check what every step must satisfy; returns the result."""
+    before = list(env.messages)  # a copy: the property may return the live transcript
+    r = env.step(action)  # never raises on model output
+    after = env.messages
+    # the transcript grows by exactly the assistant message and this step's tool messages
+    assert after[: len(before)] == before
+    assert len(after) == len(before) + 1 + len(r.messages)
+    assert after[len(before)]["role"] == "assistant" and after[len(before)]["content"] == content
+    assert after[len(before) + 1 :] == r.messages
+    assert all(m["role"] == "tool" and isinstance(m["content"], str) and m["tool_call_id"] for m in r.messages)
+    # every observation is a parse error or the answer to a call, and the counts say so
+    info = r.info
+    assert info["parse_errors"] + info["tool_calls"] == len(r.messages)
+    assert sum(m["name"] == "invalid_tool_call" for m in r.messages) == info["parse_errors"]
+    assert all(m["content"].startswith("Error") for m in r.messages if m["name"] == "invalid_tool_call")
+    assert 0 <= info["tool_errors"] <= info["tool_calls"]
+    calls = after[len(before)].get("tool_calls", [])
+    assert len(calls) == info["tool_calls"]
+    assert [m["tool_call_id"] for m in r.messages if m["name"] != "invalid_tool_call"] == [c["id"] for c in calls]
+    assert isinstance(r.reward, float) and 0.0 <= r.reward <= 1.0
+    assert not (r.terminated and r.truncated)
+    if not r.messages:  # no tool call attempted: that is the final answer
+        assert r.terminated and info["ended_by"] == "answer"
+    return r
+
+
+def _expect_blocks(text, r):
+    closed, opened = _blocks(text)
+    if opened:  # each closed block yields one call or one error; an unclosed tag one more error
+        assert len(r.messages) == closed + (1 if opened > closed else 0), (text, r.messages)
+        assert not (r.terminated and r.info.get("ended_by") == "answer")  # an attempt never ends the episode
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(max_size=300))
 def test_fuzz_random_text_never_raises_out_of_step(text):
     env = _env()
-    r = env.step(text)
-    assert isinstance(r.reward, float)
+    _expect_blocks(text, _check_step(env, text, text))
+
+
+_call_json = st.builds(lambda name, args: json.dumps({"name": name, "arguments": args}),
+                       st.sampled_from(["list_dir", "read_file", "write_file", "finish", "nope", ""]), _json)
+_fragment = st.one_of(
+    st.text(max_size=30), st.just(_OPEN), st.just(_CLOSE), _call_json, _json.map(json.dumps),
+    st.builds(lambda c: f"{_OPEN}{c}{_CLOSE}", _call_json),
+    st.just('{"name": "list_dir", "arguments": {"path": "/"}}'), st.just("{oops"),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_fragment, max_size=8).map("".join))
+def test_fuzz_model_text_with_tool_call_blocks(text):
+    env = _env()
+    _expect_blocks(text, _check_step(env, text, text))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -90,5 +154,7 @@ def test_fuzz_random_json_calls_never_raise_out_of_step(name, args, wrap):
     else:
         action = {"role": "assistant", "content": "",
                   "tool_calls": [{"id": "x", "function": {"name": name, "arguments": json.dumps(args)}}]}
-    r = env.step(action)
-    assert all(isinstance(m["content"], str) for m in r.messages)
+    content = json.dumps(call) if wrap == "bare" else (action if wrap == "hermes" else "")
+    r = _check_step(env, action, content)
+    assert len(r.messages) == 1  # exactly one call: it ran, or it was refused with an error observation
+    assert r.info["parse_errors"] + r.info["tool_calls"] == 1

@@ -58,8 +58,8 @@ def test_rollout_over_http_is_token_in_token_out(server) -> None:
     url, path = server
     pol = OpenAIPolicy(url, path, mode="auto")
     mixed = ScriptedPolicy(pol.tokenizer, lambda p, turn: LIST_ROOT if turn == 0 else None, fallback=pol)
-    trajs = rollout(mixed, [(envfactory.make("FileSystem-v0"), i) for i in range(2)], max_turns=3,
-                    max_new_tokens=24, seed=0)
+    trajs = [r.trajectory for r in rollout(mixed, [(envfactory.make("FileSystem-v0", max_turns=3), i) for i in range(2)],
+                                           max_new_tokens=24, seed=0)]
     for t in trajs:
         assert t.error is None and t.turns >= 2 and t.token_exact
         assert invariant_problems(t, pol.tokenizer) == []
@@ -73,6 +73,6 @@ def test_text_only_mode_for_evaluation(server) -> None:
 
     url, path = server
     pol = OpenAIPolicy(url, path, mode="text")
-    [t] = rollout(pol, [(envfactory.make("Counter-v0"), 0)], max_turns=2, max_new_tokens=16, seed=0)
+    [t] = [r.trajectory for r in rollout(pol, [(envfactory.make("Counter-v0", max_turns=2), 0)], max_new_tokens=16, seed=0)]
     assert t.error is None and t.turns >= 1 and not t.token_exact
     assert t.messages[2]["role"] == "assistant" and t.response_ids

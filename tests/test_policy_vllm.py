@@ -48,8 +48,8 @@ def _hf_logprobs(model, prompt, ids, temperature, top_p):
 def test_vllm_multi_turn_token_in_token_out(engine) -> None:
     rec = RecordingPolicy(ScriptedPolicy(engine.tokenizer, lambda p, turn: LIST_ROOT if turn == 0 else None,
                                          fallback=engine))
-    pairs = [(envfactory.make("FileSystem-v0"), i) for i in range(3)] + [(envfactory.make("Bank-v0"), 0)]
-    trajs = rollout(rec, pairs, max_turns=3, max_new_tokens=24, temperature=1.0, seed=0)
+    pairs = [(envfactory.make("FileSystem-v0", max_turns=3), i) for i in range(3)] + [(envfactory.make("Bank-v0", max_turns=3), 0)]
+    trajs = [r.trajectory for r in rollout(rec, pairs, max_new_tokens=24, temperature=1.0, seed=0)]
     by_prompt = {tuple(p): g.token_ids for p, g in rec.calls}
     for t in trajs:
         assert t.error is None and t.turns >= 2

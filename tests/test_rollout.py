@@ -28,8 +28,8 @@ def _first_turn_tool_call(hf: HFPolicy) -> ScriptedPolicy:
 
 def test_hf_multi_turn_token_in_token_out(hf: HFPolicy) -> None:
     rec = RecordingPolicy(_first_turn_tool_call(hf))
-    pairs = [(envfactory.make("FileSystem-v0"), i) for i in range(3)] + [(envfactory.make("Counter-v0"), 0)]
-    trajs = rollout(rec, pairs, max_turns=3, max_new_tokens=24, temperature=1.0, seed=0)
+    pairs = [(envfactory.make("FileSystem-v0", max_turns=3), i) for i in range(3)] + [(envfactory.make("Counter-v0", max_turns=3), 0)]
+    trajs = [r.trajectory for r in rollout(rec, pairs, max_new_tokens=24, temperature=1.0, seed=0)]
     sampled_by_prompt = {tuple(p): g.token_ids for p, g in rec.calls}
     for t in trajs:
         assert t.error is None
@@ -48,7 +48,7 @@ def test_hf_reuses_kv_across_turns(hf: HFPolicy) -> None:
     pol = _first_turn_tool_call(hf)
     env = envfactory.make("FileSystem-v0")
     state = start(pol, env, 0)
-    advance(pol, [state], max_new_tokens=8, seed=1)  # scripted turn 1 + the tool response
+    advance([state], max_new_tokens=8, seed=1)  # scripted turn 1 + the tool response
     before = hf.prefill_tokens_computed()
     hf.clear_cache()
     hf.generate([state.ids], max_new_tokens=1, seed=0)  # cold: the whole prompt
@@ -56,7 +56,7 @@ def test_hf_reuses_kv_across_turns(hf: HFPolicy) -> None:
     assert cold == len(state.ids)
     branch = state.fork()  # an ARPO-style branch shares the prefix
     mid = hf.prefill_tokens_computed()
-    advance(pol, [state, branch], max_new_tokens=8, seed=2)
+    advance([state, branch], max_new_tokens=8, seed=2)
     warm = hf.prefill_tokens_computed() - mid
     assert warm <= 2, f"both branches should reuse the cached prefix; recomputed {warm} tokens"
 
@@ -69,7 +69,7 @@ def test_malformed_output_is_an_error_observation(hf: HFPolicy) -> None:
         3: "I give up.",
     }
     pol = ScriptedPolicy(hf.tokenizer, lambda p, turn: script[turn])
-    [t] = rollout(pol, [(envfactory.make("FileSystem-v0"), 0)], max_turns=6, max_new_tokens=64)
+    [t] = [r.trajectory for r in rollout(pol, [(envfactory.make("FileSystem-v0", max_turns=6), 0)], max_new_tokens=64)]
     assert t.error is None and t.terminated and not t.success
     assert t.turns == 4 and t.parse_errors == 2 and t.tool_errors == 1
     tool_msgs = [m for m in t.messages if m["role"] == "tool"]
@@ -79,7 +79,7 @@ def test_malformed_output_is_an_error_observation(hf: HFPolicy) -> None:
 
 def test_length_cut_turns_are_closed_by_the_template(hf: HFPolicy) -> None:
     pol = ScriptedPolicy(hf.tokenizer, lambda p, turn: LIST_ROOT if turn == 0 else "done " * 50)
-    [t] = rollout(pol, [(envfactory.make("FileSystem-v0"), 0)], max_turns=3, max_new_tokens=12)
+    [t] = [r.trajectory for r in rollout(pol, [(envfactory.make("FileSystem-v0", max_turns=3), 0)], max_new_tokens=12)]
     assert t.turns == 2 and t.terminated
     assert invariant_problems(t, hf.tokenizer) == []  # <|im_end|> was inserted with loss mask 0
 
@@ -106,22 +106,22 @@ def test_one_failing_episode_does_not_kill_the_batch(hf: HFPolicy) -> None:
     pairs = [(_CrashingEnv(envfactory.make("FileSystem-v0")), other),  # environment crash
              (envfactory.make("FileSystem-v0"), docs),                   # backend fails this prompt
              (envfactory.make("FileSystem-v0"), other)]                  # healthy
-    crashed, backend, healthy = rollout(pol, pairs, max_turns=3, max_new_tokens=64)
+    crashed, backend, healthy = [r.trajectory for r in rollout(pol, pairs, max_new_tokens=64)]
     assert "environment step failed: ConnectionError" in crashed.error
-    assert "policy backend failed: RuntimeError" in backend.error
+    assert "policy backend failed for agent_0: RuntimeError" in backend.error
     assert healthy.error is None and healthy.terminated and healthy.turns == 2
 
 
 def test_fork_is_independent_and_jsonl_round_trips(hf: HFPolicy, tmp_path) -> None:
     pol = ScriptedPolicy(hf.tokenizer, lambda p, turn: [LIST_ROOT, "Answer A.", "Answer B."][min(turn, 2)])
     s = start(pol, envfactory.make("FileSystem-v0"), 0)
-    advance(pol, [s], max_new_tokens=64)
+    advance([s], max_new_tokens=64)
     b = s.fork()
-    advance(pol, [s], max_new_tokens=64)
-    assert s.done and not b.done and len(b.traj.response_ids) < len(s.traj.response_ids)
+    advance([s], max_new_tokens=64)
+    assert s.done and not b.done and len(b.trajectory.response_ids) < len(s.trajectory.response_ids)
     assert b.env is not s.env and b.env.state is not s.env.state
     path = tmp_path / "t.jsonl"
-    assert write_jsonl([s.traj, b.traj], path) == 2
+    assert write_jsonl([s.trajectory, b.trajectory], path) == 2
     back = read_jsonl(path)
-    assert back[0] == s.traj and isinstance(back[0], Trajectory)
+    assert back[0] == s.trajectory and isinstance(back[0], Trajectory)
     json.loads(path.read_text().splitlines()[1])

@@ -33,7 +33,7 @@ def test_one_step_raises_the_success_and_lowers_the_failures(monkeypatch):
     policy = HFPolicy(build_tiny_model(), device="cpu")
     tr = Trainer(policy, ["Lights-v0"], GRPO(M=6), tasks=["lights-bath-on"], lr=1e-3, tasks_per_step=1,
                  max_new_tokens=10, max_turns=1, temperature=T, seed=0, show_progress=False)
-    groups = sample_groups(policy, tr.pool, GRPO(M=6), max_new_tokens=10, temperature=T, seed=3, max_turns=1)
+    groups = sample_groups(policy, tr.pool, GRPO(M=6), max_new_tokens=10, temperature=T, seed=3)
     trajs = groups[0].trajectories
     # Sampling log-probs (behaviour policy at T) agree with the trainer's at the same T: ratio 1.
     with torch.no_grad():
@@ -68,8 +68,7 @@ def test_several_updates_per_batch_take_that_many_steps_further_the_same_way(mon
         tr = Trainer(policy, ["Lights-v0"], GRPO(M=6, updates=updates), tasks=["lights-bath-on"], lr=1e-3,
                      tasks_per_step=1, max_new_tokens=10, max_turns=1, temperature=T, seed=0, show_progress=False)
         if updates == 1:
-            groups = sample_groups(policy, tr.pool, GRPO(M=6), max_new_tokens=10, temperature=T, seed=3,
-                                   max_turns=1)
+            groups = sample_groups(policy, tr.pool, GRPO(M=6), max_new_tokens=10, temperature=T, seed=3)
             trajs = groups[0].trajectories
             winner = trajs[0]
         tr.reward_fn = lambda t: 1.0 if t is winner else 0.0

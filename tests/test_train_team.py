@@ -1,20 +1,25 @@
-"""Training teams of LLM agents: per-role token-in/token-out trajectories, self-play and per-role updates."""
+"""Training teams of LLM agents with the one Trainer: per-role token-in/token-out trajectories, self-play
+and a learner per role, ARPO with episode forks on a 3-role environment, and checkpoint resume."""
 
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import envfactory
-from agents.policy import Policy
-from agents.rollout_check import invariant_problems
-from agents.team_rollout import team_rollout
-from agents.team_trainer import TeamTrainer
-from envfactory.multi.team import OraclePolicy
+import envfactory  # noqa: E402
+from agents import Trainer  # noqa: E402
+from agents.algorithms.arpo import ARPO, GRPO, sample_groups  # noqa: E402
+from agents.algorithms.sft import ReferenceActor  # noqa: E402
+from agents.policy import Generation, Policy, default_stop_ids  # noqa: E402
+from agents.rollout import rollout  # noqa: E402
+from agents.rollout_check import invariant_problems  # noqa: E402
+from agents.scripted_policy import ScriptedPolicy  # noqa: E402
+from envfactory import Episode, MultiState, Role, Task, ToolEnvSpec, by, tool  # noqa: E402
 
 ENV = "MultiRecords-v0"
 TASK = "records-000"
@@ -53,14 +58,13 @@ class Recording(Policy):
 @pytest.mark.parametrize("mode", ["aec", "parallel"])
 def test_team_trajectories_are_token_in_token_out(tiny_path, mode):
     rec = Recording(_policy(tiny_path))
-    eps = team_rollout(rec, [(envfactory.make_multi(ENV, max_rounds=2), 0) for _ in range(2)], mode=mode,
-                       max_new_tokens=16, seed=3)
+    eps = rollout(rec, [(envfactory.make(ENV, max_turns=2), 0) for _ in range(2)], mode=mode, max_new_tokens=16,
+                  seed=3)
     turns = 0
     for e in eps:
         assert e.error is None, e.error
         for agent, t in e.trajectories.items():
             # Each turn span holds exactly what the backend sampled for the role's own context at that turn.
-            # (Episodes of the same task may share a prompt: its span is one of the samples drawn for it.)
             for a, b in t.turn_spans:
                 assert list(t.response_ids[a:b]) in rec.seen[tuple(t.prompt_ids + t.response_ids[:a])]
             assert invariant_problems(t, rec.tokenizer) == [], (agent, mode)
@@ -72,14 +76,14 @@ def test_team_trajectories_are_token_in_token_out(tiny_path, mode):
     assert a.prompt_ids != b.prompt_ids  # each role sees its own opening, not the other's
 
 
-def test_oracle_team_gives_per_role_payoffs_and_observations(tiny_path):
+def test_reference_team_gives_per_role_payoffs_and_observations(tiny_path):
     """Mixed-motive game: each role trajectory carries its agent's payoff; teammates' letters are inserted (mask 0)."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_path)
     spec = envfactory.spec("MultiDeal-v0")
-    eps = team_rollout(OraclePolicy(), [(envfactory.make_multi("MultiDeal-v0"), t.id) for t in spec.get_tasks()],
-                       tokenizer=tok)
+    eps = rollout(ReferenceActor(), [(envfactory.make("MultiDeal-v0"), t.id) for t in spec.get_tasks()],
+                  tokenizer=tok)
     assert any(len(set(e.rewards.values())) > 1 for e in eps), "the test needs unequal payoffs"
     for e in eps:
         assert e.success
@@ -101,57 +105,56 @@ def _changed(before, model):
 def _alternating():
     """A random tiny model never succeeds; 0, 1, 0, 1... per call gives every role's group of 2 a signal."""
     calls = itertools.count()
-    return lambda agent, traj, episode: float(next(calls) % 2)
+    return lambda traj: float(next(calls) % 2)
 
 
 def test_shared_policy_train_step_updates_weights(tiny_path):
     pol = _policy(tiny_path)
-    tr = TeamTrainer(pol, [ENV], M=2, tasks=[TASK], max_rounds=1, tasks_per_step=1, max_new_tokens=8, lr=1e-3,
-                     reward_fn=_alternating(), seed=1)
+    tr = Trainer(pol, [ENV], GRPO(M=2), tasks=[TASK], max_turns=1, tasks_per_step=1, max_new_tokens=8, lr=1e-3,
+                 reward_fn=_alternating(), seed=1, show_progress=False)
+    assert isinstance(tr, Trainer) and set(tr.learner_of("reader_0").agents) == {"reader_0", "writer_0"}
     before = _weights(pol.model)
     row = tr.train_step()
     (samples,) = tr.last_samples.values()
     assert {s.agent for s in samples} == {"reader_0", "writer_0"}, "self-play trains every role's trajectories"
-    assert row["learners"]["reader_0,writer_0"]["sequences"] == len(samples) > 0
+    assert row["learners"]["reader_0,writer_0"]["sequences"] == row["trained_sequences"] == len(samples) > 0
     assert _changed(before, pol.model)
 
 
 def test_policy_per_role_learns_only_from_its_own_trajectories(tiny_path):
     reader, writer = _policy(tiny_path), _policy(tiny_path)
-
     alt = _alternating()
 
-    def reward(agent, traj, episode):  # the writer's rewards are all equal: no signal for it
-        return alt(agent, traj, episode) if agent == "reader_0" else 1.0
+    def reward(traj):  # the writer's rewards are all equal: no signal for it
+        return alt(traj) if traj.agent == "reader_0" else 1.0
 
-    tr = TeamTrainer({"reader_0": reader, "writer_0": writer}, [ENV], M=2, tasks=[TASK], max_rounds=1,
-                     tasks_per_step=1, max_new_tokens=8, lr=1e-3, reward_fn=reward, seed=1)
+    tr = Trainer({"reader_0": reader, "writer_0": writer}, [ENV], GRPO(M=2), tasks=[TASK], max_turns=1,
+                 tasks_per_step=1, max_new_tokens=8, lr=1e-3, reward_fn=reward, seed=1, show_progress=False)
     wr, ww = _weights(reader.model), _weights(writer.model)
     tr.train_step()
-    got = {tuple(sorted(tr.learners[k].agents)): v for k, v in tr.last_samples.items()}
-    assert {s.agent for s in got[("reader_0",)]} == {"reader_0"} and len(got[("reader_0",)]) == 2
-    assert got[("writer_0",)] == []
+    got = tr.last_samples
+    assert {s.agent for s in got["reader_0"]} == {"reader_0"} and len(got["reader_0"]) == 2
+    assert got["writer_0"] == []
     assert _changed(wr, reader.model), "the reader's policy had signal and must move"
     assert not _changed(ww, writer.model), "the writer's policy moved on trajectories that are not its own"
 
     tr.reward_fn = _alternating()  # now both have signal: each learner gets exactly its own role's trajectories
     tr.train_step()
-    got = {tuple(sorted(tr.learners[k].agents)): v for k, v in tr.last_samples.items()}
-    for (agent,), samples in got.items():
+    for agent, samples in tr.last_samples.items():
         assert samples and {s.agent for s in samples} == {agent}
     assert _changed(ww, writer.model)
 
 
-def test_team_trainer_rejects_an_incomplete_team(tiny_path):
+def test_trainer_rejects_an_incomplete_team(tiny_path):
     with pytest.raises(KeyError, match="writer_0"):
-        TeamTrainer({"reader_0": _policy(tiny_path)}, [ENV])
+        Trainer({"reader_0": _policy(tiny_path)}, [ENV])
 
 
 @pytest.mark.slow
 def test_sft_on_reference_joint_solutions_fits_each_roles_turns(tiny_path):
-    """Each learner of a per-role team is fitted on its own role's turns of the oracle's joint play."""
+    """Each learner of a per-role team is fitted on its own role's turns of the reference joint play."""
     reader, writer = _policy(tiny_path), _policy(tiny_path)
-    tr = TeamTrainer({"reader_0": reader, "writer_0": writer}, [ENV], tasks=[TASK], seed=0)
+    tr = Trainer({"reader_0": reader, "writer_0": writer}, [ENV], tasks=[TASK], seed=0, show_progress=False)
     first = tr.sft(epochs=1, lr=3e-3, batch_size=1)["learners"]
     last = tr.sft(epochs=8, lr=3e-3, batch_size=1)["learners"]
     for role in ("reader_0", "writer_0"):
@@ -159,24 +162,161 @@ def test_sft_on_reference_joint_solutions_fits_each_roles_turns(tiny_path):
         assert last[role]["final_nll"] < first[role]["final_nll"] - 2.0, (role, first, last)
 
 
-def test_agents_trainer_on_multi_agent_envs_is_a_team_trainer(tiny_path):
-    """``agents.Trainer`` is the one entry point: on multi-agent environments it trains the team (GRPO)."""
-    from agents import Trainer
-    from agents.algorithms.arpo import ARPO, GRPO
+# -- a 3-role environment: ARPO branches fork the whole joint episode ------------------------------
+class TallyState(MultiState):
+    total: int = 0
 
-    pol = _policy(tiny_path)
-    tr = Trainer(pol, [ENV], GRPO(M=2), tasks=[TASK], max_rounds=1, tasks_per_step=1, max_new_tokens=8,
-                 lr=1e-3, reward_fn=_alternating(), seed=1, show_progress=False)
-    assert isinstance(tr, TeamTrainer) and tr.M == 2
-    assert set(tr.learner_of("reader_0").agents) == {"reader_0", "writer_0"}
-    before = _weights(pol.model)
-    assert tr.train_step()["step"] == 1
-    assert _changed(before, pol.model)
-    with pytest.raises(ValueError, match="GRPO"):
-        Trainer(pol, [ENV], ARPO())
-    with pytest.raises(ValueError, match="mixes single- and multi-agent"):
-        Trainer(pol, [ENV, "Lights-v0"], GRPO(M=2))
-    with pytest.raises(TypeError, match="format_coef"):
-        Trainer(pol, [ENV], GRPO(M=2), format_coef=0.1)
-    with pytest.raises(ValueError, match="kl_coef"):
-        Trainer(pol, [ENV], GRPO(M=2, kl_coef=0.1))
+
+@tool
+def add(state: TallyState, by: int) -> str:
+    """Add to the shared total.
+
+    Args:
+        by: How much to add.
+    """
+    state.total += by
+    return f"total={state.total}"
+
+
+@tool
+def take(state: TallyState, by: int) -> str:
+    """Take from the shared total.
+
+    Args:
+        by: How much to take.
+    """
+    state.total -= by
+    return f"total={state.total}"
+
+
+@tool
+def double(state: TallyState) -> str:
+    """Double the shared total."""
+    state.total *= 2
+    return f"total={state.total}"
+
+
+OPS = {"add": lambda v, a: v + a["by"], "take": lambda v, a: v - a["by"], "double": lambda v, a: 2 * v}
+ROLE_CALL = {"adder_0": "add", "taker_0": "take", "doubler_0": "double"}
+
+TALLY = ToolEnvSpec(
+    name="Tally-v0", domain="arithmetic", state_type=TallyState, tools=[],
+    roles=[Role("adder_0", "who can add", [add]), Role("taker_0", "who can take", [take]),
+           Role("doubler_0", "who can double", [double])],
+    tasks=[Task(id="tally-6", instruction="Make the total 6.", initial_state=TallyState(),
+                solution=[by("adder_0", "add", by=3), by("doubler_0", "double")],
+                check=lambda s: s.total == 6)],
+    max_turns=3,
+)
+
+
+class TallyPolicy(Policy):
+    """Every turn, the role calls its own tool; ``by`` cycles 1, 2, 3 over *calls of generate*, so a
+    branch takes a different step than its parent. Entropy 0.1 on a role's first turn, 0.9 later."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.calls = tokenizer, 0
+        self.stop = default_stop_ids(tokenizer)[-1]
+
+    def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0, stop_token_ids=None, seed=None):
+        out = []
+        for p in prompts:
+            self.calls += 1
+            text = self.tokenizer.decode(p)
+            name = ROLE_CALL[re.search(r"You are (\w+_\d)", text).group(1)]
+            args = {} if name == "double" else {"by": self.calls % 3 + 1}
+            ids = self.tokenizer(envfactory.ToolCall(name, args).to_hermes(), add_special_tokens=False)["input_ids"]
+            ids.append(self.stop)
+            h = 0.9 if "<tool_response>" in text else 0.1
+            out.append(Generation(ids, [-0.5] * len(ids), [h] * len(ids), "stop"))
+        return out
+
+    def prefill_tokens_computed(self):
+        return 0
+
+
+def test_arpo_branches_fork_a_three_role_episode_and_siblings_never_see_each_others_state(tiny_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_path)
+    (g,) = sample_groups(TallyPolicy(tok), [(Episode(TALLY), "tally-6")], ARPO(M=8, N=2, alpha=1.0, beta=0.0),
+                         max_new_tokens=40, seed=0)
+    assert len(g.episodes) == 8 and g.kinds.count("branch") == 6
+    assert set(g.lineages) == {"adder_0", "taker_0", "doubler_0"}
+    finals = set()
+    for i, e in enumerate(g.episodes):
+        assert e.error is None and e.rounds == 3
+        # Replay this episode's own calls: every total a role was told is the running total of *its*
+        # episode. A sibling's calls (made on its own fork of the world) would break the sequence.
+        value, told = 0, {a: [] for a in e.trajectories}
+        for entry in e.env.log:
+            value = OPS[entry["name"]](value, entry["arguments"])
+            told[entry["agent"]].append(f"total={value}")
+        for agent, t in e.trajectories.items():
+            assert [m["content"] for m in t.messages if m["role"] == "tool"] == told[agent]
+            assert invariant_problems(t, tok) == []
+            p, shared = g.lineages[agent].parent[i], g.lineages[agent].shared[i]
+            if p >= 0:  # every role's prefix is copied from the parent, then the branch plays on its own
+                parent = g.episodes[p].trajectories[agent]
+                assert t.response_ids[:shared] == parent.response_ids[:shared]
+        finals.add(e.env.state.total)
+    assert len(finals) > 1, "branches never diverged: the test would be vacuous"
+
+
+def test_team_training_runs_arpo_with_forks_on_three_roles(tiny_path):
+    hf = _policy(tiny_path)
+
+    def first_turn_calls(prompt, turn):  # each role's first turn calls its tool; later turns are sampled
+        if turn:
+            return None
+        name = ROLE_CALL[re.search(r"You are (\w+_\d)", hf.tokenizer.decode(prompt)).group(1)]
+        return envfactory.ToolCall(name, {} if name == "double" else {"by": 2}).to_hermes()
+
+    pol = ScriptedPolicy(hf.tokenizer, first_turn_calls, fallback=hf)
+    pol.model = hf.model  # trained in place: the fallback samples from the trained weights
+    tr = Trainer(pol, [Episode(TALLY, max_turns=2)], ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0), tasks_per_step=1,
+                 max_new_tokens=8, lr=1e-3, reward_fn=_alternating(), seed=0, show_progress=False)
+    before = _weights(hf.model)
+    row = tr.train_step()
+    assert row["branches"] == 2 and row["episodes"] == 4 and row["errors"] == 0
+    (samples,) = tr.last_samples.values()
+    assert {s.agent for s in samples} == {"adder_0", "taker_0", "doubler_0"}
+    assert _changed(before, hf.model)
+
+
+# -- checkpoints: a resumed team run takes the same steps as an uninterrupted one -------------------
+def _team_trainer(path, out):
+    from agents.hf_policy import HFPolicy
+
+    torch.manual_seed(0)
+    team = {"reader_0": HFPolicy(path, device="cpu"), "writer_0": HFPolicy(path, device="cpu")}
+    return Trainer(team, [ENV], GRPO(M=4, kl_coef=0.1, updates=2), tasks=["records-000", "records-001"],
+                   max_turns=1, tasks_per_step=2, max_new_tokens=8, lr=1e-3, seed=0, output_dir=str(out),
+                   reward_fn=lambda t: float(sum(t.response_ids) % 2), show_progress=False)
+
+
+def test_team_training_resumes_from_a_checkpoint(tiny_path, tmp_path):
+    a = _team_trainer(tiny_path, tmp_path / "a")
+    a.train(1)
+    w1 = {r: _weights(a.learner_of(r).model) for r in ("reader_0", "writer_0")}
+    a.train(2)
+    assert any(_changed(w1[r], a.learner_of(r).model) for r in w1), "step 2 changed nothing: vacuous"
+    ckpt = tmp_path / "a" / "checkpoints" / "step-1"
+    assert {p.name for p in ckpt.iterdir()} >= {"reader_0", "writer_0", "trainer_state.json"}
+    assert (ckpt / "reader_0" / "reference.safetensors").exists()
+
+    b = _team_trainer(tiny_path, tmp_path / "b")
+    b.output_dir = tmp_path / "a"
+    b.train(2, resume=str(ckpt))
+    assert b.step == 2
+    for r in ("reader_0", "writer_0"):
+        la, lb = a.learner_of(r), b.learner_of(r)
+        for k, v in la.model.state_dict().items():
+            assert torch.allclose(v, lb.model.state_dict()[k], atol=1e-6), (r, k)
+        sa, sb = la.optimizer.state_dict()["state"], lb.optimizer.state_dict()["state"]
+        assert sa.keys() == sb.keys() and all(int(sa[i]["step"]) == int(sb[i]["step"]) == 4 for i in sa)
+        assert lb.ref_model is not None
+        for k, v in la.ref_model.state_dict().items():
+            assert torch.equal(v, lb.ref_model.state_dict()[k])
+    rows = [r for r in b.log.rows if r.get("step") == 2]
+    assert rows[0]["tokens_generated"] == [r for r in a.log.rows if r.get("step") == 2][0]["tokens_generated"]

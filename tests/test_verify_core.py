@@ -2,7 +2,7 @@
 
 import random
 
-from envfactory import ToolEnvSpec, State, Task, call, tool
+from envfactory import Episode, ToolEnvSpec, State, Task, call, tool
 from envfactory.verify import verify_spec
 
 
@@ -38,9 +38,7 @@ def _checks(report):
 
 
 def _local(spec):
-    from envfactory.runtime.local import LocalEnv
-
-    return lambda: LocalEnv(spec)
+    return lambda: Episode(spec)
 
 
 def test_good_environment_passes():

@@ -1,6 +1,6 @@
 """Messaging between agents of a multi-agent environment: direct and broadcast.
 
-The tools work on any :class:`envfactory.multi.MultiState` (the mailbox is part
+The tools work on any :class:`envfactory.MultiState` (the mailbox is part
 of the shared state, so messages fork and snapshot with the world). The sender
 is the acting agent, set by the episode: an agent cannot speak for another.
 Letters are also delivered automatically into each recipient's next

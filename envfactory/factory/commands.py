@@ -31,15 +31,15 @@ def generate_args(p: argparse.ArgumentParser) -> None:
 
 def generate_run(args: argparse.Namespace) -> Result:
     if args.from_spec:
+        from ..episode import Episode
         from ..verify import verify_spec
-        from ..runtime.local import LocalEnv
         from .from_spec import from_spec
 
         try:
             spec = from_spec(args.from_spec)
         except Exception as exc:
             return 2, {"error": str(exc)}, f"error: {exc}"
-        rep = verify_spec(spec, make_env=lambda: LocalEnv(spec)).to_json()
+        rep = verify_spec(spec, make_env=lambda: Episode(spec)).to_json()
         text = f"{'PASS' if rep['verified'] else 'FAIL'}  {spec.name}: {rep['tasks']} tasks" + "".join(
             f"\n      {f['check']}: {f['detail']}" for f in rep["failures"][:10])
         return (0 if rep["verified"] else 1), rep, text

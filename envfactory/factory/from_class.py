@@ -186,9 +186,9 @@ def from_class(
         read_share=read_share, prefix=name.split("-")[0].lower(),
     )
     spec = ToolEnvSpec(name=name, domain=domain, state_type=state_type, tools=tools, tasks=[],
-                   description=description or (inspect.getdoc(cls) or "").split("\n")[0],
-                   max_turns=max_turns, metadata={"synth": synth, "source": f"class {cls.__module__}."
-                                                  f"{cls.__qualname__}"})
+                       description=description or (inspect.getdoc(cls) or "").split("\n")[0],
+                       max_turns=max_turns, metadata={"synth": synth, "source": f"class {cls.__module__}."
+                                                      f"{cls.__qualname__}"})
     spec.tasks = tasks if tasks is not None else (
         lambda: synthesize(spec.all_tools, synth, n_tasks, seed))
     return spec

@@ -269,7 +269,7 @@ def from_spec(path: str | Path) -> ToolEnvSpec:
                         lengths=tuple(env.tasks.lengths), read_share=env.tasks.read_share,
                         prefix=env.name.split("-")[0].lower())
     spec = ToolEnvSpec(name=env.name, domain=env.domain, state_type=state_type, tools=tools, tasks=[],
-                   description=env.description, max_turns=env.max_turns,
-                   metadata={"synth": synth, "source": f"spec file {Path(path).name}"})
+                       description=env.description, max_turns=env.max_turns,
+                       metadata={"synth": synth, "source": f"spec file {Path(path).name}"})
     spec.tasks = lambda: synthesize(spec.all_tools, synth, env.tasks.n, env.tasks.seed)
     return spec

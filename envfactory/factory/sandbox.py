@@ -53,7 +53,7 @@ class SandboxLimits:
 
 def verify_module_file(path: str, min_tasks: int = 1) -> dict[str, Any]:
     """Import ``path`` and verify its environment (in this process)."""
-    from envfactory.runtime.local import LocalEnv
+    from envfactory.episode import Episode
     from envfactory.definition import ToolEnvSpec
     from envfactory.verify import verify_spec
 
@@ -76,7 +76,7 @@ def verify_module_file(path: str, min_tasks: int = 1) -> dict[str, Any]:
         found = specs[0]
     doc["name"], doc["domain"] = found.name, found.domain
     try:
-        report = verify_spec(found, make_env=lambda: LocalEnv(found))
+        report = verify_spec(found, make_env=lambda: Episode(found))
     except BaseException:
         doc["error"] = "the verification suite crashed:\n" + _tail(traceback.format_exc())
         return doc

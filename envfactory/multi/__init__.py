@@ -2,11 +2,15 @@
 
 A team environment is a :class:`~envfactory.ToolEnvSpec` with roles; its live
 episode is the same :class:`~envfactory.Episode` as for one agent
-(``envfactory.make("MultiRecords-v0")``). This package adds the PettingZoo views::
+(``envfactory.make("MultiRecords-v0")``), its scripted policies the same as
+well (:mod:`envfactory.agents_scripted`), and :mod:`envfactory.verify` verifies
+it. This package adds the PettingZoo views::
 
     import envfactory.multi as multi
     aec = multi.env("MultiRecords-v0")            # PettingZoo AEC
     par = multi.parallel_env("MultiRecords-v0")   # PettingZoo Parallel
+
+and the coordination evaluation (:mod:`envfactory.multi.eval`, ``envfactory eval-team``).
 """
 
 from __future__ import annotations

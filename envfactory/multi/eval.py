@@ -19,6 +19,16 @@ For each environment and each policy (playing every role: a homogeneous team):
 Deterministic policies play each task once; stochastic ones (random, models)
 ``episodes`` times with different seeds. Model policies play at most
 ``model_tasks`` tasks per environment (a CPU budget); the document says so.
+
+Policies are named: the scripted ones (:mod:`envfactory.agents_scripted`:
+``oracle``, ``random``, ``noop``, ``claim``) and whatever installed packages
+announce in the entry-point group ``envfactory.policies`` (:data:`POLICY_GROUP`):
+a name ``kind`` or ``kind:argument`` loads the entry point ``kind`` and calls it
+as ``factory(argument or None, name=name, max_new_tokens=n)``; it returns a
+policy (``name``, ``act(episode, agent, seed)``, optionally ``stochastic``).
+The ``agents`` package announces ``tiny`` (the embedded tiny model) and ``hf``
+(``hf:<path or hub id>``) this way, so ``envfactory`` never imports it. Callers
+may also pass policy objects (or :class:`PolicyEntry` objects) directly.
 """
 
 from __future__ import annotations
@@ -28,39 +38,63 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .episode import MultiEpisode
-from .definition import MultiAgentSpec
-from .team import MODES, SCRIPTED, NoopPolicy, RolePolicy, TeamOutcome, play, scripted_policy
+from ..agents_scripted import MODES, SCRIPTED, NoopPolicy, Outcome, Policy, play, scripted_policy
+from ..definition import ToolEnvSpec
+from ..episode import Episode
 
-__all__ = ["PolicyEntry", "build_policies", "wilson", "summarize", "evaluate_env", "evaluate"]
+__all__ = ["PolicyEntry", "POLICY_GROUP", "build_policies", "policy_factories", "wilson", "summarize",
+           "evaluate_env", "evaluate"]
+
+POLICY_GROUP = "envfactory.policies"
 
 
 @dataclass
 class PolicyEntry:
-    """A policy under evaluation: its name, the role policy, and how much to play it."""
+    """A policy under evaluation: its name, the policy, and how much to play it."""
 
     name: str
-    policy: RolePolicy
+    policy: Policy
     stochastic: bool
     max_tasks: int | None = None
 
 
-def build_policies(names: Sequence[str], *, model_tasks: int = 2, max_new_tokens: int = 48
-                   ) -> list[PolicyEntry]:
-    """Policies by name: ``oracle``, ``random``, ``noop`` (scripted), ``tiny`` (the embedded
-    tiny model, through the agents package) or ``hf:<path-or-id>`` (any transformers model)."""
-    out = []
-    for name in names:
-        if name in SCRIPTED:
-            out.append(PolicyEntry(name, scripted_policy(name), stochastic=name == "random"))
-        elif name == "tiny" or name.startswith("hf:"):
-            from .llm import load_llm_policy
+def policy_factories() -> dict[str, Any]:
+    """The policy kinds installed packages announce in :data:`POLICY_GROUP` (entry points, not loaded)."""
+    from importlib import metadata
 
-            model = None if name == "tiny" else name[3:]
-            out.append(PolicyEntry(name, load_llm_policy(model, name=name, max_new_tokens=max_new_tokens),
-                                   stochastic=True, max_tasks=model_tasks))
+    return {ep.name: ep for ep in metadata.entry_points(group=POLICY_GROUP)}
+
+
+def build_policies(policies: Sequence[Any], *, model_tasks: int = 2, max_new_tokens: int = 48
+                   ) -> list[PolicyEntry]:
+    """Policies by name (see the module docstring), or given as policy or :class:`PolicyEntry` objects.
+
+    Model policies (from :data:`POLICY_GROUP`) play at most ``model_tasks`` tasks per environment."""
+    out = []
+    for p in policies:
+        if isinstance(p, PolicyEntry):
+            out.append(p)
+        elif not isinstance(p, str):
+            out.append(PolicyEntry(getattr(p, "name", type(p).__name__), p,
+                                   stochastic=bool(getattr(p, "stochastic", True))))
+        elif p in SCRIPTED:
+            pol = scripted_policy(p)
+            out.append(PolicyEntry(p, pol, stochastic=pol.stochastic))
         else:
-            raise KeyError(f"unknown policy {name!r}; use oracle, random, noop, tiny or hf:<model path or id>")
+            kind, _, arg = p.partition(":")
+            found = policy_factories()
+            if kind not in found:
+                known = ", ".join([*SCRIPTED, *sorted(found)])
+                hint = "" if found else (" (model policies come from installed packages through the "
+                                         f"'{POLICY_GROUP}' entry-point group; install the agents package: "
+                                         "pip install -e '.[train]')")
+                raise KeyError(f"unknown policy {p!r}; choose from {known}{hint}")
+            try:
+                factory = found[kind].load()
+                pol = factory(arg or None, name=p, max_new_tokens=max_new_tokens)
+            except ImportError as exc:
+                raise RuntimeError(f"policy {p!r} ({found[kind].value}) could not be loaded: {exc}") from exc
+            out.append(PolicyEntry(p, pol, stochastic=bool(getattr(pol, "stochastic", True)), max_tasks=model_tasks))
     return out
 
 
@@ -79,7 +113,7 @@ def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
-def summarize(outcomes: list[TeamOutcome], agents: Sequence[str]) -> dict[str, Any]:
+def summarize(outcomes: list[Outcome], agents: Sequence[str]) -> dict[str, Any]:
     """The coordination metrics of a set of episodes (see the module docstring)."""
     n = len(outcomes)
     wins = [o for o in outcomes if o.success]
@@ -100,18 +134,18 @@ def summarize(outcomes: list[TeamOutcome], agents: Sequence[str]) -> dict[str, A
     }
 
 
-def _run(ep: MultiEpisode, team: dict[str, RolePolicy], tasks: list[str], seeds: Sequence[int],
-         mode: str) -> list[TeamOutcome]:
+def _run(ep: Episode, team: dict[str, Policy], tasks: list[str], seeds: Sequence[int],
+         mode: str) -> list[Outcome]:
     return [play(ep, team, t, mode=mode, seed=s) for t in tasks for s in seeds]
 
 
-def evaluate_env(spec: MultiAgentSpec, policies: list[PolicyEntry], *, episodes: int = 2,
+def evaluate_env(spec: ToolEnvSpec, policies: list[PolicyEntry], *, episodes: int = 2,
                  modes: Sequence[str] = MODES, progress: Callable[[str], None] | None = None
                  ) -> dict[str, Any]:
     """Evaluate every policy on one environment: team metrics, contributions and cross-play."""
     from ..registry import make_multi
 
-    ep: MultiEpisode = make_multi(spec.name)
+    ep = make_multi(spec.name)
     agents = spec.agent_ids
     all_tasks = [t.id for t in spec.get_tasks()]
     noop = NoopPolicy()
@@ -163,10 +197,11 @@ def evaluate_env(spec: MultiAgentSpec, policies: list[PolicyEntry], *, episodes:
             "contribution": contribution, "cross_play": cross}
 
 
-def evaluate(names: Sequence[str] | None = None, policies: Sequence[str] = ("oracle", "random", "noop"), *,
+def evaluate(names: Sequence[str] | None = None, policies: Sequence[Any] = ("oracle", "random", "noop"), *,
              episodes: int = 2, modes: Sequence[str] = MODES, model_tasks: int = 2, max_new_tokens: int = 48,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Evaluate ``policies`` on the multi-agent environments ``names`` (default: all registered).
+    """Evaluate ``policies`` (names or objects, see :func:`build_policies`) on the multi-agent
+    environments ``names`` (default: all registered).
 
     Returns the JSON document: ``environments`` (one :func:`evaluate_env` entry
     each), ``summary`` (per policy and mode: success pooled over environments,
@@ -202,7 +237,9 @@ def cli_args(p: Any) -> None:
     """Arguments of ``envfactory eval-team``."""
     p.add_argument("names", nargs="*", help="multi-agent environments (default: all)")
     p.add_argument("--policies", default="oracle,random,noop,tiny",
-                   help="comma-separated: oracle, random, noop, tiny, hf:<model path or id>")
+                   help="comma-separated: oracle, random, noop, claim, and the model policies installed "
+                        f"packages announce in the '{POLICY_GROUP}' entry-point group (agents: tiny, "
+                        "hf:<model path or id>)")
     p.add_argument("--episodes", type=int, default=2, help="episodes per task for stochastic policies")
     p.add_argument("--modes", default="aec,parallel", help="aec, parallel or both")
     p.add_argument("--model-tasks", type=int, default=2, help="tasks per environment for model policies")
@@ -238,7 +275,7 @@ def eval_team_from_eval_args(args: Any, names: list[str]) -> tuple[int, Any, str
                           episodes=args.episodes, max_new_tokens=args.max_new_tokens)
 
 
-def run_and_report(names: Sequence[str] | None, policies: Sequence[str], *, out: str, episodes: int = 2,
+def run_and_report(names: Sequence[str] | None, policies: Sequence[Any], *, out: str, episodes: int = 2,
                    modes: Sequence[str] = MODES, model_tasks: int = 2, max_new_tokens: int = 48
                    ) -> tuple[int, Any, str]:
     """Evaluate, write the report into ``out``, and summarise; returns ``(code, json, text)``."""

@@ -1,22 +1,28 @@
-"""PettingZoo adapters: any multi-agent envfactory environment as an AEC or Parallel env.
+"""PettingZoo adapters: any team environment as an AEC or Parallel env.
 
 Observations and actions are text, in the same ``Text`` spaces as the
 Gymnasium adapter (:mod:`envfactory.gym_env`). An agent's observation is what
 is new for it since its last turn: its tool responses (``<tool_response>``
 blocks) and the messages that reached it; before its first turn, the
-instruction and its private notes. ``infos[agent]`` carries its full
-conversation (``messages``), its tool schemas (``tools``), ``task_id`` and
-``round``: what an LLM agent consumes.
+instruction and its private notes.
 
-``reset(seed=s)`` picks the task deterministically from ``s``;
-``options={"task": id_or_index}`` picks it explicitly. The whole team
-terminates (or is truncated) together; rewards arrive at the end: the joint
-success for every agent, or each agent's payoff in mixed-motive games.
+``infos[agent]`` carries ``task_id``, ``round`` and the agent's tool schemas
+(``tools``); the reset infos also carry each agent's opening conversation
+(``messages``: system prompt, instruction, private notes); at the end,
+``success``, ``ended_by`` and ``answer``. The whole conversation is not copied
+into every info (that would cost time quadratic in the episode's length): read
+it when needed with ``env.transcript(agent)`` (or ``env.episode.transcript(agent)``),
+what an LLM playing ``agent`` is prompted with.
 
-Both views run on either runtime: ``env(name, runtime="docker")`` plays the
-episode in a hardened container (:class:`~envfactory.runtime.docker_multi.DockerMultiEpisode`,
-rewards judged on the host), with the same observations and rewards as
-``runtime="local"``.
+``reset(seed=s)`` picks the same task as ``envfactory.make(name).reset(seed=s)``
+(:func:`envfactory.episode.task_for_seed`); ``options={"task": id_or_index}``
+picks it explicitly. The whole team terminates (or is truncated) together;
+rewards arrive at the end: the joint success for every agent, or each agent's
+payoff in mixed-motive games.
+
+Both views run on either runtime: ``env(name, runtime="docker")`` keeps the
+world in a hardened container (rewards judged on the host), with the same
+observations and rewards as ``runtime="local"``.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 
 from ..gym_env import _clean, _text_space
-from .episode import MultiEpisode
+from ..episode import Episode, task_for_seed
 
 __all__ = ["TextObservation", "ToolAECEnv", "ToolParallelEnv", "env", "parallel_env"]
 
@@ -49,7 +55,7 @@ class _Base:
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "is_parallelizable": True, "render_fps": 1}
 
-    def _setup(self, env_name: str | None, episode: MultiEpisode | None, runtime: str,
+    def _setup(self, env_name: str | None, episode: Episode | None, runtime: str,
                render_mode: str | None, kwargs: dict[str, Any]) -> None:
         if episode is None:
             if env_name is None:
@@ -57,6 +63,9 @@ class _Base:
             from ..registry import make_multi
 
             episode = make_multi(env_name, runtime=runtime, **kwargs)
+        if not episode.spec.multi_agent:
+            raise TypeError(f"{episode.spec.name} is a single-agent environment; its Gymnasium view is "
+                            f"gymnasium.make('envfactory/{episode.spec.name}')")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.episode = episode
@@ -77,10 +86,12 @@ class _Base:
         return self.action_spaces[agent]
 
     def _start(self, seed: int | None, options: dict[str, Any] | None) -> None:
+        task = (options or {}).get("task")
         if seed is not None:
             self._rng = np.random.default_rng(seed)
-        task = (options or {}).get("task")
-        if task is None:
+            if task is None:
+                task = task_for_seed(self._n_tasks, seed)  # the one seeding rule (make, Gymnasium, PettingZoo)
+        elif task is None:
             task = int(self._rng.integers(self._n_tasks))
         self.episode.reset(task)
         self.agents = list(self.possible_agents)
@@ -88,13 +99,18 @@ class _Base:
     def _observe(self, agent: str) -> TextObservation:
         return TextObservation(_clean(self.episode.observation(agent)))
 
-    def _info(self, agent: str) -> dict[str, Any]:
+    def _info(self, agent: str, opening: bool = False) -> dict[str, Any]:
         ep = self.episode
-        info = {"task_id": ep.task.id, "round": ep.round, "messages": ep.messages(agent),
-                "tools": self._schemas[agent]}
+        info = {"task_id": ep.task.id, "round": ep.round, "tools": self._schemas[agent]}
+        if opening:
+            info["messages"] = ep.transcript(agent)
         if ep.done:
             info.update(success=ep.success, ended_by=ep.ended_by, answer=ep.answer)
         return info
+
+    def transcript(self, agent: str) -> list[dict[str, Any]]:
+        """``agent``'s whole conversation so far (its private view): what an LLM playing it is prompted with."""
+        return self.episode.transcript(agent)
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
@@ -114,13 +130,13 @@ class ToolAECEnv(_Base, AECEnv):
 
     Args:
         env_name: Registered multi-agent environment name.
-        episode: An existing :class:`MultiEpisode` (or ``DockerMultiEpisode``) to wrap instead.
+        episode: An existing team :class:`~envfactory.Episode` (any runtime) to wrap instead.
         runtime: Runtime for ``env_name``: ``"local"`` (in-process) or ``"docker"`` (a container).
         render_mode: ``None`` or ``"ansi"`` (the call log).
-        **kwargs: Passed to :func:`envfactory.make_multi` (e.g. ``max_rounds``).
+        **kwargs: Passed to :func:`envfactory.make_multi` (e.g. ``max_turns``: rounds).
     """
 
-    def __init__(self, env_name: str | None = None, *, episode: MultiEpisode | None = None,
+    def __init__(self, env_name: str | None = None, *, episode: Episode | None = None,
                  runtime: str = "local", render_mode: str | None = None, **kwargs: Any) -> None:
         AECEnv.__init__(self)
         self._setup(env_name, episode, runtime, render_mode, kwargs)
@@ -131,7 +147,7 @@ class ToolAECEnv(_Base, AECEnv):
         self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
         self.terminations = dict.fromkeys(self.agents, False)
         self.truncations = dict.fromkeys(self.agents, False)
-        self.infos = {a: self._info(a) for a in self.agents}
+        self.infos = {a: self._info(a, opening=True) for a in self.agents}
         self.agent_selection = self.episode.next_agent
 
     def observe(self, agent: str) -> TextObservation:
@@ -164,14 +180,14 @@ class ToolParallelEnv(_Base, ParallelEnv):
     (or given ``None``) passes its turn.
     """
 
-    def __init__(self, env_name: str | None = None, *, episode: MultiEpisode | None = None,
+    def __init__(self, env_name: str | None = None, *, episode: Episode | None = None,
                  runtime: str = "local", render_mode: str | None = None, **kwargs: Any) -> None:
         self._setup(env_name, episode, runtime, render_mode, kwargs)
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, TextObservation], dict[str, dict[str, Any]]]:
         self._start(seed, options)
-        return ({a: self._observe(a) for a in self.agents}, {a: self._info(a) for a in self.agents})
+        return ({a: self._observe(a) for a in self.agents}, {a: self._info(a, opening=True) for a in self.agents})
 
     def step(self, actions: dict[str, Any]) -> tuple[dict[str, TextObservation], dict[str, float],
                                                      dict[str, bool], dict[str, bool], dict[str, dict[str, Any]]]:

@@ -1,7 +1,8 @@
 """``envfactory bench`` section ``docker``: the Docker runtime against same-run baselines.
 
-Reports step round trip p50/p99 and their ratio to the local runtime (steps
-interleaved in rounds so drift hits both), warm acquire+reset (shared and
+Every episode is ``envfactory.make("Counter-v0", runtime=...)``: the same referee
+over a local or a container world. Reports step round trip p50/p99 and their
+ratio to the local runtime (steps interleaved in rounds so drift hits both), warm acquire+reset (shared and
 per-session containers), cold start, throughput of 32 concurrent sessions
 (against 32 local sessions), and the same counter served by OpenEnv
 (``openenv-core``, WebSocket ``EnvClient``) with the ratio.
@@ -76,12 +77,15 @@ def _openenv(n: int) -> dict[str, Any]:
 
 def bench_docker(n: int = 4000) -> dict[str, Any]:
     from ..registry import make, spec
-    from .docker import DockerEnv
     from .pool import Pool
 
     s = spec("Counter-v0")
     out: dict[str, Any] = {}
     pool = Pool(s, sessions_per_container=16)
+
+    def docker(p: Pool = pool, **kw: Any) -> Any:
+        return make("Counter-v0", runtime="docker", pool=p, **kw)
+
     try:
         # cold start: a new container until its first reset returned
         colds = []
@@ -90,7 +94,7 @@ def bench_docker(n: int = 4000) -> dict[str, Any]:
             c = pool.start_container()
             with pool._cond:
                 pool._live.append(c)
-            e = DockerEnv(s, pool=pool)
+            e = docker()
             e.reset(0)
             colds.append(time.perf_counter_ns() - t0)
             e.close()
@@ -98,15 +102,15 @@ def bench_docker(n: int = 4000) -> dict[str, Any]:
 
         # step round trip, interleaved with the local runtime
         local = make("Counter-v0", max_turns=10**9)
-        docker = DockerEnv(s, pool=pool, max_turns=10**9)
+        dock = docker(max_turns=10**9)
         local.reset(0)
-        docker.reset(0)
-        _steps(docker, 200)
+        dock.reset(0)
+        _steps(dock, 200)
         ls, ds = [], []
         for _ in range(n // 50):
             ls += _steps(local, 50)
-            ds += _steps(docker, 50)
-        docker.close()
+            ds += _steps(dock, 50)
+        dock.close()
         p50, p50l = _pct(ds, 0.5), _pct(ls, 0.5)
         out.update({
             "docker_step_p50_us": round(p50, 1), "docker_step_p99_us": round(_pct(ds, 0.99), 1),
@@ -119,7 +123,7 @@ def bench_docker(n: int = 4000) -> dict[str, Any]:
         warm = []
         for _ in range(50):
             t0 = time.perf_counter_ns()
-            e = DockerEnv(s, pool=pool)
+            e = docker()
             e.reset(0)
             warm.append(time.perf_counter_ns() - t0)
             e.close()
@@ -127,7 +131,7 @@ def bench_docker(n: int = 4000) -> dict[str, Any]:
 
         # throughput, 32 concurrent sessions (two shared containers) vs 32 local sessions
         tl = _throughput(lambda: make("Counter-v0", max_turns=10**9), 32, 2.0)
-        td = _throughput(lambda: DockerEnv(s, pool=pool, max_turns=10**9), 32, 3.0)
+        td = _throughput(lambda: docker(max_turns=10**9), 32, 3.0)
         out.update({"docker_throughput_32_sessions_steps_per_s": round(td),
                     "local_throughput_32_sessions_steps_per_s": round(tl),
                     "docker_throughput_vs_local_ratio": round(td / tl, 3)})
@@ -141,7 +145,7 @@ def bench_docker(n: int = 4000) -> dict[str, Any]:
         for _ in range(8):
             per.prewarm(1)
             t0 = time.perf_counter_ns()
-            e = DockerEnv(per.spec, pool=per)
+            e = make("Counter-v0", runtime="docker", pool=per)
             e.reset(0)
             samples.append(time.perf_counter_ns() - t0)
             e.close()

@@ -12,8 +12,8 @@ Result = tuple[int, Any, str]
 
 def image_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["build"], help="'build': build (or find) the images")
-    p.add_argument("names", nargs="*", help="environments (default with --all: every single-agent one)")
-    p.add_argument("--all", action="store_true", help="every registered single-agent environment")
+    p.add_argument("names", nargs="*", help="environments (or --all)")
+    p.add_argument("--all", action="store_true", help="every registered environment (one agent or a team)")
     p.add_argument("--rebuild", action="store_true", help="build even if the content hash is unchanged")
 
 
@@ -24,8 +24,7 @@ def image_run(args: argparse.Namespace) -> Result:
     if not args.all and not args.names:
         return 2, {"error": "name environments or pass --all"}, "error: name environments or pass --all"
     try:
-        chosen = ([s for s in specs() if not getattr(s, "multi_agent", False)] if args.all
-                  else [spec(n) for n in args.names])
+        chosen = specs() if args.all else [spec(n) for n in args.names]
         rows = build_images(chosen, rebuild=args.rebuild)
     except KeyError as exc:
         return 2, {"error": str(exc.args[0])}, f"error: {exc.args[0]}"

@@ -1,12 +1,12 @@
 """One server session in a pooled container, as the host holds it.
 
 A :class:`SessionLink` owns the session's container slot (taken from a
-:class:`~envfactory.runtime.pool.Pool`), its framed step channel and its HTTP
+:class:`~envfactory.runtime.pool.Pool`), its framed channel and its HTTP
 control calls, and turns every container fault into a
 :class:`~envfactory.runtime.container.ContainerError` that names the
 environment, the session and the container, after removing the container
-(the pool replaces it). The episode classes on top of it decide what a reply
-means; this module only moves frames.
+(the pool replaces it). :class:`~envfactory.runtime.docker.ContainerWorld`
+decides what a reply means; this module only moves frames.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .wire import FrameError, recv_frame, send_frame
 
 __all__ = ["SessionLink"]
 
-_ERRORS = {"EpisodeError": EpisodeError, "KeyError": KeyError, "ValueError": ValueError, "TypeError": TypeError}
+_ERRORS = {"KeyError": KeyError, "ValueError": ValueError, "TypeError": TypeError}
 
 
 class SessionLink:
@@ -30,12 +30,11 @@ class SessionLink:
     Args:
         pool: Where containers come from and go back to.
         env: The environment's name (for messages).
-        create: The body of ``POST /sessions`` (e.g. ``{"max_rounds": 12}``).
         timeout: Seconds one framed request may take.
     """
 
-    def __init__(self, pool: Pool, env: str, create: dict[str, Any], timeout: float) -> None:
-        self.pool, self.env, self.create, self.timeout = pool, env, create, timeout
+    def __init__(self, pool: Pool, env: str, timeout: float) -> None:
+        self.pool, self.env, self.timeout = pool, env, timeout
         self.container: Container | None = None
         self.session: str | None = None
         self._chan: socket.socket | None = None
@@ -55,7 +54,7 @@ class SessionLink:
         self.drop()
         c = self.pool.acquire()
         try:
-            self.attach(c, c.call("POST", "/sessions", self.create)["session"])
+            self.attach(c, c.call("POST", "/sessions")["session"])
         except BaseException:
             self.pool.release(c)
             raise
@@ -78,23 +77,23 @@ class SessionLink:
             self.pool.release(c)
         self.session = None
 
-    def request(self, req: dict[str, Any], *, raise_timeout: bool = False) -> dict[str, Any]:
+    def request(self, req: dict[str, Any], *, overrun: type[Exception] = ContainerError) -> dict[str, Any]:
         """One framed request. A dead or overrunning container is removed and
-        :class:`ContainerError` raised (``socket.timeout`` instead, with
-        ``raise_timeout``, for the caller to handle); an error the server
-        reports is raised as its own kind (``EpisodeError``, ``KeyError``, ...)."""
-        if self._chan is None:
+        :class:`ContainerError` raised (``overrun`` instead when the request ran
+        past the timeout); an error the server reports is raised as its own kind
+        (``KeyError``, ``ValueError``, ``TypeError``; ``ContainerError`` otherwise)."""
+        chan = self._chan
+        if chan is None:
             raise EpisodeError(f"{self.env}: no live session (its container was removed); call reset()")
         try:
-            send_frame(self._chan, req)
-            reply = recv_frame(self._chan)
+            send_frame(chan, req)
+            reply = recv_frame(chan)
         except socket.timeout:
-            if raise_timeout:
-                raise
             where = self.where()
             self.drop(remove=True)
-            raise ContainerError(f"{where}: {req.get('op')} did not finish within {self.timeout}s; "
-                                 "the container was removed; call reset() to start a new episode") from None
+            what = "the step" if req.get("op") == "run" else f"the {req.get('op')} request"
+            raise overrun(f"{what} did not finish within {self.timeout}s; the environment's container was "
+                          f"stopped and recycled ({where}); call reset() to start a new episode") from None
         except (FrameError, OSError, ValueError) as exc:
             where, c = self.where(), self.container
             exit_info = c.describe_exit() if c else ""
@@ -103,9 +102,18 @@ class SessionLink:
                 f"{where}: the container stopped answering mid-episode ({exit_info}; {exc}). It was removed "
                 "and the pool replaces it; this episode is lost: call reset() to start a new one."
             ) from None
-        if not reply.get("ok"):
-            raise _ERRORS.get(reply.get("kind", ""), ContainerError)(f"{self.where()}: {reply.get('error')}")
+        if reply.__class__ is not dict or reply.get("ok") is not True:
+            err = reply.get("error") if isinstance(reply, dict) else reply
+            kind = reply.get("kind") if isinstance(reply, dict) else None
+            raise _ERRORS.get(kind, ContainerError)(f"{self.where()}: {err}")
         return reply
+
+    def untrustworthy(self, what: str) -> ContainerError:
+        """Remove the container, whose reply broke the protocol; the error to raise."""
+        where = self.where()
+        self.drop(remove=True)
+        return ContainerError(f"{where}: {what}; the container was removed as untrustworthy "
+                              "(call reset() to start a new episode)")
 
     def request_with_retry(self, req: dict[str, Any]) -> dict[str, Any]:
         """A request that starts an episode: on a dead container, once more on the pool's replacement."""
@@ -118,23 +126,23 @@ class SessionLink:
                     raise
         raise AssertionError("unreachable")
 
-    def call(self, method: str, op: str, body: Any = None, *, open_session: bool = False) -> Any:
-        """An HTTP control call on this session (``snapshot``, ``restore``, ``fork``)."""
-        if open_session:
-            self.ensure()
-        if self.container is None:
-            raise EpisodeError(f"{self.env}: no live session (its container was removed); call reset()")
-        return self.container.call(method, f"/sessions/{self.session}/{op}", body)
-
     def fork_into(self, other: "SessionLink") -> bool:
         """Fork this session inside its own container into ``other`` when the
         container is shared and has room; ``False`` when it is not (the caller
         then carries the episode over as a snapshot)."""
-        c = self.container
-        if c is None or self.pool.spec.isolation != "session" or c.sessions >= self.pool.per_container:
+        c, pool = self.container, self.pool
+        if c is None or pool.spec.isolation != "session":
             return False
-        sid = c.call("POST", f"/sessions/{self.session}/fork")["session"]
-        with self.pool._cond:
+        with pool._cond:  # take the slot first: other sessions acquire the same container
+            if c.sessions >= pool.per_container:
+                return False
             c.sessions += 1
-        other.attach(c, sid)
+        try:
+            sid = c.call("POST", f"/sessions/{self.session}/fork").get("session")
+            if not isinstance(sid, str):
+                raise self.untrustworthy(f"fork answered no session id ({sid!r})")
+            other.attach(c, sid)
+        except BaseException:
+            pool.release(c)
+            raise
         return True

@@ -101,6 +101,7 @@ class Pool:
                 self._starting -= 1
                 if self._closed:
                     c.remove()
+                    self._cond.notify_all()
                     return
                 self._idle.append(c)
                 self._cond.notify_all()
@@ -205,6 +206,8 @@ class Pool:
             self._live, self._idle, self._busy = [], [], set()
         for c in cs:
             c.remove()
+        with self._cond:  # containers still starting are removed as they come up
+            self._cond.wait_for(lambda: not self._starting, 60)
 
 
 _removals: list[threading.Thread] = []

@@ -3,18 +3,25 @@
 One Unix socket carries two protocols, told apart by a connection's first bytes:
 
 * **HTTP/1.1** (control calls through httpx): ``GET /health``, ``POST /sessions``,
-  ``DELETE /sessions/{id}``, ``GET /sessions/{id}/snapshot``,
-  ``POST /sessions/{id}/restore``, ``POST /sessions/{id}/fork``,
-  ``GET /sessions/{id}/state``. Each request carries the container's secret in
-  the ``X-Envf-Token`` header.
-* **The framed channel** (the step path): the connection opens with
+  ``DELETE /sessions/{id}``, ``POST /sessions/{id}/fork``. Each request carries
+  the container's secret in the ``X-Envf-Token`` header.
+* **The framed channel** (the world's operations): the connection opens with
   :data:`MAGIC` and then exchanges frames, each a 4-byte big-endian length and a
   UTF-8 JSON object. The first frame is ``{"token", "session"}``; after that the
-  host sends ``{"op": "reset" | "step" | "state", ...}`` and gets one reply frame
-  per request: ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``.
+  host sends one request at a time and gets one reply frame each,
+  ``{"ok": true, ...}`` or ``{"ok": false, "error": "...", "kind": "..."}``:
 
-This module holds what both ends share: framing, and converting an action into
-JSON without changing what :func:`envfactory.parsing.parse_action` makes of it.
+  - ``{"op": "start", "task": id[, "state": true]}``: a fresh world of the task;
+  - ``{"op": "run", "agent", "round", "calls": [{"name", "arguments"}, ...][, "state": true]}``
+    -> ``{"outcomes": [{"content", "ok", "kind"}, ...]}``: calls the host already
+    parsed and allowed, run in order;
+  - ``{"op": "state"}`` -> ``{"state": ...}``; ``{"op": "load", "task", "state"}``.
+
+  ``"state": true`` asks for the state in the same reply (saving a round trip when
+  the host needs it after every step). The container never sees an action, a
+  turn count or a reward: the rules live on the host.
+
+This module holds the framing both ends share.
 """
 
 from __future__ import annotations
@@ -24,10 +31,7 @@ import socket
 import struct
 from typing import Any
 
-from ..task import ToolCall
-
-__all__ = ["MAGIC", "TOKEN_HEADER", "FrameError", "send_frame", "recv_frame", "action_to_json",
-           "MAX_FRAME"]
+__all__ = ["MAGIC", "TOKEN_HEADER", "FrameError", "send_frame", "recv_frame", "MAX_FRAME"]
 
 MAGIC = b"ENVF"
 TOKEN_HEADER = "X-Envf-Token"
@@ -75,20 +79,3 @@ def recv_frame(sock: socket.socket) -> Any:
         raise FrameError("unexpected bytes after a frame (one request at a time per channel)")
     return _loads(bytes(buf[4:]))
 
-
-def action_to_json(action: Any) -> Any:
-    """``action`` as JSON data that parses exactly like the original.
-
-    :class:`ToolCall` objects (alone, in lists, or in an assistant message's
-    ``tool_calls``) become ``{"name", "arguments"[, "id"]}`` objects, which
-    :func:`~envfactory.parsing.parse_action` reads back into the same calls.
-    """
-    if isinstance(action, ToolCall):
-        return action.to_json()
-    if isinstance(action, (list, tuple)):
-        return [action_to_json(a) for a in action]
-    if isinstance(action, dict) and isinstance(action.get("tool_calls"), (list, tuple)):
-        out = dict(action)
-        out["tool_calls"] = [action_to_json(a) for a in action["tool_calls"]]
-        return out
-    return action
