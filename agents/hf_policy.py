@@ -114,14 +114,10 @@ class HFPolicy(Policy):
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self._cache = PrefixCache(prefix_cache_tokens)
         self._weights_version = self._param_version()
-        self._prefill = 0
         self.prefix_tokens_reused = 0  # prompt tokens served from the prefix cache
         self.min_shared_prefix = 32  # shorter shared prefixes are not worth a separate forward
 
     # -- bookkeeping -------------------------------------------------------
-    def prefill_tokens_computed(self) -> int:
-        return self._prefill
-
     def clear_cache(self) -> None:
         """Forget every cached key/value (e.g. after swapping the model's weights)."""
         self._cache.clear()

@@ -71,11 +71,7 @@ class OpenAIPolicy(Policy):
         self._client = httpx.Client(timeout=timeout, headers=headers,
                                     limits=httpx.Limits(max_connections=concurrency))
         self.concurrency = concurrency
-        self._prefill = 0
         self.prefix_tokens_reused = 0
-
-    def prefill_tokens_computed(self) -> int:
-        return self._prefill
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, stop_token_ids: list[int] | None = None,

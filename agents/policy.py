@@ -66,10 +66,12 @@ class Policy(ABC):
                 its own stream seeded by ``(seed, i)``.
         """
 
-    @abstractmethod
+    _prefill = 0  # backends count the prompt tokens they run here
+
     def prefill_tokens_computed(self) -> int:
         """Cumulative prompt tokens actually run through the model (not served
         from a KV or prefix cache) since this policy was created."""
+        return self._prefill
 
     def close(self) -> None:
         """Release engines, processes and connections. Idempotent."""

@@ -36,10 +36,6 @@ class ScriptedPolicy(Policy):
         self.script = script
         self.fail_on = fail_on
         self._assistant = tokenizer("<|im_start|>assistant", add_special_tokens=False)["input_ids"]
-        self._prefill = 0
-
-    def prefill_tokens_computed(self) -> int:
-        return self._prefill
 
     def _turn(self, prompt: list[int]) -> int:
         a, n = self._assistant, len(self._assistant)

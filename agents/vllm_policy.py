@@ -108,11 +108,7 @@ class VLLMPolicy(Policy):
         self.tokenizer = self.llm.get_tokenizer()
         self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
         self.max_model_len = max_model_len
-        self._prefill = 0
         self.prefix_tokens_reused = 0
-
-    def prefill_tokens_computed(self) -> int:
-        return self._prefill
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, stop_token_ids: list[int] | None = None,

@@ -30,6 +30,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
+from .state import canonical_json
 from .task import Task, ToolCall
 
 if TYPE_CHECKING:
@@ -285,8 +286,7 @@ def episode_trace(episode: "Episode", policies: Policy | Mapping[str, Policy], t
                     {a: episode.observation(a) for a in agents}, {a: list(episode.transcript(a)) for a in agents},
                     {a: episode.turns_taken(a) for a in agents}))
     out.append((episode.rewards, episode.success, episode.answer, episode.ended_by, episode.terminated,
-                episode.truncated, json.dumps(episode.log, sort_keys=True), episode.state.model_dump(mode="json"),
-                episode.state.hash()))
+                episode.truncated, json.dumps(episode.log, sort_keys=True), canonical_json(episode.state)))
     return out
 
 

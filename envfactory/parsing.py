@@ -23,8 +23,8 @@ from .task import ToolCall
 
 __all__ = ["ParsedAction", "parse_action", "parse_text", "ActionTypeError"]
 
-_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _OPEN = "<tool_call>"
+_CLOSE = "</tool_call>"
 _FORMAT_HINT = 'Write each call as <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>.'
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
 
@@ -70,12 +70,30 @@ def _call_from_obj(obj: Any, where: str) -> tuple[ToolCall | None, str | None]:
     return ToolCall(name, args, call_id if isinstance(call_id, str) else None), None
 
 
+def _blocks(text: str, start: int) -> tuple[list[str], bool]:
+    """The bodies of the closed ``<tool_call>`` blocks from ``start`` on, and whether an
+    open tag has no block of its own (left unclosed, or inside another block's body).
+    Linear in the text: a regex with a lazy body rescans the tail for every unclosed
+    tag (quadratic, and it holds the GIL)."""
+    bodies = []
+    find = text.find
+    i, n_open, n_close = start, len(_OPEN), len(_CLOSE)
+    while i >= 0:
+        j = find(_CLOSE, i + n_open)
+        if j < 0:
+            break
+        bodies.append(text[i + n_open:j])
+        i = find(_OPEN, j + n_close)
+    return bodies, text.count(_OPEN) > len(bodies)
+
+
 def parse_text(text: str) -> ParsedAction:
     """Parse raw model text (see module docstring)."""
-    if _OPEN in text:
+    start = text.find(_OPEN)
+    if start >= 0:
         calls: list[ToolCall] = []
         errors: list[str] = []
-        bodies = _BLOCK.findall(text)
+        bodies, unclosed = _blocks(text, start)
         for i, body in enumerate(bodies, 1):
             try:
                 obj = json.loads(body)
@@ -93,7 +111,7 @@ def parse_text(text: str) -> ParsedAction:
                 errors.append(err)
             else:
                 calls.append(call)
-        if text.count(_OPEN) > len(bodies):
+        if unclosed:
             errors.append(f"a <tool_call> block is not closed with </tool_call>. {_FORMAT_HINT}")
         return ParsedAction(text, calls, errors, True)
     stripped = text.strip()

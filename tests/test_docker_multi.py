@@ -28,7 +28,7 @@ import envfactory
 from envfactory.env import EpisodeError
 from envfactory.runtime.container import ContainerError
 from envfactory.runtime.docker import ContainerWorld
-from envfactory.runtime.parity import MODES, TeamScript, team_trace
+from envfactory.agents_scripted import MODES, episode_trace, scripted_policy
 
 from conftest import require_docker
 
@@ -52,13 +52,13 @@ def _play(ep: envfactory.Episode, policy: str, task: object = 0, mode: str = "ae
     """Reset ``ep`` on ``task`` (unless ``task`` is ``None``: go on) and play it to the end."""
     if task is not None:
         ep.reset(task)
-    team = TeamScript(policy, ep.task)
+    team = scripted_policy(policy)
     while not ep.done:
         if mode == "aec":
             a = ep.next_agent
-            ep.act(a, team.act(ep, a))
+            ep.act(a, team.act(ep, a, 0))
         else:
-            ep.step({a: team.act(ep, a) for a in ep.agents})
+            ep.step({a: team.act(ep, a, 0) for a in ep.agents})
     return ep
 
 
@@ -95,8 +95,8 @@ def test_parity_every_task(name: str) -> None:
         for task in local.spec.get_tasks():
             for mode in MODES:
                 for policy, seed in (("oracle", 0), ("random", 1), ("random", 2), ("noop", 0)):
-                    a = team_trace(local, task.id, mode, policy, seed)
-                    b = team_trace(docker, task.id, mode, policy, seed)
+                    a = episode_trace(local, scripted_policy(policy), task.id, mode, seed)
+                    b = episode_trace(docker, scripted_policy(policy), task.id, mode, seed)
                     for i, (x, y) in enumerate(zip(a, b)):
                         assert x == y, f"{name} task {task.id} {mode} {policy}: step {i} differs"
                     assert len(a) == len(b)
@@ -121,14 +121,14 @@ def test_verify_suite_on_docker() -> None:
 def test_snapshot_moves_between_runtimes_and_fork_is_independent() -> None:
     name = "MultiRecords-v0"
     task = envfactory.spec(name).get_tasks()[-1]
-    oracle = TeamScript("oracle", task)
+    oracle = scripted_policy("oracle")
     local, docker = envfactory.make(name), envfactory.make(name, runtime="docker")
     private = envfactory.make(name, runtime="docker", sessions_per_container=1)
     try:
         docker.reset(task.id)
         for _ in range(3):
             a = docker.next_agent
-            docker.act(a, oracle.act(docker, a))
+            docker.act(a, oracle.act(docker, a, 0))
         local.restore(json.loads(json.dumps(docker.snapshot())))  # docker -> local
         assert local.state.hash() == docker.state.hash()
         assert all(local.transcript(a) == docker.transcript(a) for a in local.agents)
@@ -149,7 +149,7 @@ def test_snapshot_moves_between_runtimes_and_fork_is_independent() -> None:
         other.restore(local.snapshot())  # local -> docker
         while not local.done:
             a = local.next_agent
-            action = oracle.act(local, a)
+            action = oracle.act(local, a, 0)
             r1, r2 = local.act(a, action), other.act(a, action)
             assert r1.to_json() == r2.to_json()
         assert other.rewards == local.rewards and other.success is True

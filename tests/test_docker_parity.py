@@ -17,9 +17,8 @@ import gymnasium
 import pytest
 
 import envfactory
-from envfactory.agents_scripted import oracle_actions, random_actions
+from envfactory.agents_scripted import OraclePolicy, RandomPolicy, episode_trace, oracle_actions
 from envfactory.runtime.docker import ContainerWorld
-from envfactory.runtime.parity import single_trace as _play
 from envfactory.verify import verify_spec
 
 from conftest import require_docker
@@ -47,10 +46,11 @@ def test_parity_every_task(name: str) -> None:
     try:
         rewards = []
         for k, task in enumerate(local.spec.get_tasks()):
-            for actions in (oracle_actions(task), random_actions(task, schemas, seed=1000 + k)):
-                a, b = _play(local, task.id, actions), _play(docker, task.id, actions)
+            for policy, seed in ((OraclePolicy(), 0), (RandomPolicy(), 1000 + k)):
+                a = episode_trace(local, policy, task.id, seed=seed)
+                b = episode_trace(docker, policy, task.id, seed=seed)
                 assert a == b, f"{name} task {task.id}: local and docker differ"
-                rewards.append(b[-2][1])
+                rewards.append(b[-1][0]["agent_0"])
         assert 1.0 in rewards and 0.0 in rewards  # both outcomes were exercised
     finally:
         docker.close()
