@@ -76,6 +76,10 @@ class Episode(Environment):
             raise ValueError("max_turns must be at least 1")
         self._team = len(self.agents) > 1
         self._tools_of = {a: spec.tools_of(a) for a in self.agents}
+        # per agent, the tools that run in the world (everything but finish): a call
+        # batch made only of these goes to the world in one piece
+        self._world_tools = {a: {n: t for n, t in tools.items() if not t.finish}
+                             for a, tools in self._tools_of.items()}
         self._timed_out: str | None = None
         self._task: Task | None = None
         self._terminated = self._truncated = False
@@ -205,7 +209,9 @@ class Episode(Environment):
         if not parsed.attempted:
             self._passed.append(agent)
             self._last_words[agent] = parsed.answer
-        info: dict[str, Any] = {"turn": self._acted[agent], "round": rnd, "task_id": self._task.id, **counts}
+        info: dict[str, Any] = {"turn": self._acted[agent], "round": rnd, "task_id": self._task.id,
+                                "tool_calls": counts["tool_calls"], "tool_errors": counts["tool_errors"],
+                                "parse_errors": counts["parse_errors"]}
         self._pos += 1
         if timed_out:
             self._end("timeout", terminated=False, success=False)
@@ -232,13 +238,15 @@ class Episode(Environment):
         world (one batch per step in the common case; ``finish`` runs here, on the
         host, and ends the turn), and write the tool messages and log entries.
         Returns (finished, answer, timed out)."""
-        tools = self._tools_of[agent]
         calls = parsed.calls
-        found = [tools.get(c.name) for c in calls]
+        world_tools = self._world_tools[agent]
+        found = [world_tools.get(c.name) for c in calls]
         finished, answer = False, None
-        if None not in found and not any(t.finish for t in found):  # the common case: one batch
+        if None not in found:  # the common case: one batch
             outcomes = self._run_batch(agent, rnd, calls)
         else:
+            tools = self._tools_of[agent]
+            found = [tools.get(c.name) for c in calls]
             outcomes = []
             for c, t in zip(calls, found):
                 if finished:
