@@ -61,3 +61,23 @@ def test_sft_learns_the_reference_solutions(tmp_path):
     first = t.sft(epochs=1, lr=3e-3)["final_nll"]
     last = t.sft(epochs=20, lr=3e-3)["final_nll"]
     assert last < first / 2
+
+
+def test_train_config_is_the_file_format(tmp_path):
+    from agents.algorithms.arpo import GRPO
+    from agents.train_config import TrainConfig, load_config
+
+    path = tmp_path / "team.json"
+    path.write_text(json.dumps({"model": {"reader_0": "tiny", "writer_0": "tiny"}, "envs": ["MultiRecords-v0"],
+                                "algorithm": {"name": "grpo", "M": 2, "kl_coef": 0.1}, "trainer": None,
+                                "steps": 1}))
+    cfg = load_config(path)
+    assert isinstance(cfg, TrainConfig) and cfg.trainer == {} and TrainConfig.from_dict(cfg.to_dict()) == cfg
+    assert cfg.build_algorithm() == GRPO(M=2, kl_coef=0.1)
+    tr = cfg.build()
+    assert sorted(ln.label for ln in tr.learners) == ["reader_0", "writer_0"]
+    for bad, why in [({"envs": ["Counter-v0"], "nope": 1}, "unknown keys"), ({"steps": 1}, "envs"),
+                     ({"envs": ["Counter-v0"], "algorithm": {"name": "grpo", "N": 4}}, "grpo does not take"),
+                     ({"envs": ["Counter-v0"], "algorithm": {"name": "ppo"}}, "arpo' or 'grpo")]:
+        with pytest.raises(ValueError, match=why):
+            TrainConfig.from_dict(bad)

@@ -290,8 +290,8 @@ def _team_trainer(path, out):
 
     torch.manual_seed(0)
     team = {"reader_0": HFPolicy(path, device="cpu"), "writer_0": HFPolicy(path, device="cpu")}
-    return Trainer(team, [ENV], GRPO(M=4, kl_coef=0.1, updates=2), tasks=["records-000", "records-001"],
-                   max_turns=1, tasks_per_step=2, max_new_tokens=8, lr=1e-3, seed=0, output_dir=str(out),
+    return Trainer(team, [ENV], GRPO(M=4, kl_coef=0.1, updates=2), tasks=[TASK], max_turns=1, tasks_per_step=1,
+                   max_new_tokens=8, lr=1e-3, seed=0, output_dir=str(out),
                    reward_fn=lambda t: float(sum(t.response_ids) % 2), show_progress=False)
 
 
