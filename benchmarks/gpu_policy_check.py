@@ -50,8 +50,8 @@ def main() -> int:
             got = torch.tensor(g.logprobs, device="cuda")
             worst = max(worst, float((got - ref).norm() / ref.norm()))
     out["cuda_logprob_rel_error_vs_full_forward"] = worst
-    trajs = rollout(gpu, [(envfactory.make("Counter-v0"), i) for i in range(8)], max_turns=3,
-                    max_new_tokens=32, temperature=1.0, seed=0)
+    trajs = [r.trajectory for r in rollout(gpu, [(envfactory.make("Counter-v0", max_turns=3), i) for i in range(8)],
+                                           max_new_tokens=32, temperature=1.0, seed=0)]
     problems = [p for t in trajs for p in invariant_problems(t, gpu.tokenizer)]
     out["cuda_rollout_invariant_problems"] = problems[:5]
     g = _measure(gpu, 4, 48)

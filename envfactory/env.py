@@ -1,8 +1,8 @@
 """The one environment interface every runtime implements.
 
-An :class:`Environment` is a live episode of a tool-use environment. The
-in-process runtime (:class:`envfactory.runtime.local.LocalEnv`) and the Docker
-runtime implement it identically, so code written against it (agents, the
+An :class:`Environment` is a live episode of a tool-use environment. Its one
+implementation is :class:`envfactory.episode.Episode` (the referee), over any
+world (in-process or a container), so code written against it (agents, the
 verifier, the Gymnasium adapter, tests) runs against every runtime.
 
 Episode protocol:
