@@ -115,7 +115,7 @@ class Episode(Environment):
         self._round, self._pos = 1, 0
         self._passed: list[str] = []
         self._last_words: dict[str, str] = {}
-        self._log: list[dict[str, Any]] = []
+        self._log: list[tuple[Any, ...]] = []  # (round, agent, name, arguments, kind, read_only)
         self._terminated = self._truncated = False
         self._success: bool | None = None
         self._rewards = dict.fromkeys(self.agents, 0.0)
@@ -481,8 +481,3 @@ class Episode(Environment):
     def __repr__(self) -> str:
         tid = self._task.id if self._task else None
         return f"<Episode {self.spec.name} task={tid} round={self.round} done={self.done} world={type(self.world).__name__}>"
-
-
-def joint_calls(task: Task, agent: str) -> list[ToolCall]:
-    """The calls of ``task``'s reference solution that ``agent`` makes (all of them for one agent)."""
-    return [c for c in task.solution if c.agent in (None, agent)]
