@@ -72,8 +72,6 @@ class World(ABC):
 class LocalWorld(World):
     """The state in this process; tool calls are function calls."""
 
-    __slots__ = ("spec", "_state", "_tools", "_team")
-
     def __init__(self, spec: "ToolEnvSpec") -> None:
         self.spec = spec
         self._state: State | None = None
