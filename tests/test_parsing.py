@@ -2,11 +2,13 @@
 
 import json
 
+import pytest
+
 import envfactory
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envfactory.parsing import parse_action
+from envfactory.parsing import parse_action, parse_text
 
 
 def test_several_hermes_calls_in_one_message():
@@ -158,3 +160,73 @@ def test_fuzz_random_json_calls_never_raise_out_of_step(name, args, wrap):
     r = _check_step(env, action, content)
     assert len(r.messages) == 1  # exactly one call: it ran, or it was refused with an error observation
     assert r.info["parse_errors"] + r.info["tool_calls"] == 1
+
+
+# -- hostile input: found by hand while making the parser faster; each failed before its fix ----------
+
+DEEP = 100_000
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        "<tool_call>" + "[" * DEEP + "</tool_call>",  # a Hermes block
+        "[" * DEEP + '"name"',  # a bare JSON call
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"name": "increment", "arguments": "[" * DEEP}}]},  # OpenAI, arguments as a string
+    ],
+    ids=["hermes", "bare_json", "openai_arguments"],
+)
+def test_deeply_nested_json_is_an_error_observation_not_a_crash(action) -> None:
+    # json.loads raises RecursionError (not ValueError) past the interpreter's depth limit;
+    # the parser let it escape, so a model could crash the episode with one turn.
+    parsed = parse_action(action)
+    assert not parsed.calls
+    if isinstance(action, str) and not action.startswith("<tool_call>"):
+        assert parsed.answer  # not JSON: a plain answer, like any other text
+    else:
+        assert parsed.errors and "not valid JSON" in parsed.errors[0]
+    env = envfactory.make("Counter-v0")
+    env.reset(0)
+    r = env.step(action)
+    assert r.messages or r.terminated  # the episode goes on, or the turn is an answer
+
+
+def test_unclosed_tags_parse_in_linear_time() -> None:
+    # A lazy regex rescans the tail once per unclosed tag: 32k tags took minutes. The scanner is
+    # linear; the bound here is a thousand times what it needs, so only a quadratic parser fails it.
+    import time
+
+    text = "<tool_call>{" * 32_000
+    t0 = time.perf_counter()
+    parsed = parse_text(text)
+    assert time.perf_counter() - t0 < 2.0
+    assert not parsed.calls and "not closed" in parsed.errors[-1]
+
+
+@pytest.mark.parametrize("body", [
+    '{"name": "a", "arguments": {}}', '\n{"name": "a", "arguments": {}}\n', ' \t{"name": "a", "arguments": {"x": [1, 2.5, null, "\\u00e9"]}} ',
+    '{"name": "a", "arguments": {}} trailing', '{"name": "a", "arguments": {}}{}', "", "\u00a0{}", "NaN", '{"a": 1e999}',
+])
+def test_fast_json_path_agrees_with_json_loads(body: str) -> None:
+    # the parser calls json's scanner directly; it must accept and reject exactly what json.loads does
+    from envfactory.parsing import _loads
+
+    try:
+        expected = json.loads(body)
+    except ValueError as exc:
+        with pytest.raises(ValueError) as got:
+            _loads(body)
+        assert str(got.value) == str(exc)
+    else:
+        assert json.dumps(_loads(body)) == json.dumps(expected)  # NaN-safe equality
+
+
+_json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                            lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(), _json_values.map(json.dumps)), st.sampled_from(["", " ", "\n", "\t\r", "x", "\u00a0"]))
+def test_fast_json_path_agrees_with_json_loads_fuzzed(body: str, pad: str) -> None:
+    test_fast_json_path_agrees_with_json_loads(pad + body + pad)
