@@ -17,7 +17,7 @@ from typing import Any, Callable
 import gymnasium
 from gymnasium import spaces
 
-__all__ = ["run_bench", "SECTIONS", "PlainCounterEnv"]
+__all__ = ["run_bench", "SECTIONS", "PlainCounterEnv", "PlainToolEnv"]
 
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
@@ -58,6 +58,40 @@ class PlainCounterEnv(gymnasium.Env):
         return "\n".join(outs), 0.0, terminated, False, {"turn": self.turn}
 
 
+class PlainToolEnv(PlainCounterEnv):
+    """The second baseline: the same hand-written env, calling Counter-v0's own ``increment``
+    tool function on Counter-v0's own (pydantic) state, as a hand-written env over the
+    same tools would. Against it the ratio is the framework's cost alone, without the
+    difference between the tool's body and ``PlainCounterEnv``'s one-line increment."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from .registry import spec
+
+        counter = spec("Counter-v0")
+        self._fn = counter.all_tools["increment"].fn
+        self._state_type = counter.state_type
+        self.state = self._state_type()
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self.state = self._state_type()
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: str):
+        self.turn += 1
+        outs = []
+        for body in _CALL.findall(action):
+            try:
+                call = json.loads(body)
+                if call["name"] != "increment":
+                    raise ValueError("unknown tool")
+                outs.append(f"<tool_response>\n{self._fn(self.state, **call['arguments'])}\n</tool_response>")
+            except Exception as exc:  # noqa: BLE001 - a tool error is an observation
+                outs.append(f"<tool_response>\nError: {exc}\n</tool_response>")
+        terminated = not outs
+        return "\n".join(outs), 0.0, terminated, False, {"turn": self.turn}
+
+
 def _median_us(samples: list[float]) -> float:
     return statistics.median(samples) / 1000.0
 
@@ -89,23 +123,30 @@ def bench_step(n: int = 20000) -> dict[str, Any]:
     ours = ToolGymEnv("Counter-v0", max_turns=10**9)
     episode = ours.env  # the engine alone, without the Gymnasium face
     plain = PlainCounterEnv()
+    same_tool = PlainToolEnv()
     ours_s: list[float] = []
     plain_s: list[float] = []
+    tool_s: list[float] = []
     episode_s: list[float] = []
     episode_len = 50
-    for _ in range(n // episode_len):  # interleave so drift hits both equally
+    for _ in range(n // episode_len):  # interleave so drift hits all equally
         plain_s += _time_episodes(plain, action, 1, episode_len, lambda: plain.reset(seed=0))
+        tool_s += _time_episodes(same_tool, action, 1, episode_len, lambda: same_tool.reset(seed=0))
         ours_s += _time_episodes(
             ours, action, 1, episode_len, lambda: ours.reset(seed=0, options={"task": 0})
         )
         episode_s += _time_episodes(episode, action, 1, episode_len, lambda: episode.reset(0))
     o, p, e = _median_us(ours_s), _median_us(plain_s), _median_us(episode_s)
+    t = _median_us(tool_s)
     return {
         "step_envfactory_us": round(o, 2),
         "step_episode_us": round(e, 2),
         "step_plain_gymnasium_us": round(p, 2),
+        "step_plain_same_tool_us": round(t, 2),
         "step_envfactory_vs_plain_ratio": round(o / p, 2),
         "step_episode_vs_plain_ratio": round(e / p, 2),
+        "step_envfactory_vs_same_tool_ratio": round(o / t, 2),
+        "step_episode_vs_same_tool_ratio": round(e / t, 2),
         "step_samples": len(ours_s) * episode_len,
     }
 

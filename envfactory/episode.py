@@ -39,7 +39,7 @@ from typing import Any
 from .definition import PERMISSION_PREFIX, ToolEnvSpec
 from .env import Environment, EpisodeError, Message, StepResult
 from .mail import CONFLICT_PREFIX
-from .parsing import ParsedAction, parse_action
+from .parsing import ParsedAction, parse_action, parse_text
 from .state import State
 from .task import Task, ToolCall
 from .tooling import ToolOutcome
@@ -147,8 +147,7 @@ class Episode(Environment):
         and return ``{agent: StepResult}`` for the agents that acted (the episode may
         end mid-round, e.g. on ``finish``; later agents' actions are then ignored)."""
         if not self._team:
-            self._check_turn(self.agents[0])
-            return self._turn(self.agents[0], action, 0)
+            return self._solo(action)
         if self._task is None:
             raise EpisodeError(f"{self.spec.name}: call reset() before step()")
         if not isinstance(action, dict):
@@ -170,6 +169,62 @@ class Episode(Environment):
             out[a] = self._turn(a, action.get(a, ""), limit)
         return out
 
+    def _solo(self, action: Any) -> StepResult:
+        """The sole agent's turn. The usual turn (well-formed calls of world tools) takes
+        this short path; anything else (a pass, parse errors, ``finish``, an unknown
+        tool, a world that timed out) goes through :meth:`_turn` like a team's."""
+        agent = self.agents[0]
+        if self._task is None or self._terminated or self._truncated:
+            self._check_turn(agent)  # raises
+        parsed = parse_text(action) if action.__class__ is str else parse_action(action)
+        calls = parsed.calls
+        world_tools = self._world_tools[agent]
+        if parsed.errors or not calls or self._timed_out is not None:
+            return self._turn(agent, parsed, 0)
+        for c in calls:
+            if c.name not in world_tools:
+                return self._turn(agent, parsed, 0)
+        rnd = self._round
+        outcomes = self._run_batch(agent, rnd, calls)
+        counts = self._counts[agent]
+        log = self._log
+        openai_calls = []
+        new: list[Message] = []
+        timed_out = False
+        for i, c in enumerate(calls):
+            o = outcomes[i]
+            cid = c.id or f"call_{rnd}_{i}"
+            openai_calls.append({"id": cid, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
+            new.append({"role": "tool", "tool_call_id": cid, "name": c.name, "content": o.content})
+            kind = o.kind
+            if not o.ok:
+                counts["tool_errors"] += 1
+                timed_out = timed_out or kind == "timeout"
+            log.append((rnd, agent, c.name, c.arguments, kind, world_tools[c.name].read_only))
+        counts["tool_calls"] += len(calls)
+        transcript = self._transcripts[agent]
+        transcript.append({"role": "assistant", "content": parsed.content, "tool_calls": openai_calls})
+        transcript.extend(new)
+        self._last_tool[agent] = new
+        acted = self._acted[agent] = self._acted[agent] + 1
+        info: dict[str, Any] = {"turn": acted, "round": rnd, "task_id": self._task.id,
+                                "tool_calls": counts["tool_calls"], "tool_errors": counts["tool_errors"],
+                                "parse_errors": counts["parse_errors"]}
+        if timed_out:
+            self._end("timeout", terminated=False, success=False)
+            info["timeout"] = True
+        elif self.spec.terminal is not None and self.spec.terminal(self.world.state()):
+            self._end("terminal", terminated=True)
+        elif rnd >= self.max_turns:
+            self._end("max_turns", terminated=False)
+        else:
+            self._round = rnd + 1
+            return StepResult(new, 0.0, False, False, info, agent, {agent: 0.0})
+        self._pos = 1  # as _turn leaves it: the round was not started again
+        info.update(success=self._success, answer=self._answer, ended_by=self._ended_by)
+        reward = self._rewards[agent]
+        return StepResult(new, reward, self._terminated, self._truncated, info, agent, {agent: reward})
+
     def _check_turn(self, agent: str) -> None:
         if self._task is None:
             raise EpisodeError(f"{self.spec.name}: call reset() before step()")
@@ -182,7 +237,8 @@ class Episode(Environment):
         return len(self.world.state().mail.letters) if self._team and self._task is not None else 0
 
     def _turn(self, agent: str, action: Any, mail_limit: int) -> StepResult:
-        parsed = parse_action(action)  # ActionTypeError before anything changes
+        # ActionTypeError before anything changes
+        parsed = action if action.__class__ is ParsedAction else parse_action(action)
         transcript, counts = self._transcripts[agent], self._counts[agent]
         if self._team:
             letters = self.world.state().mail.inbox(agent, self._seen_mail[agent], mail_limit)
@@ -345,6 +401,8 @@ class Episode(Environment):
         """The sole agent's conversation (for a team, use :meth:`transcript`)."""
         if self._task is None:
             return []
+        if not self._team:
+            return self._transcripts[self.agents[0]]
         return self.transcript()
 
     def observation(self, agent: str | None = None) -> str:

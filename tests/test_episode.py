@@ -2,6 +2,9 @@
 
 import pytest
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 import envfactory
 from envfactory import EpisodeError, ActionTypeError, ToolCall
 
@@ -84,3 +87,33 @@ def test_same_seed_same_episode():
 
     assert play(7) == play(7)
     assert any(play(7)[0][1] != play(s)[0][1] for s in range(8, 20))  # seeds pick different tasks
+
+
+_FAST_PATH_ACTIONS = [
+    '<tool_call>{"name": "increment", "arguments": {"by": 2}}</tool_call>',
+    '<tool_call>{"name": "increment", "arguments": {"by": 99}}</tool_call>',  # a tool error
+    '<tool_call>{"name": "increment", "arguments": {"by": "x"}}</tool_call>',  # invalid arguments
+    '<tool_call>{"name": "read_counter", "arguments": {}}</tool_call><tool_call>{"name": "reset_counter", "arguments": {}}</tool_call>',
+    '<tool_call>{"name": "nope", "arguments": {}}</tool_call>',  # unknown tool: the long path
+    '<tool_call>{"name": "increment", "arguments": {}}',  # unclosed: the long path
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "c9", "function": {"name": "increment", "arguments": "{}"}}]},
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(range(len(_FAST_PATH_ACTIONS))), min_size=1, max_size=8), st.integers(1, 5))
+def test_the_one_role_fast_path_does_what_the_general_turn_does(picks, max_turns) -> None:
+    # Episode.step takes a short path for one role's usual turn; the general _turn (a team's)
+    # must produce the same results, transcript, log and snapshot.
+    fast = envfactory.make("Counter-v0", max_turns=max_turns)
+    slow = envfactory.make("Counter-v0", max_turns=max_turns)
+    fast.reset(0)
+    slow.reset(0)
+    for i in picks:
+        if fast.done:
+            break
+        a = _FAST_PATH_ACTIONS[i]
+        slow._check_turn("agent_0")
+        assert fast.step(a).to_json() == slow._turn("agent_0", a, 0).to_json()
+    assert fast.snapshot() == slow.snapshot()
+    assert fast.log == slow.log and fast.messages == slow.messages
