@@ -12,6 +12,7 @@ properties of the definition, never of a second code path.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
@@ -20,12 +21,14 @@ from .state import State, copy_state, state_hash
 from .task import Task, ToolCall
 from .tooling import Tool, finish_tool
 
-__all__ = ["ToolEnvSpec", "Role", "SpecError", "SOLE_AGENT", "PERMISSION_PREFIX", "lookup_task"]
+__all__ = ["ToolEnvSpec", "Role", "SpecError", "SOLE_AGENT", "PERMISSION_PREFIX", "lookup_task", "SPLITS", "Split"]
 
 _NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]*-v\d+$")
 _AGENT_RE = re.compile(r"^[a-z][a-z0-9]*_[0-9]+$")
 SOLE_AGENT = "agent_0"
 PERMISSION_PREFIX = "Error: permission denied: "
+SPLITS = ("sft", "rl", "eval")
+Split = Literal["sft", "rl", "eval"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are an agent that completes the user's task in a {domain} environment by calling tools. "
@@ -267,6 +270,29 @@ class ToolEnvSpec:
         """A task by id, by index, or the task itself."""
         tasks = self.get_tasks()
         return key if isinstance(key, Task) else lookup_task(self.name, tasks, self._task_index, key)
+
+    def split(self, task: str | int | Task) -> Split:
+        """Which of the three disjoint splits ``task`` belongs to: ``sft`` (warm-start
+        demonstrations), ``rl`` (reinforcement learning) or ``eval`` (evaluation only:
+        never trained on, and kept out of tokenizer and pretraining corpora).
+
+        ``task.metadata["split"]`` decides when set; otherwise a stable hash of the
+        environment name and task id does (half ``sft``, a quarter each ``rl`` and
+        ``eval``), the same in every process and on every machine."""
+        t = self.task(task)
+        chosen = t.metadata.get("split")
+        if chosen is not None:
+            if chosen not in SPLITS:
+                raise SpecError(f"{self.name}: task {t.id!r} has split {chosen!r}; splits are {SPLITS}")
+            return chosen
+        bucket = hashlib.sha256(f"{self.name}/{t.id}".encode()).digest()[0] % 4
+        return "eval" if bucket == 0 else "rl" if bucket == 1 else "sft"
+
+    def tasks_in(self, split: Split) -> list[Task]:
+        """The tasks of one split (see :meth:`split`), in task order."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        return [t for t in self.get_tasks() if self.split(t) == split]
 
     def start_state(self, task: Task) -> State:
         """A fresh copy of the task's world (with the team filled in, for teams)."""

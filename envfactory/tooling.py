@@ -103,10 +103,6 @@ def _strip_titles(schema: Any) -> Any:
     return schema
 
 
-def _type_name(annotation: Any) -> str:
-    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
-
-
 @dataclass(eq=False)
 class Tool:
     """A typed function over the state, callable by an agent.
