@@ -23,39 +23,62 @@ Result = tuple[int, Any, str]
 
 # -- eval ---------------------------------------------------------------------
 def _eval_args(p: argparse.ArgumentParser) -> None:
-    from agents.eval_cli import eval_args
-
-    eval_args(p)
+    p.add_argument("--env", required=True,
+                   help="environment name(s), comma-separated (e.g. FileSystem-v0,Bank-v0); team environments "
+                        "(or 'multi': all of them) get the team evaluation")
+    p.add_argument("--policy", required=True,
+                   help="tiny | hf:PATH | vllm:PATH | openai:URL#MODEL | oracle | random | noop | claim "
+                        "(teams: comma-separated, see 'envfactory eval-team --help')")
+    p.add_argument("--episodes", type=int, default=10,
+                   help="episodes per environment (tasks in order, cycling); teams: per task, stochastic policies")
+    p.add_argument("--runtime", default="local", help="local or docker")
+    p.add_argument("--max-turns", type=int, default=None, help="assistant turns per episode (default: the env's)")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="sampled tokens per assistant turn")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--report", default=None, metavar="DIR",
+                   help="write report.md, results.json and PNG plots here (teams: team_eval.md/json, SVG plots)")
+    p.add_argument("--trajectories", default=None, metavar="FILE", help="write model trajectories as JSONL here")
 
 
 def _eval_run(args: argparse.Namespace) -> Result:
-    team = _team_names(args.env)  # multi-agent environments (or "multi"): the team evaluation
+    from envfactory.multi.eval import run_and_report, team_names
+
+    team = team_names(args.env)  # team environments (or "multi"): the team evaluation
     if team is not None:
-        from envfactory.multi.eval import eval_team_from_eval_args
+        return run_and_report(team, [p for p in args.policy.split(",") if p], out=args.report or "team_eval",
+                              episodes=args.episodes, max_new_tokens=args.max_new_tokens, runtime=args.runtime,
+                              max_turns=args.max_turns)
+    from agents.eval import evaluate
+    from agents.policy_spec import PolicySpecError
 
-        return eval_team_from_eval_args(args, team)
-    from agents.eval_cli import eval_run
-
-    return eval_run(args)
-
-
-def _team_names(env_arg: str) -> list[str] | None:
-    """The multi-agent names ``--env`` asks for (``multi``: all of them), or ``None``."""
+    names = [n.strip() for n in args.env.split(",") if n.strip()]
+    trajs: list[Any] = []
     try:
-        from envfactory.multi.eval import team_names
-    except ImportError:
-        team_names = None
-    if team_names is not None:
-        return team_names(env_arg)
-    import envfactory
+        doc = evaluate(names, args.policy, episodes=args.episodes, runtime=args.runtime, max_turns=args.max_turns,
+                       max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
+                       trajectories_out=trajs)
+    except (KeyError, ValueError, PolicySpecError, ImportError) as exc:
+        msg = str(exc.args[0]) if isinstance(exc, KeyError) else str(exc)
+        return 2, {"error": msg}, "error: " + msg
+    if args.trajectories:
+        from agents.rollout import write_jsonl
 
-    names = [n.strip() for n in env_arg.split(",") if n.strip()]
-    if names == ["multi"]:
-        return [s.name for s in envfactory.specs() if getattr(s, "multi_agent", False)]
-    try:
-        return names if names and all(envfactory.spec(n).multi_agent for n in names) else None
-    except KeyError:
-        return None
+        doc["trajectories_file"] = args.trajectories
+        write_jsonl(trajs, args.trajectories)
+    lines = [f"{'environment':<22}{'episodes':>9}{'success':>9}  {'95% CI':<13}{'turns':>7}{'calls':>7}{'parse err':>10}"]
+    for e in doc["environments"] + [{"name": "all", **doc["totals"]}]:
+        lines.append(f"{e['name']:<22}{e['episodes']:>9}{e['success_rate']:>9.1%}  "
+                     f"{e['ci95'][0]:.2f}-{e['ci95'][1]:.2f}    {e['mean_turns']:>7}{e['mean_tool_calls']:>7}"
+                     f"{e['mean_parse_errors']:>10}")
+    if args.report:
+        from envfactory.multi.report import write_report
+
+        doc["report"] = write_report(doc, args.report)["markdown"]
+        lines.append(f"report: {doc['report']}")
+    lines.append(f"policy {doc['policy']}, {doc['seconds']}s")
+    failed = doc["totals"]["failed_episodes"]
+    return (1 if failed else 0), doc, "\n".join(lines)
 
 
 # -- quickstart: tiny model -> SFT -> ARPO on held-out tasks --------------------
@@ -96,7 +119,7 @@ def _train_run(args: argparse.Namespace) -> Result:
     return 0, doc, json.dumps(doc, indent=2, default=str)
 
 
-EVAL = Command("evaluate a model or a scripted baseline on environments (success with 95%% CIs; --report DIR)",
+EVAL = Command("evaluate a model or a scripted baseline, one agent or a team (success with 95%% CIs; --report DIR)",
                _eval_args, _eval_run)
 QUICKSTART = Command("the main job: tiny model, SFT, ARPO on held-out tasks, success before/after (report)",
                      _quickstart_args, _quickstart_run)

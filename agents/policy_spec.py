@@ -11,33 +11,37 @@ and :class:`LLMRolePolicy`, a model as a team role policy (team evaluation).
 ``oracle``                  scripted: each task's reference solution
 ``random``                  scripted: random schema-typed tool calls
 ``noop``                    scripted: answers at once, doing nothing
+``claim``                   scripted: claims success without acting
 ==========================  ==================================================
+
+The scripted ones are :mod:`envfactory.agents_scripted`'s policy objects.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from envfactory.agents_scripted import SCRIPTED, scripted_policy
+
 from .policy import Policy
 
-__all__ = ["load_policy", "SCRIPTED", "PolicySpecError", "LLMRolePolicy", "load_llm_policy", "tiny_policy"]
-
-SCRIPTED = ("oracle", "random", "noop")
+__all__ = ["load_policy", "SCRIPTED", "PolicySpecError", "LLMRolePolicy", "load_llm_policy"]
 
 
 class PolicySpecError(ValueError):
     """A policy spec that names no known backend."""
 
 
-def load_policy(spec: str, **kwargs: Any) -> Policy | str:
-    """The :class:`Policy` a spec names, or the scripted baseline's name (``oracle``...).
+def load_policy(spec: str, **kwargs: Any) -> Any:
+    """The :class:`Policy` a spec names, or the scripted policy (``oracle``..., with
+    ``act(episode, agent, seed)``; :func:`envfactory.agents_scripted.scripted_policy`).
 
     Raises:
         PolicySpecError: the spec is malformed (the message lists the accepted forms).
     """
     s = spec.strip()
     if s in SCRIPTED:
-        return s
+        return scripted_policy(s)
     kind, _, arg = s.partition(":")
     if s == "tiny":
         from .hf_policy import HFPolicy
@@ -61,7 +65,7 @@ def load_policy(spec: str, **kwargs: Any) -> Policy | str:
         return OpenAIPolicy(url, model, tokenizer=tok or None, **kwargs)
     raise PolicySpecError(
         f"unknown policy spec {spec!r}; use tiny, hf:PATH, vllm:PATH, openai:URL#MODEL, "
-        "or a scripted baseline: oracle, random, noop"
+        f"or a scripted baseline: {', '.join(SCRIPTED)}"
     )
 
 
@@ -107,8 +111,3 @@ def load_llm_policy(model: str | None, *, name: str | None = None, device: str =
     from .hf_policy import HFPolicy
 
     return LLMRolePolicy(HFPolicy(model, device=device), name=name or (model or "tiny"), **kwargs)
-
-
-def tiny_policy(**kwargs: Any) -> LLMRolePolicy:
-    """The embedded tiny model on CPU, as a role policy named ``tiny``."""
-    return load_llm_policy(None, name="tiny", **kwargs)

@@ -104,7 +104,7 @@ def corpus() -> list[str]:
     system prompt, tool schemas, and each task's instruction, reference solution
     (as Hermes tool calls) and the tool outputs that solution produces, in chat markup."""
     import envfactory
-    from envfactory.agents_scripted import oracle_actions, run_episode
+    from envfactory.agents_scripted import OraclePolicy, play
 
     texts: list[str] = []
     for s in sorted(envfactory.specs(), key=lambda s: s.name):
@@ -114,7 +114,7 @@ def corpus() -> list[str]:
         schemas = env.tool_schemas()
         texts.append("\n".join(json.dumps(t, ensure_ascii=False) for t in schemas))
         for task in s.get_tasks():
-            run_episode(env, task.id, oracle_actions(task))
+            play(env, OraclePolicy(), task.id)
             for m in env.messages:
                 texts.append(f"<|im_start|>{m['role']}\n{m.get('content') or ''}<|im_end|>\n")
         env.close()

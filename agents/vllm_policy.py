@@ -166,11 +166,6 @@ class VLLMPolicy(Policy):
         self.llm.reset_prefix_cache()
         return len(items)
 
-    def model_runner_call(self, fn: Any, *args: Any) -> list[Any]:
-        """Run ``fn(worker, *args)`` on every engine worker (``worker.model_runner.model``
-        is the vLLM model), e.g. to read weights back after :meth:`load_weights`."""
-        return self.llm.collective_rpc(fn, args=args)
-
     def close(self) -> None:
         llm = getattr(self, "llm", None)
         if llm is None:

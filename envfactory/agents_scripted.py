@@ -18,8 +18,7 @@ read ``episode.transcript(agent)`` and ``episode.tool_schemas(agent)``.
 
 :func:`play` plays an episode with one policy per agent (or one for all) in
 turn order (``aec``) or simultaneous rounds (``parallel``; the same thing for
-one agent). For one agent, the action-list helpers (:func:`oracle_actions`,
-:func:`random_actions`, ...) and :func:`run_episode` remain.
+one agent).
 """
 
 from __future__ import annotations
@@ -37,8 +36,7 @@ if TYPE_CHECKING:
     from .episode import Episode
 
 __all__ = ["Policy", "OraclePolicy", "NoopPolicy", "ClaimPolicy", "RandomPolicy", "ScriptPolicy", "Outcome",
-           "play", "run_episode", "episode_trace", "plan_progress", "scripted_policy", "SCRIPTED", "MODES",
-           "PASS", "CLAIM", "oracle_actions", "noop_actions", "claim_actions", "random_actions",
+           "play", "episode_trace", "plan_progress", "scripted_policy", "SCRIPTED", "MODES", "PASS", "CLAIM",
            "redundant_calls"]
 
 MODES = ("aec", "parallel")
@@ -96,6 +94,12 @@ class OraclePolicy:
             return _closing(episode, agent)
         return plan[k].to_hermes() if (plan[k].agent or episode.agents[0]) == agent else PASS
 
+    @staticmethod
+    def actions(task: Task) -> list[str]:
+        """What this policy plays on a one-agent ``task``: the reference solution as Hermes
+        tool calls, one per turn, then the answer with the facts."""
+        return [c.to_hermes() for c in task.solution] + [_answer(task)]
+
 
 class NoopPolicy:
     """Always passes."""
@@ -133,20 +137,56 @@ class RandomPolicy:
         cached = self._last.get(agent)
         if cached is None or cached[0] != key:
             s = zlib.crc32(f"{episode.task.id}/{agent}/{seed}".encode()) & 0x7FFFFFFF
-            cached = self._last[agent] = (key, random_actions(episode.task, episode.tool_schemas(agent), s,
-                                                              self.turns))
+            cached = self._last[agent] = (key, self.actions(episode.task, episode.tool_schemas(agent), s))
         actions, i = cached[1], episode.turns_taken(agent)
         return actions[i] if i < len(actions) else PASS
+
+    def actions(self, task: Task, tool_schemas: list[dict[str, Any]], seed: int) -> list[str]:
+        """The whole script for one agent with ``tool_schemas``, seeded by ``seed`` alone: the
+        random tool calls (``finish`` drawn is skipped), then a claim of success that quotes
+        random words of the instruction."""
+        rng = random.Random(seed)
+        words = [w.strip(".,:;'\"()") for w in task.instruction.split()]
+        words = [w for w in words if w]
+        actions = []
+        for _ in range(self.turns):
+            fn = rng.choice(tool_schemas)["function"]
+            if fn["name"] == "finish":
+                continue
+            props = fn["parameters"].get("properties", {})
+            args = {k: _random_value(v, rng) for k, v in props.items()}
+            actions.append(f'<tool_call>{json.dumps({"name": fn["name"], "arguments": args})}</tool_call>')
+        actions.append("Task complete. " + " ".join(rng.sample(words, min(3, len(words)))))
+        return actions
+
+
+def _random_value(schema: dict[str, Any], rng: random.Random) -> Any:
+    if "enum" in schema:
+        return rng.choice(schema["enum"])
+    if "anyOf" in schema:
+        options = [s for s in schema["anyOf"] if s.get("type") != "null"] or schema["anyOf"]
+        return _random_value(rng.choice(options), rng)
+    t = schema.get("type")
+    if t == "integer":
+        return rng.randint(-1000, 1000)
+    if t == "number":
+        return round(rng.uniform(-1000, 1000), 2)
+    if t == "boolean":
+        return rng.random() < 0.5
+    if t == "array":
+        return [_random_value(schema.get("items", {}), rng) for _ in range(rng.randint(0, 2))]
+    if t == "object":
+        return {}
+    return "".join(rng.choice("abcdefghij/-_ 0123") for _ in range(rng.randint(1, 12)))
 
 
 @dataclass
 class ScriptPolicy:
     """Plays ``actions`` one per turn (a :class:`ToolCall` as Hermes text, anything else as
-    is); then, with ``finish``, the oracle's closing move once; then ``then`` forever."""
+    is); then, with ``finish``, the oracle's closing move once; then passes."""
 
     actions: list[Any]
     finish: bool = False
-    then: Any = PASS
     name: str = "script"
     stochastic = False
 
@@ -157,7 +197,7 @@ class ScriptPolicy:
             return a.to_hermes() if isinstance(a, ToolCall) else a
         if self.finish and i == len(self.actions):
             return _closing(episode, agent)
-        return self.then
+        return PASS
 
 
 SCRIPTED = ("oracle", "random", "noop", "claim")
@@ -288,66 +328,3 @@ def episode_trace(episode: "Episode", policies: Policy | Mapping[str, Policy], t
     out.append((episode.rewards, episode.success, episode.answer, episode.ended_by, episode.terminated,
                 episode.truncated, json.dumps(episode.log, sort_keys=True), canonical_json(episode.state)))
     return out
-
-
-# -- one agent: action lists -------------------------------------------------
-def run_episode(env: "Episode", task: str | int | Task, actions: list[Any]) -> Outcome:
-    """Reset a one-agent ``env`` on ``task`` and play ``actions`` until the episode ends;
-    if they run out first, the agent's last word is an empty answer."""
-    return play(env, ScriptPolicy(list(actions), then=""), task)
-
-
-def oracle_actions(task: Task, agent: str | None = None) -> list[str]:
-    """The reference solution as Hermes tool calls, one per turn, then an answer with the
-    facts. With ``agent``: only that agent's calls of a joint solution."""
-    calls = [c for c in task.solution if agent is None or c.agent in (None, agent)]
-    return [c.to_hermes() for c in calls] + [_answer(task)]
-
-
-def noop_actions(task: Task) -> list[str]:
-    """Answer at once, doing nothing."""
-    return ["I can't do that."]
-
-
-def claim_actions(task: Task) -> list[str]:
-    """Claim success without acting (the reward must not believe claims)."""
-    return [CLAIM]
-
-
-def _random_value(schema: dict[str, Any], rng: random.Random, words: list[str]) -> Any:
-    if "enum" in schema:
-        return rng.choice(schema["enum"])
-    if "anyOf" in schema:
-        options = [s for s in schema["anyOf"] if s.get("type") != "null"] or schema["anyOf"]
-        return _random_value(rng.choice(options), rng, words)
-    t = schema.get("type")
-    if t == "integer":
-        return rng.randint(-1000, 1000)
-    if t == "number":
-        return round(rng.uniform(-1000, 1000), 2)
-    if t == "boolean":
-        return rng.random() < 0.5
-    if t == "array":
-        return [_random_value(schema.get("items", {}), rng, words) for _ in range(rng.randint(0, 2))]
-    if t == "object":
-        return {}
-    return rng.choice(words) if words and rng.random() < 0.7 else "".join(
-        rng.choice("abcdefghij/-_ 0123") for _ in range(rng.randint(1, 12)))
-
-
-def random_actions(task: Task, tool_schemas: list[dict[str, Any]], seed: int, turns: int = 6) -> list[str]:
-    """Random tool calls with schema-typed random arguments, then a claim of
-    success that quotes random words of the instruction."""
-    rng = random.Random(seed)
-    words = [w.strip(".,:;'\"()") for w in task.instruction.split()]
-    words = [w for w in words if w]
-    actions = []
-    for _ in range(turns):
-        fn = rng.choice(tool_schemas)["function"]
-        if fn["name"] == "finish":
-            continue
-        props = fn["parameters"].get("properties", {})
-        args = {k: _random_value(v, rng, []) for k, v in props.items()}
-        actions.append(f'<tool_call>{json.dumps({"name": fn["name"], "arguments": args})}</tool_call>')
-    actions.append("Task complete. " + " ".join(rng.sample(words, min(3, len(words)))))
-    return actions

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import sys
@@ -106,7 +107,7 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
 def _bench_run(args: argparse.Namespace) -> Result:
     from . import bench
 
-    known = bench.sections() if hasattr(bench, "sections") else bench.SECTIONS
+    known = bench.sections()
     if args.only:
         unknown = [s for s in args.only if s not in known]
         if unknown:
@@ -125,7 +126,7 @@ def _quickstart_args(p: argparse.ArgumentParser) -> None:
 def _quickstart_run(args: argparse.Namespace) -> Result:
     """List, verify and play episodes of the built-in environments with scripted agents."""
     from . import make, specs
-    from .agents_scripted import oracle_actions, random_actions, run_episode
+    from .agents_scripted import OraclePolicy, RandomPolicy, play
     from .verify import verify_many
 
     start = time.perf_counter()
@@ -142,11 +143,9 @@ def _quickstart_run(args: argparse.Namespace) -> Result:
         if getattr(s, "multi_agent", False):
             continue
         env = make(s.name)
-        schemas = env.tool_schemas()
         for i, task in enumerate(s.get_tasks()[: args.episodes]):
-            for agent, actions in (("oracle", oracle_actions(task)),
-                                   ("random", random_actions(task, schemas, seed=i))):
-                res = run_episode(env, task.id, actions)
+            for agent, policy in (("oracle", OraclePolicy()), ("random", RandomPolicy())):
+                res = play(env, policy, task.id, seed=i)
                 played.append({"env": s.name, "task": task.id, "agent": agent, "reward": res.reward,
                                "turns": res.turns})
                 out.append(f"{s.name:<16} {task.id:<12} {agent:<7} reward={res.reward:.0f} "
@@ -174,78 +173,31 @@ def _mean(xs: Any) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-def _generate_args(p: argparse.ArgumentParser) -> None:
-    from .factory.commands import generate_args
+def _lazy(help_text: str, module: str, prefix: str) -> Command:
+    """A command whose ``{prefix}_args`` and ``{prefix}_run`` live in ``module`` (relative to this
+    package), imported only when the command is built or run (``import envfactory`` stays cheap)."""
 
-    generate_args(p)
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        getattr(importlib.import_module(module, __package__), f"{prefix}_args")(p)
 
+    def run(args: argparse.Namespace) -> Result:
+        return getattr(importlib.import_module(module, __package__), f"{prefix}_run")(args)
 
-def _generate_run(args: argparse.Namespace) -> Result:
-    from .factory.commands import generate_run
-
-    return generate_run(args)
-
-
-def _tasks_args(p: argparse.ArgumentParser) -> None:
-    from .factory.commands import tasks_args
-
-    tasks_args(p)
-
-
-def _tasks_run(args: argparse.Namespace) -> Result:
-    from .factory.commands import tasks_run
-
-    return tasks_run(args)
-
-
-def _image_args(p: argparse.ArgumentParser) -> None:
-    from .runtime.commands import image_args
-
-    image_args(p)
-
-
-def _image_run(args: argparse.Namespace) -> Result:
-    from .runtime.commands import image_run
-
-    return image_run(args)
-
-
-def _gc_args(p: argparse.ArgumentParser) -> None:
-    from .runtime.commands import gc_args
-
-    gc_args(p)
-
-
-def _gc_run(args: argparse.Namespace) -> Result:
-    from .runtime.commands import gc_run
-
-    return gc_run(args)
-
-
-def _eval_team_args(p: argparse.ArgumentParser) -> None:
-    from .multi.eval import cli_args
-
-    cli_args(p)
-
-
-def _eval_team_run(args: argparse.Namespace) -> Result:
-    from .multi.eval import cli_run
-
-    return cli_run(args)
+    return Command(help_text, add_arguments, run)
 
 
 COMMANDS: dict[str, Command] = {
     "list": Command("list registered environments", _list_args, _list_run),
     "verify": Command("run the verification suite", _verify_args, _verify_run),
     "bench": Command("measure speed against same-run baselines", _bench_args, _bench_run),
-    "generate": Command("build and verify an environment from a prompt (LLM) or a spec file",
-                        _generate_args, _generate_run),
-    "tasks": Command("task tools: 'tasks synth NAME --n N --seed S'", _tasks_args, _tasks_run),
-    "image": Command("Docker images: 'image build [NAME...|--all]' (offline, content-hashed tags)",
-                     _image_args, _image_run),
-    "gc": Command("remove Docker containers that exited envfactory processes left behind", _gc_args, _gc_run),
-    "eval-team": Command("evaluate teams of policies on the multi-agent environments (JSON + markdown report)",
-                         _eval_team_args, _eval_team_run),
+    "generate": _lazy("build and verify an environment from a prompt (LLM) or a spec file",
+                      ".factory.commands", "generate"),
+    "tasks": _lazy("task tools: 'tasks synth NAME --n N --seed S'", ".factory.commands", "tasks"),
+    "image": _lazy("Docker images: 'image build [NAME...|--all]' (offline, content-hashed tags)",
+                   ".runtime.commands", "image"),
+    "gc": _lazy("remove Docker containers that exited envfactory processes left behind", ".runtime.commands", "gc"),
+    "eval-team": _lazy("evaluate teams of policies on the multi-agent environments (JSON + markdown report)",
+                       ".multi.eval", "cli"),
     "play": Command("list, verify and play the built-in environments with scripted agents", _quickstart_args,
                     _quickstart_run),
 }

@@ -1,4 +1,5 @@
-"""`envfactory eval`: success rates with Wilson intervals, per-episode counts, report and plots."""
+"""`envfactory eval`: success rates with Wilson intervals, per-episode counts, report and plots
+(scripted baselines through the same policy objects and play() as teams)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,18 @@ import math
 
 import pytest
 
-from agents.eval import evaluate, wilson_interval
+import envfactory
+from agents.eval import evaluate
+from envfactory.agents_scripted import OraclePolicy
 from envfactory.cli import main
+from envfactory.multi.eval import episode_row, wilson
 
 
 def test_wilson_interval_known_values() -> None:
-    lo, hi = wilson_interval(8, 10)
+    lo, hi = wilson(8, 10)
     assert math.isclose(lo, 0.4902, abs_tol=1e-4) and math.isclose(hi, 0.9433, abs_tol=1e-4)
-    assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0
-    lo, hi = wilson_interval(0, 5)
+    assert wilson(0, 5)[0] == 0.0 and wilson(5, 5)[1] == 1.0
+    lo, hi = wilson(0, 5)
     assert 0.4 < hi < 0.5
 
 
@@ -26,6 +30,26 @@ def test_scripted_baselines_bound_the_scale() -> None:
     assert oracle["totals"]["mean_tool_calls"] > 0 and noop["totals"]["mean_tool_calls"] == 0
     assert [e["name"] for e in oracle["environments"]] == ["Counter-v0", "Bank-v0"]
     assert len(oracle["episodes"]) == 8
+    row = oracle["episodes"][0]
+    assert row["turns"] == row["tool_calls"] + 1 and row["ended_by"] == "answer" and row["error"] is None
+    claim = evaluate(["Counter-v0"], "claim", episodes=2)  # claims earn nothing
+    assert claim["totals"]["success_rate"] == 0.0 and claim["totals"]["mean_tool_calls"] == 0
+    given = evaluate(["Counter-v0"], OraclePolicy(), episodes=2)  # a policy object, not a spec
+    assert given["policy"] == "OraclePolicy" and given["totals"]["success_rate"] == 1.0
+
+
+def test_a_crashing_policy_fails_its_episode_only() -> None:
+    class Crash:
+        name = "crash"
+
+        def act(self, episode, agent, seed):
+            raise RuntimeError("boom")
+
+    doc = evaluate(["Counter-v0"], Crash(), episodes=2)
+    assert doc["totals"]["failed_episodes"] == 2 and doc["totals"]["success_rate"] == 0.0
+    assert doc["episodes"][0]["error"] == "RuntimeError: boom"
+    ep = envfactory.make("Counter-v0")
+    assert episode_row(ep, OraclePolicy(), 0)["success"] is True
 
 
 def test_cli_eval_with_the_tiny_model_writes_a_report(tmp_path, capsys) -> None:

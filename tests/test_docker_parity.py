@@ -17,7 +17,7 @@ import gymnasium
 import pytest
 
 import envfactory
-from envfactory.agents_scripted import OraclePolicy, RandomPolicy, episode_trace, oracle_actions
+from envfactory.agents_scripted import OraclePolicy, RandomPolicy, episode_trace
 from envfactory.runtime.docker import ContainerWorld
 from envfactory.verify import verify_spec
 
@@ -65,7 +65,7 @@ def test_verify_suite_on_docker() -> None:
 
 def test_snapshot_moves_between_runtimes_and_fork_is_independent() -> None:
     task = envfactory.spec("FileSystem-v0").get_tasks()[-1]
-    actions = oracle_actions(task)
+    actions = OraclePolicy.actions(task)
     local, docker = envfactory.make("FileSystem-v0"), envfactory.make("FileSystem-v0", runtime="docker")
     try:
         docker.reset(task.id)

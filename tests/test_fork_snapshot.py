@@ -5,14 +5,14 @@ import json
 import pytest
 
 import envfactory
-from envfactory.agents_scripted import oracle_actions
+from envfactory.agents_scripted import OraclePolicy
 
 
 def _mid_episode(name, task_id, k):
     env = envfactory.make(name)
     env.reset(task_id)
     task = env.task
-    for a in oracle_actions(task)[:k]:
+    for a in OraclePolicy.actions(task)[:k]:
         env.step(a)
     return env, task
 
@@ -38,7 +38,7 @@ def test_fork_is_independent_both_ways():
 def test_forks_finish_like_the_original():
     env, task = _mid_episode("Bank-v0", "bank-020", 2)
     child = env.fork()
-    rest = oracle_actions(task)[2:]
+    rest = OraclePolicy.actions(task)[2:]
     for a in rest:
         r1, r2 = env.step(a), child.step(a)
         assert r1.messages == r2.messages and r1.reward == r2.reward
@@ -52,7 +52,7 @@ def test_snapshot_is_json_and_restore_reproduces_exactly():
     other.restore(snap)
     assert other.messages == env.messages and other.state.hash() == env.state.hash()
     assert other.task.id == task.id
-    for a in oracle_actions(task)[5:]:
+    for a in OraclePolicy.actions(task)[5:]:
         r1, r2 = env.step(a), other.step(a)
         assert (r1.messages, r1.reward, r1.terminated, r1.info) == (r2.messages, r2.reward, r2.terminated, r2.info)
     assert r1.reward == 1.0

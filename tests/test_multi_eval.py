@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import envfactory
-from envfactory.agents_scripted import OraclePolicy, Outcome, play
+from envfactory.agents_scripted import OraclePolicy, play
 from envfactory.multi import eval as team_eval
 from envfactory.multi.eval import POLICY_GROUP, build_policies, evaluate, summarize, wilson
 
@@ -21,21 +21,28 @@ def test_wilson_interval():
 
 
 def test_summarize_counts_rounds_messages_and_coordination_errors():
-    def o(success, rounds, messages, errors, redundant=0):
-        return Outcome("E-v0", "t", "aec", success, {"a_0": float(success)}, rounds, "finish", messages=messages,
-                       calls=5, errors=errors, redundant=redundant)
+    def row(success, rounds, messages, conflicts=0, permission=0, redundant=0, error=None):
+        return {"success": success, "rewards": {"a_0": float(success)}, "rounds": rounds, "ended_by": "finish",
+                "turns": 2 * rounds, "tool_calls": 5, "tool_errors": conflicts + permission, "parse_errors": 0,
+                "messages": messages, "conflicts": conflicts, "permission_errors": permission,
+                "redundant": redundant, "error": error}
 
-    m = summarize([o(True, 3, 2, {}), o(True, 5, 4, {"conflict": 2}, 1), o(False, 9, 6, {"permission": 1})],
-                  ["a_0"])
-    assert m["success"] == pytest.approx(2 / 3, abs=1e-4) and m["rounds_to_success"] == 4.0
+    rows = [row(True, 3, 2), row(True, 5, 4, conflicts=2, redundant=1), row(False, 9, 6, permission=1, error="x")]
+    m = summarize(rows, ["a_0"])
+    assert m["success_rate"] == pytest.approx(2 / 3, abs=1e-4) and m["rounds_to_success"] == 4.0
+    assert m["ci95"] == wilson(2, 3) and m["failed_episodes"] == 1 and m["mean_tool_calls"] == 5.0
     assert m["messages_per_success"] == 6.0 and m["messages_per_episode"] == 4.0
-    assert m["conflicts_per_episode"] == pytest.approx(2 / 3, abs=1e-4) and m["permission_errors_per_episode"] == pytest.approx(1 / 3, abs=1e-4)
-    assert m["redundant_per_episode"] == pytest.approx(1 / 3, abs=1e-4)
+    assert m["conflicts_per_episode"] == pytest.approx(2 / 3, abs=1e-3)
+    assert m["permission_errors_per_episode"] == pytest.approx(1 / 3, abs=1e-3)
+    assert m["redundant_per_episode"] == pytest.approx(1 / 3, abs=1e-3)
+    assert m["reward"] == {"a_0": pytest.approx(2 / 3, abs=1e-3)} and m["ended_by"] == {"finish": 3}
+    assert "rounds_to_success" not in summarize(rows)  # the coordination metrics are a team's
 
 
 def test_scripted_team_evaluation():
     doc = evaluate(["MultiRooms-v0", "MultiDeal-v0"], ["oracle", "random", "noop"], episodes=2)
-    assert doc["summary"]["oracle"]["aec"]["success"] == 1.0 and doc["summary"]["noop"]["parallel"]["success"] == 0.0
+    assert doc["summary"]["oracle"]["aec"]["success_rate"] == 1.0
+    assert doc["summary"]["noop"]["parallel"]["success_rate"] == 0.0
     rooms, deal = doc["environments"]
     assert rooms["teams"]["oracle"]["aec"]["rounds_to_success"] < rooms["teams"]["oracle"]["parallel"]["rounds_to_success"]
     assert rooms["teams"]["oracle"]["aec"]["messages_per_success"] == 3.0
@@ -47,6 +54,21 @@ def test_scripted_team_evaluation():
     cross = rooms["cross_play"]
     assert cross["oracle"]["oracle"] == 1.0 and cross["oracle"]["noop"] == 0.0 and cross["noop"]["oracle"] == 0.0
     assert 0 < deal["teams"]["oracle"]["aec"]["reward"]["trader_0"] < 1  # mixed motive: a share, not all
+
+
+def test_a_crashing_policy_fails_its_episodes_not_the_evaluation():
+    class Crash:
+        name, stochastic = "crash", False
+
+        def act(self, episode, agent, seed):
+            raise RuntimeError("boom")
+
+    seen = []
+    doc = evaluate(["MultiRecords-v0"], ["oracle", Crash()], modes=["aec"], progress=seen.append)
+    crash = doc["summary"]["crash"]["aec"]
+    assert crash["failed_episodes"] == crash["episodes"] > 0 and crash["success_rate"] == 0.0
+    assert doc["summary"]["oracle"]["aec"]["failed_episodes"] == 0
+    assert any("episodes failed, e.g. RuntimeError: boom" in m for m in seen)
 
 
 def test_cli_eval_team_writes_json_markdown_and_plots(tmp_path):
@@ -66,7 +88,7 @@ def test_cli_eval_team_writes_json_markdown_and_plots(tmp_path):
                                "oracle,noop", "--episodes", "1", "--report", str(tmp_path / "e"), "--json"],
                               capture_output=True, text=True)
     assert via_eval.returncode == 0, via_eval.stderr
-    assert json.loads(via_eval.stdout)["summary"]["oracle"]["aec"]["success"] == 1.0
+    assert json.loads(via_eval.stdout)["summary"]["oracle"]["aec"]["success_rate"] == 1.0
     assert (tmp_path / "e" / "team_eval.md").exists()
     bad = subprocess.run([sys.executable, "-m", "envfactory.cli", "eval-team", "Counter-v0", "--policies", "noop"],
                          capture_output=True, text=True)
@@ -101,7 +123,8 @@ def test_model_policies_come_through_the_entry_point_group_or_as_objects(monkeyp
     assert given.name == "oracle" and not given.stochastic
     doc = evaluate(["MultiRecords-v0"], ["oracle", "echo"], episodes=1, modes=["aec"])
     assert doc["environments"][0]["teams"]["echo"]["tasks"] == 2  # model policies play model_tasks tasks
-    assert doc["summary"]["echo"]["aec"]["success"] == 0.0 and doc["summary"]["oracle"]["aec"]["success"] == 1.0
+    assert doc["summary"]["echo"]["aec"]["success_rate"] == 0.0
+    assert doc["summary"]["oracle"]["aec"]["success_rate"] == 1.0
     with pytest.raises(KeyError, match="unknown policy 'nope'"):
         build_policies(["nope"])
 

@@ -14,12 +14,12 @@ pytest.importorskip("transformers")
 import envfactory  # noqa: E402
 from agents import Trainer  # noqa: E402
 from agents.algorithms.arpo import ARPO, GRPO, sample_groups  # noqa: E402
-from agents.algorithms.sft import ReferenceActor  # noqa: E402
 from agents.policy import Generation, Policy, default_stop_ids  # noqa: E402
 from agents.rollout import rollout  # noqa: E402
 from agents.rollout_check import invariant_problems  # noqa: E402
 from agents.scripted_policy import ScriptedPolicy  # noqa: E402
 from envfactory import Episode, MultiState, Role, Task, ToolEnvSpec, by, tool  # noqa: E402
+from envfactory.agents_scripted import OraclePolicy  # noqa: E402
 
 ENV = "MultiRecords-v0"
 TASK = "records-000"
@@ -82,7 +82,7 @@ def test_reference_team_gives_per_role_payoffs_and_observations(tiny_path):
 
     tok = AutoTokenizer.from_pretrained(tiny_path)
     spec = envfactory.spec("MultiDeal-v0")
-    eps = rollout(ReferenceActor(), [(envfactory.make("MultiDeal-v0"), t.id) for t in spec.get_tasks()],
+    eps = rollout(OraclePolicy(), [(envfactory.make("MultiDeal-v0"), t.id) for t in spec.get_tasks()],
                   tokenizer=tok)
     assert any(len(set(e.rewards.values())) > 1 for e in eps), "the test needs unequal payoffs"
     for e in eps:

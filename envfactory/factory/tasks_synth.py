@@ -19,7 +19,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..agents_scripted import claim_actions, noop_actions, random_actions
+from ..agents_scripted import CLAIM, RandomPolicy
 from ..parsing import parse_action
 from ..state import State, copy_state, state_hash
 from ..task import Task, ToolCall, normalize_answer
@@ -80,7 +80,7 @@ def _join_steps(steps: list[str]) -> str:
     return "Do the following, in this order:\n" + body
 
 
-_BANNED_ANSWERS = " ".join(noop_actions(None) + claim_actions(None)) + " task complete done"
+_BANNED_ANSWERS = "I can't do that. " + CLAIM + " task complete done"
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
@@ -115,7 +115,7 @@ def _random_solves(task: Task, tools: dict[str, Tool], seeds: Sequence[int]) -> 
     schemas = [t.schema() for t in tools.values()]
     for seed in seeds:
         state = copy_state(task.initial_state)
-        actions = random_actions(task, schemas, seed)
+        actions = RandomPolicy().actions(task, schemas, seed)
         for a in actions[:-1]:
             for c in parse_action(a).calls:
                 t = tools.get(c.name)

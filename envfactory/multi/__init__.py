@@ -10,7 +10,9 @@ it. This package adds the PettingZoo views::
     aec = multi.env("MultiRecords-v0")            # PettingZoo AEC
     par = multi.parallel_env("MultiRecords-v0")   # PettingZoo Parallel
 
-and the coordination evaluation (:mod:`envfactory.multi.eval`, ``envfactory eval-team``).
+and the evaluation (:mod:`envfactory.multi.eval`: episode rows, success with Wilson intervals,
+coordination metrics, cross-play; :mod:`envfactory.multi.report`: the reports), for teams
+(``envfactory eval-team``) and for one agent (``envfactory eval``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,12 @@
-"""Coordination evaluation of teams on multi-agent environments.
+"""Evaluation of policies, one agent or a team: episode rows, success with 95% Wilson intervals,
+coordination metrics, contributions and cross-play.
 
-For each environment and each policy (playing every role: a homogeneous team):
+Every scripted episode is played by :func:`~envfactory.agents_scripted.play` and described by
+:func:`episode_row`; :func:`summarize` makes rows into success with its interval (:func:`wilson`)
+and per-episode means, for ``envfactory eval`` (:func:`agents.eval.evaluate`, which adds batched
+model rollouts) and for :func:`evaluate`, the team evaluation (``envfactory eval-team``, or
+``envfactory eval`` on team environments). For each environment and each policy (playing every
+role: a homogeneous team):
 
 * **joint success** with a 95% Wilson confidence interval, per mode (AEC turn
   order and Parallel simultaneous moves);
@@ -36,14 +42,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..agents_scripted import MODES, SCRIPTED, NoopPolicy, Outcome, Policy, play, scripted_policy
 from ..definition import ToolEnvSpec
 from ..episode import Episode
 
-__all__ = ["PolicyEntry", "POLICY_GROUP", "build_policies", "policy_factories", "wilson", "summarize",
-           "evaluate_env", "evaluate"]
+__all__ = ["PolicyEntry", "POLICY_GROUP", "build_policies", "policy_factories", "wilson", "episode_row",
+           "summarize", "evaluate_env", "evaluate", "team_names", "run_and_report"]
 
 POLICY_GROUP = "envfactory.policies"
 
@@ -109,43 +115,69 @@ def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
     return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
 
 
-def _r(x: float | None) -> float | None:
-    return None if x is None else round(x, 4)
+def episode_row(ep: Episode, policies: Policy | Mapping[str, Policy], task: Any, *, mode: str = "aec",
+                seed: int = 0) -> dict[str, Any]:
+    """Play one episode with :func:`~envfactory.agents_scripted.play` and describe it as a row
+    for :func:`summarize`; an environment or policy that raises fails this episode only
+    (``error`` says why)."""
+    error = None
+    try:
+        o = play(ep, policies, task, mode=mode, seed=seed)
+    except Exception as exc:  # a crashed environment or policy fails its episode only
+        error = f"{type(exc).__name__}: {exc}"
+        o = Outcome(env=ep.spec.name, task_id=getattr(task, "id", task), mode=mode, success=False, rewards={},
+                    rounds=0, ended_by="error")
+    parse_errors = o.errors.get("parse_error", 0)
+    return {"env": o.env, "task": o.task_id, "mode": o.mode, "success": o.success, "reward": o.reward,
+            "rewards": o.rewards, "turns": o.turns, "rounds": o.rounds, "tool_calls": o.calls,
+            "tool_errors": sum(o.errors.values()) - parse_errors, "parse_errors": parse_errors,
+            "messages": o.messages, "redundant": o.redundant, "conflicts": o.errors.get("conflict", 0),
+            "permission_errors": o.errors.get("permission", 0), "truncated": o.truncated, "ended_by": o.ended_by,
+            "error": error}
 
 
-def summarize(outcomes: list[Outcome], agents: Sequence[str]) -> dict[str, Any]:
-    """The coordination metrics of a set of episodes (see the module docstring)."""
-    n = len(outcomes)
-    wins = [o for o in outcomes if o.success]
+def summarize(rows: Sequence[dict[str, Any]], agents: Sequence[str] = ()) -> dict[str, Any]:
+    """Success, its 95% Wilson interval and per-episode means of episode rows (:func:`episode_row`'s,
+    or a model rollout's with the same counts); with ``agents`` (a team's roles), the
+    coordination metrics of the module docstring too."""
+    n = len(rows)
+    wins = [r for r in rows if r["success"]]
     k = len(wins)
-    msgs = sum(o.messages for o in outcomes)
-    per = (lambda f: _r(sum(f(o) for o in outcomes) / n)) if n else (lambda f: None)
-    return {
-        "episodes": n, "successes": k, "success": _r(k / n) if n else None, "success_ci95": wilson(k, n),
-        "rounds_to_success": _r(sum(o.rounds for o in wins) / k) if k else None,
-        "messages_per_success": _r(msgs / k) if k else None,
-        "messages_per_episode": per(lambda o: o.messages),
-        "calls_per_episode": per(lambda o: o.calls),
-        "redundant_per_episode": per(lambda o: o.redundant),
-        "conflicts_per_episode": per(lambda o: o.errors.get("conflict", 0)),
-        "permission_errors_per_episode": per(lambda o: o.errors.get("permission", 0)),
-        "reward": {a: per(lambda o, a=a: o.rewards.get(a, 0.0)) for a in agents},
-        "ended_by": {e: sum(o.ended_by == e for o in outcomes) for e in sorted({o.ended_by for o in outcomes})},
+
+    def mean(key: str, of: Sequence[dict[str, Any]] = rows) -> float | None:
+        return round(sum(r[key] for r in of) / len(of), 3) if of else None
+
+    out: dict[str, Any] = {
+        "episodes": n, "successes": k, "success_rate": round(k / n, 4) if n else None, "ci95": wilson(k, n),
+        "mean_turns": mean("turns"), "mean_tool_calls": mean("tool_calls"), "mean_tool_errors": mean("tool_errors"),
+        "mean_parse_errors": mean("parse_errors"), "failed_episodes": sum(1 for r in rows if r["error"]),
     }
+    if agents:
+        out.update({
+            "rounds_to_success": mean("rounds", wins),
+            "messages_per_success": round(sum(r["messages"] for r in rows) / k, 3) if k else None,
+            "messages_per_episode": mean("messages"),
+            "redundant_per_episode": mean("redundant"),
+            "conflicts_per_episode": mean("conflicts"),
+            "permission_errors_per_episode": mean("permission_errors"),
+            "reward": {a: round(sum(r["rewards"].get(a, 0.0) for r in rows) / n, 3) if n else None for a in agents},
+            "ended_by": {e: sum(r["ended_by"] == e for r in rows) for e in sorted({r["ended_by"] for r in rows})},
+        })
+    return out
 
 
 def _run(ep: Episode, team: dict[str, Policy], tasks: list[str], seeds: Sequence[int],
-         mode: str) -> list[Outcome]:
-    return [play(ep, team, t, mode=mode, seed=s) for t in tasks for s in seeds]
+         mode: str) -> list[dict[str, Any]]:
+    return [episode_row(ep, team, t, mode=mode, seed=s) for t in tasks for s in seeds]
 
 
 def evaluate_env(spec: ToolEnvSpec, policies: list[PolicyEntry], *, episodes: int = 2,
-                 modes: Sequence[str] = MODES, progress: Callable[[str], None] | None = None
-                 ) -> dict[str, Any]:
+                 modes: Sequence[str] = MODES, runtime: str = "local", max_turns: int | None = None,
+                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Evaluate every policy on one environment: team metrics, contributions and cross-play."""
     from ..registry import make_multi
 
-    ep = make_multi(spec.name)
+    ep = make_multi(spec.name, runtime, max_turns=max_turns)
     agents = spec.agent_ids
     all_tasks = [t.id for t in spec.get_tasks()]
     noop = NoopPolicy()
@@ -166,15 +198,19 @@ def evaluate_env(spec: ToolEnvSpec, policies: list[PolicyEntry], *, episodes: in
         team = dict.fromkeys(agents, p.policy)
         teams[p.name] = {"tasks": len(tasks), "seeds": len(seeds)}
         for mode in modes:
-            teams[p.name][mode] = summarize(_run(ep, team, tasks, seeds, mode), agents)
-        base = summarize(_run(ep, team, tasks, seeds, "aec"), agents)["success"] if "aec" not in modes \
-            else teams[p.name]["aec"]["success"]
+            rows = _run(ep, team, tasks, seeds, mode)
+            teams[p.name][mode] = summarize(rows, agents)
+            errors = [r["error"] for r in rows if r["error"]]
+            if errors and progress:
+                progress(f"{spec.name}: {p.name} ({mode}): {len(errors)} episodes failed, e.g. {errors[0]}")
+        base = summarize(_run(ep, team, tasks, seeds, "aec"))["success_rate"] if "aec" not in modes \
+            else teams[p.name]["aec"]["success_rate"]
         base_aec[p.name] = base
         contribution[p.name] = {}
         for a in agents:
-            without = summarize(_run(ep, {**team, a: noop}, tasks, seeds, "aec"), agents)["success"]
+            without = summarize(_run(ep, {**team, a: noop}, tasks, seeds, "aec"))["success_rate"]
             contribution[p.name][a] = {"team_success": base, "success_without": without,
-                                       "contribution": _r(base - without)}
+                                       "contribution": round(base - without, 4)}
         if progress:
             progress(f"{spec.name}: {p.name} team done in {time.perf_counter() - start:.1f}s")
 
@@ -186,9 +222,9 @@ def evaluate_env(spec: ToolEnvSpec, policies: list[PolicyEntry], *, episodes: in
                 cross[row.name][col.name] = base_aec[row.name]
                 continue
             tasks, seeds = tasks_for(row, col), seeds_for(row, col)
-            outs = [o for r in agents
-                    for o in _run(ep, {a: (row.policy if a == r else col.policy) for a in agents}, tasks, seeds, "aec")]
-            cross[row.name][col.name] = summarize(outs, agents)["success"]
+            rows = [x for r in agents
+                    for x in _run(ep, {a: (row.policy if a == r else col.policy) for a in agents}, tasks, seeds, "aec")]
+            cross[row.name][col.name] = summarize(rows)["success_rate"]
     if progress:
         progress(f"{spec.name}: cross-play done")
     ep.close()
@@ -199,9 +235,11 @@ def evaluate_env(spec: ToolEnvSpec, policies: list[PolicyEntry], *, episodes: in
 
 def evaluate(names: Sequence[str] | None = None, policies: Sequence[Any] = ("oracle", "random", "noop"), *,
              episodes: int = 2, modes: Sequence[str] = MODES, model_tasks: int = 2, max_new_tokens: int = 48,
+             runtime: str = "local", max_turns: int | None = None,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Evaluate ``policies`` (names or objects, see :func:`build_policies`) on the multi-agent
-    environments ``names`` (default: all registered).
+    environments ``names`` (default: all registered), in ``runtime`` (``local`` or ``docker``),
+    ``max_turns`` rounds per episode (default: each environment's own limit).
 
     Returns the JSON document: ``environments`` (one :func:`evaluate_env` entry
     each), ``summary`` (per policy and mode: success pooled over environments,
@@ -218,17 +256,18 @@ def evaluate(names: Sequence[str] | None = None, policies: Sequence[Any] = ("ora
         if m not in MODES:
             raise ValueError(f"unknown mode {m!r}; choose from {MODES}")
     entries = build_policies(policies, model_tasks=model_tasks, max_new_tokens=max_new_tokens)
-    envs = [evaluate_env(s, entries, episodes=episodes, modes=modes, progress=progress) for s in chosen]
+    envs = [evaluate_env(s, entries, episodes=episodes, modes=modes, runtime=runtime, max_turns=max_turns,
+                         progress=progress) for s in chosen]
     summary: dict[str, Any] = {}
     for p in entries:
         summary[p.name] = {}
         for mode in modes:
-            k = sum(e["teams"][p.name][mode]["successes"] for e in envs)
-            n = sum(e["teams"][p.name][mode]["episodes"] for e in envs)
-            summary[p.name][mode] = {"successes": k, "episodes": n, "success": _r(k / n) if n else None,
-                                     "success_ci95": wilson(k, n)}
+            k, n, failed = (sum(e["teams"][p.name][mode][key] for e in envs)
+                            for key in ("successes", "episodes", "failed_episodes"))
+            summary[p.name][mode] = {"successes": k, "episodes": n, "success_rate": round(k / n, 4) if n else None,
+                                     "ci95": wilson(k, n), "failed_episodes": failed}
     return {"policies": [p.name for p in entries], "modes": list(modes), "episodes_per_task": episodes,
-            "model_tasks_per_env": model_tasks, "environments": envs, "summary": summary,
+            "model_tasks_per_env": model_tasks, "runtime": runtime, "environments": envs, "summary": summary,
             "seconds": round(time.perf_counter() - start, 2)}
 
 
@@ -268,24 +307,16 @@ def team_names(env_arg: str) -> list[str] | None:
         return None
 
 
-def eval_team_from_eval_args(args: Any, names: list[str]) -> tuple[int, Any, str]:
-    """``envfactory eval --env <multi-agent names|multi> --policy p1,p2 [--report DIR]``:
-    the team evaluation (``--episodes``: per task, for stochastic policies)."""
-    return run_and_report(names, [p for p in args.policy.split(",") if p], out=args.report or "team_eval",
-                          episodes=args.episodes, max_new_tokens=args.max_new_tokens)
-
-
-def run_and_report(names: Sequence[str] | None, policies: Sequence[Any], *, out: str, episodes: int = 2,
-                   modes: Sequence[str] = MODES, model_tasks: int = 2, max_new_tokens: int = 48
+def run_and_report(names: Sequence[str] | None, policies: Sequence[Any], *, out: str, **settings: Any
                    ) -> tuple[int, Any, str]:
-    """Evaluate, write the report into ``out``, and summarise; returns ``(code, json, text)``."""
+    """:func:`evaluate` (``settings``: its keyword arguments), write the report into ``out``, and
+    summarise; returns ``(code, json, text)``."""
     import sys
 
     from .report import write_report
 
     try:
-        doc = evaluate(names, policies, episodes=episodes, modes=modes, model_tasks=model_tasks,
-                       max_new_tokens=max_new_tokens, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+        doc = evaluate(names, policies, progress=lambda msg: print(msg, file=sys.stderr, flush=True), **settings)
     except (KeyError, ValueError, RuntimeError) as exc:
         msg = str(exc.args[0] if isinstance(exc, KeyError) else exc)
         return 2, {"error": msg}, "error: " + msg
@@ -294,7 +325,10 @@ def run_and_report(names: Sequence[str] | None, policies: Sequence[Any], *, out:
     lines = [f"{'policy':<10}{'mode':<10}{'success':>8}  95% CI        episodes"]
     for p, by_mode in doc["summary"].items():
         for mode, s in by_mode.items():
-            lo, hi = s["success_ci95"]
-            lines.append(f"{p:<10}{mode:<10}{s['success'] or 0:>8.2f}  [{lo:.2f}, {hi:.2f}]  {s['episodes']:>6}")
+            lo, hi = s["ci95"]
+            lines.append(f"{p:<10}{mode:<10}{s['success_rate'] or 0:>8.2f}  [{lo:.2f}, {hi:.2f}]  {s['episodes']:>6}")
+    failed = sum(s["failed_episodes"] for by_mode in doc["summary"].values() for s in by_mode.values())
+    if failed:
+        lines.append(f"{failed} episodes failed (an environment or policy raised; the messages are above)")
     lines.append(f"report: {paths['markdown']} (JSON: {paths['json']}), {doc['seconds']}s")
-    return 0, doc, "\n".join(lines)
+    return (1 if failed else 0), doc, "\n".join(lines)

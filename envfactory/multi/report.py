@@ -1,9 +1,13 @@
-"""The coordination evaluation as a markdown report with SVG plots (no plotting dependency).
+"""Evaluation reports: markdown with charts, for one agent or a team.
 
-:func:`write_report` writes ``team_eval.json``, ``team_eval.md`` and
-``plots/*.svg`` into a folder: a success chart with 95% intervals per
-environment and policy, a cross-play heatmap and a contribution chart per
-environment.
+:func:`write_report` writes, for a team evaluation (:func:`envfactory.multi.eval.evaluate`),
+``team_eval.json``, ``team_eval.md`` and ``plots/*.svg`` (no plotting dependency): a
+success chart with 95% intervals per environment and policy, a cross-play heatmap and
+a contribution chart per environment. For a single-agent evaluation
+(:func:`agents.eval.evaluate`) it writes ``results.json``, ``report.md`` and PNG plots
+(success with 95% intervals per environment; turns, tool calls and parse errors per
+episode). Those need matplotlib (the ``eval`` extra); without it the report has its
+tables only and says so.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_report", "markdown", "success_chart", "heatmap", "contribution_chart"]
+__all__ = ["write_report", "markdown", "agent_markdown", "success_chart", "heatmap", "contribution_chart"]
 
 _COLORS = ["#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6", "#dd4477"]
 
@@ -39,10 +43,10 @@ def success_chart(doc: dict[str, Any], mode: str) -> str:
         x0 = left + gap / 2 + i * (len(pols) * bw + gap)
         for j, p in enumerate(pols):
             m = e["teams"][p].get(mode)
-            if not m or m["success"] is None:
+            if not m or m["success_rate"] is None:
                 continue
-            x, s = x0 + j * bw, m["success"]
-            lo, hi = m["success_ci95"]
+            x, s = x0 + j * bw, m["success_rate"]
+            lo, hi = m["ci95"]
             body.append(f'<rect x="{x}" y="{top + h - s * h}" width="{bw - 2}" height="{s * h}" '
                         f'fill="{_COLORS[j % len(_COLORS)]}"/>')
             cx = x + (bw - 2) / 2
@@ -104,7 +108,7 @@ def _fmt(v: Any) -> str:
 
 
 def markdown(doc: dict[str, Any], plots: dict[str, str]) -> str:
-    """The report's markdown text; ``plots`` maps a plot key to its relative path."""
+    """The team report's markdown text; ``plots`` maps a plot key to its relative path."""
     lines = ["# Coordination evaluation", "",
              f"Policies: {', '.join(doc['policies'])}. Modes: {', '.join(doc['modes'])}. Stochastic policies play "
              f"{doc['episodes_per_task']} episodes per task; model policies at most {doc['model_tasks_per_env']} "
@@ -113,8 +117,8 @@ def markdown(doc: dict[str, Any], plots: dict[str, str]) -> str:
              "| policy | mode | success | 95% CI | episodes |", "|---|---|---|---|---|"]
     for p, by_mode in doc["summary"].items():
         for mode, s in by_mode.items():
-            lo, hi = s["success_ci95"]
-            lines.append(f"| {p} | {mode} | {_fmt(s['success'])} | [{lo:.2f}, {hi:.2f}] | {s['episodes']} |")
+            lo, hi = s["ci95"]
+            lines.append(f"| {p} | {mode} | {_fmt(s['success_rate'])} | [{lo:.2f}, {hi:.2f}] | {s['episodes']} |")
     for mode in doc["modes"]:
         if f"success_{mode}" in plots:
             lines += ["", f"![joint success {mode}]({plots[f'success_{mode}']})"]
@@ -127,9 +131,9 @@ def markdown(doc: dict[str, Any], plots: dict[str, str]) -> str:
         for p, t in e["teams"].items():
             for mode in doc["modes"]:
                 m = t[mode]
-                lo, hi = m["success_ci95"]
+                lo, hi = m["ci95"]
                 rewards = ", ".join(f"{a}={_fmt(v)}" for a, v in m["reward"].items())
-                lines.append(f"| {p} | {mode} | {_fmt(m['success'])} [{lo:.2f}, {hi:.2f}] | "
+                lines.append(f"| {p} | {mode} | {_fmt(m['success_rate'])} [{lo:.2f}, {hi:.2f}] | "
                              f"{_fmt(m['rounds_to_success'])} | {_fmt(m['messages_per_success'])} | "
                              f"{_fmt(m['redundant_per_episode'])} | {_fmt(m['conflicts_per_episode'])} | "
                              f"{_fmt(m['permission_errors_per_episode'])} | {rewards} |")
@@ -148,10 +152,70 @@ def markdown(doc: dict[str, Any], plots: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(doc: dict[str, Any], out_dir: str | Path) -> dict[str, str]:
-    """Write ``team_eval.json``, ``team_eval.md`` and the SVG plots; return their paths."""
-    out = Path(out_dir)
-    (out / "plots").mkdir(parents=True, exist_ok=True)
+def _png_plots(doc: dict[str, Any], out: Path) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = doc["environments"]
+    names = [e["name"] for e in envs]
+    rates = [e["success_rate"] for e in envs]
+    err = [[r - e["ci95"][0] for r, e in zip(rates, envs)], [e["ci95"][1] - r for r, e in zip(rates, envs)]]
+    fig, ax = plt.subplots(figsize=(max(4, 1.3 * len(names) + 2), 3.2))
+    ax.bar(names, rates, yerr=err, capsize=4, color="#4c72b0")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("success rate (95% Wilson CI)")
+    ax.set_title(f"{doc['policy']}: {doc['episodes_per_env']} episodes per environment")
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    fig.tight_layout()
+    fig.savefig(out / "success.png", dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    for ax, key, title in zip(axes, ("turns", "tool_calls", "parse_errors"),
+                              ("turns per episode", "tool calls per episode", "parse errors per episode")):
+        data = [[r[key] for r in doc["episodes"] if r["env"] == n] for n in names]
+        ax.boxplot(data, showmeans=True)
+        ax.set_xticks(range(1, len(names) + 1), names, rotation=20, ha="right")
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(out / "episodes.png", dpi=110)
+    plt.close(fig)
+    return {"success": "success.png", "episodes": "episodes.png"}
+
+
+def agent_markdown(doc: dict[str, Any], plots: dict[str, str]) -> str:
+    """The single-agent report's markdown text; ``plots`` maps a plot key to its relative path."""
+    t = doc["totals"]
+    lines = [
+        f"# Evaluation of `{doc['policy']}`",
+        "",
+        f"{t['episodes']} episodes ({doc['episodes_per_env']} per environment), runtime `{doc['runtime']}`, "
+        f"temperature {doc['temperature']}, {doc['seconds']} s. Overall success "
+        f"**{t['success_rate']:.1%}** (95% Wilson CI {t['ci95'][0]:.1%}–{t['ci95'][1]:.1%}).",
+        "",
+        "| environment | episodes | success | 95% CI | turns | tool calls | tool errors | parse errors | failed |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for e in doc["environments"] + [{"name": "**all**", **t}]:
+        lines.append(
+            f"| {e['name']} | {e['episodes']} | {e['success_rate']:.1%} | {e['ci95'][0]:.1%}–{e['ci95'][1]:.1%} "
+            f"| {e['mean_turns']} | {e['mean_tool_calls']} | {e['mean_tool_errors']} | {e['mean_parse_errors']} "
+            f"| {e['failed_episodes']} |"
+        )
+    lines.append("")
+    lines += [f"![{name}]({name})" for name in plots.values()]
+    if not plots:
+        lines.append("\n_Plots skipped: matplotlib is not installed (pip install 'envfactory[eval]')._\n")
+    failed = [r for r in doc["episodes"] if r["error"]]
+    if failed:
+        lines += ["", "## Failed episodes", ""] + [f"- {r['env']} {r['task']}: {r['error']}" for r in failed[:50]]
+    return "\n".join(lines) + "\n"
+
+
+def _svg_plots(doc: dict[str, Any], out: Path) -> dict[str, str]:
+    (out / "plots").mkdir(exist_ok=True)
     plots: dict[str, str] = {}
 
     def save(key: str, name: str, svg: str) -> None:
@@ -164,7 +228,24 @@ def write_report(doc: dict[str, Any], out_dir: str | Path) -> dict[str, str]:
         save(f"cross_{e['name']}", f"crossplay_{e['name']}.svg", heatmap(e))
         team = "oracle" if "oracle" in e["contribution"] else next(iter(e["contribution"]))
         save(f"contrib_{e['name']}", f"contribution_{e['name']}.svg", contribution_chart(e, team))
-    (out / "team_eval.json").write_text(json.dumps(doc, indent=2))
-    (out / "team_eval.md").write_text(markdown(doc, plots))
-    return {"json": str(out / "team_eval.json"), "markdown": str(out / "team_eval.md"),
+    return plots
+
+
+def write_report(doc: dict[str, Any], out_dir: str | Path) -> dict[str, str]:
+    """Write the evaluation ``doc`` (a team's or a single agent's) as JSON, markdown and plots
+    into ``out_dir``; return their paths (``json``, ``markdown`` and one per plot)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    team = "summary" in doc
+    json_name, md_name = ("team_eval.json", "team_eval.md") if team else ("results.json", "report.md")
+    (out / json_name).write_text(json.dumps(doc, indent=2))
+    if team:
+        plots = _svg_plots(doc, out)
+    else:
+        try:
+            plots = _png_plots(doc, out)
+        except ImportError:
+            plots = {}
+    (out / md_name).write_text(markdown(doc, plots) if team else agent_markdown(doc, plots))
+    return {"json": str(out / json_name), "markdown": str(out / md_name),
             **{k: str(out / v) for k, v in plots.items()}}
