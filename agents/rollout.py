@@ -146,6 +146,7 @@ class Rollout:
         self.full: set[str] = set()        # roles out of context: they pass, nothing more is recorded
         self.done, self.error = False, None
         self.success, self.rewards, self.rounds, self.ended_by = False, dict.fromkeys(actors, 0.0), 0, ""
+        self.owns_env = False  # the caller's episode; a fork owns the fork of it (see close)
 
     @property
     def env_name(self) -> str:
@@ -175,14 +176,38 @@ class Rollout:
         return list(self.env.agents) if self.mode == "parallel" else [self.env.next_agent]
 
     def fork(self) -> "Rollout":
-        """An independent copy: the token records are copied and the episode forked."""
+        """An independent copy: the token records are copied and the episode forked (a finished
+        one too, so that closing either copy never closes the other's episode).
+
+        Never raises for a failing environment. A rollout that failed (``error`` set, e.g. its
+        reset) is not forked again: the copy refers to the same episode without owning it, so
+        :meth:`close` on the copy leaves it alone. A live episode whose fork fails gives a copy
+        that is done, with ``error`` set, in the same way.
+        """
         new = Rollout.__new__(Rollout)
         new.__dict__.update(self.__dict__)
-        new.env = self.env.fork() if not self.done else self.env
         new.trajectories = {a: t.copy() for a, t in self.trajectories.items()}
         new.cursor, new.closing, new.full = dict(self.cursor), dict(self.closing), set(self.full)
         new.rewards = dict(self.rewards)
+        new.owns_env = False
+        if self.error is None:
+            try:
+                new.env, new.owns_env = self.env.fork(), True
+            except Exception as exc:  # a dead container, or an episode that cannot be forked
+                if not self.done:
+                    new.fail(f"fork failed: {type(exc).__name__}: {exc}")
         return new
+
+    def close(self) -> None:
+        """Close this rollout's episode if it owns it (a fork's own copy); never the episode
+        the caller passed to :func:`start`, nor one shared with the rollout it was copied from.
+        Never raises."""
+        if self.owns_env:
+            self.owns_env = False
+            try:
+                self.env.close()
+            except Exception:  # a dead container must not kill the caller
+                pass
 
     def fail(self, why: str) -> None:
         self.error = why
@@ -259,6 +284,8 @@ class Rollout:
         if ok and ep.done:
             self.success, self.rewards = bool(ep.success), dict(ep.rewards)
             self.rounds, self.ended_by = ep.round, ep.ended_by or ""
+        elif ok:  # cut by the rollout (no role fits max_context): judged like the episode's own end
+            self._grade_cut(ep)
         for a, t in self.trajectories.items():
             if ok and a in self.closing and a not in self.full:
                 r = renderer_for(self.tokenizers[a])
@@ -268,6 +295,33 @@ class Rollout:
             t.reward, t.success, t.error = float(self.rewards.get(a, 0.0)), self.success, self.error
             t.terminated = ok and bool(ep.terminated)
             t.truncated = t.truncated or (ok and bool(ep.truncated))
+
+
+    def _grade_cut(self, ep: Any) -> None:
+        """Judge an episode the rollout ended before the episode did (out of context) the way
+        the episode judges its own turn limit: the task's success on the true state, with each
+        role's last answer (its last turn without a tool call) as the final answer."""
+        from envfactory.parsing import parse_text
+
+        try:
+            task, state = ep.task, ep.state
+            words = []
+            for t in self.trajectories.values():
+                last = None
+                for m in t.messages:
+                    if m.get("role") == "assistant":
+                        parsed = parse_text(str(m.get("content") or ""))
+                        if not parsed.attempted:
+                            last = parsed.answer
+                words += [last] if last else []
+            success = bool(task.success(state, "\n".join(words)))
+            rewards = ep.spec.rewards(task, state, success)
+        except Exception as exc:  # nothing to judge (a dead container): reward 0, and say why
+            self.ended_by = f"max_context (not judged: {type(exc).__name__}: {exc})"
+            return
+        self.success, self.rewards = success, {a: float(rewards.get(a, 0.0)) for a in self.trajectories}
+        started = ep.next_agent != ep.agents[0]  # the round under way has had some turns already
+        self.rounds, self.ended_by = ep.round - (0 if started else 1), "max_context"
 
 
 def _split(gen: Generation, r: ChatRenderer, stops: set[int]) -> tuple[list[int], str, str]:

@@ -102,7 +102,9 @@ def cache_root() -> Path:
 def corpus() -> list[str]:
     """The tokenizer's training text: every registered single-agent environment's
     system prompt, tool schemas, and each task's instruction, reference solution
-    (as Hermes tool calls) and the tool outputs that solution produces, in chat markup."""
+    (as Hermes tool calls) and the tool outputs that solution produces, in chat markup.
+    Evaluation tasks (``spec.split(task) == "eval"``) are left out: nothing built
+    before training may have seen them."""
     import envfactory
     from envfactory.agents_scripted import OraclePolicy, play
 
@@ -114,6 +116,8 @@ def corpus() -> list[str]:
         schemas = env.tool_schemas()
         texts.append("\n".join(json.dumps(t, ensure_ascii=False) for t in schemas))
         for task in s.get_tasks():
+            if s.split(task) == "eval":
+                continue
             play(env, OraclePolicy(), task.id)
             for m in env.messages:
                 texts.append(f"<|im_start|>{m['role']}\n{m.get('content') or ''}<|im_end|>\n")

@@ -51,6 +51,8 @@ class Sample:
     mask: list[int]
     old_logprobs: list[float]
     advantages: list[float]
+    signal: bool = True
+    """Whether its group's advantages are not all zero (else it is trained on for the KL term only)."""
 
 
 @dataclass
@@ -94,7 +96,11 @@ class Trainer:
         lr: AdamW learning rate of the RL updates.
         tasks_per_step: Tasks per step; each gets ``algorithm.M`` rollouts.
         max_new_tokens: Tokens per assistant turn.
-        max_turns: The episodes' turn (round) limit (default: each environment's).
+        max_turns: The episodes' turn (round) limit (default: each environment's). An episode
+            ended by it is judged on its final state like any other.
+        max_context: The most tokens of a role's sequence (default: the tokenizer's
+            ``model_max_length``); a rollout none of whose roles fits another turn ends and is
+            judged on its state, like one ended by ``max_turns``.
         mode: ``aec`` (turn order) or ``parallel`` (simultaneous moves) for teams.
         micro_batch: Sequences per forward/backward pass (gradients accumulate).
         grad_clip: Global gradient-norm clip (0 disables).
@@ -110,7 +116,8 @@ class Trainer:
     def __init__(self, policy: Any, envs: Sequence[Any], algorithm: Algorithm | None = None, *,
                  tasks: TaskFilter = None, model: Any = None, lr: float = 1e-5, tasks_per_step: int = 4,
                  max_new_tokens: int = 128, temperature: float = 1.0, max_turns: int | None = None,
-                 mode: str = "aec", micro_batch: int = 16, grad_clip: float = 1.0, format_coef: float = 0.0,
+                 max_context: int | None = None, mode: str = "aec", micro_batch: int = 16, grad_clip: float = 1.0,
+                 format_coef: float = 0.0,
                  reward_fn: Callable[[Trajectory], float] | None = None, seed: int = 0,
                  output_dir: str | None = None, save_every: int = 0, show_progress: bool = True) -> None:
         import torch
@@ -138,6 +145,7 @@ class Trainer:
             raise ValueError("no tasks to train on: check the tasks= filter against the environments' task ids")
         self.lr, self.tasks_per_step, self.max_new_tokens = lr, tasks_per_step, max_new_tokens
         self.temperature, self.max_turns, self.mode, self.micro_batch = temperature, max_turns, mode, micro_batch
+        self.max_context = max_context
         self.grad_clip, self.format_coef, self.reward_fn, self.seed = grad_clip, format_coef, reward_fn, seed
         self.output_dir = Path(output_dir) if output_dir else None
         self.save_every, self.show_progress = save_every, show_progress
@@ -208,7 +216,7 @@ class Trainer:
 
     def _groups(self, pairs: list[tuple[Any, str]], algo: Algorithm, seed: int, temperature: float) -> list[Group]:
         return sample_groups(self.team, pairs, algo, max_new_tokens=self.max_new_tokens, temperature=temperature,
-                             seed=seed, mode=self.mode)
+                             seed=seed, mode=self.mode, max_context=self.max_context)
 
     # -- evaluation ----------------------------------------------------------
     def evaluate(self, tasks: TaskFilter = None, *, samples: int = 4, temperature: float | None = None,
@@ -314,14 +322,17 @@ class Trainer:
             for agent in g.agents:
                 trajs = [e.trajectories[agent] for e in g.episodes]
                 adv = group_advantages([self.reward(t) for t in trajs])
-                if not any(adv) and not self.algorithm.kl_coef:
+                signal = any(adv)
+                if not signal and not self.algorithm.kl_coef:
                     continue  # equal rewards: no signal (as DAPO's dynamic sampling drops such groups)
+                # (with a KL penalty such a group is kept for the KL term only: signal=False keeps it
+                # out of the policy-gradient token-mean, see agents.algorithms.loss)
                 tok_adv = self.algorithm.token_advantages(adv, [len(t.response_ids) for t in trajs], g.lineages[agent])
                 rows = out[self.learner_of(agent).label]
                 for t, a in zip(trajs, tok_adv):
                     if sum(t.loss_mask) and t.error is None and t.token_exact:
                         rows.append(Sample(agent, t.prompt_ids + t.response_ids, len(t.prompt_ids),
-                                           list(t.loss_mask), list(t.logprobs), a))
+                                           list(t.loss_mask), list(t.logprobs), a, signal))
         return out
 
     def reward(self, traj: Trajectory) -> float:
@@ -335,6 +346,7 @@ class Trainer:
         import torch
 
         n_tokens = sum(sum(s.mask) for s in samples)
+        n_pg_tokens = sum(sum(s.mask) for s in samples if s.signal)  # the policy-gradient token-mean's
         updates = self.algorithm.updates if samples else 0
         stats, grad_norm, refs = [], 0.0, {}  # refs: the reference's log-probs, once per micro-batch
         ln.model.train()
@@ -353,7 +365,8 @@ class Trainer:
                                        _pad([torch.tensor(s.advantages, device=dev) for s in mb]),
                                        _pad([torch.tensor(s.mask, device=dev) for s in mb]),
                                        clip_eps=self.algorithm.clip_eps, ref_logp=refs.get(b),
-                                       kl_coef=self.algorithm.kl_coef, num_tokens=n_tokens)
+                                       kl_coef=self.algorithm.kl_coef, num_tokens=n_tokens,
+                                       pg_num_tokens=n_pg_tokens)
                 loss.backward()
                 stats.append(st)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(ln.model.parameters(), self.grad_clip or float("inf")))
@@ -361,7 +374,8 @@ class Trainer:
         ln.model.eval()
         if samples:
             ln.sync()
-        return {"sequences": len(samples), "tokens": n_tokens, "loss": sum(s.loss for s in stats) / max(updates, 1),
+        return {"sequences": len(samples), "tokens": n_tokens, "pg_tokens": n_pg_tokens,
+                "loss": sum(s.loss for s in stats) / max(updates, 1),
                 "kl": _wmean([(s.kl, s.tokens) for s in stats]),
                 "clip_fraction": _wmean([(s.clip_fraction, s.tokens) for s in stats]), "grad_norm": grad_norm}
 
@@ -408,7 +422,15 @@ class Trainer:
 
 
 def summarize(groups: list[Group]) -> dict[str, Any]:
-    """Success, rewards, tool calls per solved episode, tokens and branching figures of some groups."""
+    """Success, rewards, tool calls per solved episode, tokens and branching figures of some groups.
+
+    ``tokens_generated`` counts the tokens the policy sampled for these groups: a branch's
+    copy of its parent's prefix is counted once, in the parent (``trained_tokens``, in a
+    training row, counts every sampled-token position trained on, copies included).
+    ``branch_p_min/mean/max`` describe ARPO's branch probability ``P`` over its branching
+    decisions, ``branched_fraction`` the share of decisions that made branches (``None``
+    without decisions).
+    """
     eps = [e for g in groups for e in g.episodes]
     trajs = [t for e in eps for t in e.trajectories.values()]
     solved = [e for e in eps if e.success]
@@ -417,6 +439,14 @@ def summarize(groups: list[Group]) -> dict[str, Any]:
         rewards.setdefault(t.agent, []).append(t.reward)
     per_branch = [x for g in groups for x in g.branch_prefill_tokens]
     n = max(len(eps), 1)
+    sampled = 0
+    for g in groups:
+        for i, e in enumerate(g.episodes):
+            for a, t in e.trajectories.items():
+                lin = g.lineages.get(a)
+                copied = lin.shared[i] if lin is not None and i < len(lin.shared) else 0
+                sampled += sum(t.loss_mask[copied:])
+    ps = [d.p for g in groups for d in g.decisions]
     return {
         "episodes": len(eps),
         "success": sum(e.success for e in eps) / n,
@@ -425,8 +455,13 @@ def summarize(groups: list[Group]) -> dict[str, Any]:
         "rounds": sum(e.rounds for e in eps) / n,
         "tool_calls_per_solved": (sum(t.tool_calls for e in solved for t in e.trajectories.values()) / len(solved)
                                   if solved else None),
-        "tokens_generated": sum(sum(t.loss_mask) for t in trajs),
+        "tokens_generated": sampled,
         "branches": sum(k == "branch" for g in groups for k in g.kinds),
+        "branch_decisions": len(ps),
+        "branch_p_min": min(ps) if ps else None,
+        "branch_p_mean": sum(ps) / len(ps) if ps else None,
+        "branch_p_max": max(ps) if ps else None,
+        "branched_fraction": (sum(d.branched for g in groups for d in g.decisions) / len(ps)) if ps else None,
         "fills": sum(k == "fill" for g in groups for k in g.kinds),
         "prefill_tokens_per_branch": sum(per_branch) / len(per_branch) if per_branch else None,
         "errors": sum(e.error is not None for e in eps),

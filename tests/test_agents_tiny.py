@@ -48,3 +48,16 @@ def test_tokenizer_and_chat_template() -> None:
     structured = [msgs[0], msgs[1], {"role": "assistant", "content": "", "tool_calls": [
         {"type": "function", "function": {"name": call.name, "arguments": call.arguments}}]}]
     assert f'<tool_call>\n{{"name": "{call.name}", "arguments": ' in tok.apply_chat_template(structured, tokenize=False)
+
+
+def test_tokenizer_corpus_leaves_out_evaluation_tasks() -> None:
+    # Nothing built before training may have seen an evaluation task (issue 13): every Lights-v0
+    # task has its own instruction, so each eval instruction must be absent and each other present.
+    from agents.tiny import corpus
+
+    texts = "\n".join(corpus())
+    spec = envfactory.spec("Lights-v0")
+    evaluation = spec.tasks_in("eval")
+    assert evaluation
+    for t in spec.get_tasks():
+        assert (t.instruction in texts) == (spec.split(t) != "eval"), t.id
