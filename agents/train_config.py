@@ -5,15 +5,15 @@ what a program builds a run from. Example (YAML)::
 
     model: tiny                 # or a model folder / HF id; or {agent id: model}, a learner per role
     envs: [Counter-v0]          # single-agent or team environments
-    tasks: null                 # null = every task; or a list of ids
+    tasks: null                 # null = each env's rl split (spec.split); or a list of ids, never eval-split ones
     algorithm: {name: arpo, M: 8, N: 4, k: 8}     # name: arpo | grpo, other keys: that algorithm's fields
     sft: {epochs: 30, lr: 0.003}                  # optional warm start on reference solutions
-    sft_tasks: null             # tasks whose reference solutions SFT uses (default: tasks)
+    sft_tasks: null             # tasks whose reference solutions SFT uses (default: tasks, else the sft split)
     steps: 10
-    trainer: {lr: 1.0e-4, tasks_per_step: 4, max_new_tokens: 32, max_turns: 6, seed: 0}
+    trainer: {lr: 1.0e-4, tasks_per_step: 4, max_new_tokens: 32, max_turns: 6, seed: 0}  # respect_splits: false lifts the split rules
     output_dir: runs/train
     resume: false
-    eval: {samples: 4}          # optional: success before and after
+    eval: {samples: 4}          # optional: success before and after, on the eval split (or tasks: [...])
 """
 
 from __future__ import annotations

@@ -92,7 +92,11 @@ class Trainer:
         envs: Environments (episodes or registered names), single-agent or teams; their tasks form the pool.
         algorithm: :class:`ARPO` (default) or :class:`GRPO`.
         tasks: Which tasks to train on: ids (``"task"`` or ``"Env-v0/task"``), or
-            ``f(env_name, task_id) -> bool``; default every task.
+            ``f(env_name, task_id) -> bool``; default the ``rl`` split of every environment
+            (:meth:`envfactory.ToolEnvSpec.split`).
+        respect_splits: Refuse to train (RL or SFT) on an ``eval``-split task, and default
+            :meth:`sft` to the ``sft`` split and :meth:`evaluate` to the ``eval`` split.
+            ``False``: every task is fair game, and every default is the training pool.
         lr: AdamW learning rate of the RL updates.
         tasks_per_step: Tasks per step; each gets ``algorithm.M`` rollouts.
         max_new_tokens: Tokens per assistant turn.
@@ -119,7 +123,8 @@ class Trainer:
                  max_context: int | None = None, mode: str = "aec", micro_batch: int = 16, grad_clip: float = 1.0,
                  format_coef: float = 0.0,
                  reward_fn: Callable[[Trajectory], float] | None = None, seed: int = 0,
-                 output_dir: str | None = None, save_every: int = 0, show_progress: bool = True) -> None:
+                 output_dir: str | None = None, save_every: int = 0, show_progress: bool = True,
+                 respect_splits: bool = True) -> None:
         import torch
 
         import envfactory
@@ -140,7 +145,8 @@ class Trainer:
                 ln.optimizer = torch.optim.AdamW(ln.model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
                 self.learners.append(ln)
             ln.agents.add(agent)
-        self.pool = self._select(tasks)
+        self.respect_splits = respect_splits
+        self.pool = self._select(tasks, "rl")
         if not self.pool:
             raise ValueError("no tasks to train on: check the tasks= filter against the environments' task ids")
         self.lr, self.tasks_per_step, self.max_new_tokens = lr, tasks_per_step, max_new_tokens
@@ -200,19 +206,34 @@ class Trainer:
         return self._sole().pad_id
 
     # -- tasks -------------------------------------------------------------
-    def _select(self, tasks: TaskFilter) -> list[tuple[Any, str]]:
-        pool = []
+    def _select(self, tasks: TaskFilter, purpose: str) -> list[tuple[Any, str]]:
+        """The ``(episode, task id)`` pairs ``tasks`` names, for ``purpose`` (``rl``, ``sft`` or
+        ``eval``); ``None``: that split. Training on an evaluation task is an error."""
+        pool, leaked = [], []
         for env in self.envs:
-            name = env.spec.name
-            for t in env.spec.get_tasks():
-                if tasks is None or (callable(tasks) and tasks(name, t.id)) or (
-                        not callable(tasks) and (t.id in tasks or f"{name}/{t.id}" in tasks)):
+            spec = env.spec
+            for t in spec.get_tasks():
+                if tasks is None:
+                    chosen = not self.respect_splits or spec.split(t) == purpose
+                else:
+                    chosen = (callable(tasks) and tasks(spec.name, t.id)) or (
+                        not callable(tasks) and (t.id in tasks or f"{spec.name}/{t.id}" in tasks))
+                if chosen:
                     pool.append((env, t.id))
+                    if self.respect_splits and purpose != "eval" and spec.split(t) == "eval":
+                        leaked.append(f"{spec.name}/{t.id}")
+        if leaked:
+            raise ValueError(f"{len(leaked)} evaluation-split tasks asked for {purpose} training "
+                             f"({', '.join(leaked[:5])}{', ...' if len(leaked) > 5 else ''}): evaluation tasks "
+                             "are never trained on (spec.split); pass respect_splits=False to allow it")
         return pool
 
-    def pairs(self, tasks: TaskFilter = None) -> list[tuple[Any, str]]:
-        """``(episode, task_id)`` for ``tasks`` (default: the training pool)."""
-        return self.pool if tasks is None else self._select(tasks)
+    def pairs(self, tasks: TaskFilter = None, purpose: str = "rl") -> list[tuple[Any, str]]:
+        """``(episode, task_id)`` for ``tasks`` (default: the training pool for ``rl``, else the
+        ``purpose`` split; the training pool when the trainer does not respect splits)."""
+        if tasks is None and (purpose == "rl" or not self.respect_splits):
+            return self.pool
+        return self._select(tasks, purpose)
 
     def _groups(self, pairs: list[tuple[Any, str]], algo: Algorithm, seed: int, temperature: float) -> list[Group]:
         return sample_groups(self.team, pairs, algo, max_new_tokens=self.max_new_tokens, temperature=temperature,
@@ -221,15 +242,16 @@ class Trainer:
     # -- evaluation ----------------------------------------------------------
     def evaluate(self, tasks: TaskFilter = None, *, samples: int = 4, temperature: float | None = None,
                  seed: int = 12345) -> dict[str, Any]:
-        """Success rate over ``samples`` episodes of each task (default: the training pool)."""
-        return summarize(self._groups(self.pairs(tasks), GRPO(M=samples), seed,
+        """Success rate over ``samples`` episodes of each task (default: the ``eval`` split;
+        every task when the trainer does not respect splits)."""
+        return summarize(self._groups(self.pairs(tasks, "eval"), GRPO(M=samples), seed,
                                       self.temperature if temperature is None else temperature))
 
     # -- SFT warm start -------------------------------------------------------
     def sft(self, tasks: TaskFilter = None, *, epochs: int = 10, lr: float = 1e-3, batch_size: int = 8,
             seed: int | None = None) -> dict[str, Any]:
         """Warm start every learner on its own roles' turns of the tasks' verified reference
-        solutions (loss on the sampled-turn tokens only).
+        solutions (loss on the sampled-turn tokens only). ``tasks`` defaults to the ``sft`` split.
 
         Raises:
             RuntimeError: a reference solution did not succeed (run ``envfactory verify``).
@@ -239,7 +261,7 @@ class Trainer:
         rng = random.Random(self.seed if seed is None else seed)
         started, out = time.perf_counter(), {}
         for ln in self.learners:  # rendered with this learner's tokenizer
-            rows = [t for ro in reference_rollouts(ln.policy.tokenizer, self.pairs(tasks))
+            rows = [t for ro in reference_rollouts(ln.policy.tokenizer, self.pairs(tasks, "sft"))
                     for a, t in ro.trajectories.items() if a in ln.agents and sum(t.loss_mask)]
             opt = torch.optim.AdamW(ln.model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
             ln.model.train()
@@ -465,6 +487,8 @@ def summarize(groups: list[Group]) -> dict[str, Any]:
         "fills": sum(k == "fill" for g in groups for k in g.kinds),
         "prefill_tokens_per_branch": sum(per_branch) / len(per_branch) if per_branch else None,
         "errors": sum(e.error is not None for e in eps),
+        "per_task": {f"{g.env_name}/{g.task_id}": sum(e.success for e in g.episodes) / max(len(g.episodes), 1)
+                     for g in groups},
     }
 
 

@@ -77,7 +77,7 @@ def _grads_after_one_step(tiny_path, kl_coef):
     pol = HFPolicy(tiny_path, device="cpu")
     tr = Trainer(pol, ["Counter-v0"], GRPO(M=2, kl_coef=kl_coef), tasks=["counter-0-3", "counter-0-4"],
                  tasks_per_step=2, max_turns=1, max_new_tokens=8, lr=0.0, grad_clip=0.0, reward_fn=reward, seed=0,
-                 show_progress=False)
+                 respect_splits=False, show_progress=False)
     row = tr.train(1)[0]
     (samples,) = tr.last_samples.values()
     return row, samples, {n: p.grad.clone() for n, p in pol.model.named_parameters() if p.grad is not None}

@@ -9,7 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from agents.algorithms.arpo import ARPO  # noqa: E402
+from agents.algorithms.arpo import ARPO, GRPO  # noqa: E402
+from agents.hf_policy import HFPolicy  # noqa: E402
+from agents.tiny import build_tiny_model  # noqa: E402
 from agents.trainer import Trainer  # noqa: E402
 
 TASKS = ["counter-0-2", "counter-0-4"]
@@ -24,7 +26,7 @@ def _trainer(out, seed=0):
     # A random model never succeeds; a reward that varies within a group makes the updates non-trivial.
     return Trainer(policy, ["Counter-v0"], ARPO(M=4, N=2, k=4), tasks=TASKS, lr=1e-3, tasks_per_step=2,
                    max_new_tokens=12, max_turns=2, reward_fn=lambda t: float(t.response_ids[0] % 2), seed=seed,
-                   output_dir=str(out), show_progress=False)
+                   output_dir=str(out), respect_splits=False, show_progress=False)
 
 
 def _weights(model):
@@ -81,3 +83,21 @@ def test_train_config_is_the_file_format(tmp_path):
                      ({"envs": ["Counter-v0"], "algorithm": {"name": "ppo"}}, "arpo' or 'grpo")]:
         with pytest.raises(ValueError, match=why):
             TrainConfig.from_dict(bad)
+
+
+def test_evaluation_tasks_are_never_trained_on(tmp_path) -> None:
+    # issue 13: the three splits hold everywhere; asking to train (RL or SFT) on an eval-split task is an error
+    import envfactory
+
+    spec = envfactory.spec("Counter-v0")
+    ev, rl, sft = (spec.tasks_in(s)[0].id for s in ("eval", "rl", "sft"))
+    policy = HFPolicy(build_tiny_model(), device="cpu")
+    with pytest.raises(ValueError, match="evaluation-split"):
+        Trainer(policy, ["Counter-v0"], GRPO(M=2), tasks=[ev], show_progress=False)
+    tr = Trainer(policy, ["Counter-v0"], GRPO(M=2), show_progress=False)
+    assert {t for _, t in tr.pool} == {t.id for t in spec.tasks_in("rl")} and rl in {t for _, t in tr.pool}
+    assert {t for _, t in tr.pairs(purpose="eval")} == {t.id for t in spec.tasks_in("eval")}
+    assert sft in {t for _, t in tr.pairs(purpose="sft")}
+    with pytest.raises(ValueError, match="evaluation-split"):
+        tr.sft([ev], epochs=1)
+    assert Trainer(policy, ["Counter-v0"], GRPO(M=2), tasks=[ev], respect_splits=False, show_progress=False).pool

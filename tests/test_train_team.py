@@ -155,8 +155,8 @@ def test_sft_on_reference_joint_solutions_fits_each_roles_turns(tiny_path):
     """Each learner of a per-role team is fitted on its own role's turns of the reference joint play."""
     reader, writer = _policy(tiny_path), _policy(tiny_path)
     tr = Trainer({"reader_0": reader, "writer_0": writer}, [ENV], tasks=[TASK], seed=0, show_progress=False)
-    first = tr.sft(epochs=1, lr=3e-3, batch_size=1)["learners"]
-    last = tr.sft(epochs=8, lr=3e-3, batch_size=1)["learners"]
+    first = tr.sft([TASK], epochs=1, lr=3e-3, batch_size=1)["learners"]
+    last = tr.sft([TASK], epochs=8, lr=3e-3, batch_size=1)["learners"]
     for role in ("reader_0", "writer_0"):
         assert last[role]["examples"] == 1
         assert last[role]["final_nll"] < first[role]["final_nll"] - 2.0, (role, first, last)
@@ -275,7 +275,8 @@ def test_team_training_runs_arpo_with_forks_on_three_roles(tiny_path):
     pol = ScriptedPolicy(hf.tokenizer, first_turn_calls, fallback=hf)
     pol.model = hf.model  # trained in place: the fallback samples from the trained weights
     tr = Trainer(pol, [Episode(TALLY, max_turns=2)], ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0), tasks_per_step=1,
-                 max_new_tokens=8, lr=1e-3, reward_fn=_alternating(), seed=0, show_progress=False)
+                 max_new_tokens=8, lr=1e-3, reward_fn=_alternating(), seed=0, respect_splits=False,
+                 show_progress=False)
     before = _weights(hf.model)
     row = tr.train_step()
     assert row["branches"] == 2 and row["episodes"] == 4 and row["errors"] == 0
