@@ -1,29 +1,26 @@
-"""``envfactory quickstart``: build the tiny model, SFT it, train it with ARPO, measure it.
+"""``envfactory quickstart``: the tiny model, SFT, then RL, measured on tasks RL never saw.
 
-For each seed: build the embedded tiny model (weights seeded), evaluate it on
-held-out tasks ("before"), warm-start it with SFT on the reference solutions of
-the *other* tasks ("sft"), train it with ARPO on the held-out tasks from their
-sparse success reward alone — their reference solutions are never shown — and
-evaluate again ("arpo"). Success is the mean over ``eval_samples`` sampled
-episodes of every held-out task, at ``eval_temperature``.
+The environment (default ``FindLight-v0``) has three disjoint task splits
+(:meth:`envfactory.ToolEnvSpec.split`): SFT sees the reference solutions of
+``sft``-split tasks, RL trains from the sparse success reward on ``rl``-split
+tasks, and every figure is measured on ``eval``-split tasks, which nothing
+before evaluation has seen (the tokenizer and pretraining corpora leave them
+out too). On FindLight success needs the room that ``locate`` returns, so a
+policy that ignores tool results stays at chance.
 
-The default environment is ``Lights-v0`` (environments/lights.py), built for this:
-one tool call per task, so the tiny model's warm start reaches the held-out
-room/action pairings only some of the time, leaving ARPO something to learn from
-sparse reward within the CPU budget. ``Counter-v0`` (multi-turn arithmetic) is
-too hard for the tiny model to give ARPO any reward signal in minutes.
+For each seed: the embedded tiny model (``pretrained``: after its cached
+language-model pretraining, :mod:`agents.pretrain`), evaluated ("before"),
+SFT ("sft"), evaluated; then every RL arm (``arpo``, ``grpo``, ``arpo_beta0``:
+random branching) starts from that same post-SFT checkpoint, trains
+``rl_steps`` steps and is evaluated. Every evaluation plays ``eval_samples``
+sampled episodes of each of ``eval_tasks`` evaluation tasks with the same
+sampling seed, so arms are paired by seed and by task.
 
-The tiny model is randomly initialised and SFT'd on eight examples: it does not
-yet read the room out of the instruction (after SFT it picks a room and an action
-about as often as chance, ~1/12), so ARPO has to learn each held-out pairing from
-a few successes per group. Without an anchor some seeds drift into malformed
-output and never get reward again (measured: lr 5e-4, one seed of three by step
-10; lr 2e-3, all three by step 3; lr 1e-3 with KL 0.05, the one seed tried); a k3
-KL penalty to the post-SFT policy (``kl_coef=0.1``) at lr 5e-4 kept all three
-seeds learning over the default 16 steps.
-
-The report (``report.md`` + ``learning_curve.png``) states every figure, and
-whether ARPO beat SFT alone by more than the spread between seeds.
+The primary metric, fixed in advance, is final evaluation success; the claim
+"RL beats SFT alone" is made only when the paired two-way (seed x task)
+bootstrap 95% interval of RL − SFT excludes 0 (:func:`agents.stats.paired_bootstrap`).
+Also reported: the area under the learning curve (mean training success over the
+RL steps), tokens actually sampled, tool calls per solved task and wall-clock.
 """
 
 from __future__ import annotations
@@ -35,50 +32,75 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["QuickstartConfig", "run_quickstart", "split_tasks"]
+__all__ = ["QuickstartConfig", "run_quickstart", "ARMS", "check_splits"]
+
+ARMS = ("arpo", "grpo", "arpo_beta0")
 
 
 @dataclass
 class QuickstartConfig:
-    env: str = "Lights-v0"
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    heldout_every: int = 3          # every 3rd task (by id order) is held out from SFT
-    sft_epochs: int = 20
-    sft_lr: float = 3e-3
-    sft_batch_size: int = 2         # small batches: more optimizer steps on the few reference solutions
-    rl_steps: int = 16
+    env: str = "FindLight-v0"
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    arms: list[str] = field(default_factory=lambda: ["arpo"])
+    pretrained: bool = True         # start from the cached language-model pretraining
+    sft_tasks: int | None = 48      # how many sft-split tasks SFT uses (None: all)
+    sft_epochs: int = 4
+    sft_lr: float = 2e-3
+    sft_batch_size: int = 8
+    rl_steps: int = 12
     rl_lr: float = 5e-4
-    M: int = 16
-    N: int = 8
+    M: int = 8
+    N: int = 4
     k: int = 8
-    updates: int = 1                # policy updates per rollout batch (GRPO's μ)
-    kl_coef: float = 0.1            # k3 KL penalty to the post-SFT policy (keeps seeds from collapsing)
+    alpha: float = 0.5
+    beta: float = 0.2
+    updates: int = 1                # policy updates per rollout batch (μ)
+    kl_coef: float = 0.1            # k3 KL penalty to the post-SFT policy
     tasks_per_step: int = 4
     max_new_tokens: int = 32
-    max_turns: int = 3
-    temperature: float = 1.0        # sampling temperature of ARPO's rollouts
-    eval_temperature: float = 1.0   # sampling temperature of the before/SFT/ARPO evaluations
-    eval_samples: int = 16
+    max_turns: int | None = None    # default: the environment's
+    temperature: float = 1.0        # sampling temperature of RL's rollouts
+    eval_tasks: int = 12            # evaluation-split tasks evaluated (the first ones, by task order)
+    eval_samples: int = 32          # sampled episodes per evaluation task
+    eval_temperature: float = 1.0
     output_dir: str = "runs/quickstart"
 
+    def __post_init__(self) -> None:
+        unknown = set(self.arms) - set(ARMS)
+        if unknown or not self.arms:
+            raise ValueError(f"arms must be some of {ARMS}, got {self.arms}")
+        if not self.seeds:
+            raise ValueError("seeds must not be empty")
 
-def split_tasks(env_name: str, every: int) -> tuple[list[str], list[str]]:
-    """``(sft_tasks, heldout_tasks)``: every ``every``-th task id (sorted) is held out."""
-    import envfactory
 
-    ids = sorted(t.id for t in envfactory.spec(env_name).get_tasks())
-    held = ids[1::every]
-    return [i for i in ids if i not in held], held
+def check_splits(sft: list[str], rl: list[str], evaluation: list[str]) -> None:
+    """Raise if the SFT, RL and evaluation task lists overlap (they never may)."""
+    for a, b, what in ((sft, rl, "SFT and RL"), (sft, evaluation, "SFT and evaluation"),
+                       (rl, evaluation, "RL and evaluation")):
+        both = set(a) & set(b)
+        if both:
+            raise ValueError(f"{what} tasks overlap: {sorted(both)[:5]}")
+
+
+def _algorithm(arm: str, cfg: QuickstartConfig) -> Any:
+    from .algorithms.arpo import ARPO, GRPO
+
+    common = dict(M=cfg.M, updates=cfg.updates, kl_coef=cfg.kl_coef)
+    if arm == "grpo":
+        return GRPO(**common)
+    return ARPO(N=cfg.N, k=cfg.k, alpha=cfg.alpha, beta=0.0 if arm == "arpo_beta0" else cfg.beta, **common)
 
 
 def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> dict[str, Any]:
-    """Run every seed; write the report; return the JSON summary
-    ``{"seeds", "success": {"before", "sft", "arpo"}, "seconds", ...}``."""
+    """Run every seed and arm; write ``summary.json``, ``report.md`` and the learning curve;
+    return the summary (see the module docstring)."""
     import torch
 
-    from .algorithms.arpo import ARPO
+    import envfactory
+
     from .algorithms.metrics import plot_learning_curve
     from .hf_policy import HFPolicy
+    from .stats import bootstrap_mean, paired_bootstrap
     from .tiny import build_tiny_model
     from .trainer import Trainer
 
@@ -87,78 +109,110 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
     started = time.perf_counter()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    sft_tasks, held = split_tasks(cfg.env, cfg.heldout_every)
-    success: dict[str, list[float]] = {"before": [], "sft": [], "arpo": []}
+    spec = envfactory.spec(cfg.env)
+    sft_ids = [t.id for t in spec.tasks_in("sft")][:cfg.sft_tasks]
+    rl_ids = [t.id for t in spec.tasks_in("rl")]
+    eval_ids = [t.id for t in spec.tasks_in("eval")][:cfg.eval_tasks]
+    check_splits(sft_ids, rl_ids, eval_ids)
+    if len(eval_ids) < cfg.eval_tasks:
+        raise ValueError(f"{cfg.env} has {len(eval_ids)} evaluation tasks; eval_tasks={cfg.eval_tasks}")
+    stages = ["before", "sft", *cfg.arms]
+    grids: dict[str, list[list[float]]] = {s: [] for s in stages}  # stage -> [seed][task] success
     curves: dict[str, list[tuple[float, float]]] = {}
     per_seed = []
     for seed in cfg.seeds:
         t0 = time.perf_counter()
         torch.manual_seed(seed)
-        policy = HFPolicy(build_tiny_model(seed=seed), device="cpu")
-        algo = ARPO(M=cfg.M, N=cfg.N, k=cfg.k, updates=cfg.updates, kl_coef=cfg.kl_coef)
-        trainer = Trainer(policy, [cfg.env], algo, tasks=held, lr=cfg.rl_lr,
-                          tasks_per_step=cfg.tasks_per_step, max_new_tokens=cfg.max_new_tokens,
-                          max_turns=cfg.max_turns, temperature=cfg.temperature, seed=seed,
-                          output_dir=str(out / f"seed-{seed}"))
+        path = build_tiny_model(seed=seed, pretrained=cfg.pretrained)
+        policy = HFPolicy(path, device="cpu")
+        row: dict[str, Any] = {"seed": seed}
         ev = dict(samples=cfg.eval_samples, seed=10_000 + seed, temperature=cfg.eval_temperature)
-        before = trainer.evaluate(held, **ev)["success"]
-        sft = trainer.sft(sft_tasks, epochs=cfg.sft_epochs, lr=cfg.sft_lr, batch_size=cfg.sft_batch_size, seed=seed)
-        after_sft = trainer.evaluate(held, **ev)["success"]
-        rows = trainer.train(cfg.rl_steps)
-        after = trainer.evaluate(held, **ev)
-        success["before"].append(before)
-        success["sft"].append(after_sft)
-        success["arpo"].append(after["success"])
-        curves[f"seed {seed}"] = [(0, after_sft)] + [(r["step"], r["success"]) for r in rows]
-        per_seed.append({"seed": seed, "before": before, "sft": after_sft, "arpo": after["success"],
-                         "sft_final_nll": sft["final_nll"], "tool_calls_per_solved": after["tool_calls_per_solved"],
-                         "branches_per_step": statistics.mean(r["branches"] for r in rows) if rows else 0,
-                         "seconds": round(time.perf_counter() - t0, 1)})
-        say(f"seed {seed}: before {before:.3f}  sft {after_sft:.3f}  arpo {after['success']:.3f}  "
-            f"({per_seed[-1]['seconds']}s)")
+
+        def trainer(arm: str) -> Trainer:
+            return Trainer(policy, [cfg.env], _algorithm(arm, cfg), tasks=rl_ids, lr=cfg.rl_lr,
+                           tasks_per_step=cfg.tasks_per_step, max_new_tokens=cfg.max_new_tokens,
+                           max_turns=cfg.max_turns, temperature=cfg.temperature, seed=seed,
+                           output_dir=str(out / f"seed-{seed}" / arm), show_progress=False)
+
+        def evaluate(tr: Trainer, stage: str) -> dict[str, Any]:
+            r = tr.evaluate(eval_ids, **ev)
+            grids[stage].append([r["per_task"][f"{cfg.env}/{t}"] for t in eval_ids])
+            row[stage] = r["success"]
+            return r
+
+        tr = trainer(cfg.arms[0])
+        evaluate(tr, "before")
+        row["sft_final_nll"] = tr.sft(sft_ids, epochs=cfg.sft_epochs, lr=cfg.sft_lr,
+                                      batch_size=cfg.sft_batch_size, seed=seed)["final_nll"]
+        evaluate(tr, "sft")
+        after_sft = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
+        for arm in cfg.arms:
+            policy.model.load_state_dict(after_sft)  # every arm starts from the same checkpoint
+            tr = trainer(arm)
+            a0 = time.perf_counter()
+            rows = tr.train(cfg.rl_steps)
+            r = evaluate(tr, arm)
+            curves[f"{arm} seed {seed}"] = [(0, row["sft"])] + [(x["step"], x["success"]) for x in rows]
+            row[f"{arm}_auc"] = statistics.mean(x["success"] for x in rows) if rows else 0.0
+            row[f"{arm}_tokens_sampled"] = sum(x["tokens_generated"] for x in rows)
+            row[f"{arm}_tool_calls_per_solved"] = r["tool_calls_per_solved"]
+            row[f"{arm}_branches"] = sum(x["branches"] for x in rows)
+            row[f"{arm}_seconds"] = round(time.perf_counter() - a0, 1)
+        row["seconds"] = round(time.perf_counter() - t0, 1)
+        per_seed.append(row)
+        say(f"seed {seed}: " + "  ".join(f"{s} {row[s]:.3f}" for s in stages) + f"  ({row['seconds']} s)")
         policy.close()
-    gain = [a - s for a, s in zip(success["arpo"], success["sft"])]
-    spread = max(_spread(success["sft"]), _spread(success["arpo"]))
+    compare = {f"{arm}_minus_sft": paired_bootstrap(grids["sft"], grids[arm]) for arm in cfg.arms}
+    compare["sft_minus_before"] = paired_bootstrap(grids["before"], grids["sft"])
+    for i, a in enumerate(cfg.arms):
+        for b in cfg.arms[i + 1:]:
+            compare[f"{a}_minus_{b}"] = paired_bootstrap(grids[b], grids[a])
     summary = {
-        "seeds": list(cfg.seeds),
-        "success": success,
+        "env": cfg.env, "seeds": list(cfg.seeds), "arms": list(cfg.arms),
+        "primary_metric": "final success on evaluation-split tasks (paired by seed and task)",
+        "success": {s: [r[s] for r in per_seed] for s in stages},
+        "success_ci": {s: bootstrap_mean(grids[s]) for s in stages},
+        "compare": compare,
+        "rl_beats_sft": {arm: compare[f"{arm}_minus_sft"]["excludes_zero"] and compare[f"{arm}_minus_sft"]["mean"] > 0
+                         for arm in cfg.arms},
+        "auc": {arm: statistics.mean(r[f"{arm}_auc"] for r in per_seed) for arm in cfg.arms},
+        "tasks": {"sft": len(sft_ids), "rl": len(rl_ids), "eval": eval_ids},
         "seconds": round(time.perf_counter() - started, 1),
-        "env": cfg.env, "sft_tasks": sft_tasks, "heldout_tasks": held,
-        "arpo_minus_sft_mean": statistics.mean(gain) if gain else 0.0,
-        "seed_spread": spread,
-        "arpo_beats_sft_beyond_spread": bool(gain) and statistics.mean(gain) > spread,
-        "per_seed": per_seed, "config": asdict(cfg),
+        "per_seed": per_seed, "grids": grids, "config": asdict(cfg),
     }
-    png = plot_learning_curve(curves, out / "learning_curve.png", xlabel="ARPO step",
-                              title="held-out tasks: success of ARPO's sampled trajectories (step 0 = after SFT)")
+    png = plot_learning_curve(curves, out / "learning_curve.png", xlabel="RL step",
+                              title="RL tasks: success of the sampled training episodes (step 0 = after SFT)")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "report.md").write_text(_report(summary, Path(png).name))
     return summary
 
 
-def _spread(xs: list[float]) -> float:
-    return max(xs) - min(xs) if xs else 0.0
+def _ci(c: dict[str, Any]) -> str:
+    return f"{c['mean']:+.3f} [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}]"
 
 
 def _report(s: dict[str, Any], png: str) -> str:
     c = s["config"]
+    stages = ["before", "sft", *s["arms"]]
     lines = [
         "# envfactory quickstart report", "",
-        f"Environment `{s['env']}`; tiny model built locally; {len(s['seeds'])} seeds; {s['seconds']} s in all.",
-        f"SFT on the reference solutions of {len(s['sft_tasks'])} tasks; ARPO (M={c['M']}, N={c['N']}, k={c['k']}, "
-        f"{c['rl_steps']} steps) on {len(s['heldout_tasks'])} held-out tasks from the sparse success reward only; "
-        f"success = mean over {c['eval_samples']} sampled episodes per held-out task at temperature "
-        f"{c['eval_temperature']} (ARPO samples at {c['temperature']}, lr {c['rl_lr']}, KL {c['kl_coef']}, "
-        f"{c['tasks_per_step']} tasks per step).", "",
-        "| seed | before | SFT | SFT + ARPO |", "|---|---|---|---|",
+        f"Environment `{s['env']}`; tiny model{' (pretrained)' if c['pretrained'] else ''}; "
+        f"{len(s['seeds'])} seeds; {s['seconds']} s in all. SFT on {s['tasks']['sft']} sft-split tasks; RL "
+        f"({', '.join(s['arms'])}; M={c['M']}, {c['rl_steps']} steps, lr {c['rl_lr']}, KL {c['kl_coef']}) on "
+        f"{s['tasks']['rl']} rl-split tasks; success on {len(s['tasks']['eval'])} evaluation-split tasks RL "
+        f"never saw x {c['eval_samples']} sampled episodes (temperature {c['eval_temperature']}).", "",
+        "| seed | " + " | ".join(stages) + " |", "|---" * (len(stages) + 1) + "|",
     ]
     for r in s["per_seed"]:
-        lines.append(f"| {r['seed']} | {r['before']:.3f} | {r['sft']:.3f} | {r['arpo']:.3f} |")
-    m = {k: statistics.mean(v) if v else 0.0 for k, v in s["success"].items()}
-    lines += [f"| mean | {m['before']:.3f} | {m['sft']:.3f} | {m['arpo']:.3f} |", "",
-              f"ARPO − SFT, mean over seeds: {s['arpo_minus_sft_mean']:+.3f}; spread between seeds "
-              f"(max − min of a stage): {s['seed_spread']:.3f}. "
-              + ("ARPO beats SFT alone by more than the spread." if s["arpo_beats_sft_beyond_spread"]
-                 else "ARPO does **not** beat SFT alone by more than the spread in this run."),
-              "", f"![learning curve]({png})", "", f"Held-out tasks: {', '.join(s['heldout_tasks'])}", ""]
+        lines.append(f"| {r['seed']} | " + " | ".join(f"{r[x]:.3f}" for x in stages) + " |")
+    lines += ["| mean [95% CI] | " + " | ".join(
+        f"{s['success_ci'][x]['mean']:.3f} [{s['success_ci'][x]['ci'][0]:.3f}, {s['success_ci'][x]['ci'][1]:.3f}]"
+        for x in stages) + " |", "",
+        "Paired differences (mean, two-way bootstrap 95% CI over seeds and tasks):", ""]
+    lines += [f"- {k.replace('_minus_', ' − ')}: {_ci(v)}" + (" (excludes 0)" if v["excludes_zero"] else
+                                                             " (includes 0: no difference shown)")
+              for k, v in s["compare"].items()]
+    lines += ["", f"Area under the learning curve (mean training success over the RL steps): "
+              + ", ".join(f"{a} {v:.3f}" for a, v in s["auc"].items()),
+              "", f"![learning curve]({png})", "", f"Evaluation tasks: {', '.join(s['tasks']['eval'])}", ""]
     return "\n".join(lines)
