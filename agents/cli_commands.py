@@ -1,4 +1,4 @@
-"""The ``agents`` package's ``envfactory`` subcommands: ``eval``, ``quickstart``, ``train``.
+"""The ``agents`` package's ``envfactory`` subcommands: ``eval``, ``quickstart``, ``train``, ``pretrain``.
 
 They reach the core CLI through the entry-point group ``envfactory.commands``
 (see ``pyproject.toml``), so ``envfactory`` itself never imports ``agents``.
@@ -16,7 +16,7 @@ from typing import Any
 
 from envfactory.cli import Command
 
-__all__ = ["EVAL", "QUICKSTART", "TRAIN"]
+__all__ = ["EVAL", "QUICKSTART", "TRAIN", "PRETRAIN"]
 
 Result = tuple[int, Any, str]
 
@@ -81,26 +81,39 @@ def _eval_run(args: argparse.Namespace) -> Result:
     return (1 if failed else 0), doc, "\n".join(lines)
 
 
-# -- quickstart: tiny model -> SFT -> ARPO on held-out tasks --------------------
+# -- quickstart: tiny model -> SFT -> RL, measured on evaluation tasks ------------
 def _quickstart_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (one run each)")
-    p.add_argument("--steps", type=int, default=None, help="ARPO steps per seed")
-    p.add_argument("--out", default="runs/quickstart", help="report folder")
+    from agents.quickstart import ARMS, QuickstartConfig
+
+    q = QuickstartConfig()
+    p.add_argument("--env", default=q.env, help="environment (its sft / rl / eval splits are used)")
+    p.add_argument("--seeds", type=int, nargs="+", default=q.seeds, help="seeds (one run each)")
+    p.add_argument("--arms", nargs="+", default=q.arms, choices=ARMS, help="RL arms, each from the same SFT checkpoint")
+    p.add_argument("--steps", type=int, default=q.rl_steps, help="RL steps per seed and arm")
+    p.add_argument("--eval-tasks", type=int, default=q.eval_tasks, help="evaluation-split tasks")
+    p.add_argument("--eval-samples", type=int, default=q.eval_samples, help="sampled episodes per evaluation task")
+    p.add_argument("--no-pretrained", action="store_true", help="start from random weights, not the pretrained cache")
+    p.add_argument("--out", default=q.output_dir, help="report folder")
 
 
 def _quickstart_run(args: argparse.Namespace) -> Result:
-    """Tiny model -> SFT on reference solutions -> ARPO on held-out tasks; success before/after per seed."""
+    """Tiny model -> SFT (sft split) -> RL (rl split); success on the eval split, paired CIs."""
     from agents.quickstart import QuickstartConfig, run_quickstart
 
-    cfg = QuickstartConfig(seeds=list(args.seeds), output_dir=args.out)
-    if args.steps is not None:
-        cfg.rl_steps = args.steps
+    try:
+        cfg = QuickstartConfig(env=args.env, seeds=list(args.seeds), arms=list(args.arms), rl_steps=args.steps,
+                               eval_tasks=args.eval_tasks, eval_samples=args.eval_samples,
+                               pretrained=not args.no_pretrained, output_dir=args.out)
+    except ValueError as exc:
+        return 2, {"error": str(exc)}, f"error: {exc}"
     doc = run_quickstart(cfg, log=lambda m: print(m, file=sys.stderr))
-    text = (f"success on held-out tasks per seed {doc['seeds']}:\n"
-            + "\n".join(f"  {k:<7}{[round(x, 3) for x in v]}" for k, v in doc["success"].items())
-            + f"\nARPO - SFT mean {doc['arpo_minus_sft_mean']:+.3f}, seed spread {doc['seed_spread']:.3f}; "
-            f"report {args.out}/report.md; {doc['seconds']}s")
-    return 0, doc, text
+    lines = [f"success on {len(doc['tasks']['eval'])} evaluation tasks RL never saw, per seed {doc['seeds']}:"]
+    lines += [f"  {k:<11}{[round(x, 3) for x in v]}" for k, v in doc["success"].items()]
+    for k, c in doc["compare"].items():
+        lines.append(f"  {k.replace('_minus_', ' - '):<18}{c['mean']:+.3f}  95% CI [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}]"
+                     + ("" if c["excludes_zero"] else "  (no difference shown)"))
+    lines.append(f"report {args.out}/report.md; {doc['seconds']}s")
+    return 0, doc, "\n".join(lines)
 
 
 # -- train --config FILE ------------------------------------------------------
@@ -119,8 +132,37 @@ def _train_run(args: argparse.Namespace) -> Result:
     return 0, doc, json.dumps(doc, indent=2, default=str)
 
 
+# -- pretrain: language-model pretraining of the tiny model ------------------------
+def _pretrain_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, default=0, help="the tiny model's seed (weights and data order)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: agents.pretrain.PRETRAIN_CONFIG)")
+    p.add_argument("--envs", default=None,
+                   help="only these environments, comma-separated (default: every single-agent one)")
+    p.add_argument("--cache-dir", default=None, help="model cache folder (default: $ENVFACTORY_CACHE/models)")
+
+
+def _pretrain_run(args: argparse.Namespace) -> Result:
+    """Pretrain (or reuse) the tiny model on plays synthesised from the environments' tool graphs."""
+    from agents.pretrain import pretrain
+
+    config = {"envs": sorted({n.strip() for n in args.envs.split(",") if n.strip()})} if args.envs else None
+    try:
+        doc = pretrain(seed=args.seed, steps=args.steps, cache_dir=args.cache_dir, config=config,
+                       log=lambda m: print(m, file=sys.stderr))
+    except (KeyError, ValueError) as exc:
+        return 2, {"error": str(exc)}, f"error: {exc}"
+    text = (f"{doc['path']}{' (cached)' if doc['cached'] else ''}\n"
+            f"corpus {doc['corpus_hash']}: {doc['plays']} plays ({doc['train_plays']} trained on, "
+            f"{doc['heldout_plays']} held out), {doc['train_tokens']} training tokens\n"
+            f"held-out loss {doc['loss_before']:.3f} -> {doc['loss_after']:.3f}; pretraining took {doc['seconds']}s"
+            + (f" (this call {doc['elapsed']}s)" if doc["cached"] else ""))
+    return 0, doc, text
+
+
 EVAL = Command("evaluate a model or a scripted baseline, one agent or a team (success with 95%% CIs; --report DIR)",
                _eval_args, _eval_run)
-QUICKSTART = Command("the main job: tiny model, SFT, ARPO on held-out tasks, success before/after (report)",
+QUICKSTART = Command("the main job: tiny model, SFT, RL; success on evaluation tasks RL never saw, paired CIs (report)",
                      _quickstart_args, _quickstart_run)
 TRAIN = Command("train a policy with GRPO/ARPO: 'train --config FILE' (JSON or YAML)", _train_args, _train_run)
+PRETRAIN = Command("pretrain the tiny model on plays of the environments' non-evaluation tasks (cached; path, losses)",
+                   _pretrain_args, _pretrain_run)
