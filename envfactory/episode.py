@@ -199,6 +199,8 @@ class Episode(Environment):
             kind = o.kind
             if not o.ok:
                 counts["tool_errors"] += 1
+                if o.content.startswith(_CONFLICT):  # as _run_calls classifies it
+                    kind = "conflict"
                 timed_out = timed_out or kind == "timeout"
             log.append((rnd, agent, c.name, c.arguments, kind, world_tools[c.name].read_only))
         counts["tool_calls"] += len(calls)
