@@ -60,6 +60,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from envfactory.agents_scripted import random_value
+
 __all__ = ["PRETRAIN_CONFIG", "PRETRAIN_MODEL", "Play", "pretrain_corpus", "corpus_hash", "check_no_eval", "heldout",
            "pretrained_tiny_model", "pretrain", "lm_loss"]
 
@@ -131,23 +133,9 @@ def _tool_graph(spec: Any, tasks: list[Any]) -> dict[str, dict[str, list[Any]]]:
 
 
 def _typed_value(schema: dict[str, Any], rng: random.Random) -> Any:
-    if "enum" in schema:
-        return rng.choice(schema["enum"])
-    if "anyOf" in schema:
-        options = [s for s in schema["anyOf"] if s.get("type") != "null"] or schema["anyOf"]
-        return _typed_value(rng.choice(options), rng)
-    t = schema.get("type")
-    if t == "integer":
-        return rng.randint(0, 20)
-    if t == "number":
-        return round(rng.uniform(0, 100), 2)
-    if t == "boolean":
-        return rng.random() < 0.5
-    if t == "array":
-        return [_typed_value(schema.get("items", {}), rng) for _ in range(rng.randint(0, 2))]
-    if t == "object":
-        return {}
-    return rng.choice(["a", "x", "new", "main", "1"])
+    """A plausible value of ``schema``'s type: small numbers, short common words."""
+    return random_value(schema, rng, ints=(0, 20), numbers=(0, 100),
+                        text=lambda r: r.choice(["a", "x", "new", "main", "1"]))
 
 
 def _arg_value(graph: dict[str, dict[str, list[Any]]], tool: str, arg: str, schema: dict[str, Any],

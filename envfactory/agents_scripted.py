@@ -27,7 +27,7 @@ import json
 import random
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from .state import canonical_json
 from .task import Task, ToolCall
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Policy", "OraclePolicy", "NoopPolicy", "ClaimPolicy", "RandomPolicy", "ScriptPolicy", "Outcome",
            "play", "episode_trace", "plan_progress", "scripted_policy", "SCRIPTED", "MODES", "PASS", "CLAIM",
-           "redundant_calls"]
+           "redundant_calls", "random_value"]
 
 MODES = ("aec", "parallel")
 PASS = "I have nothing to do this turn."
@@ -154,30 +154,39 @@ class RandomPolicy:
             if fn["name"] == "finish":
                 continue
             props = fn["parameters"].get("properties", {})
-            args = {k: _random_value(v, rng) for k, v in props.items()}
+            args = {k: random_value(v, rng) for k, v in props.items()}
             actions.append(f'<tool_call>{json.dumps({"name": fn["name"], "arguments": args})}</tool_call>')
         actions.append("Task complete. " + " ".join(rng.sample(words, min(3, len(words)))))
         return actions
 
 
-def _random_value(schema: dict[str, Any], rng: random.Random) -> Any:
+def _random_text(rng: random.Random) -> str:
+    return "".join(rng.choice("abcdefghij/-_ 0123") for _ in range(rng.randint(1, 12)))
+
+
+def random_value(schema: dict[str, Any], rng: random.Random, *, ints: tuple[int, int] = (-1000, 1000),
+                 numbers: tuple[float, float] = (-1000, 1000),
+                 text: Callable[[random.Random], str] = _random_text) -> Any:
+    """A random value of a JSON-schema type: an enum member, an integer in ``ints``, a number
+    in ``numbers`` (2 decimals), a boolean, a short array, ``{}``, or ``text(rng)``."""
     if "enum" in schema:
         return rng.choice(schema["enum"])
     if "anyOf" in schema:
         options = [s for s in schema["anyOf"] if s.get("type") != "null"] or schema["anyOf"]
-        return _random_value(rng.choice(options), rng)
+        return random_value(rng.choice(options), rng, ints=ints, numbers=numbers, text=text)
     t = schema.get("type")
     if t == "integer":
-        return rng.randint(-1000, 1000)
+        return rng.randint(*ints)
     if t == "number":
-        return round(rng.uniform(-1000, 1000), 2)
+        return round(rng.uniform(*numbers), 2)
     if t == "boolean":
         return rng.random() < 0.5
     if t == "array":
-        return [_random_value(schema.get("items", {}), rng) for _ in range(rng.randint(0, 2))]
+        return [random_value(schema.get("items", {}), rng, ints=ints, numbers=numbers, text=text)
+                for _ in range(rng.randint(0, 2))]
     if t == "object":
         return {}
-    return "".join(rng.choice("abcdefghij/-_ 0123") for _ in range(rng.randint(1, 12)))
+    return text(rng)
 
 
 @dataclass
