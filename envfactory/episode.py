@@ -178,32 +178,20 @@ class Episode(Environment):
             self._check_turn(agent)  # raises
         parsed = parse_text(action) if action.__class__ is str else parse_action(action)
         calls = parsed.calls
-        world_tools = self._world_tools[agent]
         if parsed.errors or not calls or self._timed_out is not None:
             return self._turn(agent, parsed, 0)
+        world_tools = self._world_tools[agent]
+        found = []
         for c in calls:
-            if c.name not in world_tools:
+            t = world_tools.get(c.name)
+            if t is None:
                 return self._turn(agent, parsed, 0)
+            found.append(t)
         rnd = self._round
-        outcomes = self._run_batch(agent, rnd, calls)
-        counts = self._counts[agent]
-        log = self._log
-        openai_calls = []
         new: list[Message] = []
-        timed_out = False
-        for i, c in enumerate(calls):
-            o = outcomes[i]
-            cid = c.id or f"call_{rnd}_{i}"
-            openai_calls.append({"id": cid, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
-            new.append({"role": "tool", "tool_call_id": cid, "name": c.name, "content": o.content})
-            kind = o.kind
-            if not o.ok:
-                counts["tool_errors"] += 1
-                if o.content.startswith(_CONFLICT):  # as _run_calls classifies it
-                    kind = "conflict"
-                timed_out = timed_out or kind == "timeout"
-            log.append((rnd, agent, c.name, c.arguments, kind, world_tools[c.name].read_only))
-        counts["tool_calls"] += len(calls)
+        counts = self._counts[agent]
+        openai_calls, timed_out = self._record(agent, rnd, str(rnd), calls, found,
+                                               self._run_batch(agent, rnd, calls), counts, new)
         transcript = self._transcripts[agent]
         transcript.append({"role": "assistant", "content": parsed.content, "tool_calls": openai_calls})
         transcript.extend(new)
@@ -318,12 +306,21 @@ class Episode(Environment):
                         finished, answer = True, str(c.arguments.get("answer", ""))
                 else:
                     outcomes.extend(self._run_batch(agent, rnd, [c]))
+        assistant["tool_calls"], timed_out = self._record(agent, rnd, tag, calls, found, outcomes, counts, new)
+        return finished, answer, timed_out
+
+    def _record(self, agent: str, rnd: int, tag: str, calls: list[ToolCall], found: list[Any],
+                outcomes: list[ToolOutcome], counts: dict[str, int], new: list[Message]) -> tuple[list[Any], bool]:
+        """Write each call's tool message (into ``new``), log entry and counts; return the
+        assistant's ``tool_calls`` and whether the world timed out. ``found``: each call's
+        tool, or ``None`` when refused."""
         timed_out = False
         # Arguments stay a dict (the HF chat-template convention); see
         # envfactory.messages.to_openai for the string form OpenAI servers want.
         openai_calls = []
         log = self._log
-        for i, (c, t, o) in enumerate(zip(calls, found, outcomes)):
+        for i, c in enumerate(calls):
+            t, o = found[i], outcomes[i]
             cid = c.id or f"call_{tag}_{i}"
             openai_calls.append({"id": cid, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
             kind = o.kind
@@ -335,8 +332,7 @@ class Episode(Environment):
             log.append((rnd, agent, c.name, c.arguments, kind, t is not None and t.read_only))
             new.append({"role": "tool", "tool_call_id": cid, "name": c.name, "content": o.content})
         counts["tool_calls"] += len(calls)
-        assistant["tool_calls"] = openai_calls
-        return finished, answer, timed_out
+        return openai_calls, timed_out
 
     def _run_batch(self, agent: str, rnd: int, calls: list[ToolCall]) -> list[ToolOutcome]:
         if self._timed_out is not None:  # the world is gone: answer the rest of the turn
