@@ -213,14 +213,15 @@ class Trainer:
         for env in self.envs:
             spec = env.spec
             for t in spec.get_tasks():
+                split = spec.split(t) if self.respect_splits else None
                 if tasks is None:
-                    chosen = not self.respect_splits or spec.split(t) == purpose
+                    chosen = split is None or split == purpose
                 else:
                     chosen = (callable(tasks) and tasks(spec.name, t.id)) or (
                         not callable(tasks) and (t.id in tasks or f"{spec.name}/{t.id}" in tasks))
                 if chosen:
                     pool.append((env, t.id))
-                    if self.respect_splits and purpose != "eval" and spec.split(t) == "eval":
+                    if split == "eval" and purpose != "eval":
                         leaked.append(f"{spec.name}/{t.id}")
         if leaked:
             raise ValueError(f"{len(leaked)} evaluation-split tasks asked for {purpose} training "
