@@ -296,30 +296,15 @@ class Rollout:
             t.terminated = ok and bool(ep.terminated)
             t.truncated = t.truncated or (ok and bool(ep.truncated))
 
-
     def _grade_cut(self, ep: Any) -> None:
         """Judge an episode the rollout ended before the episode did (out of context) the way
-        the episode judges its own turn limit: the task's success on the true state, with each
-        role's last answer (its last turn without a tool call) as the final answer."""
-        from envfactory.parsing import parse_text
-
+        the episode judges its own turn limit (:meth:`envfactory.Episode.judge`)."""
         try:
-            task, state = ep.task, ep.state
-            words = []
-            for t in self.trajectories.values():
-                last = None
-                for m in t.messages:
-                    if m.get("role") == "assistant":
-                        parsed = parse_text(str(m.get("content") or ""))
-                        if not parsed.attempted:
-                            last = parsed.answer
-                words += [last] if last else []
-            success = bool(task.success(state, "\n".join(words)))
-            rewards = ep.spec.rewards(task, state, success)
+            success, rewards = ep.judge()
         except Exception as exc:  # nothing to judge (a dead container): reward 0, and say why
             self.ended_by = f"max_context (not judged: {type(exc).__name__}: {exc})"
             return
-        self.success, self.rewards = success, {a: float(rewards.get(a, 0.0)) for a in self.trajectories}
+        self.success, self.rewards = bool(success), {a: float(rewards.get(a, 0.0)) for a in self.trajectories}
         started = ep.next_agent != ep.agents[0]  # the round under way has had some turns already
         self.rounds, self.ended_by = ep.round - (0 if started else 1), "max_context"
 

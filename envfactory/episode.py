@@ -354,17 +354,32 @@ class Episode(Environment):
         what = "Your tools" if self._team else "Available tools"
         return ToolOutcome(f"Error: unknown tool '{name}'. {what}: {', '.join(tools)}.", False, "unknown_tool")
 
+    def judge(self) -> tuple[bool, dict[str, float]]:
+        """``(success, rewards)`` the episode would get if it were truncated now: judged on the
+        true state, each agent's last answer without a tool call making the final answer, as
+        at the turn limit. Changes nothing (for a caller that stops playing first, e.g. a
+        trainer out of context).
+
+        Raises:
+            EpisodeError: no episode is running.
+        """
+        self._require_task()
+        _, success, rewards = self._judge()
+        return success, rewards
+
+    def _judge(self, answer: str | None = None) -> tuple[str, bool, dict[str, float]]:
+        if answer is None:
+            answer = "\n".join(self._last_words[a] for a in self.agents if self._last_words.get(a))
+        state = self.world.state()
+        success = self._task.success(state, answer)
+        return answer, success, self.spec.rewards(self._task, state, success)
+
     def _end(self, how: str, *, terminated: bool, answer: str | None = None, success: bool | None = None) -> None:
         self._terminated, self._truncated, self._ended_by = terminated, not terminated, how
         if how == "timeout":  # the world is gone: nothing to judge
             self._answer, self._success, self._rewards = None, False, dict.fromkeys(self.agents, 0.0)
             return
-        if answer is None:
-            answer = "\n".join(self._last_words[a] for a in self.agents if self._last_words.get(a))
-        state = self.world.state()
-        self._answer = answer
-        self._success = self._task.success(state, answer)
-        self._rewards = self.spec.rewards(self._task, state, self._success)
+        self._answer, self._success, self._rewards = self._judge(answer)
 
     # -- what each agent sees -------------------------------------------------
     def _agent(self, agent: str | None) -> str:
@@ -473,8 +488,7 @@ class Episode(Environment):
         for k in self._FIELDS:
             setattr(self, "_" + k, snap[k])
         if self.done and self._ended_by != "timeout":
-            self._success = task.success(self.world.state(), self._answer)
-            self._rewards = self.spec.rewards(task, self.world.state(), self._success)
+            self._answer, self._success, self._rewards = self._judge(self._answer)
 
     # -- views ----------------------------------------------------------------
     @property
