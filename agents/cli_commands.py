@@ -32,6 +32,9 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--episodes", type=int, default=10,
                    help="episodes per environment (tasks in order, cycling); teams: per task, stochastic policies")
     p.add_argument("--runtime", default="local", help="local or docker")
+    p.add_argument("--split", default="eval", choices=["eval", "rl", "sft", "all"],
+                   help="which tasks to play (single-agent environments): the eval split training never sees "
+                        "(default), a training split, or all")
     p.add_argument("--max-turns", type=int, default=None, help="assistant turns per episode (default: the env's)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="sampled tokens per assistant turn")
     p.add_argument("--temperature", type=float, default=0.7)
@@ -57,7 +60,7 @@ def _eval_run(args: argparse.Namespace) -> Result:
     try:
         doc = evaluate(names, args.policy, episodes=args.episodes, runtime=args.runtime, max_turns=args.max_turns,
                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
-                       trajectories_out=trajs)
+                       trajectories_out=trajs, split=None if args.split == "all" else args.split)
     except (KeyError, ValueError, PolicySpecError, ImportError) as exc:
         msg = str(exc.args[0]) if isinstance(exc, KeyError) else str(exc)
         return 2, {"error": msg}, "error: " + msg

@@ -1,7 +1,7 @@
 """Evaluation of one policy on single-agent environments (``envfactory eval``).
 
-``evaluate`` plays ``episodes`` episodes per environment (tasks in order,
-cycling) and returns a JSON document: per environment the success rate with a
+``evaluate`` plays ``episodes`` episodes per environment (the tasks of one split,
+by default ``eval``, the tasks training never sees; in order, cycling) and returns a JSON document: per environment the success rate with a
 95% Wilson interval, mean turns, tool calls, tool errors and parse errors per
 episode, and episodes that failed (with their error); every episode's row is
 kept too. Scripted baselines (and any policy object with ``act(episode, agent,
@@ -33,13 +33,21 @@ def _row(t: Trajectory) -> dict[str, Any]:
 
 def evaluate(env_names: list[str], policy: str | Any, *, episodes: int, runtime: str = "local",
              max_turns: int | None = None, max_new_tokens: int = 256, temperature: float = 0.7,
-             top_p: float = 1.0, seed: int = 0, trajectories_out: list[Trajectory] | None = None) -> dict[str, Any]:
+             top_p: float = 1.0, seed: int = 0, trajectories_out: list[Trajectory] | None = None,
+             split: str | None = "eval") -> dict[str, Any]:
     """Evaluate ``policy`` (a spec string, a :class:`~agents.policy.Policy` or a scripted policy) on
     ``episodes`` episodes per environment.
 
     Args:
         max_turns: Assistant turns per episode (default: each environment's own limit).
         trajectories_out: When given, model trajectories are appended to it (for JSONL export).
+        split: The tasks played: ``"eval"`` (default: those no training split holds, see
+            :meth:`envfactory.ToolEnvSpec.split`), ``"rl"``, ``"sft"``, or ``None`` for all.
+
+    Raises:
+        KeyError: an unknown environment.
+        ValueError: ``episodes`` < 1, a team environment, an unknown split, or an
+            environment with no task in ``split``.
     """
     if episodes < 1:
         raise ValueError("episodes must be at least 1")
@@ -48,6 +56,10 @@ def evaluate(env_names: list[str], policy: str | Any, *, episodes: int, runtime:
     if multi:
         raise ValueError(f"{', '.join(multi)}: evaluate team environments on their own (envfactory eval --env "
                          "with only team environments, or envfactory eval-team)")
+    pools = {s.name: (s.get_tasks() if split is None else s.tasks_in(split)) for s in specs}  # ValueError: a bad split
+    empty = [n for n, ts in pools.items() if not ts]
+    if empty:
+        raise ValueError(f"{', '.join(empty)}: no task in the {split!r} split (pass split=None / --split all)")
     label = policy if isinstance(policy, str) else type(policy).__name__
     t0 = time.perf_counter()
     agent = load_policy(policy) if isinstance(policy, str) else policy
@@ -56,7 +68,7 @@ def evaluate(env_names: list[str], policy: str | Any, *, episodes: int, runtime:
     rows: list[dict[str, Any]] = []
     try:
         for s in specs:
-            tasks = s.get_tasks()
+            tasks = pools[s.name]
             chosen = [tasks[i % len(tasks)] for i in range(episodes)]
             if scripted:
                 ep = envfactory.make(s.name, runtime=runtime, max_turns=max_turns)
@@ -80,6 +92,7 @@ def evaluate(env_names: list[str], policy: str | Any, *, episodes: int, runtime:
             agent.close()
     per_env = [{"name": s.name, "domain": s.domain, **summarize([r for r in rows if r["env"] == s.name])}
                for s in specs]
-    return {"policy": label, "runtime": runtime, "episodes_per_env": episodes, "temperature": temperature,
+    return {"policy": label, "runtime": runtime, "split": split or "all", "episodes_per_env": episodes,
+            "temperature": temperature,
             "environments": per_env, "totals": summarize(rows), "episodes": rows,
             "policy_load_s": round(load_s, 2), "seconds": round(time.perf_counter() - t0, 2)}

@@ -38,6 +38,21 @@ def test_scripted_baselines_bound_the_scale() -> None:
     assert given["policy"] == "OraclePolicy" and given["totals"]["success_rate"] == 1.0
 
 
+def test_eval_plays_the_eval_split_unless_told_otherwise() -> None:
+    spec = envfactory.spec("Bank-v0")
+    n_eval = len(spec.tasks_in("eval"))
+    doc = evaluate(["Bank-v0"], "oracle", episodes=n_eval + 2)  # cycles within the split
+    played = [r["task"] for r in doc["episodes"]]
+    assert doc["split"] == "eval" and {spec.split(t) for t in played} == {"eval"}
+    assert len(set(played)) == n_eval
+    every = evaluate(["Bank-v0"], "noop", episodes=len(spec.get_tasks()), split=None)
+    assert {spec.split(r["task"]) for r in every["episodes"]} == {"sft", "rl", "eval"}
+    rl = evaluate(["Bank-v0"], "noop", episodes=3, split="rl")
+    assert {spec.split(r["task"]) for r in rl["episodes"]} == {"rl"}
+    with pytest.raises(ValueError, match="split"):
+        evaluate(["Bank-v0"], "noop", episodes=1, split="test")
+
+
 def test_a_crashing_policy_fails_its_episode_only() -> None:
     class Crash:
         name = "crash"
