@@ -6,6 +6,14 @@ episode goes on to sampled turns that continue a multi-turn prefix (the random
 tiny model rarely calls a tool itself); only ids the backend sampled count as
 generated tokens. Model loading/engine start is timed separately and a short
 warm-up precedes the timed rollout.
+
+The HF figures are set against the machine's compute bound, measured in the same
+run: the model's FLOPs per token (its matmuls at the rollout's mean context) and
+the FLOP/s torch's matmul achieves here on the model's own layer shapes, at the
+rollout's decode batch and at a prefill-sized batch, on the policy's thread count.
+``rollout_hf_vs_decode_bound_ratio`` is sampled tokens/s over the decode bound;
+``rollout_hf_mfu`` counts every token the model computed (prefill included)
+against the prefill-shaped (best) matmul rate.
 """
 
 from __future__ import annotations
@@ -46,8 +54,49 @@ def _measure(policy: Policy, episodes_per_env: int, max_new_tokens: int) -> dict
     if errors:
         raise RuntimeError(f"rollout benchmark episodes failed: {errors[:3]}")
     tokens = sum(len(g.token_ids) for _, g in rec.calls)
+    # each sampled token attends to its prompt and the tokens sampled before it
+    context = sum(len(p) * len(g.token_ids) + len(g.token_ids) ** 2 / 2 for p, g in rec.calls)
     return {"s": dt, "tokens": tokens, "episodes": len(trajs), "turns": sum(t.turns for t in trajs),
-            "prefill": policy.prefill_tokens_computed() - prefill0}
+            "prefill": policy.prefill_tokens_computed() - prefill0,
+            "mean_context": context / max(tokens, 1), "batch": len(pairs)}
+
+
+def flops_per_token(model: Any, context: float) -> float:
+    """Forward FLOPs of one token: 2 per weight of every linear layer (the output head
+    included, tied or not) plus attention's scores and weighted sum over ``context``
+    keys (2 x 2 x layers x context x query width)."""
+    import torch
+
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    attention = 4 * cfg.num_hidden_layers * context * cfg.num_attention_heads * head_dim
+    return 2.0 * linear + attention
+
+
+def matmul_flops_per_s(model: Any, batch: int, threads: int, repeats: int = 30) -> float:
+    """FLOP/s torch's matmul reaches on this machine for ``model``'s linear layers with
+    ``batch`` rows (the layers' own weight shapes, in proportion to their use), on
+    ``threads`` threads: the best of ``repeats`` passes over all of them."""
+    import torch
+
+    weights = [m.weight.detach() for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            xs = {w.shape[1]: torch.randn(batch, w.shape[1], dtype=w.dtype, device=w.device) for w in weights}
+            flops = sum(2.0 * batch * w.numel() for w in weights)
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                for w in weights:
+                    torch.nn.functional.linear(xs[w.shape[1]], w)
+                best = min(best, time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(before)
+    return flops / best
 
 
 def bench_rollout(episodes_per_env: int = 4, max_new_tokens: int = 48) -> dict[str, Any]:
@@ -69,6 +118,28 @@ def bench_rollout(episodes_per_env: int = 4, max_new_tokens: int = 48) -> dict[s
             "rollout_hf_tokens_per_s": round(m["tokens"] / m["s"], 1),
             "rollout_hf_episodes_per_s": round(m["episodes"] / m["s"], 3),
             "rollout_hf_prefill_tokens": m["prefill"]}
+    threads = out["rollout_hf_torch_threads"]
+    fpt = flops_per_token(hf.model, m["mean_context"])
+    decode = matmul_flops_per_s(hf.model, m["batch"], threads)
+    peak = matmul_flops_per_s(hf.model, 512, threads)
+    bound = decode / fpt
+    out |= {"rollout_hf_mean_context_tokens": round(m["mean_context"], 1),
+            "rollout_model_mflops_per_token": round(fpt / 1e6, 2),
+            "rollout_matmul_decode_gflops_per_s": round(decode / 1e9, 2),
+            "rollout_matmul_prefill_gflops_per_s": round(peak / 1e9, 2),
+            "rollout_hf_decode_bound_tokens_per_s": round(bound, 1),
+            "rollout_hf_vs_decode_bound_ratio": round(out["rollout_hf_tokens_per_s"] / bound, 3),
+            "rollout_hf_mfu": round((m["tokens"] + m["prefill"]) * fpt / m["s"] / peak, 3)}
+    # both cores: the same episodes on two threads, against the one-thread default
+    hf.threads = 2
+    hf.clear_cache()
+    m2 = _measure(hf, episodes_per_env, max_new_tokens)
+    out |= {"rollout_hf_2threads_s": round(m2["s"], 3),
+            # tokens computed (prefill + sampled) per second: sampling may differ across thread counts
+            "rollout_hf_2threads_vs_1thread_speed_ratio": round(
+                (m2["tokens"] + m2["prefill"]) / m2["s"] / ((m["tokens"] + m["prefill"]) / m["s"]), 3),
+            "rollout_matmul_prefill_2threads_vs_1thread_ratio": round(
+                matmul_flops_per_s(hf.model, 512, 2) / matmul_flops_per_s(hf.model, 512, 1), 3)}
     del hf
     if not vllm_available():
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
