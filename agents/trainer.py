@@ -115,6 +115,15 @@ class Trainer:
         seed: Seeds task choice, sampling and branching of every step (a resumed run repeats them).
         output_dir: Where ``metrics.jsonl``, ``learning_curve.png`` and ``checkpoints/`` go.
         save_every: Save a checkpoint every this many steps (0: only at the end of :meth:`train`).
+        rollout: ``"local"`` (the worlds in this process) or ``"ray"``: every environment's worlds
+            (each rollout's, forks included) live in ``workers`` Ray actors
+            (:mod:`envfactory.runtime.ray_world`), round-robin; the referee, the policy and the
+            batch stay here, so a seed gives the same batch as ``"local"`` for the same policy
+            outputs. A dead actor's worlds are rebuilt elsewhere by replay; the pool's
+            ``dead_workers``, ``replayed_worlds`` and ``timeouts`` are in each step's metrics.
+        workers: Ray actors for ``rollout="ray"``.
+        ray_options: More :class:`envfactory.runtime.ray_world.RayPool` options (``world_runtime``,
+            ``step_timeout``, world options).
     """
 
     def __init__(self, policy: Any, envs: Sequence[Any], algorithm: Algorithm | None = None, *,
@@ -124,13 +133,26 @@ class Trainer:
                  format_coef: float = 0.0,
                  reward_fn: Callable[[Trajectory], float] | None = None, seed: int = 0,
                  output_dir: str | None = None, save_every: int = 0, show_progress: bool = True,
-                 respect_splits: bool = True) -> None:
+                 respect_splits: bool = True, rollout: str = "local", workers: int = 2,
+                 ray_options: dict[str, Any] | None = None) -> None:
         import torch
 
         import envfactory
 
         self.team, self.algorithm = policy, algorithm if algorithm is not None else ARPO()
         self.envs = [envfactory.make(e) if isinstance(e, str) else e for e in envs]
+        self._owned = [e for e, given in zip(self.envs, envs) if e is not given]  # closed by close()
+        if rollout not in ("local", "ray"):
+            raise ValueError(f"rollout must be 'local' or 'ray', not {rollout!r}")
+        self.ray_pool = None
+        if rollout == "ray":
+            from envfactory.episode import Episode
+            from envfactory.runtime.ray_world import RayPool, RayWorld
+
+            self.ray_pool = RayPool(workers, **(ray_options or {}))
+            self.envs = [Episode(e.spec, RayWorld(e.spec, pool=self.ray_pool), max_turns=e.max_turns)
+                         for e in self.envs]
+            self._owned = list(self.envs)
         for e in self.envs:
             e.max_turns = e.max_turns if max_turns is None else max_turns
         self.learners: list[Learner] = []
@@ -335,6 +357,8 @@ class Trainer:
                "trained_sequences": sum(s["sequences"] for s in st), "trained_tokens": sum(s["tokens"] for s in st),
                "grad_norm": max(s["grad_norm"] for s in st), "learners": per,
                "rollout_s": round(t_rollout, 3), "step_s": round(time.perf_counter() - t0, 3)}
+        if self.ray_pool is not None:
+            row["ray"] = dict(self.ray_pool.stats)
         self.log.write(row)
         return row
 
@@ -442,6 +466,13 @@ class Trainer:
         return plot_learning_curve({"training success": [(r["step"], r["success"]) for r in rows]},
                                    self.output_dir / "learning_curve.png",
                                    title=f"{self.algorithm.name}: success of the sampled episodes")
+
+    def close(self) -> None:
+        """Close the environments the trainer made (not those it was given), and its Ray actors."""
+        for e in self._owned:
+            e.close()
+        if self.ray_pool is not None:
+            self.ray_pool.close()
 
 
 def summarize(groups: list[Group]) -> dict[str, Any]:

@@ -198,10 +198,23 @@ def bench_docker() -> dict[str, Any]:
     return run()
 
 
+def bench_scale() -> dict[str, Any]:
+    """Ray worlds with 1, 2 and 4 actors against in-process (see
+    :func:`envfactory.runtime.ray_world.bench_scale`); a ``scale_error`` note without Ray."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return {"scale_error": "ray is not installed (pip install 'envfactory[ray]')"}
+    from .runtime.ray_world import bench_scale as run
+
+    return run()
+
+
 SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
     "step": bench_step,
     "fork": bench_fork,
     "docker": bench_docker,
+    "scale": bench_scale,
 }
 BENCH_GROUP = "envfactory.bench"  # other packages add sections (agents: "rollout") through this group
 

@@ -38,7 +38,8 @@ __all__ = ["register", "register_lazy", "names", "make", "make_multi", "spec", "
 ENTRY_POINT_GROUP = "envfactory.environments"
 GYM_NAMESPACE = "envfactory"
 # runtime name -> the World class that hosts the state ("module:attribute", imported on use)
-RUNTIMES = {"local": "envfactory.world:LocalWorld", "docker": "envfactory.runtime.docker:ContainerWorld"}
+RUNTIMES = {"local": "envfactory.world:LocalWorld", "docker": "envfactory.runtime.docker:ContainerWorld",
+            "ray": "envfactory.runtime.ray_world:RayWorld"}
 
 _REGISTRY: dict[str, Any] = {}          # name -> spec (its module is imported)
 _LAZY: dict[str, "_Lazy"] = {}          # name -> where it will come from (not imported yet)
@@ -315,8 +316,10 @@ def make(name: str, runtime: str = "local", *, max_turns: int | None = None, **w
 
     Args:
         name: Registered name, e.g. ``"FileSystem-v0"`` or ``"MultiRecords-v0"``.
-        runtime: Where the world runs: ``"local"`` (in-process) or ``"docker"``
-            (a hardened container); the referee always runs here.
+        runtime: Where the world runs: ``"local"`` (in-process), ``"docker"``
+            (a hardened container) or ``"ray"`` (a Ray actor; ``workers=N``, and
+            ``world_runtime="docker"`` for containers driven from the actors); the
+            referee always runs here.
         max_turns: Overrides the environment's turn (round) limit.
         **world_options: Passed to the world (e.g. ``step_timeout`` for docker).
     """

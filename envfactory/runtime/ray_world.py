@@ -1,0 +1,466 @@
+"""The Ray runtime: worlds hosted by Ray actors, the referee on this host.
+
+``envfactory.make(name, runtime="ray", workers=N)`` is an
+:class:`~envfactory.episode.Episode` (the referee, here) over a :class:`RayWorld`:
+the state lives in one of ``N`` :class:`WorldHost` actors of a :class:`RayPool`,
+and each step sends the already-parsed calls there as one batch, as the Docker
+runtime does. An actor hosts many worlds, of any runtime it can make
+(``world_runtime="local"`` by default, or ``"docker"``: the actor then drives
+containers on its own machine). New worlds (``start``, ``fork``, ``load``) are
+placed round-robin over the actors, so a rollout's forks spread over the pool;
+a fork on another actor travels as a state dump, which restores exactly
+(``verify``'s snapshot check).
+
+Faults, never silent:
+
+* **A dead actor** (``ray.kill``, a crash, a lost node): each world it hosted is
+  rebuilt on a live actor the next time it is used, by replaying what it has
+  done since it began (its task or loaded state, then its tool-call batches,
+  which the host keeps); worlds are deterministic, so the state is the one that
+  was lost. The pool replaces the actor and counts ``dead_workers`` and
+  ``replayed_worlds`` (:attr:`RayPool.stats`).
+* **A batch that overruns** ``step_timeout``: the actor is presumed hung and is
+  killed (its other worlds replay elsewhere), and the batch raises
+  :class:`~envfactory.world.WorldTimeout`: the referee ends the episode as
+  truncated with an error observation, and the pool counts ``timeouts``.
+
+Ray is an optional dependency (``pip install 'envfactory[ray]'``). Without a
+running Ray, the first pool starts a local one (``ray.init``); connect to a
+cluster first (``ray.init(address=...)``) to spread the actors over machines.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Sequence
+
+from ..definition import ToolEnvSpec
+from ..env import EpisodeError
+from ..state import State, copy_state
+from ..task import Task, ToolCall
+from ..tooling import ToolOutcome
+from ..world import World, WorldTimeout
+
+__all__ = ["RayWorld", "RayPool", "WorldHost", "get_ray_pool", "shutdown_ray_pools"]
+
+
+class WorldHost:
+    """A Ray actor's body: worlds by id, each made by the registered runtime ``runtime``.
+
+    Every method takes the world's id; specs travel once per actor (by name when
+    registered, else pickled) and tasks with each ``start``/``load``.
+    """
+
+    def __init__(self, runtime: str = "local", options: dict[str, Any] | None = None) -> None:
+        self.runtime, self.options = runtime, dict(options or {})
+        self._specs: dict[str, ToolEnvSpec] = {}
+        self._worlds: dict[str, World] = {}
+
+    def _spec(self, spec: Any) -> ToolEnvSpec:
+        if isinstance(spec, str):
+            if spec not in self._specs:
+                from ..registry import spec as lookup
+
+                self._specs[spec] = lookup(spec)
+            return self._specs[spec]
+        self._specs.setdefault(spec.name, spec)
+        return spec
+
+    def _new(self, wid: str, spec: Any) -> World:
+        from ..registry import _world_factory
+
+        old = self._worlds.pop(wid, None)
+        if old is not None:
+            old.close()
+        world = self._worlds[wid] = _world_factory(self.runtime)(self._spec(spec), **self.options)
+        return world
+
+    def ping(self) -> bool:
+        return True
+
+    def start(self, wid: str, spec: Any, task: Task, with_state: bool) -> Any:
+        world = self._new(wid, spec)
+        world.start(task)
+        return world.dump() if with_state else None
+
+    def load(self, wid: str, spec: Any, task: Task, state: Any) -> None:
+        self._new(wid, spec).load(task, state)
+
+    def run(self, wid: str, agent: str, round: int, calls: list[ToolCall], with_state: bool
+            ) -> tuple[list[tuple[str, bool, str]], Any]:
+        world = self._worlds[wid]
+        outs = world.run(agent, round, calls)
+        return [(o.content, o.ok, o.kind) for o in outs], (world.dump() if with_state else None)
+
+    def replay(self, wid: str, batches: list[tuple[str, int, list[ToolCall]]]) -> None:
+        world = self._worlds[wid]
+        for agent, rnd, calls in batches:
+            world.run(agent, rnd, calls)
+
+    def dump(self, wid: str) -> Any:
+        return self._worlds[wid].dump()
+
+    def fork(self, wid: str, new: str) -> None:
+        self._worlds[new] = self._worlds[wid].fork()
+
+    def close(self, wid: str) -> None:
+        world = self._worlds.pop(wid, None)
+        if world is not None:
+            world.close()
+
+    def count(self) -> int:
+        return len(self._worlds)
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise RuntimeError("the ray runtime needs Ray: pip install 'envfactory[ray]'") from exc
+    return ray
+
+
+class RayPool:
+    """``workers`` :class:`WorldHost` actors and the place of every world on them.
+
+    Args:
+        workers: Actors (each a process, on any node of the Ray cluster).
+        world_runtime: The runtime each actor makes its worlds with (``"local"``, ``"docker"``).
+        step_timeout: Seconds a batch may take before its actor is presumed hung.
+        start_timeout: Seconds an actor may take to start (a new process importing envfactory).
+        **world_options: Passed to the actors' worlds.
+    """
+
+    def __init__(self, workers: int = 2, *, world_runtime: str = "local", step_timeout: float = 30.0,
+                 start_timeout: float = 180.0, **world_options: Any) -> None:
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
+        ray = _ray()
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        self.workers, self.world_runtime, self.step_timeout = workers, world_runtime, step_timeout
+        self.world_options, self.start_timeout = world_options, start_timeout
+        self._remote = ray.remote(max_restarts=0)(WorldHost)
+        self._lock = threading.Lock()
+        self._actors = [self._spawn(wait=False) for _ in range(workers)]
+        ray.get([a.ping.remote() for a in self._actors], timeout=start_timeout)
+        self._turn = itertools.count()
+        self._ids = itertools.count()
+        self.stats = {"dead_workers": 0, "replayed_worlds": 0, "timeouts": 0}
+        self.closed = False
+
+    def _spawn(self, wait: bool = True) -> Any:
+        actor = self._remote.options(num_cpus=0).remote(self.world_runtime, self.world_options)
+        if wait:  # started before anyone's step_timeout runs on it
+            _ray().get(actor.ping.remote(), timeout=self.start_timeout)
+        return actor
+
+    def new_id(self) -> str:
+        return f"w{next(self._ids)}"
+
+    def place(self) -> int:
+        """The slot of the next world (round-robin)."""
+        return next(self._turn) % self.workers
+
+    def actor(self, slot: int) -> Any:
+        if self.closed:
+            raise EpisodeError("the ray pool is closed")
+        return self._actors[slot]
+
+    def call(self, slot: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+        """``actor.method(*args)``, waited for; raises Ray's errors (see :class:`RayWorld`)."""
+        ray = _ray()
+        return ray.get(getattr(self.actor(slot), method).remote(*args), timeout=timeout)
+
+    def replace(self, slot: int, actor: Any, *, timed_out: bool = False) -> None:
+        """Swap in a fresh actor for ``actor`` at ``slot`` (once, however many worlds notice it)."""
+        with self._lock:
+            if self._actors[slot] is not actor:
+                return  # another world has already replaced it
+            try:
+                _ray().kill(actor, no_restart=True)
+            except Exception:  # already gone
+                pass
+            self._actors[slot] = self._spawn()
+            self.stats["timeouts" if timed_out else "dead_workers"] += 1
+
+    def worlds(self) -> list[int]:
+        """How many worlds each actor hosts now."""
+        return [self.call(i, "count") for i in range(self.workers)]
+
+    def close(self) -> None:
+        """Kill every actor (their worlds are gone). Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        for a in self._actors:
+            try:
+                _ray().kill(a, no_restart=True)
+            except Exception:
+                pass
+
+
+_POOLS: dict[tuple[Any, ...], RayPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def get_ray_pool(workers: int = 2, *, world_runtime: str = "local", step_timeout: float = 30.0,
+                 **world_options: Any) -> RayPool:
+    """The process-wide pool for these settings (created on first use)."""
+    key = (workers, world_runtime, step_timeout, tuple(sorted(world_options.items())))
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None or pool.closed:
+            pool = _POOLS[key] = RayPool(workers, world_runtime=world_runtime, step_timeout=step_timeout,
+                                         **world_options)
+        return pool
+
+
+def shutdown_ray_pools() -> None:
+    """Close every process-wide pool (their actors are killed)."""
+    with _POOLS_LOCK:
+        for pool in _POOLS.values():
+            pool.close()
+        _POOLS.clear()
+
+
+class RayWorld(World):
+    """The state of one episode in a Ray actor (see the module docstring).
+
+    Args:
+        spec: The environment definition (registered ones travel by name).
+        pool: The actors (default: the process-wide pool for ``workers`` and the options).
+        workers, world_runtime, step_timeout, **world_options: For the default pool.
+    """
+
+    def __init__(self, spec: ToolEnvSpec, *, pool: RayPool | None = None, workers: int = 2,
+                 world_runtime: str = "local", step_timeout: float = 30.0, **world_options: Any) -> None:
+        self.spec = spec
+        self.pool = pool or get_ray_pool(workers, world_runtime=world_runtime, step_timeout=step_timeout,
+                                         **world_options)
+        self._validate = spec.state_type.model_validate
+        self._with_state = spec.multi_agent or spec.terminal is not None
+        self._ref = self._spec_ref(spec)
+        self._wid: str | None = None
+        self._slot = -1
+        self._task: Task | None = None
+        self._origin: Any = None  # the loaded state this world began from (None: its task's start)
+        self._batches: list[tuple[str, int, list[ToolCall]]] = []  # every batch since then, for a replay
+        self._state: State | None = None  # the last state fetched and validated; None when stale
+
+    @staticmethod
+    def _spec_ref(spec: ToolEnvSpec) -> Any:
+        from ..registry import spec as lookup
+
+        try:
+            return spec.name if lookup(spec.name) is spec else spec
+        except KeyError:
+            return spec
+
+    # -- the World interface ----------------------------------------------
+    def start(self, task: Task) -> None:
+        self._drop()
+        self._task, self._origin, self._batches, self._state = task, None, [], None
+        self._wid, self._slot = self.pool.new_id(), self.pool.place()
+        self._state = self._checked(self._call("start", self._wid, self._ref, task, self._with_state, rebuild=False))
+
+    def run(self, agent: str, round: int, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+        if self._wid is None:
+            raise EpisodeError(f"{self.spec.name}: no world before reset()")
+        calls = list(calls)
+        self._state = None
+        outs, state = self._call("run", self._wid, agent, round, calls, self._with_state,
+                                 timeout=self.pool.step_timeout)
+        self._batches.append((agent, round, calls))
+        if self._with_state:
+            self._state = self._checked(state)
+        if len(outs) != len(calls):
+            raise RuntimeError(f"{self.spec.name}: the ray world answered {len(outs)} outcomes for {len(calls)} calls")
+        return [ToolOutcome(c, ok, kind) for c, ok, kind in outs]
+
+    def state(self) -> State:
+        if self._state is None:
+            if self._wid is None:
+                raise EpisodeError(f"{self.spec.name}: no state before reset()")
+            self._state = self._checked(self._call("dump", self._wid))
+        return self._state
+
+    def fork(self) -> "RayWorld":
+        """A world with an equal state on the pool's next actor (the same actor: a local
+        fork there; another: this world's dump, loaded)."""
+        if self._wid is None:
+            raise EpisodeError(f"{self.spec.name}: nothing to fork; call reset() first")
+        child = RayWorld.__new__(RayWorld)
+        child.__dict__.update(self.__dict__)
+        child._wid, child._slot = self.pool.new_id(), self.pool.place()
+        child._state = None if self._state is None else copy_state(self._state)
+        if child._slot == self._slot:
+            self._call("fork", self._wid, child._wid)
+            child._slot, child._batches = self._slot, list(self._batches)  # (self may have been rebuilt)
+        else:
+            child._origin, child._batches = self.dump(), []
+            child._call("load", child._wid, child._ref, child._task, child._origin, rebuild=False)
+        return child
+
+    def dump(self) -> Any:
+        return self.state().model_dump(mode="json")
+
+    def load(self, task: Task, state: Any) -> None:
+        checked = self._validate(state)  # a ValidationError (ValueError) before anything moves
+        self._drop()
+        self._task, self._origin, self._batches = task, checked.model_dump(mode="json"), []
+        self._wid, self._slot = self.pool.new_id(), self.pool.place()
+        self._call("load", self._wid, self._ref, task, self._origin, rebuild=False)
+        self._state = checked
+
+    def close(self) -> None:
+        self._drop()
+        self._state = None
+
+    # -- faults --------------------------------------------------------------
+    def _drop(self) -> None:
+        if self._wid is not None and not self.pool.closed:
+            try:
+                self.pool.call(self._slot, "close", self._wid, timeout=self.pool.step_timeout)
+            except Exception:  # a dead or hung actor: its worlds are gone with it
+                pass
+        self._wid = None
+
+    def _call(self, method: str, *args: Any, timeout: float | None = None, rebuild: bool = True) -> Any:
+        """Call this world's actor; a dead actor is replaced and the world rebuilt on a live
+        one (``rebuild``: replay its history first), then the call is made once more."""
+        ray = _ray()
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        actor = self.pool.actor(self._slot)
+        try:
+            return ray.get(getattr(actor, method).remote(*args), timeout=timeout or self.pool.step_timeout)
+        except GetTimeoutError:
+            self.pool.replace(self._slot, actor, timed_out=True)
+            self._wid = None
+            raise WorldTimeout(f"{self.spec.name}: the ray worker did not answer within "
+                               f"{self.pool.step_timeout:g}s; it was replaced") from None
+        except RayActorError:
+            self.pool.replace(self._slot, actor)
+        if rebuild:
+            self._rebuild()
+        else:
+            self._slot = self.pool.place()
+        return ray.get(getattr(self.pool.actor(self._slot), method).remote(*args),
+                       timeout=timeout or self.pool.step_timeout)
+
+    def _rebuild(self) -> None:
+        """Recreate this world on a live actor from its origin and its batches."""
+        self._slot = self.pool.place()
+        actor = self.pool.actor(self._slot)
+        ray = _ray()
+        if self._origin is None:
+            ray.get(actor.start.remote(self._wid, self._ref, self._task, False), timeout=self.pool.step_timeout)
+        else:
+            ray.get(actor.load.remote(self._wid, self._ref, self._task, self._origin), timeout=self.pool.step_timeout)
+        if self._batches:
+            ray.get(actor.replay.remote(self._wid, self._batches), timeout=self.pool.step_timeout * len(self._batches))
+        with self.pool._lock:
+            self.pool.stats["replayed_worlds"] += 1
+
+    def _checked(self, data: Any) -> State | None:
+        return None if data is None else self._validate(data)
+
+    def __repr__(self) -> str:
+        tid = self._task.id if self._task else None
+        return f"<RayWorld {self.spec.name} task={tid} worker={self._slot}>"
+
+
+# -- benchmark: `envfactory bench --only scale` -----------------------------------------------------
+class BusyState(State):
+    n: int = 0
+
+
+def _busy(state: BusyState, ms: float) -> str:
+    """Burn ``ms`` of CPU (holding the GIL, as a Python tool does)."""
+    import time as _time
+
+    end = _time.perf_counter() + ms / 1000.0
+    n = 0
+    while _time.perf_counter() < end:
+        n += 1
+    state.n += 1
+    return str(state.n)
+
+
+def busy_spec() -> ToolEnvSpec:
+    """A one-tool environment whose tool burns CPU for ``ms`` milliseconds (the bench's heavy case)."""
+    from ..task import call
+    from ..tooling import make_tool
+
+    work = make_tool(_busy, name="work", description="Burn CPU for a while.")
+    task = Task(id="busy", instruction="Work four times.", initial_state=BusyState(),
+                solution=[call("work", ms=5.0)] * 4, check=lambda s: s.n == 4)
+    return ToolEnvSpec(name="Busy-v0", domain="bench", description="CPU-bound tool calls.",
+                       state_type=BusyState, tools=[work], tasks=[task])
+
+
+def _play_all(episodes: list[Any], threads: int) -> tuple[float, int]:
+    """Play every episode's reference solution (then the end); wall seconds and steps."""
+    import time as _time
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(ep: Any) -> int:
+        task = ep.spec.get_tasks()[ep._bench_task]
+        ep.reset(task.id)
+        for c in task.solution:
+            ep.step(c.to_hermes())
+        ep.step("done")
+        return len(task.solution) + 1
+
+    t0 = _time.perf_counter()
+    if threads > 1:
+        with ThreadPoolExecutor(threads) as ex:
+            steps = sum(ex.map(one, episodes))
+    else:
+        steps = sum(one(ep) for ep in episodes)
+    return _time.perf_counter() - t0, steps
+
+
+def bench_scale(episodes: int = 48, workers: Sequence[int] = (1, 2, 4)) -> dict[str, Any]:
+    """Episodes/s and steps/s of reference plays through Ray worlds with 1, 2 and 4 actors,
+    against the in-process runtime in the same run, for a cheap environment (Bank-v0: tools
+    take microseconds, so Ray's round trips dominate) and a CPU-bound one (each call burns
+    5 ms holding the GIL: in one process threads cannot overlap it; actors can). Episodes
+    are played by 16 threads (as :func:`agents.rollout.advance` does for remote worlds);
+    in-process, sequentially (threads only add GIL contention there)."""
+    from ..episode import Episode
+    from ..registry import spec as lookup
+
+    ray = _ray()
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, log_to_driver=False)
+    out: dict[str, Any] = {"scale_episodes": episodes}
+    for label, spec in (("bank", lookup("Bank-v0")), ("busy", busy_spec())):
+        tasks = [t for t in range(len(spec.get_tasks())) if spec.get_tasks()[t].solution]
+        local = [Episode(spec) for _ in range(episodes)]
+        for i, ep in enumerate(local):
+            ep._bench_task = tasks[i % len(tasks)]
+        _play_all(local[:2], 1)  # warm-up
+        s_local, steps = _play_all(local, 1)
+        out[f"scale_{label}_inprocess_episodes_per_s"] = round(episodes / s_local, 1)
+        out[f"scale_{label}_inprocess_steps_per_s"] = round(steps / s_local, 1)
+        for n in workers:
+            pool = RayPool(n)
+            try:
+                eps = [Episode(spec, RayWorld(spec, pool=pool)) for _ in range(episodes)]
+                for i, ep in enumerate(eps):
+                    ep._bench_task = tasks[i % len(tasks)]
+                _play_all(eps[:2], 1)  # warm-up: the actors import the environment
+                s_ray, steps = _play_all(eps, 16)
+                for ep in eps:
+                    ep.close()
+            finally:
+                pool.close()
+            out[f"scale_{label}_ray{n}_episodes_per_s"] = round(episodes / s_ray, 1)
+            out[f"scale_{label}_ray{n}_steps_per_s"] = round(steps / s_ray, 1)
+            out[f"scale_{label}_ray{n}_vs_inprocess_ratio"] = round(s_local / s_ray, 3)
+            if n == 1:
+                out[f"scale_{label}_ray_added_ms_per_episode"] = round((s_ray - s_local) / episodes * 1000, 2)
+    return out

@@ -1,0 +1,192 @@
+"""The Ray runtime: worlds in Ray actors, the referee here (envfactory.runtime.ray_world), and
+Trainer(rollout="ray"): the same episodes and the same batch as in-process, a dead actor's worlds
+rebuilt by replay, a hung one's batch a truncated episode, counted."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")  # under CI=true a missing ray fails (tests/conftest.py)
+
+import envfactory  # noqa: E402
+from envfactory import Episode, State, Task, ToolEnvSpec, call, tool  # noqa: E402
+from envfactory.runtime.ray_world import RayPool, RayWorld  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pool():
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    p = RayPool(2, step_timeout=20.0)
+    yield p
+    p.close()
+    ray.shutdown()
+
+
+def _ray_episode(name, pool, **kw):
+    s = envfactory.spec(name)
+    return Episode(s, RayWorld(s, pool=pool), **kw)
+
+
+def _play(ep, task):
+    """The reference solution of ``task`` (each role in turn, the others passing), then the end."""
+    results = []
+    for c in task.solution:
+        if ep.spec.multi_agent:
+            while ep.next_agent != c.agent:
+                results.append(ep.act(ep.next_agent, "").messages)
+            results.append(ep.act(c.agent, c.to_hermes()).messages)
+        else:
+            results.append(ep.step(c.to_hermes()).messages)
+    return results
+
+
+@pytest.mark.parametrize("name", ["Counter-v0", "Bank-v0", "FindLight-v1", "MultiRooms-v0"])
+def test_ray_worlds_play_like_local_ones(pool, name):
+    spec = envfactory.spec(name)
+    for task in spec.get_tasks()[:2]:
+        far, near = _ray_episode(name, pool), envfactory.make(name)
+        far.reset(task.id), near.reset(task.id)
+        assert _play(far, task) == _play(near, task)
+        assert far.state == near.state
+        assert all(far.transcript(a) == near.transcript(a) for a in near.agents)
+        while not near.done:  # the rest of the episode: everyone passes
+            a = near.next_agent
+            assert far.act(a, "").rewards == near.act(a, "").rewards
+        assert far.success is near.success and far.rewards == near.rewards and far.ended_by == near.ended_by
+        far.close()
+
+
+def test_forks_spread_over_the_actors_and_stay_independent(pool):
+    spec = envfactory.spec("Counter-v0")
+    task = spec.task("counter-0-9")
+    ep = _ray_episode("Counter-v0", pool)
+    ep.reset(task.id)
+    ep.step(call("increment", by=3).to_hermes())
+    forks = [ep.fork() for _ in range(4)]
+    assert {f.world._slot for f in forks} == {0, 1}, "forks are placed round-robin over the actors"
+    forks[0].step(call("increment", by=2).to_hermes())
+    forks[1].step(call("reset_counter").to_hermes())
+    assert [f.state.value for f in forks] == [5, 0, 3, 3] and ep.state.value == 3
+    snap = forks[0].snapshot()
+    other = _ray_episode("Counter-v0", pool)
+    other.restore(snap)
+    assert other.step(call("increment", by=1).to_hermes()).messages[0]["content"] == "6"
+    for e in forks + [ep, other]:
+        e.close()
+
+
+def test_a_dead_actor_is_replaced_and_its_worlds_rebuilt_by_replay(pool):
+    spec = envfactory.spec("Bank-v0")
+    task = max((t for t in spec.get_tasks() if not t.answer_facts), key=lambda t: len(t.solution))
+    far, near = _ray_episode("Bank-v0", pool), envfactory.make("Bank-v0")
+    far.reset(task.id), near.reset(task.id)
+    half = len(task.solution) // 2
+    for c in task.solution[:half]:
+        far.step(c.to_hermes()), near.step(c.to_hermes())
+    bystander = far.fork()  # on the other actor, or the same one: its state must survive either way
+    mid = far.state.model_dump()
+    before = dict(pool.stats)
+    ray.kill(pool._actors[far.world._slot], no_restart=True)
+    for c in task.solution[half:]:
+        assert far.step(c.to_hermes()).messages == near.step(c.to_hermes()).messages
+    assert far.state == near.state
+    assert pool.stats["dead_workers"] == before["dead_workers"] + 1
+    assert pool.stats["replayed_worlds"] >= before["replayed_worlds"] + 1
+    r_far, r_near = far.step("done"), near.step("done")
+    assert r_far.reward == r_near.reward == 1.0
+    assert bystander.state.model_dump() == mid
+    bystander.close(), far.close()
+
+
+# -- a hung actor: an environment whose tool sleeps (defined here, pickled to the actors) -----------
+class Slow(State):
+    n: int = 0
+
+
+@tool
+def nap(state: Slow, seconds: float) -> str:
+    """Sleep, then count.
+
+    Args:
+        seconds: How long.
+    """
+    time.sleep(seconds)
+    state.n += 1
+    return str(state.n)
+
+
+SLOW = ToolEnvSpec(name="RaySlow-v0", domain="test", description="A tool that can hang.", state_type=Slow,
+                   tools=[nap], tasks=[Task(id="nap", instruction="Nap once.", initial_state=Slow(),
+                                            solution=[call("nap", seconds=0.0)],
+                                            check=lambda s: s.n == 1)])
+
+
+def test_a_batch_that_overruns_ends_the_episode_as_truncated_and_is_counted(pool):
+    ray.cloudpickle.register_pickle_by_value(__import__(__name__))
+    quick = RayPool(1, step_timeout=3.0)
+    try:
+        ep = Episode(SLOW, RayWorld(SLOW, pool=quick))
+        ep.reset("nap")
+        assert ep.step(call("nap", seconds=0.0).to_hermes()).messages[0]["content"] == "1"
+        t0 = time.perf_counter()
+        r = ep.step(call("nap", seconds=60.0).to_hermes())
+        assert time.perf_counter() - t0 < 30
+        assert r.truncated and r.info.get("timeout") and r.messages[0]["content"].startswith("Error:")
+        assert quick.stats["timeouts"] == 1
+        again = Episode(SLOW, RayWorld(SLOW, pool=quick))  # the pool serves on with a fresh actor
+        again.reset("nap")
+        assert again.step(call("nap", seconds=0.0).to_hermes()).messages[0]["content"] == "1"
+    finally:
+        quick.close()
+        ray.cloudpickle.unregister_pickle_by_value(__import__(__name__))
+
+
+def test_make_names_the_ray_runtime(pool):
+    ep = envfactory.make("Counter-v0", runtime="ray", pool=pool)
+    assert isinstance(ep.world, RayWorld)
+    ep.reset(0)
+    assert ep.step(call("increment", by=2).to_hermes()).messages[0]["content"].isdigit()
+    ep.close()
+
+
+# -- Trainer(rollout="ray"): the same batch as in-process ---------------------------------------------
+def test_trainer_on_ray_takes_the_same_step_as_in_process(pool):
+    torch = pytest.importorskip("torch")
+    from agents import Trainer
+    from agents.algorithms.arpo import ARPO
+    from agents.hf_policy import HFPolicy
+    from agents.scripted_policy import ScriptedPolicy
+    from agents.tiny import build_tiny_model
+
+    path = build_tiny_model()
+
+    def trainer(rollout):
+        torch.manual_seed(0)
+        hf = HFPolicy(path, device="cpu")
+        first = call("locate", thing="key").to_hermes()
+        pol = ScriptedPolicy(hf.tokenizer, lambda prompt, turn: None if turn else first, fallback=hf)
+        pol.model = hf.model
+        kw = {"workers": 2} if rollout == "ray" else {}
+        return hf, Trainer(pol, ["FindLight-v0"], ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0), tasks_per_step=2,
+                           max_new_tokens=8, max_turns=3, lr=1e-3, seed=3, show_progress=False,
+                           reward_fn=lambda t: float(sum(t.response_ids) % 2), rollout=rollout, **kw)
+
+    (hf_a, local), (hf_b, far) = trainer("local"), trainer("ray")
+    try:
+        row_a, row_b = local.train_step(), far.train_step()
+        for key in ("success", "reward", "episodes", "branches", "errors", "rounds", "tokens_generated",
+                    "trained_tokens", "loss"):
+            assert row_a[key] == row_b[key], key
+        assert row_b["ray"] == {"dead_workers": 0, "replayed_worlds": 0, "timeouts": 0}
+        (sa,), (sb,) = local.last_samples.values(), far.last_samples.values()
+        assert [(s.ids, s.advantages, s.mask) for s in sa] == [(s.ids, s.advantages, s.mask) for s in sb]
+        assert row_a["branches"] > 0 and row_a["errors"] == 0
+        assert any("<tool_response>" in pol_text for pol_text in [hf_a.tokenizer.decode(s.ids) for s in sa])
+        for p, q in zip(hf_a.model.parameters(), hf_b.model.parameters()):
+            assert torch.equal(p, q)
+    finally:
+        far.close()
+    assert far.ray_pool.closed
