@@ -141,5 +141,50 @@ class OpenAIPolicy(Policy):
         finish = "stop" if ids and ids[-1] in set(stops) and choice.get("finish_reason") == "stop" else "length"
         return Generation(ids, logprobs, ents, finish)
 
+    # -- weights --------------------------------------------------------------
+    def load_weights(self, state_dict_items: Any, *, folder: str | None = None) -> int:
+        """Push trained weights to the server: ``(name, tensor)`` pairs with HF parameter names.
+
+        The mechanism (vLLM): the tensors are written as one safetensors file into
+        ``folder`` (default: a private temporary folder, which the server must be able to
+        read: same machine or shared storage), then ``POST /collective_rpc`` has every worker
+        ``reload_weights(weights_path=folder)`` in place (checkpoint format: HF names are
+        mapped, fused and repacked as at load time) and ``POST /reset_prefix_cache`` drops
+        keys/values computed with the old weights. Both endpoints exist when the server runs
+        with ``VLLM_SERVER_DEV_MODE=1`` (:func:`agents.vllm_server.vllm_server` sets it).
+        Returns the number of tensors pushed.
+
+        Raises:
+            ServerError: the server refused (e.g. not in dev mode: 404) or failed.
+        """
+        import os
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        items = {n: t.detach().to("cpu").contiguous().clone() for n, t in state_dict_items}  # tied: own copies
+        if folder is None:
+            if getattr(self, "_weights_dir", None) is None:
+                self._weights_dir = tempfile.mkdtemp(prefix="envf-push-")
+            folder = self._weights_dir
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, "model.safetensors")
+        save_file(items, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        root = self.base_url[: -len("/v1")]
+        for url, body in ((root + "/collective_rpc", {"method": "reload_weights",
+                                                      "kwargs": {"weights_path": folder}}),
+                          (root + "/reset_prefix_cache", None)):
+            try:
+                r = self._client.post(url, json=body)
+            except httpx.HTTPError as exc:
+                raise ServerError(f"{url}: {type(exc).__name__}: {exc}") from exc
+            if r.status_code == 404:
+                raise ServerError(f"{url} answered 404: start the vLLM server with VLLM_SERVER_DEV_MODE=1 "
+                                  "(agents.vllm_server does) to receive weights")
+            if r.status_code != 200:
+                raise ServerError(f"{url} answered {r.status_code}: {r.text[:500]}")
+        return len(items)
+
     def close(self) -> None:
         self._client.close()

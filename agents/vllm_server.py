@@ -57,7 +57,9 @@ def vllm_server(model: str, *, port: int | None = None, start_timeout: float = 6
     """
     port = port or _free_port()
     log = tempfile.NamedTemporaryFile("w+", prefix="vllm-server-", suffix=".log", delete=False)
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    # dev mode: /collective_rpc and /reset_prefix_cache, through which OpenAIPolicy.load_weights
+    # pushes trained weights (bind to 127.0.0.1 only: these endpoints are not for the open network)
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_SERVER_DEV_MODE": "1"}
     proc = subprocess.Popen(server_args(model, port), stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}/v1"
     try:

@@ -76,3 +76,57 @@ def test_text_only_mode_for_evaluation(server) -> None:
     [t] = [r.trajectory for r in rollout(pol, [(envfactory.make("Counter-v0", max_turns=2), 0)], max_new_tokens=16, seed=0)]
     assert t.error is None and t.turns >= 1 and not t.token_exact
     assert t.messages[2]["role"] == "assistant" and t.response_ids
+
+
+def _prompt_logprobs(pol, url, path, seq):
+    """The server's log-probability of each token of ``seq`` after the first (prompt_logprobs)."""
+    data = pol._client.post(url + "/completions", json={"model": path, "prompt": seq, "max_tokens": 1,
+                                                         "prompt_logprobs": 0}).json()
+    return torch.tensor([d[str(t)]["logprob"] for d, t in zip(data["choices"][0]["prompt_logprobs"][1:], seq[1:])])
+
+
+def test_trained_weights_reach_the_server_after_each_step(server) -> None:
+    """Last in this module: it changes the served weights (and puts the originals back)."""
+    import itertools
+
+    from transformers import AutoModelForCausalLM
+
+    from agents import Trainer
+    from agents.algorithms.arpo import GRPO
+    from agents.openai_policy import OpenAIPolicy
+
+    url, path = server
+    pol = OpenAIPolicy(url, path, mode="tokens")
+    seq = list(range(5, 70))
+    before = _prompt_logprobs(pol, url, path, seq)
+    calls = itertools.count()
+    tr = Trainer(pol, ["Counter-v0"], GRPO(M=2), model=path, max_new_tokens=8, max_turns=1, tasks_per_step=1,
+                 lr=1e-2, reward_fn=lambda t: float(next(calls) % 2), show_progress=False)
+    try:
+        row = tr.train_step()
+        assert row["trained_sequences"] > 0
+        after = _prompt_logprobs(pol, url, path, seq)
+        with torch.no_grad():
+            logits = tr.model.eval()(torch.tensor([seq])).logits[0, :-1].float()
+        mine = torch.log_softmax(logits, -1).gather(1, torch.tensor(seq[1:])[:, None]).squeeze(1)
+        assert (after - before).abs().max() > 1e-3, "the push changed what the server computes"
+        assert torch.allclose(after, mine, atol=1e-4), (after - mine).abs().max()
+    finally:
+        original = AutoModelForCausalLM.from_pretrained(path)
+        pol.load_weights(original.state_dict().items())
+        assert torch.allclose(_prompt_logprobs(pol, url, path, seq), before, atol=1e-5)
+        pol.close()
+
+
+def test_pushing_weights_to_a_server_without_dev_mode_names_the_fix() -> None:
+    import httpx
+
+    from agents.openai_policy import OpenAIPolicy, ServerError
+
+    def app(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    pol = OpenAIPolicy.__new__(OpenAIPolicy)
+    pol.base_url, pol._client, pol._weights_dir = "http://server/v1", httpx.Client(transport=httpx.MockTransport(app)), None
+    with pytest.raises(ServerError, match="VLLM_SERVER_DEV_MODE=1"):
+        pol.load_weights([("w", torch.zeros(2))])
