@@ -4,7 +4,10 @@ A :class:`State` holds the whole truth of an episode. It must stay plain data
 (models, dicts, lists, sets, strings, numbers, booleans, ``None``) so that it is
 JSON-serializable, canonically hashable and cheap to copy. ``fork()`` of a live
 environment copies its state with :func:`copy_state`, which is why that function
-is written for speed rather than generality.
+is written for speed rather than generality. A model class may bring its own
+copier (``__state_copy__``): the factory's
+:class:`~envfactory.factory.pystate.PyState`, which holds arbitrary Python objects
+of unchanged third-party classes, copies its whole object graph that way.
 """
 
 from __future__ import annotations
@@ -106,7 +109,13 @@ def _field_plan(tp: Any) -> str:
 
 
 def _compile_copier(cls: type[BaseModel]) -> Any:
-    """Build a copier for one model class from its field annotations."""
+    """Build a copier for one model class from its field annotations.
+
+    A class may bring its own: ``__state_copy__(value) -> copy`` (the factory's
+    :class:`~envfactory.factory.pystate.PyState` copies a whole object graph at once)."""
+    own = getattr(cls, "__state_copy__", None)
+    if own is not None:
+        return own
     shallow, deep = [], []
     for name, field in cls.model_fields.items():
         plan = _field_plan(field.annotation)

@@ -33,13 +33,29 @@ FRESH_WORDS = [
 ]
 
 
+def _untag(node: Any) -> Any:
+    """A snapshot-encoded dict (``{"$dict": [[key, value], ...]}``, see
+    :mod:`.pystate`) as a dict of its scalar keys; an object (``{"$class": ..}``) as its
+    attributes. Plain JSON comes back as it is."""
+    if isinstance(node, dict) and node and any(isinstance(k, str) and k[:1] == "$" for k in node):
+        if "$dict" in node and isinstance(node["$dict"], list):
+            return {k: v for k, v in node["$dict"] if isinstance(k, (str, int, float, bool))}
+        return {k: v for k, v in node.items() if not (isinstance(k, str) and k[:1] == "$")}
+    return node
+
+
 def _walk(node: Any, parts: list[str]) -> list[Any]:
+    node = _untag(node)
     if not parts:
         return [node]
     head, rest = parts[0], parts[1:]
     if isinstance(node, dict):
+        if head not in node and head.lstrip("-").isdigit():
+            key: Any = int(head)
+            if key in node:
+                return _walk(node[key], rest)
         if head == "*":
-            return [x for k in sorted(node) for x in _walk(node[k], rest)]
+            return [x for k in sorted(node, key=str) for x in _walk(node[k], rest)]
         return _walk(node[head], rest) if head in node else []
     if isinstance(node, list) and head == "*":
         return [x for v in node for x in _walk(v, rest)]
@@ -70,10 +86,13 @@ def resolve(source: ArgSource, state_json: Any) -> list[Any]:
 
 
 def _dicts_named(node: Any, stem: str, out: list[dict], depth: int = 0) -> None:
+    node = _untag(node)
     if not isinstance(node, dict) or depth > 6:
         return
-    for k in sorted(node):
-        v = node[k]
+    for k in sorted(node, key=str):
+        if not isinstance(k, str):
+            continue
+        v = _untag(node[k])
         if isinstance(v, dict):
             if k.lower().rstrip("s").startswith(stem) or stem.startswith(k.lower().rstrip("s")):
                 out.append(v)

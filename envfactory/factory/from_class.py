@@ -1,84 +1,217 @@
-"""A third-party Python class, unchanged, as an environment.
+"""Third-party Python classes, unchanged, as an environment.
 
-The class keeps its state in instance attributes and exposes operations as
-methods. :func:`from_class` turns it into an :class:`~envfactory.ToolEnvSpec`:
+A class keeps its state in instance attributes and exposes operations as
+methods. :func:`from_class` turns one class, or several services that share an
+episode, into an :class:`~envfactory.ToolEnvSpec`:
 
-* the instance attributes (after ``cls(**config)``) become the fields of a
-  generated :class:`~envfactory.State` model (names starting with ``_`` are
-  kept as ``private_<name>``); their types come from the class's annotations
-  when it has them;
-* each public method becomes a tool: its schema comes from the signature and
-  the Google-style docstring; when called, the tool binds a bare instance to the
-  episode's state, calls the method, and writes the attributes back;
-* an initial-configuration dict (or a function of a seeded RNG returning one)
-  seeds the state; tasks are synthesized by walking the tools
-  (:mod:`.tasks_synth`) unless given.
+* an instance is built per initial configuration: ``cls(**config)``, or
+  ``cls(**init)`` followed by a *loader* (``loader="_load_scenario"``, a method
+  name, or ``loader(instance, config)``) for classes that load their scenario
+  after construction. An instance that exposes no state after that is an error
+  (:class:`~envfactory.SpecError` naming the class), never an empty world;
+* the world's state is a :class:`~.pystate.PyState`: any picklable Python data
+  (objects pointing into each other, ``random.Random``, sets, tuples, int and
+  tuple dict keys, big ints, floats). Forks copy the whole object graph at once;
+  snapshots are a versioned JSON document that restores to an equal state (see
+  :mod:`.pystate`). For one class whose attributes share nothing the state has a
+  field per attribute (``state.cash``; names starting with ``_`` become
+  ``private_<name>``) and forks use the engine's fast copier; otherwise (several
+  services, attributes that point into each other, ``state="objects"``) it has a
+  field per service holding the live instance (``state.file_system.cwd``);
+* each public method becomes a tool: schema from the signature and the
+  Google-style docstring; arguments checked strictly (default), with pydantic's
+  coercion (``validation="coerce"``) or passed as the agent sent them, the way
+  the class would receive them (``validation="lax"``); results rendered the
+  project's way (default) or with ``render="str"``, ``"repr"`` or a function;
+  an exception raised by the method becomes an error observation carrying the
+  class's own message (``errors="message"``, default; ``"detailed"`` adds the
+  tool name and exception type);
+* tasks: given (a :class:`~envfactory.Task`, or a :class:`ClassTask` with a
+  config per task), or synthesized by walking the tools (:mod:`.tasks_synth`)
+  from configurations drawn from ``config``.
 
-The class is never modified or subclassed; its exceptions become error
-observations like any tool failure.
+The classes are never modified or subclassed.
 """
 
 from __future__ import annotations
 
+import copy
+import enum
 import inspect
 import json
 import random
+import re
 import typing
-from typing import Any, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal, Sequence
 
-from pydantic import create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from ..definition import ToolEnvSpec, SpecError
+from ..definition import SpecError, ToolEnvSpec
 from ..state import State
-from ..task import Task
-from ..tooling import Tool, make_tool
+from ..task import Task, ToolCall
+from ..tooling import _REQUIRED, Tool, ToolError, make_tool
 from .arguments import ArgSource
+from .pystate import PyState, PyStateError, decode, encode, graph_state_copy, trusted_for
 from .tasks_synth import SynthConfig, synthesize
 
-__all__ = ["from_class", "class_tools", "class_state_type"]
+__all__ = ["from_class", "Service", "ClassTask", "class_tools", "class_state_type", "observe_read_only"]
 
 READ_PREFIXES = ("get", "list", "find", "search", "show", "count", "describe", "check", "read",
                  "lookup", "view", "total", "report", "status", "is_", "has_", "peek")
 
 Config = dict[str, Any] | Sequence[dict[str, Any]] | Callable[[random.Random], dict[str, Any]]
+Loader = str | Callable[[Any, Any], Any]
+Render = Literal["str", "repr"] | Callable[[Any], str] | None
+
+
+@dataclass(frozen=True)
+class Service:
+    """One class of an environment made of several (or one class with its options).
+
+    Attributes:
+        cls: The class, unchanged.
+        key: Its field in the state (default: the class name in snake_case).
+        prefix: Prepended to its tool names (to resolve clashes between services).
+        loader: ``None`` (``cls(**config)``), a method name (``cls(**init)`` then
+            ``instance.<loader>(config)``) or ``loader(instance, config)``.
+        init: Constructor arguments when a loader takes the configuration.
+        include: Methods to expose (default: every public method).
+        exclude: Methods to hide.
+        read_only: Methods that never change the state (default: by name prefix).
+    """
+
+    cls: type
+    key: str | None = None
+    prefix: str = ""
+    loader: Loader | None = None
+    init: dict[str, Any] | None = None
+    include: Iterable[str] | None = None
+    exclude: Iterable[str] = ()
+    read_only: Iterable[str] | None = None
+
+
+@dataclass
+class ClassTask:
+    """A task whose initial state is built from a configuration (for several services:
+    ``{service key: config}``), as :func:`from_class` builds every state."""
+
+    id: str
+    instruction: str
+    config: Any
+    solution: list[ToolCall] = field(default_factory=list)
+    answer_facts: list[str] = field(default_factory=list)
+    check: Callable[[Any], bool] | None = None
+    difficulty: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+_RESERVED = frozenset(dir(PyState))
 
 
 def _field_name(attr: str) -> str:
-    return "private" + attr if attr.startswith("_") else attr
+    name = "private" + attr if attr.startswith("_") else attr
+    return f"attr_{name}" if name in _RESERVED or name.startswith("model_") else name
 
 
-def class_state_type(cls: type, probe: Any) -> tuple[type[State], dict[str, str]]:
-    """A State model for the attributes of ``probe`` (an instance of ``cls``).
-
-    Returns the model and ``{attribute: field}``.
-    """
-    attrs = getattr(probe, "__dict__", None)
-    if attrs is None:
-        raise SpecError(f"{cls.__name__}: instances need a __dict__ (classes with __slots__ are not "
-                        "supported); wrap the class in a small adapter instead")
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception:
-        hints = {}
-    fields: dict[str, Any] = {}
-    mapping: dict[str, str] = {}
-    for attr, value in attrs.items():
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError) as exc:
-            raise SpecError(
-                f"{cls.__name__}.{attr} holds {type(value).__name__}, which is not plain JSON data "
-                f"({exc}); the state must be dicts, lists, strings, numbers, booleans or None"
-            ) from None
-        fname = _field_name(attr)
-        mapping[attr] = fname
-        fields[fname] = (hints.get(attr, Any), ...)
-    model = create_model(f"{cls.__name__}State", __base__=State, **fields)
-    model.__module__ = cls.__module__
-    return model, mapping
+def _message(exc: BaseException) -> str:
+    """The exception's own message (``KeyError('x')`` says ``x``, not ``'x'``)."""
+    if len(exc.args) == 1 and isinstance(exc.args[0], str):
+        return exc.args[0]
+    return str(exc) or type(exc).__name__
 
 
-def _method_tool(cls: type, method: str, mapping: dict[str, str], read_only: bool) -> Tool:
+class _AnyType:
+    """Accepts every class (the fast argument check of a ``lax`` tool)."""
+
+    def __contains__(self, item: Any) -> bool:
+        return True
+
+
+_ANY_TYPE = _AnyType()
+
+
+class _LaxArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+
+def _shares(root: Any, values: Iterable[Any]) -> bool:
+    """Whether the values reach one mutable object twice, or ``root`` itself."""
+    seen: set[int] = {id(root)}
+    stack = list(values)
+    imm = (str, int, float, bool, type(None), bytes)
+    while stack:
+        v = stack.pop()
+        if isinstance(v, imm) or isinstance(v, (type, enum.Enum)):
+            continue
+        if not isinstance(v, (tuple, frozenset)):
+            if id(v) in seen:
+                return True
+            seen.add(id(v))
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            stack.extend(v)
+        elif hasattr(v, "__dict__") and not callable(v):
+            stack.extend(vars(v).values())
+    return False
+
+
+class _Part:
+    """A service, resolved: its class, key, loader and the names of its tools."""
+
+    def __init__(self, svc: Service, key: str) -> None:
+        self.svc = svc
+        self.cls = svc.cls
+        self.key = key
+
+    def instance(self, config: Any) -> Any:
+        svc, cls = self.svc, self.cls
+        config = copy.deepcopy(config)  # a loader may keep (and later change) what it is given
+        if svc.loader is None:
+            if config is not None and not isinstance(config, dict):
+                raise SpecError(f"{cls.__name__}: a configuration is a dict of constructor arguments "
+                                f"(or pass loader=...), got {type(config).__name__}")
+            inst = cls(**{**(svc.init or {}), **(config or {})})
+            how = f"{cls.__name__}(**config)"
+        else:
+            inst = cls(**(svc.init or {}))
+            if isinstance(svc.loader, str):
+                load = getattr(inst, svc.loader, None)
+                if load is None:
+                    raise SpecError(f"{cls.__name__} has no method {svc.loader!r} (the loader)")
+                load({} if config is None else config)
+                how = f"{cls.__name__}().{svc.loader}(config)"
+            else:
+                svc.loader(inst, {} if config is None else config)
+                how = f"{cls.__name__}() and the loader"
+        if not getattr(inst, "__dict__", None) and not any("__slots__" in vars(k) for k in type(inst).__mro__):
+            hints = [n for n, v in vars(cls).items()
+                     if inspect.isfunction(v) and re.search(r"load|setup|scenario|init_|from_", n)
+                     and not n.startswith("__")]
+            hint = (f"; if it loads its state in a method, pass loader={hints[0]!r}" if hints
+                    else "; if it loads its state in a method, pass loader='<method name>'")
+            raise SpecError(f"{cls.__name__}: the instance exposes no state after {how} "
+                            f"(it has no attributes){hint}")
+        return inst
+
+
+def _hint_for(p: inspect.Parameter, hints: dict[str, Any]) -> Any:
+    if p.name in hints:
+        return hints[p.name]
+    d = p.default
+    if d is not inspect.Parameter.empty and type(d) in (str, int, float, bool):
+        return type(d)
+    return Any
+
+
+def _method_tool(cls: type, method: str, *, tool_name: str, read_only: bool, bind: Callable[..., Any],
+                 validation: str, render: Render, errors: str) -> Tool:
     func = getattr(cls, method)
     sig = inspect.signature(func)
     params = list(sig.parameters.values())[1:]  # drop self
@@ -86,48 +219,191 @@ def _method_tool(cls: type, method: str, mapping: dict[str, str], read_only: boo
         hints = typing.get_type_hints(func)
     except Exception as exc:
         raise SpecError(f"{cls.__name__}.{method}: cannot resolve type hints: {exc}") from exc
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise SpecError(f"{cls.__name__}.{method}: *args/**kwargs cannot become a tool's schema "
+                            f"({p.name}); exclude it (exclude=[{method!r}])")
+    renderer: Callable[[Any], Any] | None
+    if render is None:
+        renderer = None
+    elif render == "str":
+        renderer = str
+    elif render == "repr":
+        renderer = repr
+    elif callable(render):
+        renderer = render
+    else:
+        raise SpecError(f"render must be None, 'str', 'repr' or a function, got {render!r}")
+    call = bind(func, renderer, errors == "message")
+    call.__name__ = tool_name
+    call.__doc__ = func.__doc__ or f"Call {cls.__name__}.{method}."
+    # positional-only and oddly named, so that a method parameter may be called ``state``
+    call.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[inspect.Parameter("__world__", inspect.Parameter.POSITIONAL_ONLY)]
+        + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is p.POSITIONAL_ONLY else p for p in params],
+        return_annotation=inspect.Signature.empty)
+    call.__annotations__ = {p.name: _hint_for(p, hints) for p in params}
+    try:
+        t = make_tool(call, name=tool_name, read_only=read_only)
+    except (TypeError, NameError, ValueError) as exc:
+        raise SpecError(f"{cls.__name__}.{method}: {exc}") from exc
+    if validation == "strict":
+        return t
+    if validation not in ("coerce", "lax"):
+        raise SpecError(f"validation must be 'strict', 'coerce' or 'lax', got {validation!r}")
+    fields: dict[str, Any] = {}
+    simple: dict[str, tuple[Any, Any]] = {}
+    for p in params:
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        tp = Any if validation == "lax" else call.__annotations__[p.name]
+        fields[p.name] = (tp, Field(default))
+        simple[p.name] = (_ANY_TYPE, _REQUIRED if default is ... else default)
+    base = _LaxArgs if validation == "lax" else type("_CoerceArgs", (BaseModel,), {
+        "model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True)})
+    model = create_model(f"{tool_name}_args", __base__=base, **fields)
+    return Tool(name=t.name, description=t.description, fn=t.fn, parameters=t.parameters, args_model=model,
+                finish=False, read_only=t.read_only, _arg_names=t._arg_names,
+                _simple=simple if validation == "lax" else None)
+
+
+def _finish_result(result: Any, renderer: Callable[[Any], Any] | None) -> Any:
+    return result if renderer is None else renderer(result)
+
+
+def _object_binder(key: str) -> Callable[..., Callable[..., Any]]:
+    """Tools over the live instance held in the state's field ``key``."""
+
+    def bind(func: Callable[..., Any], renderer: Any, own_message: bool) -> Callable[..., Any]:
+        def call(world: Any, /, **kwargs: Any) -> Any:
+            obj = world.__dict__[key]
+            if not own_message:
+                return _finish_result(func(obj, **kwargs), renderer)
+            try:
+                result = func(obj, **kwargs)
+            except ToolError:
+                raise
+            except Exception as exc:
+                raise ToolError(_message(exc)) from exc
+            return _finish_result(result, renderer)
+
+        return call
+
+    return bind
+
+
+def _attribute_binder(cls: type, mapping: dict[str, str]) -> Callable[..., Callable[..., Any]]:
+    """Tools over a bare instance bound to the state's fields (one per attribute)."""
     pairs = tuple(mapping.items())
 
-    def call(state: Any, **kwargs: Any) -> Any:
-        obj = object.__new__(cls)
-        d = obj.__dict__
-        for attr, fname in pairs:
-            d[attr] = getattr(state, fname)
-        try:
-            return func(obj, **kwargs)
-        finally:
-            for attr, fname in pairs:  # attributes may have been rebound, not only mutated
-                object.__setattr__(state, fname, d[attr])
+    def bind(func: Callable[..., Any], renderer: Any, own_message: bool) -> Callable[..., Any]:
+        def call(world: Any, /, **kwargs: Any) -> Any:
+            obj = object.__new__(cls)
+            d = obj.__dict__
+            wd = world.__dict__
+            for attr, fname in pairs:
+                d[attr] = wd[fname]
+            try:
+                result = func(obj, **kwargs)
+            except ToolError:
+                raise
+            except Exception as exc:
+                if not own_message:
+                    raise
+                raise ToolError(_message(exc)) from exc
+            finally:
+                for attr, fname in pairs:  # attributes may have been rebound, not only mutated
+                    wd[fname] = d[attr]
+            if len(d) != len(pairs):
+                new = sorted(set(d) - set(mapping))
+                raise ToolError(f"{cls.__name__}.{func.__name__} added attributes {new} at run time; "
+                                "build the environment with from_class(..., state='objects')")
+            return _finish_result(result, renderer)
 
-    call.__name__ = method
-    call.__doc__ = func.__doc__
-    call.__signature__ = sig.replace(  # type: ignore[attr-defined]
-        parameters=[inspect.Parameter("state", inspect.Parameter.POSITIONAL_OR_KEYWORD)] + params)
-    call.__annotations__ = {p.name: hints[p.name] for p in params if p.name in hints}
-    return make_tool(call, name=method, read_only=read_only)
+        return call
+
+    return bind
+
+
+def class_state_type(cls: type, probe: Any) -> tuple[type[State], dict[str, str]]:
+    """A state model with one field per attribute of ``probe`` (an instance of ``cls``).
+
+    Returns the model and ``{attribute: field}``.
+    """
+    attrs = getattr(probe, "__dict__", None)
+    if attrs is None:
+        raise SpecError(f"{cls.__name__}: instances need a __dict__ for a state of attributes; "
+                        "use from_class(..., state='objects')")
+    mapping = {attr: _field_name(attr) for attr in attrs}
+    model = create_model(f"{cls.__name__}State", __base__=PyState, **{f: (Any, ...) for f in mapping.values()})
+    model.__module__ = cls.__module__
+    model.__pystate_trusted__ = trusted_for([cls])
+    return model, mapping
+
+
+def _methods(part: _Part, include: Iterable[str] | None, exclude: Iterable[str]) -> list[str]:
+    cls = part.cls
+    if include is not None:
+        names = list(include)
+    else:  # public functions of the class and its (Python) bases, bases first, in definition order
+        names = []
+        for k in reversed(cls.__mro__[:-1]):
+            names += [n for n, v in vars(k).items() if not n.startswith("_") and inspect.isfunction(v)
+                      and n not in names and inspect.isfunction(inspect.getattr_static(cls, n))]
+    for n in names:
+        if not callable(getattr(cls, n, None)):
+            raise SpecError(f"{cls.__name__} has no method {n!r}")
+    skip = set(exclude)
+    return [n for n in names if n not in skip and part.svc.prefix + n not in skip]
 
 
 def class_tools(
     cls: type, mapping: dict[str, str], *, include: Iterable[str] | None = None,
     exclude: Iterable[str] = (), read_only: Iterable[str] | None = None,
 ) -> list[Tool]:
-    """Tools for the public methods of ``cls`` (in definition order)."""
-    names = list(include) if include is not None else [
-        n for n, v in vars(cls).items() if not n.startswith("_") and inspect.isfunction(v)]
-    skip = set(exclude)
+    """Tools for the public methods of ``cls`` (in definition order), over a state of attributes."""
+    part = _Part(Service(cls), "")
     ro = set(read_only) if read_only is not None else None
-    tools = []
-    for n in names:
-        if n in skip:
-            continue
-        is_ro = n in ro if ro is not None else n.startswith(READ_PREFIXES)
-        tools.append(_method_tool(cls, n, mapping, is_ro))
+    tools = [_method_tool(cls, n, tool_name=n, read_only=(n in ro if ro is not None else n.startswith(READ_PREFIXES)),
+                          bind=_attribute_binder(cls, mapping), validation="strict", render=None,
+                          errors="detailed") for n in _methods(part, include, exclude)]
     if not tools:
         raise SpecError(f"{cls.__name__} has no public methods to turn into tools")
     return tools
 
 
-def _config_sampler(config: Config) -> Callable[[random.Random], dict[str, Any]]:
+def observe_read_only(tools: Sequence[Tool], synth: SynthConfig, *, seed: int = 0, walks: int = 24,
+                      length: int = 6) -> dict[str, bool]:
+    """Which tools change the state, by watching them rather than by their names.
+
+    Random walks (``walks`` of ``length`` calls, arguments drawn as task synthesis
+    draws them) from sampled initial states; a tool that changed the state once is
+    not read-only; one that ran without error and never changed it is. Tools that
+    never ran without error are left out (their names decide)."""
+    from ..state import copy_state, state_hash
+    from .arguments import draw_arguments
+
+    rng = random.Random(f"observe/{seed}")
+    changed: set[str] = set()
+    ran: set[str] = set()
+    for _ in range(walks):
+        state = synth.sample_state(rng)
+        for _ in range(length):
+            t = tools[rng.randrange(len(tools))]
+            args = draw_arguments(t.name, t.parameters, json.loads(state.model_dump_json()), synth.arguments, rng)
+            if args is None:
+                continue
+            before = state_hash(state)
+            trial = copy_state(state)
+            if not t.invoke(trial, args).ok:
+                continue
+            ran.add(t.name)
+            if state_hash(trial) != before:
+                changed.add(t.name)
+                state = trial
+    return {n: n not in changed for n in ran | changed}
+
+
+def _config_sampler(config: Any) -> Callable[[random.Random], Any]:
     if callable(config):
         return config
     if isinstance(config, dict):
@@ -139,56 +415,232 @@ def _config_sampler(config: Config) -> Callable[[random.Random], dict[str, Any]]
 
 
 def from_class(
-    cls: type,
+    cls: type | Service | Sequence[type | Service],
     *,
     name: str,
     domain: str,
-    config: Config,
+    config: Config | None = None,
+    loader: Loader | None = None,
+    init: dict[str, Any] | None = None,
+    prefix: str = "",
+    state: Literal["auto", "attributes", "objects"] = "auto",
+    validation: Literal["strict", "coerce", "lax"] = "strict",
+    render: Render = None,
+    errors: Literal["message", "detailed"] = "message",
+    trusted_modules: Iterable[str] = (),
     description: str = "",
-    tasks: Sequence[Task] | Callable[[], Sequence[Task]] | None = None,
+    tasks: Sequence[Task | ClassTask] | Callable[[], Sequence[Task | ClassTask]] | None = None,
     n_tasks: int = 60,
     seed: int = 0,
     arguments: dict[str, ArgSource] | None = None,
     templates: dict[str, str] | None = None,
     include: Iterable[str] | None = None,
     exclude: Iterable[str] = (),
-    read_only: Iterable[str] | None = None,
+    read_only: Iterable[str] | Literal["observe"] | None = None,
     read_share: float = 0.2,
     max_turns: int = 20,
 ) -> ToolEnvSpec:
-    """Build an environment from a class, leaving the class untouched.
+    """Build an environment from one class or several services, leaving them untouched.
 
     Args:
-        cls: The class. ``cls(**config)`` must build a fresh instance.
+        cls: The class, a :class:`Service`, or a list of them (one episode, several services).
         name: Registry name, ``Name-v0``.
         domain: Domain label.
-        config: Initial configuration: a dict, a list of dicts (sampled), or
-            ``f(rng) -> dict``.
-        tasks: Tasks to use; by default ``n_tasks`` are synthesized lazily.
+        config: Initial configuration(s) for synthesized tasks: a dict, a list of dicts
+            (sampled), or ``f(rng) -> dict``. For several services, each dict maps
+            service keys to that service's configuration. Optional when ``tasks`` are given.
+        loader: For a single class: a method name, or ``loader(instance, config)``, that
+            loads the configuration after ``cls(**init)`` (classes that set their
+            state in ``_load_scenario(config)``).
+        init: Constructor arguments when a loader is used.
+        prefix: Tool-name prefix for a single class.
+        state: ``"attributes"`` (a field per attribute), ``"objects"`` (a field per
+            service, holding the live instance, copied as one graph) or ``"auto"``.
+        validation: ``"strict"`` (default), ``"coerce"`` (pydantic's lax conversion)
+            or ``"lax"`` (arguments passed as sent; only their names are checked).
+        render: How results become observations: ``None`` (default: strings as they
+            are, ``None`` as ``OK``, other values as JSON), ``"str"``, ``"repr"`` or a function.
+        errors: ``"message"``: a method's exception shows as ``Error: <its message>``;
+            ``"detailed"``: ``Error: tool 'x' failed: ValueError: <message>``.
+        trusted_modules: Modules (besides the classes' packages) whose classes a
+            snapshot may rebuild (see :mod:`.pystate`).
+        tasks: Tasks (:class:`~envfactory.Task` or :class:`ClassTask`), or a function
+            returning them; by default ``n_tasks`` are synthesized lazily.
         arguments: Argument sources for synthesis (see :mod:`.arguments`).
-        templates: Instruction templates by method name.
-        include: Methods to expose (default: every public method).
-        exclude: Methods to hide.
-        read_only: Methods that never change the state (default: by name prefix).
+        templates: Instruction templates by tool name.
+        include: Methods (or tool names) to expose (default: every public method).
+        exclude: Methods (or tool names) to hide.
+        read_only: Methods (or tool names) that never change the state (default: by name
+            prefix), or ``"observe"``: decided by watching random walks over the tools
+            (:func:`observe_read_only`).
     """
-    sample = _config_sampler(config)
-    probe = cls(**sample(random.Random(seed)))
-    state_type, mapping = class_state_type(cls, probe)
+    if errors not in ("message", "detailed"):
+        raise SpecError(f"errors must be 'message' or 'detailed', got {errors!r}")
+    many = isinstance(cls, (list, tuple))
+    raw = list(cls) if many else [cls]
+    if not raw:
+        raise SpecError("from_class needs at least one class")
+    services = []
+    for item in raw:
+        svc = item if isinstance(item, Service) else Service(item)
+        if not isinstance(svc.cls, type):
+            raise SpecError(f"from_class takes classes or Service(...), got {svc.cls!r}")
+        if not many:
+            svc = Service(svc.cls, key=svc.key, prefix=svc.prefix or prefix,
+                          loader=svc.loader if svc.loader is not None else loader,
+                          init=svc.init if svc.init is not None else init,
+                          include=svc.include if svc.include is not None else include,
+                          exclude=tuple(svc.exclude) + tuple(exclude),
+                          read_only=svc.read_only if svc.read_only is not None else read_only)
+        else:
+            if (loader, init, prefix) != (None, None, ""):
+                raise SpecError("with several classes, give loader=, init= and prefix= per class: "
+                                "Service(cls, loader=..., init=..., prefix=...)")
+            inc = None if include is None else set(include)
+            svc = Service(svc.cls, key=svc.key, prefix=svc.prefix, loader=svc.loader, init=svc.init,
+                          include=svc.include if svc.include is not None or inc is None else [
+                              n for n, v in vars(svc.cls).items() if inspect.isfunction(v)
+                              and (n in inc or svc.prefix + n in inc)],
+                          exclude=tuple(svc.exclude) + tuple(exclude),
+                          read_only=svc.read_only if svc.read_only is not None else read_only)
+        services.append(svc)
+    parts: list[_Part] = []
+    for svc in services:
+        key = svc.key or _snake(svc.cls.__name__)
+        if not key.isidentifier() or key in _RESERVED or key.startswith("model_"):
+            raise SpecError(f"{svc.cls.__name__}: {key!r} cannot be a state field; give Service(key=...)")
+        if any(p.key == key for p in parts):
+            raise SpecError(f"two services have the key {key!r} ({svc.cls.__name__} and "
+                            f"{next(p.cls.__name__ for p in parts if p.key == key)}); give Service(key=...)")
+        parts.append(_Part(svc, key))
+    classes = [p.cls for p in parts]
+    label = classes[0].__name__ if len(classes) == 1 else " + ".join(c.__name__ for c in classes)
 
-    def make_state(cfg: dict[str, Any]) -> State:
-        inst = cls(**cfg)
-        return state_type.model_validate({f: getattr(inst, a) for a, f in mapping.items()})
+    task_items = None if tasks is None or callable(tasks) else list(tasks)
+    if config is None:
+        first = next((t for t in task_items or () if isinstance(t, ClassTask)), None)
+        if first is None and (tasks is None or callable(tasks)):
+            raise SpecError(f"{label}: from_class needs config= (or tasks with their configs)")
+        config = first.config if first is not None else ({} if many else None)
+    sample = _config_sampler(config) if config is not None else (lambda rng: None)
 
-    tools = class_tools(cls, mapping, include=include, exclude=exclude, read_only=read_only)
+    def configs_of(cfg: Any) -> list[Any]:
+        if not many:
+            return [cfg]
+        if cfg is None:
+            cfg = {}
+        if not isinstance(cfg, dict):
+            raise SpecError(f"{label}: with several services a configuration maps service keys "
+                            f"({[p.key for p in parts]}) to their configurations")
+        unknown = set(cfg) - {p.key for p in parts}
+        if unknown:
+            raise SpecError(f"{label}: configuration for unknown services {sorted(unknown)}; "
+                            f"the services are {[p.key for p in parts]}")
+        return [cfg.get(p.key) for p in parts]
+
+    probe_cfg = sample(random.Random(seed))
+    probes = [p.instance(c) for p, c in zip(parts, configs_of(probe_cfg))]
+    trusted = tuple(sorted(set(trusted_for(classes)) | set(trusted_modules)))
+    graph = state == "objects" or many
+    if state not in ("auto", "attributes", "objects"):
+        raise SpecError(f"state must be 'auto', 'attributes' or 'objects', got {state!r}")
+    if state == "auto" and not many:
+        p0 = probes[0]
+        graph = (getattr(p0, "__dict__", None) is None or any("__slots__" in vars(k) for k in type(p0).__mro__[:-1])
+                 or _shares(p0, vars(p0).values()))
+    if state == "attributes" and many:
+        raise SpecError(f"{label}: several services need state='objects' (or 'auto')")
+
+    if graph:
+        fields = {p.key: (Any, ...) for p in parts}
+        model_name = "".join(c.__name__ for c in classes) + "State"
+        state_type = create_model(model_name, __base__=PyState, **fields)
+        state_type.__module__ = classes[0].__module__
+        state_type.__state_copy__ = staticmethod(graph_state_copy)
+        mapping: dict[str, str] = {}
+    else:
+        state_type, mapping = class_state_type(classes[0], probes[0])
+    state_type.__pystate_trusted__ = trusted
+
+    def build_state(instances: list[Any]) -> State:
+        if graph:
+            return state_type.model_validate({p.key: inst for p, inst in zip(parts, instances)})
+        inst = instances[0]
+        attrs = vars(inst)
+        if attrs.keys() != mapping.keys():
+            raise SpecError(f"{label}: this configuration gives attributes {sorted(attrs)}, another gave "
+                            f"{sorted(mapping)}; build with from_class(..., state='objects')")
+        return state_type.model_validate({f: attrs[a] for a, f in mapping.items()})
+
+    def make_state(cfg: Any) -> State:
+        return build_state([p.instance(c) for p, c in zip(parts, configs_of(cfg))])
+
+    probe_state = build_state(probes)
+    try:  # fail now, naming the place, rather than at the first snapshot
+        doc = encode(probe_state.__dict__, trusted)
+        again = encode(decode(doc, trusted), trusted)
+    except PyStateError as exc:
+        raise SpecError(f"{label}: its state cannot be carried through snapshots: {exc}") from None
+    if again != doc:
+        raise SpecError(f"{label}: its state does not survive a snapshot round trip unchanged")
+
+    observe = isinstance(read_only, str) and read_only == "observe"
+    if observe:
+        services = [Service(p.svc.cls, key=p.svc.key, prefix=p.svc.prefix, loader=p.svc.loader, init=p.svc.init,
+                            include=p.svc.include, exclude=p.svc.exclude,
+                            read_only=None if p.svc.read_only == "observe" else p.svc.read_only) for p in parts]
+        for p, svc in zip(parts, services):
+            p.svc = svc
+    tools: list[Tool] = []
+    owner: dict[str, str] = {}
+    for part in parts:
+        svc = part.svc
+        ro = set(svc.read_only) if svc.read_only is not None else None
+        bind = _object_binder(part.key) if graph else _attribute_binder(part.cls, mapping)
+        for m in _methods(part, svc.include, svc.exclude):
+            tname = svc.prefix + m
+            if tname in owner:
+                raise SpecError(
+                    f"{label}: tool name {tname!r} comes from both {owner[tname]} and {part.cls.__name__}."
+                    f"{m}; give one service a prefix (Service({part.cls.__name__}, prefix="
+                    f"'{part.key}_')) or exclude one")
+            owner[tname] = f"{part.cls.__name__}.{m}"
+            is_ro = (m in ro or tname in ro) if ro is not None else m.startswith(READ_PREFIXES)
+            tools.append(_method_tool(part.cls, m, tool_name=tname, read_only=is_ro, bind=bind,
+                                      validation=validation, render=render, errors=errors))
+    if not tools:
+        raise SpecError(f"{label} has no public methods to turn into tools")
+
+    def to_task(t: Task | ClassTask) -> Task:
+        if isinstance(t, Task):
+            return t
+        if isinstance(t, ClassTask):
+            return Task(id=t.id, instruction=t.instruction, initial_state=make_state(t.config),
+                        solution=list(t.solution), answer_facts=list(t.answer_facts), check=t.check,
+                        difficulty=t.difficulty, metadata=dict(t.metadata))
+        raise SpecError(f"{label}: {t!r} is neither a Task nor a ClassTask")
+
     synth = SynthConfig(
         sample_state=lambda rng: make_state(sample(rng)),
         arguments=dict(arguments or {}), templates=dict(templates or {}),
         read_share=read_share, prefix=name.split("-")[0].lower(),
     )
+    if observe:
+        seen = observe_read_only(tools, synth, seed=seed)
+        for t in tools:
+            if t.name in seen:
+                t.read_only = seen[t.name]
     spec = ToolEnvSpec(name=name, domain=domain, state_type=state_type, tools=tools, tasks=[],
-                       description=description or (inspect.getdoc(cls) or "").split("\n")[0],
-                       max_turns=max_turns, metadata={"synth": synth, "source": f"class {cls.__module__}."
-                                                      f"{cls.__qualname__}"})
-    spec.tasks = tasks if tasks is not None else (
-        lambda: synthesize(spec.all_tools, synth, n_tasks, seed))
+                       description=description or (inspect.getdoc(classes[0]) or "").split("\n")[0],
+                       max_turns=max_turns,
+                       metadata={"synth": synth, "state_from_config": make_state,
+                                 "services": {p.key: f"{p.cls.__module__}.{p.cls.__qualname__}" for p in parts},
+                                 "source": "class " + ", ".join(f"{c.__module__}.{c.__qualname__}"
+                                                                for c in classes)})
+    if task_items is not None:
+        spec.tasks = [to_task(t) for t in task_items]
+    elif callable(tasks):
+        spec.tasks = lambda: [to_task(t) for t in tasks()]
+    else:
+        spec.tasks = lambda: synthesize(spec.all_tools, synth, n_tasks, seed)
     return spec

@@ -1,0 +1,570 @@
+"""Any picklable Python state as an episode's world: faithful copies and portable snapshots.
+
+:func:`~envfactory.factory.from_class` keeps a third-party class's instances (or
+their attributes) in a :class:`PyState`, a :class:`~envfactory.State` subclass
+like any other as far as the engine sees: ``model_dump(mode="json")`` dumps it,
+``model_validate`` loads it, :func:`~envfactory.state.copy_state` forks it. What
+it holds is arbitrary Python data:
+
+* **fork** copies the whole object graph as one (:func:`graph_copy`, one memo for
+  every field): an attribute that points into another attribute (the current
+  directory inside the tree) still does in the copy; ``random.Random`` keeps its
+  exact stream; sets, tuples, int and tuple dict keys stay what they are;
+* **dump** is a versioned, portable JSON document (:func:`encode`, format
+  ``{"$pystate": 1, <field>: <value>, ...}``). Plain JSON data (dicts with string
+  keys, lists, strings, booleans, ``None``, finite floats, integers up to 2**53)
+  is written as itself, so a state of plain data dumps exactly as pydantic would
+  have; everything else carries a tag:
+
+  ===================  =====================================================
+  ``{"$tuple": [..]}``  a tuple; ``$set`` / ``$frozenset`` (sorted elements)
+  ``{"$dict": [[k, v], ..]}``  a dict with a key that is not a string, or starts with ``$``
+  ``{"$int": "..."}``  an integer beyond 2**53; ``{"$float": "nan"}``, ``"inf"``, ``"-inf"``
+  ``{"$bytes": b64}``  bytes; ``$bytearray``
+  ``{"$class": "mod:Qual", attr: .., ..}``  an object (its ``__dict__``; ``$attrs``,
+                        ``$slots`` or ``$state`` when needed)
+  ``{"$reduce": "mod:Qual", "$args": [..], "$state"?, "$items"?, "$kv"?}``  an object
+                        rebuilt through its pickle protocol (``random.Random``,
+                        ``collections.deque``, enums, datetimes)
+  ``{"$global": "mod:Qual"}``  a class or function, by reference
+  ``{"$ref": "/field/a/b"}``  the object first written at that JSON Pointer of the
+                        document (shared references and cycles)
+  ===================  =====================================================
+
+**Trust.** Loading a document never unpickles: it only instantiates classes from
+the *trusted* modules (by default the packages of the classes the environment
+was built from) and a fixed list of standard-library types (:data:`STDLIB`),
+through ``cls.__new__`` or the class's own constructor with the document's
+arguments. A document naming any other callable is refused. So a snapshot from
+an untrusted source can at worst build objects of those classes with odd
+contents; it cannot run arbitrary code the way a pickle can.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy as _copy_mod
+import copyreg
+import importlib
+import json
+import math
+from typing import Any, ClassVar, Iterable
+
+from pydantic import ConfigDict, model_serializer, model_validator
+
+from ..state import State
+
+__all__ = ["PyState", "PyStateError", "FORMAT_KEY", "FORMAT_VERSION", "STDLIB", "encode", "decode",
+           "graph_copy", "trusted_for"]
+
+FORMAT_KEY = "$pystate"
+FORMAT_VERSION = 1
+_MAX_EXACT = 2 ** 53
+
+STDLIB = frozenset({
+    "builtins:list", "builtins:dict", "builtins:set", "builtins:frozenset", "builtins:tuple",
+    "builtins:int", "builtins:float", "builtins:str", "builtins:bytes", "builtins:bytearray",
+    "builtins:bool", "builtins:complex", "builtins:object", "builtins:range", "builtins:slice",
+    "copyreg:__newobj__", "copyreg:__newobj_ex__",
+    "random:Random", "collections:OrderedDict", "collections:defaultdict", "collections:deque",
+    "collections:Counter", "datetime:date", "datetime:datetime", "datetime:time",
+    "datetime:timedelta", "datetime:timezone", "decimal:Decimal", "fractions:Fraction",
+    "uuid:UUID", "pathlib:PurePosixPath", "pathlib:PosixPath",
+})
+"""Standard-library callables a document may name besides the trusted modules' classes."""
+
+_SCALARS = frozenset((str, bool, type(None)))
+_IMMUTABLE = frozenset((str, int, float, bool, type(None), bytes, complex, range))
+_TAGS = ("$ref", "$class", "$reduce", "$tuple", "$dict", "$set", "$frozenset", "$int", "$float",
+         "$bytes", "$bytearray", "$global")
+
+
+class PyStateError(ValueError):
+    """A value cannot be carried faithfully (not picklable, or a class that is not trusted),
+    or a document cannot be loaded; the message names the place."""
+
+
+def _esc(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _unesc(part: str) -> str:
+    return part.replace("~1", "/").replace("~0", "~")
+
+
+def _ref_of(obj: Any) -> str:
+    module = getattr(obj, "__module__", None)
+    qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if not module or not qual:
+        raise PyStateError(f"{obj!r} has no importable name")
+    return f"{module}:{qual}"
+
+
+def _import(ref: str) -> Any:
+    module, _, qual = ref.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qual.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def trusted_for(classes: Iterable[type]) -> tuple[str, ...]:
+    """The default trusted modules for ``classes``: each class's package (its module
+    for a top-level module)."""
+    out = []
+    for c in classes:
+        m = c.__module__
+        out.append(m.rpartition(".")[0] or m)
+    return tuple(sorted(set(out)))
+
+
+def _trusted_module(module: str, trusted: tuple[str, ...]) -> bool:
+    return any(module == t or module.startswith(t + ".") for t in trusted)
+
+
+# -- encoding ---------------------------------------------------------------------------------
+class _Encoder:
+    def __init__(self, trusted: tuple[str, ...]) -> None:
+        self.trusted = trusted
+        self.memo: dict[int, str] = {}
+        self.keep: list[Any] = []  # objects whose id is in memo stay alive meanwhile
+
+    def global_ref(self, obj: Any, path: str, call: bool) -> str:
+        ref = _ref_of(obj)
+        if "<locals>" in ref:
+            raise PyStateError(f"{path or '/'}: {ref} is defined inside a function and cannot be "
+                               "restored by name; define it at module level")
+        try:
+            same = _import(ref) is obj
+        except Exception:
+            same = False
+        if not same:
+            raise PyStateError(f"{path or '/'}: {ref} cannot be imported back by that name")
+        module = ref.partition(":")[0]
+        if ref in STDLIB or (_trusted_module(module, self.trusted) and (not call or isinstance(obj, type))):
+            return ref
+        raise PyStateError(
+            f"{path or '/'}: {ref} is not trusted for snapshots (trusted: the modules "
+            f"{list(self.trusted)} and the standard-library types in envfactory.factory.pystate.STDLIB); "
+            "pass its module in from_class(..., trusted_modules=[...])")
+
+    def enc(self, v: Any, path: str) -> Any:
+        cls = v.__class__
+        if cls in _SCALARS:
+            return v
+        if cls is int:
+            return v if -_MAX_EXACT <= v <= _MAX_EXACT else {"$int": str(v)}
+        if cls is float:
+            if math.isfinite(v):
+                return v
+            return {"$float": "nan" if v != v else ("inf" if v > 0 else "-inf")}
+        if cls is tuple:
+            return {"$tuple": [self.enc(x, f"{path}/$tuple/{i}") for i, x in enumerate(v)]}
+        if cls is bytes:
+            return {"$bytes": base64.b64encode(v).decode()}
+        if cls is frozenset:
+            return {"$frozenset": self._set_items(v, f"{path}/$frozenset")}
+        if isinstance(v, type) or _is_function(v):
+            return {"$global": self.global_ref(v, path, call=False)}
+        seen = self.memo.get(id(v))
+        if seen is not None:
+            return {"$ref": seen}
+        self.memo[id(v)] = path
+        self.keep.append(v)
+        if cls is dict:
+            if all(k.__class__ is str and k[:1] != "$" for k in v):
+                return {k: self.enc(x, f"{path}/{_esc(k)}") for k, x in v.items()}
+            return {"$dict": [[self.enc(k, f"{path}/$dict/{i}/0"), self.enc(x, f"{path}/$dict/{i}/1")]
+                              for i, (k, x) in enumerate(v.items())]}
+        if cls is list:
+            return [self.enc(x, f"{path}/{i}") for i, x in enumerate(v)]
+        if cls is set:
+            return {"$set": self._set_items(v, f"{path}/$set")}
+        if cls is bytearray:
+            return {"$bytearray": base64.b64encode(bytes(v)).decode()}
+        return self._object(v, path)
+
+    def _set_items(self, v: Any, path: str) -> list[Any]:
+        def key(x: Any) -> str:
+            return json.dumps(_Encoder(self.trusted).enc(x, ""), sort_keys=True)
+
+        items = sorted(v, key=key) if len(v) > 1 else list(v)
+        return [self.enc(x, f"{path}/{i}") for i, x in enumerate(items)]
+
+    def _object(self, v: Any, path: str) -> Any:
+        try:
+            rv = v.__reduce_ex__(4)
+        except Exception as exc:
+            raise PyStateError(f"{path or '/'}: {type(v).__qualname__} cannot be carried in a snapshot "
+                               f"(not picklable: {exc})") from None
+        if isinstance(rv, str):
+            return {"$global": self.global_ref(v, path, call=False)}
+        func, args, state, items, kv = (tuple(rv) + (None,) * 5)[:5]
+        if func is copyreg.__newobj__ and len(args) == 1 and args[0] is type(v) and items is None and kv is None:
+            out: dict[str, Any] = {"$class": self.global_ref(type(v), path, call=True)}
+            slots = None
+            if isinstance(state, tuple) and len(state) == 2 and (state[0] is None or isinstance(state[0], dict)) \
+                    and isinstance(state[1], dict):
+                state, slots = state
+            if state is None or isinstance(state, dict):
+                attrs = state or {}
+                if all(k.__class__ is str and k[:1] != "$" for k in attrs):
+                    for k, x in attrs.items():
+                        out[k] = self.enc(x, f"{path}/{_esc(k)}")
+                else:
+                    out["$attrs"] = self._plain_dict(attrs, f"{path}/$attrs")
+                if slots:
+                    out["$slots"] = self._plain_dict(slots, f"{path}/$slots")
+            else:
+                out["$state"] = self.enc(state, f"{path}/$state")
+            return out
+        out = {"$reduce": self.global_ref(func, path, call=True),
+               "$args": [self.enc(a, f"{path}/$args/{i}") for i, a in enumerate(args)]}
+        if state is not None:
+            out["$state"] = self.enc(state, f"{path}/$state")
+        if items is not None:
+            out["$items"] = [self.enc(x, f"{path}/$items/{i}") for i, x in enumerate(items)]
+        if kv is not None:
+            out["$kv"] = [[self.enc(k, f"{path}/$kv/{i}/0"), self.enc(x, f"{path}/$kv/{i}/1")]
+                          for i, (k, x) in enumerate(kv)]
+        return out
+
+    def _plain_dict(self, d: dict, path: str) -> Any:
+        # a dict that is part of an object's state, not an object of its own: no memo entry
+        if all(k.__class__ is str and k[:1] != "$" for k in d):
+            return {k: self.enc(x, f"{path}/{_esc(k)}") for k, x in d.items()}
+        return {"$dict": [[self.enc(k, f"{path}/$dict/{i}/0"), self.enc(x, f"{path}/$dict/{i}/1")]
+                          for i, (k, x) in enumerate(d.items())]}
+
+
+def _is_function(v: Any) -> bool:
+    import types
+
+    return isinstance(v, (types.FunctionType, types.BuiltinFunctionType))
+
+
+def encode(fields: dict[str, Any], trusted: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The document for ``{field: value}`` (one reference table for all fields)."""
+    e = _Encoder(tuple(trusted))
+    out: dict[str, Any] = {FORMAT_KEY: FORMAT_VERSION}
+    for name, value in fields.items():
+        out[name] = e.enc(value, "/" + _esc(name))
+    return out
+
+
+# -- decoding ---------------------------------------------------------------------------------
+class _Decoder:
+    def __init__(self, doc: dict[str, Any], trusted: tuple[str, ...]) -> None:
+        self.doc = doc
+        self.trusted = trusted
+        self.table: dict[str, Any] = {}
+        self.busy: set[str] = set()
+
+    def resolve(self, ref: Any, path: str, call: bool) -> Any:
+        if not isinstance(ref, str) or ":" not in ref:
+            raise PyStateError(f"{path}: bad reference {ref!r}")
+        module = ref.partition(":")[0]
+        if ref not in STDLIB and not _trusted_module(module, self.trusted):
+            raise PyStateError(f"{path}: {ref} is not trusted; refusing to load it")
+        try:
+            obj = _import(ref)
+        except Exception as exc:
+            raise PyStateError(f"{path}: cannot import {ref}: {exc}") from None
+        if call and ref not in STDLIB and not isinstance(obj, type):
+            raise PyStateError(f"{path}: {ref} is not a class; refusing to call it")
+        return obj
+
+    def at(self, path: str) -> Any:
+        """The value the document holds at a JSON Pointer, decoded (for forward references)."""
+        if path in self.table:
+            return self.table[path]
+        if path in self.busy:
+            raise PyStateError(f"{path}: a reference into an object that is still being built "
+                               "(a cycle through constructor arguments)")
+        node: Any = self.doc
+        for part in path.split("/")[1:]:
+            part = _unesc(part)
+            try:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            except (KeyError, IndexError, ValueError, TypeError):
+                raise PyStateError(f"dangling reference {path!r}") from None
+        return self.dec(node, path)
+
+    def dec(self, v: Any, path: str) -> Any:
+        cls = v.__class__
+        if cls is list:
+            if path in self.table:
+                return self.table[path]
+            out: list[Any] = []
+            self.table[path] = out
+            out.extend(self.dec(x, f"{path}/{i}") for i, x in enumerate(v))
+            return out
+        if cls is not dict:
+            if cls in _SCALARS or cls is int or cls is float:
+                return v
+            raise PyStateError(f"{path}: {cls.__name__} is not JSON data")
+        if path in self.table:
+            return self.table[path]
+        tag = next((t for t in _TAGS if t in v), None) if any(k[:1] == "$" for k in v) else None
+        if tag is None:
+            d: dict[str, Any] = {}
+            self.table[path] = d
+            for k, x in v.items():
+                d[k] = self.dec(x, f"{path}/{_esc(k)}")
+            return d
+        body = v[tag]
+        if tag == "$ref":
+            return self.at(body)
+        if tag == "$int":
+            return int(body)
+        if tag == "$float":
+            return float(body)
+        if tag == "$tuple":
+            return tuple(self.dec(x, f"{path}/$tuple/{i}") for i, x in enumerate(body))
+        if tag == "$bytes":
+            return base64.b64decode(body)
+        if tag == "$frozenset":
+            return frozenset(self.dec(x, f"{path}/$frozenset/{i}") for i, x in enumerate(body))
+        if tag == "$global":
+            return self.resolve(body, path, call=False)
+        if tag == "$dict":
+            d = {}
+            self.table[path] = d
+            for i, (k, x) in enumerate(body):
+                d[self.dec(k, f"{path}/$dict/{i}/0")] = self.dec(x, f"{path}/$dict/{i}/1")
+            return d
+        if tag == "$set":
+            s: set[Any] = set()
+            self.table[path] = s
+            s.update(self.dec(x, f"{path}/$set/{i}") for i, x in enumerate(body))
+            return s
+        if tag == "$bytearray":
+            b = bytearray(base64.b64decode(body))
+            self.table[path] = b
+            return b
+        if tag == "$class":
+            return self._object(v, path)
+        return self._reduce(v, path)
+
+    def _state_dict(self, node: Any, path: str) -> dict[str, Any]:
+        if isinstance(node, dict) and "$dict" in node:
+            return {self.dec(k, f"{path}/$dict/{i}/0"): self.dec(x, f"{path}/$dict/{i}/1")
+                    for i, (k, x) in enumerate(node["$dict"])}
+        return {k: self.dec(x, f"{path}/{_esc(k)}") for k, x in node.items()}
+
+    def _object(self, v: dict[str, Any], path: str) -> Any:
+        cls = self.resolve(v["$class"], path, call=True)
+        obj = cls.__new__(cls)
+        self.table[path] = obj
+        if "$state" in v:
+            _set_state(obj, self.dec(v["$state"], f"{path}/$state"))
+            return obj
+        if "$attrs" in v:
+            attrs = self._state_dict(v["$attrs"], f"{path}/$attrs")
+        else:
+            attrs = {k: self.dec(x, f"{path}/{_esc(k)}") for k, x in v.items() if k[:1] != "$"}
+        if "$slots" in v:
+            _set_state(obj, (attrs or None, self._state_dict(v["$slots"], f"{path}/$slots")))
+        elif attrs or getattr(cls, "__setstate__", None) is not None:
+            _set_state(obj, attrs)
+        return obj
+
+    def _reduce(self, v: dict[str, Any], path: str) -> Any:
+        func = self.resolve(v["$reduce"], path, call=True)
+        self.busy.add(path)
+        try:
+            args = [self.dec(a, f"{path}/$args/{i}") for i, a in enumerate(v.get("$args", []))]
+        finally:
+            self.busy.discard(path)
+        try:
+            obj = func(*args)
+        except Exception as exc:
+            raise PyStateError(f"{path}: rebuilding {v['$reduce']} failed: {type(exc).__name__}: {exc}") from None
+        self.table[path] = obj
+        if "$state" in v:
+            _set_state(obj, self.dec(v["$state"], f"{path}/$state"))
+        for i, x in enumerate(v.get("$items", ())):
+            item = self.dec(x, f"{path}/$items/{i}")
+            if hasattr(obj, "extend"):
+                obj.extend([item])
+            else:
+                obj.append(item)
+        for i, (k, x) in enumerate(v.get("$kv", ())):
+            obj[self.dec(k, f"{path}/$kv/{i}/0")] = self.dec(x, f"{path}/$kv/{i}/1")
+        return obj
+
+
+def _set_state(obj: Any, state: Any) -> None:
+    """What pickle does with an object's state."""
+    setstate = getattr(obj, "__setstate__", None)
+    if setstate is not None:
+        setstate(state)
+        return
+    slots = None
+    if isinstance(state, tuple) and len(state) == 2:
+        state, slots = state
+    if state:
+        obj.__dict__.update(state)
+    if slots:
+        for k, x in slots.items():
+            setattr(obj, k, x)
+
+
+def decode(doc: dict[str, Any], trusted: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``{field: value}`` from a document made by :func:`encode`."""
+    version = doc.get(FORMAT_KEY)
+    if version != FORMAT_VERSION:
+        raise PyStateError(f"not a pystate document of version {FORMAT_VERSION} (got {version!r})")
+    d = _Decoder(doc, tuple(trusted))
+    return {k: d.dec(x, "/" + _esc(k)) for k, x in doc.items() if k != FORMAT_KEY}
+
+
+# -- copying ----------------------------------------------------------------------------------
+_PLAIN: dict[type, bool] = {}
+_OBJ_REDUCE_EX, _OBJ_REDUCE = object.__reduce_ex__, object.__reduce__
+_OBJ_GETSTATE = getattr(object, "__getstate__", None)
+
+
+def _plain_class(cls: type) -> bool:
+    """Whether deepcopy of an instance is ``new = cls.__new__(cls); new.__dict__ = deepcopy(dict)``."""
+    ok = _PLAIN.get(cls)
+    if ok is None:
+        ok = (getattr(cls, "__deepcopy__", None) is None
+              and getattr(cls, "__reduce_ex__", None) is _OBJ_REDUCE_EX
+              and getattr(cls, "__reduce__", None) is _OBJ_REDUCE
+              and getattr(cls, "__getstate__", None) is _OBJ_GETSTATE
+              and getattr(cls, "__setstate__", None) is None
+              and getattr(cls, "__getnewargs__", None) is None and getattr(cls, "__getnewargs_ex__", None) is None
+              and not any("__slots__" in vars(k) for k in cls.__mro__[:-1])
+              and cls.__mro__[-1] is object and len(cls.__mro__) >= 2
+              and all(b.__flags__ & (1 << 9) for b in cls.__mro__[:-1]))  # Py_TPFLAGS_HEAPTYPE: pure Python
+        _PLAIN[cls] = ok
+    return ok
+
+
+def graph_copy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    """A deep copy that keeps shared references and cycles (as :func:`copy.deepcopy`, and
+    equal to it), faster on dicts, lists, sets and plain objects; one ``memo`` for a
+    whole graph copied in parts."""
+    memo = {} if memo is None else memo
+    return _gc(value, memo)
+
+
+def _gc(x: Any, memo: dict[int, Any]) -> Any:
+    cls = x.__class__
+    if cls in _IMMUTABLE:
+        return x
+    i = id(x)
+    y = memo.get(i)
+    if y is not None:
+        return y
+    imm = _IMMUTABLE
+    if cls is dict:
+        y = memo[i] = {}
+        for k, v in x.items():
+            if k.__class__ not in imm:
+                k = _gc(k, memo)
+            y[k] = v if v.__class__ in imm else _gc(v, memo)
+        return y
+    if cls is list:
+        y = memo[i] = []
+        y += [v if v.__class__ in imm else _gc(v, memo) for v in x]
+        return y
+    plain = _PLAIN.get(cls)
+    if plain is None:
+        plain = _plain_class(cls)
+    if plain:
+        y = memo[i] = cls.__new__(cls)
+        y.__dict__ = {k: (v if v.__class__ in imm else _gc(v, memo)) for k, v in x.__dict__.items()}
+        return y
+    if cls is set:
+        if all(v.__class__ in imm for v in x):
+            y = set(x)
+        else:
+            y = {_gc(v, memo) for v in x}
+        memo[i] = y
+        return y
+    if cls is tuple:
+        items = [v if v.__class__ in imm else _gc(v, memo) for v in x]
+        if i in memo:  # a cycle through the tuple
+            return memo[i]
+        y = x if all(a is b for a, b in zip(items, x)) else tuple(items)
+        memo[i] = y
+        return y
+    return _copy_mod.deepcopy(x, memo)
+
+
+def _plain(v: Any, seen: set[int]) -> bool:
+    """Whether ``v`` is JSON data that :func:`encode` writes as itself: dicts with string keys
+    not starting with ``$``, lists, strings, booleans, ``None``, finite floats, integers up
+    to 2**53, no container reached twice."""
+    cls = v.__class__
+    if cls is str or cls is bool or v is None:
+        return True
+    if cls is int:
+        return -_MAX_EXACT <= v <= _MAX_EXACT
+    if cls is float:
+        return v - v == 0.0
+    if cls is dict:
+        i = id(v)
+        if i in seen:
+            return False
+        seen.add(i)
+        for k, x in v.items():
+            if k.__class__ is not str or k[:1] == "$" or not _plain(x, seen):
+                return False
+        return True
+    if cls is list:
+        i = id(v)
+        if i in seen:
+            return False
+        seen.add(i)
+        for x in v:
+            if not _plain(x, seen):
+                return False
+        return True
+    return False
+
+
+# -- the state model --------------------------------------------------------------------------
+class PyState(State):
+    """A world of arbitrary (picklable) Python values, one per field.
+
+    Subclasses are generated by :func:`~envfactory.factory.from_class`. With
+    ``__pystate_graph__`` (several instances, or attributes that point into each
+    other) :func:`~envfactory.state.copy_state` copies every field in one graph
+    copy; otherwise it uses the engine's fast plain-data copier. Dumps and loads
+    always go through :func:`encode` / :func:`decode`.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, arbitrary_types_allowed=True)
+
+    __pystate_trusted__: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="plain")
+    def _pystate_dump(self) -> dict[str, Any]:
+        d = self.__dict__
+        seen: set[int] = set()
+        if all(_plain(v, seen) for v in d.values()):  # the document is the data itself (pydantic copies it)
+            return {FORMAT_KEY: FORMAT_VERSION, **d}
+        return encode(d, type(self).__pystate_trusted__)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _pystate_load(cls, data: Any, handler: Any) -> Any:
+        if isinstance(data, dict) and FORMAT_KEY in data:
+            data = decode(data, cls.__pystate_trusted__)
+        return handler(data)
+
+
+def graph_state_copy(value: PyState) -> PyState:
+    """:func:`~envfactory.state.copy_state` for a graph :class:`PyState`: all fields in one copy."""
+    cls = value.__class__
+    memo: dict[int, Any] = {}
+    d = {k: (v if v.__class__ in _IMMUTABLE else _gc(v, memo)) for k, v in value.__dict__.items()}
+    new = object.__new__(cls)
+    object.__setattr__(new, "__dict__", d)
+    object.__setattr__(new, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
+    object.__setattr__(new, "__pydantic_extra__", None)
+    object.__setattr__(new, "__pydantic_private__", None)
+    return new
