@@ -179,13 +179,13 @@ class Episode(Environment):
         parsed = parse_text(action) if action.__class__ is str else parse_action(action)
         calls = parsed.calls
         if parsed.errors or not calls or self._timed_out is not None:
-            return self._turn(agent, parsed, 0)
+            return self._turn(agent, parsed, 0, parsed=True)
         world_tools = self._world_tools[agent]
         found = []
         for c in calls:
             t = world_tools.get(c.name)
             if t is None:
-                return self._turn(agent, parsed, 0)
+                return self._turn(agent, parsed, 0, parsed=True)
             found.append(t)
         rnd = self._round
         new: list[Message] = []
@@ -226,9 +226,11 @@ class Episode(Environment):
     def _mail_count(self) -> int:
         return len(self.world.state().mail.letters) if self._team and self._task is not None else 0
 
-    def _turn(self, agent: str, action: Any, mail_limit: int) -> StepResult:
+    def _turn(self, agent: str, action: Any, mail_limit: int, *, parsed: bool = False) -> StepResult:
+        """``parsed``: ``action`` is this episode's own parse of the action (from :meth:`_solo`);
+        anything a caller passes is parsed (and checked) here, a ``ParsedAction`` included."""
         # ActionTypeError before anything changes
-        parsed = action if action.__class__ is ParsedAction else parse_action(action)
+        parsed = action if parsed else parse_action(action)
         transcript, counts = self._transcripts[agent], self._counts[agent]
         if self._team:
             letters = self.world.state().mail.inbox(agent, self._seen_mail[agent], mail_limit)

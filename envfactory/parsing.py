@@ -10,18 +10,37 @@ Accepted actions:
 
 Nothing here raises on model output: every problem becomes a message in
 :attr:`ParsedAction.errors`, which the episode turns into an error observation.
+That holds for call objects too: a :class:`~envfactory.task.ToolCall` (or dict)
+whose name is not a non-empty string, or whose arguments are not a JSON-encodable
+dict (a set, an object, a cycle, an int past the 4,300-digit limit), is an error
+for that call, before anything in the episode changes.
+
+Limits (module attributes, read on every parse; set them to configure, e.g.
+``envfactory.parsing.MAX_CALLS_PER_TURN = 1000``, or through the environment
+variables ``ENVF_MAX_ACTION_CHARS`` / ``ENVF_MAX_CALLS_PER_TURN`` at import):
+
+* :data:`MAX_ACTION_CHARS` (default 1 MiB of text): a longer action is rejected
+  whole, unscanned, as one error (it runs no call and does not end the episode);
+* :data:`MAX_CALLS_PER_TURN` (default 256): an action with more calls runs none
+  of them and is one error.
 """
 
 from __future__ import annotations
 
 import json
-import re
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from .task import ToolCall
 
-__all__ = ["ParsedAction", "parse_action", "parse_text", "ActionTypeError"]
+__all__ = ["ParsedAction", "parse_action", "parse_text", "ActionTypeError", "MAX_ACTION_CHARS",
+           "MAX_CALLS_PER_TURN"]
+
+MAX_ACTION_CHARS = int(os.environ.get("ENVF_MAX_ACTION_CHARS", 1 << 20))
+"""The longest action (characters of text) that is parsed; a longer one is one error."""
+MAX_CALLS_PER_TURN = int(os.environ.get("ENVF_MAX_CALLS_PER_TURN", 256))
+"""The most tool calls one action may make; an action with more runs none of them."""
 
 _OPEN = "<tool_call>"
 _CLOSE = "</tool_call>"
@@ -61,6 +80,48 @@ class ParsedAction:
     errors: list[str] = field(default_factory=list)
     attempted: bool = False
     answer: str = ""
+
+
+def _too_long(text: str) -> ParsedAction:
+    return ParsedAction(text, errors=[
+        f"the action is too long ({len(text)} characters; at most {MAX_ACTION_CHARS} are read). "
+        "Nothing in it was run; write a shorter message."], attempted=True)
+
+
+def _too_many(parsed: ParsedAction) -> ParsedAction:
+    n = len(parsed.calls)
+    parsed.errors.insert(0, f"{n} tool calls in one message; at most {MAX_CALLS_PER_TURN} are allowed per turn. "
+                            "None of them was run; make fewer calls per message.")
+    parsed.calls = []
+    return parsed
+
+
+_check_json = json.JSONEncoder(separators=(",", ":")).encode  # what snapshot() and the wire must encode
+
+
+def _bad_call(call: Any, where: str) -> str | None:
+    """Why a call given as an object (not parsed from text) cannot run, or ``None``."""
+    name = call.name
+    if not isinstance(name, str) or not name:
+        return f"{where}: the tool 'name' must be a non-empty string, got {_short(name)}. {_FORMAT_HINT}"
+    args = call.arguments
+    if not isinstance(args, dict):
+        return f"{where}: 'arguments' of '{name}' must be a JSON object, got {type(args).__name__}."
+    try:
+        _check_json(args)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"{where}: 'arguments' of '{name}' cannot be encoded as JSON ({type(exc).__name__}: {str(exc)[:200]})."
+    if call.id is not None and not isinstance(call.id, str):
+        return f"{where}: the call 'id' must be a string, got {type(call.id).__name__}."
+    return None
+
+
+def _short(obj: Any) -> str:
+    try:
+        text = repr(obj)
+    except Exception:  # a hostile __repr__
+        text = "?"
+    return f"{type(obj).__name__} {text[:80]}"
 
 
 def _call_from_obj(obj: Any, where: str) -> tuple[ToolCall | None, str | None]:
@@ -108,6 +169,8 @@ def _blocks(text: str, start: int) -> tuple[list[str], bool]:
 
 def parse_text(text: str) -> ParsedAction:
     """Parse raw model text (see module docstring)."""
+    if len(text) > MAX_ACTION_CHARS:
+        return _too_long(text)
     start = text.find(_OPEN)
     if start >= 0:
         calls: list[ToolCall] = []
@@ -132,6 +195,8 @@ def parse_text(text: str) -> ParsedAction:
                 calls.append(call)
         if unclosed:
             errors.append(f"a <tool_call> block is not closed with </tool_call>. {_FORMAT_HINT}")
+        if len(calls) > MAX_CALLS_PER_TURN:
+            return _too_many(ParsedAction(text, calls, errors, True))
         return ParsedAction(text, calls, errors, True)
     stripped = text.strip()
     if stripped[:1] in ("{", "[") and '"name"' in stripped:
@@ -148,6 +213,8 @@ def parse_text(text: str) -> ParsedAction:
                     parsed.errors.append(err)
                 else:
                     parsed.calls.append(call)
+            if len(parsed.calls) > MAX_CALLS_PER_TURN:
+                return _too_many(parsed)
             return parsed
     return ParsedAction(text, answer=stripped)
 
@@ -159,19 +226,23 @@ def _parse_openai_calls(raw_calls: Any, content: str) -> ParsedAction:
         return parsed
     for i, rc in enumerate(raw_calls, 1):
         if isinstance(rc, ToolCall):
-            parsed.calls.append(rc)
-            continue
-        if isinstance(rc, dict) and isinstance(rc.get("function"), dict):
-            obj = dict(rc["function"])
-            if isinstance(rc.get("id"), str):
-                obj["id"] = rc["id"]
+            call, err = rc, None
         else:
-            obj = rc
-        call, err = _call_from_obj(obj, f"tool call #{i}")
+            if isinstance(rc, dict) and isinstance(rc.get("function"), dict):
+                obj = dict(rc["function"])
+                if isinstance(rc.get("id"), str):
+                    obj["id"] = rc["id"]
+            else:
+                obj = rc
+            call, err = _call_from_obj(obj, f"tool call #{i}")
+        if err is None:  # objects (not parsed from text) may hold anything: check them whole
+            err = _bad_call(call, f"tool call #{i}")
         if err:
             parsed.errors.append(err)
         else:
             parsed.calls.append(call)
+    if len(parsed.calls) > MAX_CALLS_PER_TURN:
+        return _too_many(parsed)
     return parsed
 
 
@@ -185,12 +256,18 @@ def parse_action(action: Any) -> ParsedAction:
     if isinstance(action, str):
         return parse_text(action)
     if isinstance(action, ToolCall):
+        err = _bad_call(action, "tool call #1")
+        if err:
+            return ParsedAction("", errors=[err], attempted=True)
         return ParsedAction("", [action], attempted=True)
     if isinstance(action, dict):
         if "tool_calls" in action or action.get("role") == "assistant":
             content = action.get("content") or ""
             if not isinstance(content, str):
-                content = json.dumps(content)
+                try:
+                    content = json.dumps(content)
+                except (TypeError, ValueError, RecursionError):
+                    content = _short(content)
             raw_calls = action.get("tool_calls")
             if raw_calls:
                 return _parse_openai_calls(raw_calls, content)

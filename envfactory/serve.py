@@ -20,6 +20,13 @@ Configuration (environment variables, set by the host):
   uid, no capabilities) can read neither the file nor the server's memory, and
   cannot issue calls of their own;
 * ``ENVF_SOCKET`` (default ``/run/envf/s``); ``ENVF_MAX_SESSIONS`` (default 256).
+
+Hostile input stays with the session that sent it: a request frame that is not
+JSON, or a request that fails, gets an error reply on that session's channel,
+which keeps serving; every reply is encoded ASCII-safe (a lone surrogate a tool
+echoes back cannot break it); a ``run`` reply over the frame cap has its
+observations cut to fit (each says how much was cut), and any other reply that
+cannot be sent becomes an error reply. Other sessions never notice.
 """
 
 from __future__ import annotations
@@ -37,7 +44,9 @@ from typing import Any
 
 from .definition import ToolEnvSpec
 from .registry import spec as get_spec
-from .runtime.wire import MAGIC, TOKEN_HEADER, FrameError, recv_frame, send_frame
+from .runtime import wire
+from .runtime.wire import (MAGIC, TOKEN_HEADER, FrameDecodeError, FrameEncodeError, FrameError, encode_frame,
+                           recv_frame, send_frame)
 from .task import ToolCall
 from .world import LocalWorld
 
@@ -45,7 +54,8 @@ __all__ = ["Server", "main"]
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
             409: "Conflict", 500: "Internal Server Error"}
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
+_MAX_HTTP_BODY = 1 << 20  # no control call takes a body
 
 
 class _HTTPError(Exception):
@@ -129,6 +139,8 @@ class Server:
                 k, _, v = h.decode("latin-1").partition(":")
                 headers[k.strip().lower()] = v.strip()
             n = int(headers.get("content-length") or 0)
+            if n < 0 or n > _MAX_HTTP_BODY:
+                return
             if n:
                 rf.read(n)  # no control call takes a body
             try:
@@ -161,7 +173,11 @@ class Server:
         send_frame(conn, {"ok": True})
         sessions, op = self.sessions, self._op
         while True:
-            req = recv_frame(conn)
+            try:
+                req = recv_frame(conn)
+            except FrameDecodeError as exc:  # the whole frame was read: the channel is in step
+                conn.sendall(encode_frame({"ok": False, "error": f"bad request: {exc}", "kind": "bad_request"}))
+                continue
             s = sessions.get(sid)
             try:
                 if s is None:
@@ -172,7 +188,33 @@ class Server:
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": type(exc).__name__}
             except Exception as exc:
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": "internal"}
-            send_frame(conn, reply)
+            try:
+                frame = encode_frame(reply)
+            except FrameEncodeError as exc:
+                frame = self._fallback(reply, exc)
+            conn.sendall(frame)
+
+    @staticmethod
+    def _fallback(reply: dict[str, Any], err: FrameEncodeError) -> bytes:
+        """A reply that could not be encoded: a ``run``'s observations cut to fit the frame
+        cap, else an error for this session (its channel and every other go on)."""
+        outs = reply.get("outcomes")
+        if isinstance(outs, list) and outs:
+            cap = wire.MAX_FRAME
+            # an escaped character is at most 6 bytes; keep half the frame for the rest
+            room = max(64, cap // 2 // (6 * len(outs)))
+            for o in outs:
+                content = o["content"]
+                if len(content) > room:
+                    o["content"] = (content[:room] + f"\n[truncated: {len(content) - room} more characters; "
+                                    f"a reply is capped at {cap} bytes]")
+            try:
+                return encode_frame(reply)
+            except FrameEncodeError as exc:
+                err = exc
+        return encode_frame({"ok": False, "kind": "reply_error",
+                             "error": f"the reply could not be sent ({err}); this session's world may have "
+                                      "changed: start it again"})
 
     def _op(self, world: LocalWorld, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")

@@ -12,16 +12,23 @@ listener. Every connection the host opens therefore checks the peer's pid
 (``SO_PEERCRED``) against the server's, pinned on the first connection, which
 is made before any agent action runs. The secret token stops such code from
 issuing calls to the real server.
+
+The host does not trust what comes back either: a control call has one deadline
+(``control_timeout``) over its whole exchange, headers and body, however slowly
+the bytes drip; its body is capped at :data:`MAX_CONTROL_BODY`; and a reply that
+is not a JSON object is a :class:`ContainerError` (the container marked dead).
 """
 
 from __future__ import annotations
 
+import json as _json
 import os
 import secrets
 import shutil
 import socket
 import struct
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +37,12 @@ import httpcore
 import httpx
 
 from ..definition import ToolEnvSpec
-from .wire import MAGIC, TOKEN_HEADER, recv_frame, send_frame
+from .wire import MAGIC, TOKEN_HEADER, FrameDecodeError, recv_frame, send_frame
 
-__all__ = ["Container", "ContainerError", "Limits", "LABEL", "SOCKET_ROOT", "owner_label"]
+__all__ = ["Container", "ContainerError", "Limits", "LABEL", "SOCKET_ROOT", "owner_label", "MAX_CONTROL_BODY"]
+
+MAX_CONTROL_BODY = 1 << 20
+"""The most bytes of a control call's reply the host reads (real replies are tiny)."""
 
 LABEL = "org.envfactory.managed"
 SOCKET_ROOT = os.environ.get("ENVF_SOCKET_ROOT", f"/tmp/envf-{os.getuid()}")
@@ -63,6 +73,42 @@ def _peer_pid(sock: socket.socket) -> int:
     return _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))[0]
 
 
+_deadline = threading.local()  # .at: the monotonic deadline of this thread's control call
+
+
+def _left(timeout: float | None, exc: type[Exception]) -> float | None:
+    at = getattr(_deadline, "at", None)
+    if at is None:
+        return timeout
+    left = at - time.monotonic()
+    if left <= 0:
+        raise exc("the control call ran past its deadline")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A stream whose every read and write stops at the current control call's deadline
+    (httpx's own timeouts are per read: a reply dripped a byte at a time would never hit them)."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
+        return self._inner.start_tls(*args, **kwargs)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
 class _VerifiedBackend(httpcore.SyncBackend):
     """httpcore's socket backend, refusing a peer that is not the pinned server."""
 
@@ -73,7 +119,7 @@ class _VerifiedBackend(httpcore.SyncBackend):
                             socket_options: Any = None) -> httpcore.NetworkStream:
         stream = super().connect_unix_socket(path, timeout, socket_options)
         self._c.check_peer(stream.get_extra_info("socket"))
-        return stream
+        return _DeadlineStream(stream)
 
 
 class Container:
@@ -200,45 +246,74 @@ class Container:
             )
 
     # -- channels --------------------------------------------------------
-    def call(self, method: str, path: str, json: Any = None) -> Any:
-        """One HTTP control call; :class:`ContainerError` if the container is gone."""
+    def call(self, method: str, path: str, json: Any = None) -> dict[str, Any]:
+        """One HTTP control call, its JSON object reply; :class:`ContainerError` if the
+        container is gone, overruns the deadline, or answers anything but a JSON object."""
+        timeout = self.http.timeout.read
+        _deadline.at = None if timeout is None else time.monotonic() + timeout
         try:
-            r = self.http.request(method, path, json=json)
+            with self.http.stream(method, path, json=json) as r:
+                body = bytearray()
+                for chunk in r.iter_raw():
+                    body += chunk
+                    if len(body) > MAX_CONTROL_BODY:
+                        raise self._broken(f"its reply to {method} {path} is over {MAX_CONTROL_BODY} bytes")
+                status = r.status_code
         except httpx.TimeoutException as exc:
             raise ContainerError(f"{self.spec.name}: control call {method} {path} to container {self.name} "
                                  f"timed out ({exc})") from None
-        except (httpx.TransportError, OSError) as exc:
+        except (httpx.TransportError, httpx.DecodingError, OSError) as exc:
             self.dead = True
             raise ContainerError(f"{self.spec.name}: container {self.name} is unreachable "
                                  f"({self.describe_exit()}): {exc}") from None
-        doc = r.json()
-        if r.status_code != 200:
-            kind = doc.get("kind")
+        finally:
+            _deadline.at = None
+        try:
+            doc = _json.loads(bytes(body))
+        except (ValueError, RecursionError) as exc:
+            raise self._broken(f"its reply to {method} {path} is not JSON ({type(exc).__name__})") from None
+        if doc.__class__ is not dict:
+            raise self._broken(f"its reply to {method} {path} is a {type(doc).__name__}, not an object")
+        if status != 200:
+            kind, err = doc.get("kind"), str(doc.get("error"))[:2000]
             if kind in ("KeyError", "ValueError", "TypeError"):
-                raise {"KeyError": KeyError, "ValueError": ValueError, "TypeError": TypeError}[kind](doc["error"])
+                raise {"KeyError": KeyError, "ValueError": ValueError, "TypeError": TypeError}[kind](err)
             raise ContainerError(f"{self.spec.name}: {method} {path} failed in container {self.name}: "
-                                 f"HTTP {r.status_code}: {doc.get('error')}")
+                                 f"HTTP {status}: {err}")
         return doc
+
+    def _broken(self, what: str) -> ContainerError:
+        """The container broke the protocol: it is marked dead (removed by its owner)."""
+        self.dead = True
+        return ContainerError(f"{self.spec.name}: container {self.name} is untrustworthy: {what}")
 
     def open_channel(self, session: str, timeout: float) -> socket.socket:
         """A framed step channel bound to ``session`` (peer verified, token sent)."""
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        deadline = time.monotonic() + timeout
         try:
             s.settimeout(timeout)
             s.connect(self.socket_path)
             self.check_peer(s)
             s.sendall(MAGIC)
             send_frame(s, {"token": self.token, "session": session})
-            reply = recv_frame(s)
+            reply = recv_frame(s, deadline)
         except ContainerError:
             raise
+        except FrameDecodeError as exc:
+            s.close()
+            raise self._broken(f"its channel handshake is not JSON ({exc})") from None
         except OSError as exc:
             s.close()
             self.dead = True
             raise ContainerError(f"{self.spec.name}: cannot open a channel to container {self.name}: {exc}") from None
-        if not reply.get("ok"):
+        if reply.__class__ is not dict:
             s.close()
-            raise ContainerError(f"{self.spec.name}: container {self.name} refused the channel: {reply.get('error')}")
+            raise self._broken(f"its channel handshake is a {type(reply).__name__}, not an object")
+        if reply.get("ok") is not True:
+            s.close()
+            raise ContainerError(f"{self.spec.name}: container {self.name} refused the channel: "
+                                 f"{str(reply.get('error'))[:2000]}")
         return s
 
     # -- lifecycle -------------------------------------------------------

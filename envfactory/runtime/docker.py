@@ -13,6 +13,12 @@ snapshot) is validated into the environment's state type here. A reply that
 breaks the protocol is a container fault: :class:`ContainerError`, and the
 container is removed.
 
+What the host sends: a call whose arguments cannot be encoded as JSON (a set,
+an object, a cycle, an int over the conversion limit, or too large for a frame)
+is that call's ``invalid_arguments`` outcome, and the other calls of the batch
+run (in order, in as many requests as the frame cap needs); it is never a
+container fault.
+
 Faults: a container that dies raises :class:`ContainerError` naming the
 environment, the session and the container, which is removed (the pool
 replaces it); a batch that overruns ``step_timeout`` raises
@@ -33,10 +39,17 @@ from ..world import World, WorldTimeout
 from .container import Container, ContainerError, Limits
 from .docker_session import SessionLink
 from .pool import Pool, get_pool
+from . import wire
+from .wire import FrameEncodeError, encode_frame
 
 __all__ = ["ContainerWorld", "ContainerError", "Limits"]
 
 _KINDS = frozenset(("ok", "invalid_arguments", "tool_error", "exception"))  # what Tool.invoke produces
+
+
+def _unsendable(call: ToolCall, exc: Exception) -> ToolOutcome:
+    return ToolOutcome(f"Error: invalid arguments for tool '{call.name}': they cannot be sent as JSON ({exc}).",
+                       False, "invalid_arguments")
 
 
 class ContainerWorld(World):
@@ -80,12 +93,19 @@ class ContainerWorld(World):
             self._state = self._checked_state(reply)
 
     def run(self, agent: str, round: int, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+        return self._run(agent, round, calls, True)
+
+    def _run(self, agent: str, round: int, calls: Sequence[ToolCall], split: bool) -> list[ToolOutcome]:
         req = {"op": "run", "agent": agent, "round": round,
                "calls": [{"name": c.name, "arguments": c.arguments} for c in calls]}
         if self._with_state:
             req["state"] = True
         try:
             reply = self._link.request(req, overrun=WorldTimeout)
+        except FrameEncodeError as exc:  # nothing was sent: find the calls at fault
+            if split:
+                return self._run_encodable(agent, round, calls)
+            return [_unsendable(c, exc) for c in calls]
         except WorldTimeout:
             # The world is gone; what the referee still shows (a team's mail) comes
             # from the last state seen here, before this batch.
@@ -111,6 +131,38 @@ class ContainerWorld(World):
         if self._with_state:
             self._state = self._checked_state(reply)
         return result
+
+    def _run_encodable(self, agent: str, round: int, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+        """Run a batch the wire could not carry whole: a call whose arguments cannot be
+        encoded is its own ``invalid_arguments`` outcome; the others run in order, in
+        requests that stay under the frame cap."""
+        limit = wire.MAX_FRAME // 2  # room for the request around the calls
+        result: list[ToolOutcome | None] = []
+        chunk: list[ToolCall] = []
+        where: list[int] = []
+        size = 0
+        pending: list[tuple[list[ToolCall], list[int]]] = []
+        for c in calls:
+            try:
+                n = len(encode_frame({"name": c.name, "arguments": c.arguments}))
+                if n > limit:
+                    raise FrameEncodeError(f"{n} bytes of arguments, over the {limit}-byte limit of one call")
+            except FrameEncodeError as exc:
+                result.append(_unsendable(c, exc))
+                continue
+            if chunk and size + n > limit:
+                pending.append((chunk, where))
+                chunk, where, size = [], [], 0
+            chunk.append(c)
+            where.append(len(result))
+            size += n
+            result.append(None)
+        if chunk:
+            pending.append((chunk, where))
+        for chunk, where in pending:
+            for i, out in zip(where, self._run(agent, round, chunk, False)):
+                result[i] = out
+        return result  # type: ignore[return-value]
 
     def state(self) -> State:
         """The current state, fetched from the container and validated here (cached until
@@ -162,7 +214,7 @@ class ContainerWorld(World):
     def _checked_state(self, reply: dict[str, Any]) -> State:
         try:
             return self._validate(reply["state"])
-        except (KeyError, ValueError) as exc:
+        except (KeyError, ValueError, TypeError, RecursionError) as exc:
             raise self._link.untrustworthy(f"its state is not a valid {self.spec.state_type.__name__} "
                                            f"({type(exc).__name__}: {str(exc)[:300]})") from None
 

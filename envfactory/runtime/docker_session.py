@@ -6,18 +6,25 @@ control calls, and turns every container fault into a
 :class:`~envfactory.runtime.container.ContainerError` that names the
 environment, the session and the container, after removing the container
 (the pool replaces it). :class:`~envfactory.runtime.docker.ContainerWorld`
-decides what a reply means; this module only moves frames.
+decides what a reply means; this module only moves frames, and checks their
+envelope: one deadline covers sending a request and every ``recv`` of its reply,
+and a reply that is not JSON, not a dict, or whose ``ok`` / ``error`` / ``kind``
+have the wrong types is a protocol break (:meth:`SessionLink.untrustworthy`).
+A request the host cannot encode raises
+:class:`~envfactory.runtime.wire.FrameEncodeError` before anything is sent: the
+caller's error, never a container fault.
 """
 
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
 from ..env import EpisodeError
 from .container import Container, ContainerError
 from .pool import Pool
-from .wire import FrameError, recv_frame, send_frame
+from .wire import FrameDecodeError, FrameError, encode_frame, recv_frame
 
 __all__ = ["SessionLink"]
 
@@ -54,9 +61,18 @@ class SessionLink:
         self.drop()
         c = self.pool.acquire()
         try:
-            self.attach(c, c.call("POST", "/sessions")["session"])
+            sid = c.call("POST", "/sessions").get("session")
+            if sid.__class__ is not str:
+                c.dead = True
+                raise ContainerError(f"{self.env}: container {c.name} answered no session id ({sid!r}); "
+                                     "it was removed as untrustworthy")
+            self.attach(c, sid)
         except BaseException:
-            self.pool.release(c)
+            self.container = self.session = None
+            if c.dead:
+                self.pool.discard(c)
+            else:
+                self.pool.release(c)
             raise
 
     def drop(self, *, remove: bool = False) -> None:
@@ -80,20 +96,28 @@ class SessionLink:
     def request(self, req: dict[str, Any], *, overrun: type[Exception] = ContainerError) -> dict[str, Any]:
         """One framed request. A dead or overrunning container is removed and
         :class:`ContainerError` raised (``overrun`` instead when the request ran
-        past the timeout); an error the server reports is raised as its own kind
-        (``KeyError``, ``ValueError``, ``TypeError``; ``ContainerError`` otherwise)."""
+        past the timeout, one deadline for the whole exchange); so is one whose reply
+        breaks the protocol. An error the server reports is raised as its own kind
+        (``KeyError``, ``ValueError``, ``TypeError``; ``ContainerError`` otherwise).
+        A request that cannot be encoded raises ``FrameEncodeError`` and sends nothing."""
         chan = self._chan
         if chan is None:
             raise EpisodeError(f"{self.env}: no live session (its container was removed); call reset()")
+        frame = encode_frame(req)  # FrameEncodeError: the caller's; nothing sent, the channel is fine
+        timeout = self.timeout
+        deadline = time.monotonic() + timeout
         try:
-            send_frame(chan, req)
-            reply = recv_frame(chan)
+            chan.settimeout(timeout)
+            chan.sendall(frame)
+            reply = recv_frame(chan, deadline)
         except socket.timeout:
             where = self.where()
             self.drop(remove=True)
             what = "the step" if req.get("op") == "run" else f"the {req.get('op')} request"
             raise overrun(f"{what} did not finish within {self.timeout}s; the environment's container was "
                           f"stopped and recycled ({where}); call reset() to start a new episode") from None
+        except FrameDecodeError as exc:
+            raise self.untrustworthy(f"its reply is not JSON ({exc})") from None
         except (FrameError, OSError, ValueError) as exc:
             where, c = self.where(), self.container
             exit_info = c.describe_exit() if c else ""
@@ -102,11 +126,16 @@ class SessionLink:
                 f"{where}: the container stopped answering mid-episode ({exit_info}; {exc}). It was removed "
                 "and the pool replaces it; this episode is lost: call reset() to start a new one."
             ) from None
-        if reply.__class__ is not dict or reply.get("ok") is not True:
-            err = reply.get("error") if isinstance(reply, dict) else reply
-            kind = reply.get("kind") if isinstance(reply, dict) else None
-            raise _ERRORS.get(kind, ContainerError)(f"{self.where()}: {err}")
-        return reply
+        if reply.__class__ is not dict:
+            raise self.untrustworthy(f"its reply is a {type(reply).__name__}, not an object")
+        ok = reply.get("ok")
+        if ok is True:
+            return reply
+        err, kind = reply.get("error"), reply.get("kind")
+        if ok is not False or err.__class__ is not str or not (kind is None or kind.__class__ is str):
+            raise self.untrustworthy(f"malformed reply envelope (ok={ok!r}, error of type {type(err).__name__}, "
+                                     f"kind of type {type(kind).__name__})")
+        raise _ERRORS.get(kind, ContainerError)(f"{self.where()}: {err}")
 
     def untrustworthy(self, what: str) -> ContainerError:
         """Remove the container, whose reply broke the protocol; the error to raise."""
@@ -139,7 +168,7 @@ class SessionLink:
             c.sessions += 1
         try:
             sid = c.call("POST", f"/sessions/{self.session}/fork").get("session")
-            if not isinstance(sid, str):
+            if sid.__class__ is not str:
                 raise self.untrustworthy(f"fork answered no session id ({sid!r})")
             other.attach(c, sid)
         except BaseException:

@@ -7,9 +7,11 @@ One Unix socket carries two protocols, told apart by a connection's first bytes:
   the container's secret in the ``X-Envf-Token`` header.
 * **The framed channel** (the world's operations): the connection opens with
   :data:`MAGIC` and then exchanges frames, each a 4-byte big-endian length and a
-  UTF-8 JSON object. The first frame is ``{"token", "session"}``; after that the
-  host sends one request at a time and gets one reply frame each,
-  ``{"ok": true, ...}`` or ``{"ok": false, "error": "...", "kind": "..."}``:
+  JSON object, encoded ASCII-safe (``ensure_ascii``: any Python string, lone
+  surrogates included, crosses as ``\\uXXXX`` escapes), of at most :data:`MAX_FRAME`
+  bytes. The first frame is ``{"token", "session"}``; after that the host sends
+  one request at a time and gets one reply frame each, ``{"ok": true, ...}`` or
+  ``{"ok": false, "error": "...", "kind": "..."}``:
 
   - ``{"op": "start", "task": id[, "state": true]}``: a fresh world of the task;
   - ``{"op": "run", "agent", "round", "calls": [{"name", "arguments"}, ...][, "state": true]}``
@@ -21,7 +23,13 @@ One Unix socket carries two protocols, told apart by a connection's first bytes:
   the host needs it after every step). The container never sees an action, a
   turn count or a reward: the rules live on the host.
 
-This module holds the framing both ends share.
+This module holds the framing both ends share. Sending: :func:`encode_frame` raises
+:class:`FrameEncodeError` (the sender's error; nothing is sent, the channel stays
+usable) for an object JSON cannot hold or a frame over the cap. Receiving:
+:class:`FrameError` when the channel is broken; :class:`FrameDecodeError` when a whole
+frame arrived but is not JSON (the channel stays in step). ``recv_frame(sock,
+deadline)`` holds one monotonic deadline over every ``recv`` of the frame, so a peer
+that drips bytes cannot stretch a request past its timeout.
 """
 
 from __future__ import annotations
@@ -29,15 +37,17 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 from typing import Any
 
-__all__ = ["MAGIC", "TOKEN_HEADER", "FrameError", "send_frame", "recv_frame", "MAX_FRAME"]
+__all__ = ["MAGIC", "TOKEN_HEADER", "FrameError", "FrameEncodeError", "FrameDecodeError", "encode_frame",
+           "send_frame", "recv_frame", "MAX_FRAME"]
 
 MAGIC = b"ENVF"
 TOKEN_HEADER = "X-Envf-Token"
 MAX_FRAME = 64 << 20
 _LEN = struct.Struct(">I")
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 _loads = json.loads
 
 
@@ -45,15 +55,45 @@ class FrameError(ConnectionError):
     """The peer closed the channel or sent something that is not a frame."""
 
 
+class FrameEncodeError(ValueError):
+    """An object cannot be sent as a frame (JSON cannot hold it, or it is over
+    :data:`MAX_FRAME`); nothing was sent."""
+
+
+class FrameDecodeError(ValueError):
+    """A whole frame arrived but its body is not JSON (nor within the decoder's depth)."""
+
+
+def encode_frame(obj: Any) -> bytes:
+    """One frame: the length and the ASCII-safe JSON of ``obj``. :class:`FrameEncodeError`
+    for a set, an object, a cycle, an int over the conversion limit, or a frame over the cap."""
+    try:
+        body = _dumps(obj).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise FrameEncodeError(f"not JSON-encodable ({type(exc).__name__}: {str(exc)[:200]})") from None
+    if len(body) > MAX_FRAME:
+        raise FrameEncodeError(f"a frame of {len(body)} bytes is over the {MAX_FRAME}-byte limit")
+    return _LEN.pack(len(body)) + body
+
+
 def send_frame(sock: socket.socket, obj: Any) -> None:
     """Send one JSON frame (a single ``sendall``: one syscall for small frames)."""
-    body = _dumps(obj).encode()
-    sock.sendall(_LEN.pack(len(body)) + body)
+    sock.sendall(encode_frame(obj))
 
 
-def recv_exact(sock: socket.socket, n: int, buf: bytearray) -> None:
-    """Append exactly ``n`` bytes from ``sock`` to ``buf``; :class:`FrameError` on EOF."""
+def _arm(sock: socket.socket, deadline: float) -> None:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise socket.timeout("the deadline passed")
+    sock.settimeout(left)
+
+
+def recv_exact(sock: socket.socket, n: int, buf: bytearray, deadline: float | None = None) -> None:
+    """Append exactly ``n`` bytes from ``sock`` to ``buf``; :class:`FrameError` on EOF,
+    ``socket.timeout`` once ``deadline`` (``time.monotonic()``) has passed."""
     while n > 0:
+        if deadline is not None:
+            _arm(sock, deadline)
         chunk = sock.recv(min(n, 1 << 20))
         if not chunk:
             raise FrameError("the peer closed the connection")
@@ -61,21 +101,31 @@ def recv_exact(sock: socket.socket, n: int, buf: bytearray) -> None:
         n -= len(chunk)
 
 
-def recv_frame(sock: socket.socket) -> Any:
-    """Receive one JSON frame. Usually one ``recv`` for the header and body together."""
+def recv_frame(sock: socket.socket, deadline: float | None = None) -> Any:
+    """Receive one JSON frame. Usually one ``recv`` for the header and body together.
+
+    ``deadline`` (a ``time.monotonic()`` value) bounds the whole frame, every ``recv``
+    together: past it, ``socket.timeout``. :class:`FrameError` when the channel is
+    broken (EOF, a frame over the cap, stray bytes); :class:`FrameDecodeError` when
+    the frame's body is not JSON."""
+    if deadline is not None:
+        _arm(sock, deadline)
     data = sock.recv(65536)
     if not data:
         raise FrameError("the peer closed the connection")
     buf = bytearray(data)
     if len(buf) < 4:
-        recv_exact(sock, 4 - len(buf), buf)
+        recv_exact(sock, 4 - len(buf), buf, deadline)
     (n,) = _LEN.unpack_from(buf)
     if n > MAX_FRAME:
         raise FrameError(f"frame of {n} bytes exceeds the {MAX_FRAME}-byte limit")
     missing = n + 4 - len(buf)
     if missing > 0:
-        recv_exact(sock, missing, buf)
+        recv_exact(sock, missing, buf, deadline)
     elif missing < 0:
         raise FrameError("unexpected bytes after a frame (one request at a time per channel)")
-    return _loads(bytes(buf[4:]))
+    try:
+        return _loads(bytes(buf[4:]))
+    except (ValueError, RecursionError) as exc:
+        raise FrameDecodeError(f"a frame that is not JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
 

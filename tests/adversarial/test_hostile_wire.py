@@ -1,0 +1,349 @@
+"""The wire between the host and a container's server, attacked from both ends
+without Docker (issue 17): the real :class:`envfactory.serve.Server` in this process
+on a socket pair, and hostile fake servers the host talks to.
+
+* one session's bad request or unencodable reply is an error for that session only:
+  the server keeps serving it and every other session;
+* the host never trusts a reply: one deadline per request covers every ``recv``,
+  bodies are capped, and a malformed reply is a :class:`ContainerError` (the
+  container removed), never a raw ``KeyError`` / ``AttributeError`` / ``RecursionError``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import tempfile
+import threading
+import time
+from typing import Any
+
+import httpcore
+import httpx
+import pytest
+
+from envfactory import ToolCall, call
+from envfactory.registry import spec as get_spec
+from envfactory.runtime import wire
+from envfactory.runtime.container import Container, ContainerError, _VerifiedBackend
+from envfactory.runtime.docker import ContainerWorld
+from envfactory.runtime.docker_session import SessionLink
+from envfactory.serve import Server
+from envfactory.world import WorldTimeout
+
+TOKEN = "t" * 32
+
+
+# -- helpers ----------------------------------------------------------------------------
+def _raw(obj_json: bytes) -> bytes:
+    return struct.pack(">I", len(obj_json)) + obj_json
+
+
+def _serve(srv: Server) -> tuple[socket.socket, str]:
+    """A new session on ``srv`` and a framed channel to it (the server side on a thread)."""
+    sid = srv.route("POST", "/sessions")["session"]
+    host, far = socket.socketpair()
+    threading.Thread(target=srv._handle, args=(far,), daemon=True).start()
+    host.settimeout(30)
+    host.sendall(wire.MAGIC + _raw(b'{"token":"' + TOKEN.encode() + b'","session":"' + sid.encode() + b'"}'))
+    assert wire.recv_frame(host) == {"ok": True}
+    return host, sid
+
+
+def _ask(chan: socket.socket, body: bytes) -> Any:
+    chan.sendall(_raw(body))
+    return wire.recv_frame(chan)
+
+
+class FakeContainer:
+    name = "envf-fake"
+    dead = False
+    sessions = 1
+
+    def describe_exit(self) -> str:
+        return "fake"
+
+    def call(self, method: str, path: str, json: Any = None) -> Any:
+        return {"ok": True}
+
+
+class FakePool:
+    def __init__(self) -> None:
+        self.discarded: list[Any] = []
+        self.spec = None
+
+    def discard(self, c: Any) -> None:
+        c.dead = True
+        self.discarded.append(c)
+
+    def release(self, c: Any) -> None:
+        pass
+
+
+def _world_on(srv: Server, name: str, timeout: float = 30.0) -> tuple[ContainerWorld, FakePool]:
+    """A ContainerWorld whose session lives on the in-process server ``srv``."""
+    pool = FakePool()
+    world = ContainerWorld(get_spec(name), step_timeout=timeout, pool=pool)
+    chan, sid = _serve(srv)
+    link = world._link
+    link.container, link.session, link._chan = FakeContainer(), sid, chan
+    return world, pool
+
+
+def _link_to(fake_server) -> tuple[SessionLink, FakePool, threading.Thread]:
+    """A SessionLink whose channel's far end is ``fake_server(sock)``, on a thread."""
+    pool = FakePool()
+    link = SessionLink(pool, "Fake-v0", 1.0)
+    host, far = socket.socketpair()
+    t = threading.Thread(target=fake_server, args=(far,), daemon=True)
+    t.start()
+    link.container, link.session, link._chan = FakeContainer(), "s1", host
+    return link, pool, t
+
+
+def _read_request(sock: socket.socket) -> None:
+    (n,) = struct.unpack(">I", sock.recv(4, socket.MSG_WAITALL))
+    sock.recv(n, socket.MSG_WAITALL)
+
+
+# -- the server: one session's hostile input stays that session's ----------------------
+@pytest.fixture
+def fs_server() -> Server:
+    return Server(get_spec("FileSystem-v0"), TOKEN, 8)
+
+
+def test_lone_surrogates_in_arguments_and_replies_keep_every_session(fs_server) -> None:
+    a, _ = _serve(fs_server)
+    b, _ = _serve(fs_server)
+    for chan in (a, b):
+        assert _ask(chan, b'{"op":"start","task":"' + get_spec("FileSystem-v0").get_tasks()[0].id.encode() + b'"}')["ok"]
+    # A lone surrogate, escaped (the host encodes ASCII-safe): the tool's error echoes it back.
+    reply = _ask(a, b'{"op":"run","agent":"agent_0","round":1,"calls":[{"name":"read_file",'
+                    b'"arguments":{"path":"/\\ud800"}}],"state":true}')
+    assert reply["ok"] and reply["outcomes"][0]["content"] == "Error: file /\ud800 does not exist"
+    reply = _ask(a, b'{"op":"run","agent":"agent_0","round":2,"calls":[{"name":"write_file",'
+                    b'"arguments":{"path":"/home/user/x.txt","content":"\\ud800"}}],"state":true}')
+    assert reply["ok"] and reply["outcomes"][0]["ok"], reply
+    assert reply["state"]["fs"]["files"]["/home/user/x.txt"] == "\ud800"
+    assert _ask(b, b'{"op":"state"}')["ok"]  # the bystander is served
+    assert _ask(a, b'{"op":"state"}')["ok"]  # and so is the session that sent it
+
+
+@pytest.mark.parametrize("body", [b"\xff\xfe not utf-8", b"{not json", b"[" * 200_000 + b"]" * 200_000,
+                                  b"[1, 2]", b'{"op": "run", "calls": 5}'],
+                         ids=["utf8", "json", "deep", "list", "calls"])
+def test_a_bad_request_is_an_error_for_that_session_only(fs_server, body) -> None:
+    a, _ = _serve(fs_server)
+    b, _ = _serve(fs_server)
+    reply = _ask(a, body)
+    assert reply["ok"] is False and isinstance(reply["error"], str)
+    assert _ask(a, b'{"op":"state"}')["ok"] is False  # no task started: an error, and the channel lives
+    assert _ask(b, b'{"op":"start","task":"' + get_spec("FileSystem-v0").get_tasks()[0].id.encode() + b'"}')["ok"]
+    assert _ask(b, b'{"op":"state"}')["ok"]
+
+
+def test_a_reply_over_the_frame_cap_is_capped_not_a_dropped_channel(fs_server, monkeypatch) -> None:
+    monkeypatch.setattr(wire, "MAX_FRAME", 64 << 10)
+    a, _ = _serve(fs_server)
+    tid = get_spec("FileSystem-v0").get_tasks()[0].id
+    assert _ask(a, json.dumps({"op": "start", "task": tid}).encode())["ok"]
+    for i, tool in enumerate(("write_file", "append_file")):
+        reply = _ask(a, json.dumps({"op": "run", "agent": "agent_0", "round": i + 1, "calls": [
+            {"name": tool, "arguments": {"path": "/home/user/big.txt", "content": "x" * (40 << 10)}}]}).encode())
+        assert reply["outcomes"][0]["ok"], reply
+    reply = _ask(a, json.dumps({"op": "run", "agent": "agent_0", "round": 3, "calls": [
+        {"name": "read_file", "arguments": {"path": "/home/user/big.txt"}}] * 6}).encode())
+    assert reply["ok"] and len(reply["outcomes"]) == 6  # 6 x 80 KiB > 64 KiB: each cut to fit
+    for o in reply["outcomes"]:
+        assert o["ok"] and o["content"].startswith("xxx") and "truncated" in o["content"]
+    # A reply that cannot be cut (the state itself is over the cap): an error for this session
+    reply = _ask(a, b'{"op":"state"}')
+    assert reply["ok"] is False and "reply" in reply["error"]
+    assert _ask(a, json.dumps({"op": "start", "task": tid}).encode())["ok"]  # the channel lives
+    assert _ask(a, b'{"op":"state"}')["ok"]
+
+
+# -- the host: arguments it cannot encode are that call's error ------------------------
+def test_unencodable_arguments_are_that_calls_error_not_a_container_fault(fs_server) -> None:
+    world, pool = _world_on(fs_server, "FileSystem-v0")
+    task = get_spec("FileSystem-v0").get_tasks()[0]
+    world.start(task)
+    cyclic: dict = {}
+    cyclic["me"] = cyclic
+    calls = [ToolCall("write_file", {"path": "/home/user/a.txt", "content": {1, 2}}),
+             ToolCall("write_file", {"path": "/home/user/b.txt", "content": "fine \ud800"}),
+             ToolCall("write_file", {"path": "/home/user/c.txt", "content": cyclic}),
+             ToolCall("write_file", {"path": "/home/user/d.txt", "content": 10 ** 5000}),
+             ToolCall("write_file", {"path": "/home/user/e.txt", "content": object()}),
+             ToolCall("read_file", {"path": "/home/user/b.txt"})]
+    outs = world.run("agent_0", 1, calls)
+    assert [o.kind for o in outs] == ["invalid_arguments", "ok", "invalid_arguments", "invalid_arguments",
+                                      "invalid_arguments", "ok"]
+    assert all(o.content.startswith("Error: invalid arguments for tool 'write_file'") for o in outs if not o.ok)
+    assert outs[-1].content == "fine \ud800"
+    assert not pool.discarded and world.container is not None
+    assert "/home/user/a.txt" not in world.state().fs.files
+    assert world.state().fs.files["/home/user/b.txt"] == "fine \ud800"
+
+
+def test_a_batch_over_the_frame_cap_runs_in_order_and_a_call_over_it_is_invalid(fs_server, monkeypatch) -> None:
+    monkeypatch.setattr(wire, "MAX_FRAME", 64 << 10)
+    world, pool = _world_on(fs_server, "FileSystem-v0")
+    world.start(get_spec("FileSystem-v0").get_tasks()[0])
+    path = "/home/user/log.txt"
+    calls = [call("write_file", path=path, content="")]
+    calls += [call("append_file", path=path, content=ch * (20 << 10)) for ch in "abc"]  # 60 KiB: 3 requests
+    calls += [call("append_file", path=path, content="d" * (40 << 10))]  # over half the cap: refused alone
+    calls += [call("append_file", path=path, content="e")]
+    outs = world.run("agent_0", 1, calls)
+    assert [o.kind for o in outs] == ["ok"] * 4 + ["invalid_arguments", "ok"], outs
+    assert not pool.discarded
+    assert world.state().fs.files[path] == "a" * (20 << 10) + "b" * (20 << 10) + "c" * (20 << 10) + "e"
+
+
+# -- the host: a hostile container ------------------------------------------------------
+def test_one_deadline_covers_every_recv_of_a_request() -> None:
+    """A reply dripped a byte at a time, each within the per-recv timeout, used to hold a
+    step for as long as the drip lasted (here about 20 s for a 1 s step timeout)."""
+    def drip(sock: socket.socket) -> None:
+        _read_request(sock)
+        reply = _raw(b'{"ok":true,"outcomes":[],"pad":"' + b"x" * 24 + b'"}')
+        try:
+            for i in range(len(reply)):
+                sock.sendall(reply[i:i + 1])
+                time.sleep(0.4)
+        except OSError:
+            pass
+
+    link, pool, _ = _link_to(drip)
+    t0 = time.monotonic()
+    with pytest.raises(WorldTimeout, match="did not finish within 1.0s"):
+        link.request({"op": "run", "calls": []}, overrun=WorldTimeout)
+    assert time.monotonic() - t0 < 10  # generous: the drip would last about 20 s
+    assert pool.discarded  # the container is recycled
+
+
+@pytest.mark.parametrize("reply", [
+    b"[1, 2]", b'"ok"', b"null", b"[" * 200_000 + b"]" * 200_000, b"\xff\xfe", b"{oops",
+    b'{"ok": "yes"}', b'{"ok": false, "error": {"x": 1}, "kind": ["KeyError"]}',
+    b'{"ok": false, "error": "e", "kind": {"a": 1}}', b'{"ok": true, "outcomes": 5}',
+    b'{"ok": true, "outcomes": [null]}', b'{"ok": true, "outcomes": [{"content": "x"}]}',
+], ids=["list", "str", "null", "deep", "utf8", "json", "ok-type", "error-types", "kind-dict",
+        "outcomes-type", "outcome-null", "outcome-keys"])
+def test_a_malformed_reply_is_a_container_fault(reply: bytes) -> None:
+    def fake(sock: socket.socket) -> None:
+        _read_request(sock)
+        sock.sendall(_raw(reply))
+        time.sleep(5)
+
+    pool = FakePool()
+    world = ContainerWorld(get_spec("Counter-v0"), step_timeout=5, pool=pool)
+    world._task = get_spec("Counter-v0").get_tasks()[0]
+    host, far = socket.socketpair()
+    threading.Thread(target=fake, args=(far,), daemon=True).start()
+    link = world._link
+    link.container, link.session, link._chan = FakeContainer(), "s1", host
+    with pytest.raises(ContainerError):
+        world.run("agent_0", 1, [call("increment", by=1)])
+    assert pool.discarded and world.container is None  # removed as untrustworthy
+
+
+# -- the host: HTTP control calls and the channel handshake -----------------------------
+def _fake_container(path: str, timeout: float = 1.0) -> Container:
+    c = Container.__new__(Container)
+    c.spec, c.name, c.token, c.socket_path = get_spec("Counter-v0"), "envf-fake", TOKEN, path
+    c.dead, c.sessions, c._pid, c.client, c.id = False, 0, os.getpid(), None, "fake"
+    transport = httpx.HTTPTransport(uds=path)
+    transport._pool = httpcore.ConnectionPool(uds=path, network_backend=_VerifiedBackend(c))
+    c.http = httpx.Client(transport=transport, base_url="http://envf", timeout=timeout)
+    return c
+
+
+def _listen(answer) -> tuple[str, socket.socket]:
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "s")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(8)
+
+    def loop() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=loop, daemon=True).start()
+    return path, srv
+
+
+def _http_answer(head: bytes, body_chunks, delay: float = 0.0):
+    def answer(conn: socket.socket) -> None:
+        try:
+            conn.recv(65536)
+            conn.sendall(head)
+            for chunk in body_chunks():
+                conn.sendall(chunk)
+                if delay:
+                    time.sleep(delay)
+        except OSError:
+            pass
+        finally:
+            time.sleep(0.2)
+            conn.close()
+    return answer
+
+
+def test_a_huge_http_body_is_capped() -> None:
+    body = lambda: (b"[" + b"0," * (1 << 19) for _ in range(40))  # noqa: E731  (40 MiB)
+    path, srv = _listen(_http_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 41943080\r\n\r\n", body))
+    c = _fake_container(path, timeout=30)
+    with pytest.raises(ContainerError, match="bytes"):
+        c.call("POST", "/sessions")
+    srv.close()
+
+
+def test_a_dripped_http_reply_runs_into_one_deadline() -> None:
+    drip = lambda: (b" " for _ in range(40))  # noqa: E731
+    path, srv = _listen(_http_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 60\r\n\r\n", drip, delay=0.4))
+    c = _fake_container(path, timeout=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(ContainerError, match="timed out"):
+        c.call("POST", "/sessions")
+    assert time.monotonic() - t0 < 10  # generous: the drip lasts about 16 s
+    srv.close()
+
+
+@pytest.mark.parametrize("status,body", [(200, b"[1]"), (200, b"{oops"), (500, b"[1]"), (500, b"{}"),
+                                         (200, b'{"session": 5}'), (200, b"{}")])
+def test_a_malformed_http_reply_is_a_container_fault(status: int, body: bytes) -> None:
+    head = f"HTTP/1.1 {status} X\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    path, srv = _listen(_http_answer(head, lambda: [body]))
+    c = _fake_container(path, timeout=5)
+    link = SessionLink(FakePool(), "Counter-v0", 5)
+    link.pool.acquire = lambda: c
+    with pytest.raises(ContainerError):
+        link.ensure()  # POST /sessions, then the channel
+    srv.close()
+
+
+@pytest.mark.parametrize("hello", [b"[1]", b'"ok"', b"{oops", b"[" * 200_000], ids=["list", "str", "json", "deep"])
+def test_a_malformed_handshake_is_a_container_fault(hello: bytes) -> None:
+    def answer(conn: socket.socket) -> None:
+        try:
+            conn.recv(65536)
+            conn.sendall(_raw(hello))
+            time.sleep(2)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    path, srv = _listen(answer)
+    c = _fake_container(path)
+    with pytest.raises(ContainerError):
+        c.open_channel("s1", 5)
+    srv.close()
