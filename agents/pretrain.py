@@ -92,7 +92,7 @@ PRETRAIN_CONFIG: dict[str, Any] = {
     "heldout_share": 0.05,   # share of tasks kept out of training, for the held-out loss
     "heldout_tokens": 16384,  # positions of held-out plays scored before and after (rows of 2048)
     "model": PRETRAIN_MODEL,  # overrides of TINY_CONFIG ({}: the random build's size and weights)
-    "envs": None,            # only these environments (default: every single-agent one)
+    "envs": None,            # only these environments (default: the tokenizer's pinned tiny.CORPUS_ENVS)
 }
 """The default pretraining recipe (all of it is part of the cache key): about 3 minutes on 2 CPU cores."""
 
@@ -187,14 +187,15 @@ def _actions(spec: Any, graph: dict[str, dict[str, list[Any]]], task: Any, kind:
 
 def pretrain_corpus(tokenizer: Any = None, *, detours: int | None = None, detour_p: float | None = None,
                     envs: list[str] | None = None) -> list[Play]:
-    """Every single-agent environment's non-evaluation tasks, played once by the oracle and
+    """The pinned corpus environments' (:data:`agents.tiny.CORPUS_ENVS`) non-evaluation tasks, played once by the oracle and
     ``detours`` times with detours (see the module docstring), rendered with ``tokenizer``'s
     chat template (default: the tiny model's). Deterministic: the same registry gives the same
     plays in the same order.
 
     Args:
         tokenizer: Anything with ``apply_chat_template``; default: the tiny build's tokenizer.
-        envs: Only these environments (default: every registered single-agent one).
+        envs: Only these environments (default: :data:`agents.tiny.CORPUS_ENVS`; any registered
+            single-agent environment may be named).
     """
     import envfactory
 
@@ -210,9 +211,13 @@ def pretrain_corpus(tokenizer: Any = None, *, detours: int | None = None, detour
     unknown = sorted(set(envs or ()) - {s.name for s in specs})
     if unknown:
         raise ValueError(f"no single-agent environment named {', '.join(unknown)}")
+    if envs is None:
+        from .tiny import CORPUS_ENVS
+
+        envs = list(CORPUS_ENVS)
     plays: list[Play] = []
     for spec in specs:
-        if envs is not None and spec.name not in envs:
+        if spec.name not in envs:
             continue
         tasks = [t for t in spec.get_tasks() if spec.split(t) != "eval"]  # evaluation tasks: never
         graph = _tool_graph(spec, tasks)

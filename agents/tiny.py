@@ -100,17 +100,40 @@ def cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "envfactory"
 
 
+CORPUS_ENVS: tuple[str, ...] = (
+    "Bank-v0", "CRM-v0", "Calendar-v0", "Clinic-v0", "Counter-v0", "Courses-v0", "Events-v0", "FileSystem-v0",
+    "FindLight-v0", "FindLight-v1", "FindLight-v2", "Fleet-v0", "Flights-v0", "GitRepo-v0", "GymClub-v0", "HR-v0",
+    "Helpdesk-v0", "Hotel-v0", "LabBench-v0", "Library-v0", "Lights-v0", "Mailbox-v0", "PetShelter-v0",
+    "Pharmacy-v0", "ProjectBoard-v0", "Recipes-v0", "Restaurant-v0", "RetailOrders-v0", "SmartHome-v0",
+    "Social-v0", "Spreadsheet-v0", "TeamChat-v0", "Trading-v0", "Vehicle-v0", "Warehouse-v0",
+)
+"""The environments whose text trains the embedded tokenizer (and, by default, pretrains the
+model): pinned, so that registering a new environment does not silently change the embedded
+model (and every figure measured with it). Byte-level BPE still encodes any other text
+exactly. Change it deliberately, with a new ``_FORMAT``, and re-measure."""
+
+
+def corpus_specs() -> list[Any]:
+    """The registered specs of :data:`CORPUS_ENVS`, by name.
+
+    Raises:
+        KeyError: a pinned environment is not registered (the corpus would silently shrink)."""
+    import envfactory
+
+    return [envfactory.spec(n) for n in sorted(CORPUS_ENVS)]
+
+
 def corpus() -> list[str]:
-    """The tokenizer's training text: every registered single-agent environment's
-    system prompt, tool schemas, and each task's instruction, reference solution
-    (as Hermes tool calls) and the tool outputs that solution produces, in chat markup.
-    Evaluation tasks (``spec.split(task) == "eval"``) are left out: nothing built
-    before training may have seen them."""
+    """The tokenizer's training text: each :data:`CORPUS_ENVS` environment's system prompt,
+    tool schemas, and each task's instruction, reference solution (as Hermes tool calls)
+    and the tool outputs that solution produces, in chat markup. Evaluation tasks
+    (``spec.split(task) == "eval"``) are left out: nothing built before training may
+    have seen them."""
     import envfactory
     from envfactory.agents_scripted import OraclePolicy, play
 
     texts: list[str] = []
-    for s in sorted(envfactory.specs(), key=lambda s: s.name):
+    for s in corpus_specs():
         if getattr(s, "multi_agent", False):
             continue
         env = envfactory.make(s.name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -61,3 +62,18 @@ def test_tokenizer_corpus_leaves_out_evaluation_tasks() -> None:
     assert evaluation
     for t in spec.get_tasks():
         assert (t.instruction in texts) == (spec.split(t) != "eval"), t.id
+
+
+def test_registering_an_environment_leaves_the_embedded_model_unchanged(monkeypatch) -> None:
+    """The tokenizer (and default pretraining) corpus is pinned (tiny.CORPUS_ENVS): a new environment
+    must not silently change the embedded model, and with it every figure measured on it."""
+    from envfactory import registry
+    from agents.tiny import CORPUS_ENVS, corpus
+
+    before = corpus()
+    lights = envfactory.spec("Lights-v0")
+    newcomer = dataclasses.replace(lights, name="Newcomer-v0",
+                                   description="A newcomer, with words nobody pretrained on: zygomorphic quincunx.")
+    monkeypatch.setitem(registry._REGISTRY, "Newcomer-v0", newcomer)
+    assert "Newcomer-v0" in {s.name for s in envfactory.specs()} and "Newcomer-v0" not in CORPUS_ENVS
+    assert corpus() == before
