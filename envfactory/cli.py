@@ -196,6 +196,8 @@ COMMANDS: dict[str, Command] = {
     "image": _lazy("Docker images: 'image build [NAME...|--all]' (offline, content-hashed tags)",
                    ".runtime.commands", "image"),
     "gc": _lazy("remove Docker containers that exited envfactory processes left behind", ".runtime.commands", "gc"),
+    "serve": _lazy("serve an environment to any client: '--protocol mcp' (stdio, or --transport streamable-http)",
+                   ".mcp_server", "serve"),
     "eval-team": _lazy("evaluate teams of policies on the multi-agent environments (JSON + markdown report)",
                        ".multi.eval", "cli"),
     "play": Command("list, verify and play the built-in environments with scripted agents", _quickstart_args,

@@ -62,3 +62,18 @@ def test_library_class_environments_are_registered():
     for name in ("SmartHome-v0", "Vehicle-v0", "Trading-v0", "GitRepo-v0", "Spreadsheet-v0",
                  "TeamChat-v0", "Social-v0", "LabBench-v0"):
         assert envfactory.spec(name).metadata["source"].startswith("class environments.classes.")
+
+
+def test_the_documented_spelling_calls_the_factory_whatever_was_imported_first() -> None:
+    """`envfactory.factory.from_class(...)` (the README's spelling) and `from envfactory.factory import
+    from_class`: importing the same-named submodule makes it the package's attribute; it must still call."""
+    import envfactory.factory as factory
+    from envfactory.factory import from_class as imported, from_spec
+
+    spec = factory.from_class(Brokerage, name="BrokerTwice-v0", domain="trading", n_tasks=3,
+                              config={"cash": 1000.0, "positions": {}, "prices": {"ACME": 10.0}})
+    again = imported(Brokerage, name="BrokerThrice-v0", domain="trading", n_tasks=3,
+                     config={"cash": 1000.0, "positions": {}, "prices": {"ACME": 10.0}})
+    assert spec.name == "BrokerTwice-v0" and again.name == "BrokerThrice-v0"
+    assert [t["function"]["name"] for t in spec.tool_schemas()] == [t["function"]["name"] for t in again.tool_schemas()]
+    assert callable(from_spec) and callable(factory.from_mcp)

@@ -3,6 +3,8 @@
 * :func:`from_class` — an unchanged third-party class (public attributes are the
   state, public methods the tools) seeded by an initial-configuration dict;
 * :func:`from_spec` — a declarative YAML/JSON spec file for table-backed worlds;
+* :func:`from_mcp` — an existing MCP server (started per episode over stdio): its tools are the
+  environment's tools, tasks are checked through its own read tools;
 * :func:`generate_from_prompt` — an OpenAI-compatible LLM writes the module, the
   sandbox verifies it, failures go back for repair, only what passes is kept;
 * :func:`synthesize` — tasks from walks over the tool graph, each with its
@@ -13,16 +15,33 @@ Submodules are imported lazily so that ``import envfactory.factory`` stays cheap
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
-__all__ = ["from_class", "from_spec", "generate_from_prompt", "load_generated", "synthesize",
+__all__ = ["from_class", "Service", "ClassTask", "from_spec", "from_mcp", "mcp_task", "generate_from_prompt", "load_generated", "synthesize",
            "synthesize_for", "SynthConfig", "ChangeCheck"]
 
 _WHERE = {
-    "from_class": "from_class", "from_spec": "from_spec", "generate_from_prompt": "from_prompt",
+    "from_class": "from_class", "Service": "from_class", "ClassTask": "from_class", "from_spec": "from_spec", "from_mcp": "from_mcp", "mcp_task": "from_mcp", "generate_from_prompt": "from_prompt",
     "load_generated": "from_prompt", "synthesize": "tasks_synth", "synthesize_for": "tasks_synth",
     "SynthConfig": "tasks_synth", "ChangeCheck": "checks",
 }
+
+
+class _CallableModule(types.ModuleType):
+    """A factory submodule that shares its name with its function (``from_class``,
+    ``from_spec``, ``from_mcp``): importing the submodule makes it this package's
+    attribute of that name, so ``envfactory.factory.from_class`` may be the module;
+    calling it calls the function, whichever one a caller got."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self, self.__name__.rpartition(".")[2])(*args, **kwargs)
+
+
+def _callable(module_name: str) -> None:
+    """Make the submodule ``module_name`` callable as its same-named function (see :class:`_CallableModule`)."""
+    sys.modules[module_name].__class__ = _CallableModule
 
 
 def __getattr__(name: str) -> Any:

@@ -35,6 +35,8 @@ The classes are never modified or subclassed.
 
 from __future__ import annotations
 
+from . import _callable
+
 import copy
 import enum
 import inspect
@@ -644,3 +646,6 @@ def from_class(
     else:
         spec.tasks = lambda: synthesize(spec.all_tools, synth, n_tasks, seed)
     return spec
+
+
+_callable(__name__)  # envfactory.factory.from_class may be this module: calling it calls from_class()

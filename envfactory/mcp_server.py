@@ -1,0 +1,397 @@
+"""``envfactory serve NAME --protocol mcp``: an environment as a Model Context Protocol server.
+
+Any MCP client (an IDE, an agent framework, the official SDK's ``ClientSession``)
+can play an envfactory environment. Each MCP session plays one episode at a time
+of ``envfactory.make(NAME)``; the referee (:class:`~envfactory.episode.Episode`)
+runs here, so parsing, the turn limit, the log and the reward are exactly those of
+``envfactory.make`` for the same calls.
+
+What a client sees:
+
+* the environment's tools (``spec.tool_schemas()``: names, descriptions, JSON
+  schemas; ``readOnlyHint`` from ``Tool.read_only``), ``finish`` included;
+* ``start_episode(task_id?, seed?)``: starts (or restarts) the session's episode and
+  returns the task instruction (structured: ``episode``, ``task_id``,
+  ``instruction``, ``system_prompt``, ``tools``, ``max_turns``);
+* ``episode_status()``: ``task_id, done, terminated, truncated, reward, success,
+  ended_by, turns, tool_calls, tool_errors`` (also the resource
+  ``envfactory://episode/status``; the instruction is ``envfactory://episode/task``);
+* ``end_episode(answer?)``: ends the episode the way an agent does by answering
+  without a tool call (judged at once);
+* every environment tool call is one turn of the episode: its observation is the
+  text content, a failed call (invalid arguments, a tool error, an unknown tool)
+  comes back with ``isError``, and ``_meta`` carries ``envfactory/reward``,
+  ``envfactory/done``, ``envfactory/success`` and ``envfactory/ended_by``.
+
+Which episode a request belongs to: ``_meta["envfactory/episode"]`` when the request
+carries it (the id ``start_episode`` returns); else the HTTP session
+(``Mcp-Session-Id``, handshake-era clients); else, over stdio, the one client of the
+process. A stateless (2026-07-28 protocol) HTTP client has no session: it passes the
+episode id in ``_meta``. With ``--task`` or ``--seed`` the first tool call starts an
+episode by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import socket
+import sys
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from .episode import Episode, task_for_seed
+from .env import EpisodeError
+from .task import ToolCall
+
+__all__ = ["EpisodeService", "build_server", "serve_stdio", "serve_http", "serve_args", "serve_run",
+           "CONTROL_TOOLS", "EPISODE_META"]
+
+EPISODE_META = "envfactory/episode"
+CONTROL_TOOLS = ("start_episode", "episode_status", "end_episode")
+TASK_URI = "envfactory://episode/task"
+STATUS_URI = "envfactory://episode/status"
+
+_START_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "task_id": {"type": "string", "description": "The task to play (default: the server's --task, else "
+                                                     "one drawn from seed)."},
+        "seed": {"type": "integer", "description": "Picks the task as envfactory.make(NAME).reset(seed=seed) does."},
+    },
+    "additionalProperties": False,
+}
+_EMPTY_SCHEMA = {"type": "object", "properties": {}, "additionalProperties": False}
+_END_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "description": "The final answer to the user."}},
+    "additionalProperties": False,
+}
+
+
+class EpisodeService:
+    """Episodes of one environment, keyed by the MCP session that plays them (protocol-free core).
+
+    Args:
+        name: A registered single-agent environment.
+        runtime: Where worlds run (``local`` or ``docker``), as for :func:`envfactory.make`.
+        task: The default task of ``start_episode`` (and of a tool call made before it).
+        seed: The default seed (picks a task, as ``reset(seed=...)`` does).
+        max_turns: Overrides the environment's turn limit.
+        max_episodes: Live episodes kept at once (the least recently used one is closed beyond it).
+    """
+
+    def __init__(self, name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
+                 max_turns: int | None = None, max_episodes: int = 256) -> None:
+        from .registry import spec as get_spec
+
+        self.spec = get_spec(name)
+        if self.spec.multi_agent:
+            raise ValueError(f"{self.spec.name} is a team environment; serve --protocol mcp plays single-agent "
+                             "environments (one MCP session is one agent)")
+        clash = sorted(set(CONTROL_TOOLS) & set(self.spec.all_tools))
+        if clash:
+            raise ValueError(f"{self.spec.name} has tools named {clash}, which the MCP server uses for episode control")
+        if task is not None:
+            self.spec.task(task)  # fail now on an unknown task
+        self.name, self.runtime, self.max_turns = self.spec.name, runtime, max_turns
+        self.default_task, self.default_seed = task, seed
+        self.max_episodes = max_episodes
+        self._episodes: OrderedDict[str, Episode] = OrderedDict()  # episode id -> live episode
+        self._by_key: dict[str, str] = {}                          # session key -> episode id
+        self._lock = threading.RLock()
+
+    # -- tools ---------------------------------------------------------------
+    def tool_list(self) -> list[dict[str, Any]]:
+        """Every tool a client sees: the environment's (OpenAI schemas), then the control tools."""
+        out = []
+        for t in self.spec.tools_of().values():
+            out.append({"name": t.name, "description": t.description, "input_schema": t.parameters,
+                        "read_only": bool(t.read_only)})
+        out += [
+            {"name": "start_episode", "description": f"Start a new episode of {self.name} and get the task "
+             "instruction. Any episode this session was playing is abandoned.", "input_schema": _START_SCHEMA,
+             "read_only": False},
+            {"name": "episode_status", "description": "The episode's state: whether it is done, its reward "
+             "and success, turns played.", "input_schema": _EMPTY_SCHEMA, "read_only": True},
+            {"name": "end_episode", "description": "End the episode by giving a final answer without a tool "
+             "call; the task is judged now.", "input_schema": _END_SCHEMA, "read_only": False},
+        ]
+        return out
+
+    # -- episodes ------------------------------------------------------------
+    def start(self, key: str | None, task_id: str | None = None, seed: int | None = None) -> dict[str, Any]:
+        """Start (or restart) the episode of session ``key`` (``None``: a new, session-less episode)."""
+        if task_id is None and seed is None:
+            task_id, seed = self.default_task, self.default_seed
+        if task_id is None:
+            task_id = self.spec.get_tasks()[task_for_seed(len(self.spec.get_tasks()), seed)].id
+        task = self.spec.task(task_id)  # KeyError on an unknown task
+        with self._lock:
+            eid = self._by_key.get(key) if key is not None else None
+            ep = self._episodes.get(eid) if eid is not None else None
+            if ep is None:
+                from .registry import make
+
+                ep = make(self.name, self.runtime, max_turns=self.max_turns)
+                eid = key if key is not None and key.startswith("ep-") else "ep-" + secrets.token_hex(8)
+                self._episodes[eid] = ep
+                if key is not None:
+                    self._by_key[key] = eid
+                self._evict()
+            self._episodes.move_to_end(eid)
+        messages = ep.reset(task.id)
+        return {"episode": eid, "task_id": task.id, "instruction": messages[1]["content"],
+                "system_prompt": messages[0]["content"],
+                "tools": [s["function"]["name"] for s in ep.tool_schemas()], "max_turns": ep.max_turns}
+
+    def _evict(self) -> None:
+        while len(self._episodes) > self.max_episodes:
+            eid, ep = self._episodes.popitem(last=False)
+            for k in [k for k, v in self._by_key.items() if v == eid]:
+                del self._by_key[k]
+            ep.close()
+
+    def episode(self, key: str | None, *, autostart: bool = True) -> tuple[str, Episode]:
+        """The episode of ``key`` (an episode id or a session key); with a default task, start one."""
+        with self._lock:
+            if key is not None:
+                eid = key if key in self._episodes else self._by_key.get(key)
+                if eid is not None and eid in self._episodes:
+                    self._episodes.move_to_end(eid)
+                    return eid, self._episodes[eid]
+        if autostart and (self.default_task is not None or self.default_seed is not None):
+            info = self.start(key)
+            return info["episode"], self._episodes[info["episode"]]
+        if key is None:
+            raise EpisodeError(
+                "no episode: this request belongs to no session (a stateless client); call start_episode and "
+                f"pass the episode id it returns as _meta[{EPISODE_META!r}] on every request")
+        raise EpisodeError("no episode yet: call start_episode (task_id or seed) first")
+
+    def status(self, key: str | None) -> dict[str, Any]:
+        eid, ep = self.episode(key, autostart=False)
+        log = ep.log
+        return {"episode": eid, "env": self.name, "task_id": ep.task.id if ep.task else None, "done": ep.done,
+                "terminated": ep.terminated, "truncated": ep.truncated, "reward": ep.rewards[ep.agents[0]],
+                "success": ep.success, "ended_by": ep.ended_by, "answer": ep.answer,
+                "turns": ep.turns_taken() if ep.task else 0, "max_turns": ep.max_turns,
+                "tool_calls": len(log), "tool_errors": sum(not e["ok"] for e in log)}
+
+    def play(self, key: str | None, name: str, arguments: dict[str, Any] | None) -> tuple[str, bool, dict[str, Any]]:
+        """One environment tool call as one turn: ``(observation, is_error, step info)``."""
+        _, ep = self.episode(key)
+        if ep.done:
+            raise EpisodeError(f"the episode has ended ({ep.ended_by}, reward {ep.rewards[ep.agents[0]]}); "
+                               "call start_episode to play another")
+        r = ep.step([ToolCall(name, dict(arguments or {}))])
+        content = "\n".join(str(m.get("content", "")) for m in r.messages) or "(no output)"
+        last = ep.log[-1] if ep.log else {"ok": False}
+        return content, not last["ok"], self._step_meta(ep, r.reward)
+
+    def end(self, key: str | None, answer: str = "") -> dict[str, Any]:
+        _, ep = self.episode(key)
+        if not ep.done:
+            ep.step({"role": "assistant", "content": answer})
+        return self.status(key)
+
+    @staticmethod
+    def _step_meta(ep: Episode, reward: float) -> dict[str, Any]:
+        return {"envfactory/reward": reward, "envfactory/done": ep.done, "envfactory/success": ep.success,
+                "envfactory/ended_by": ep.ended_by}
+
+    def instruction(self, key: str | None) -> str:
+        _, ep = self.episode(key)
+        return ep.messages[1]["content"]
+
+    def close(self) -> None:
+        with self._lock:
+            for ep in self._episodes.values():
+                ep.close()
+            self._episodes.clear()
+            self._by_key.clear()
+
+
+# -- the MCP server (official SDK, low-level Server) ---------------------------------
+def _session_key(ctx: Any, stdio: bool) -> str | None:
+    meta = ctx.meta
+    if meta is not None:
+        meta = meta if isinstance(meta, dict) else getattr(meta, "model_extra", None) or dict(meta)
+        if isinstance(meta.get(EPISODE_META), str):
+            return meta[EPISODE_META]
+    request = ctx.request
+    headers = getattr(request, "headers", None)
+    if headers is not None:
+        sid = headers.get("mcp-session-id")
+        if sid:
+            return "http:" + sid
+    return "stdio" if stdio else None
+
+
+def build_server(service: EpisodeService, *, stdio: bool) -> Any:
+    """An ``mcp.server.Server`` (low-level) that plays ``service``'s episodes."""
+    import mcp_types as types
+    from mcp.server import Server
+
+    tools = [types.Tool(name=t["name"], description=t["description"], input_schema=t["input_schema"],
+                        annotations=types.ToolAnnotations(read_only_hint=t["read_only"]))
+             for t in service.tool_list()]
+    env_tools = set(service.spec.tools_of())
+
+    def text(s: str, *, error: bool = False, meta: dict[str, Any] | None = None,
+             structured: dict[str, Any] | None = None) -> Any:
+        return types.CallToolResult(content=[types.TextContent(type="text", text=s)], is_error=error,
+                                    structured_content=structured, _meta=meta)
+
+    async def list_tools(ctx: Any, params: Any) -> Any:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: Any) -> Any:
+        key = _session_key(ctx, stdio)
+        args = dict(params.arguments or {})
+        try:
+            if params.name == "start_episode":
+                unknown = set(args) - {"task_id", "seed"}
+                if unknown:
+                    return text(f"Error: unexpected argument(s) {sorted(unknown)}", error=True)
+                info = service.start(key, args.get("task_id"), args.get("seed"))
+                return text(info["instruction"], structured=info, meta={EPISODE_META: info["episode"]})
+            if params.name == "episode_status":
+                st = service.status(key)
+                return text(json.dumps(st), structured=st)
+            if params.name == "end_episode":
+                st = service.end(key, str(args.get("answer", "")))
+                return text(json.dumps(st), structured=st)
+            if params.name not in env_tools:
+                return text(f"Error: unknown tool '{params.name}'. Available tools: "
+                            f"{', '.join(t.name for t in tools)}.", error=True)
+            if service.runtime == "local":
+                out, failed, meta = service.play(key, params.name, args)
+            else:  # a container world blocks on I/O: keep the event loop free
+                import anyio
+
+                out, failed, meta = await anyio.to_thread.run_sync(service.play, key, params.name, args)
+            return text(out, error=failed, meta=meta)
+        except (EpisodeError, KeyError) as exc:
+            msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+            return text(f"Error: {msg}", error=True)
+
+    async def list_resources(ctx: Any, params: Any) -> Any:
+        return types.ListResourcesResult(resources=[
+            types.Resource(name="task", uri=TASK_URI, description="The instruction of the current episode's task",
+                           mime_type="text/plain"),
+            types.Resource(name="status", uri=STATUS_URI, description="The current episode's status (JSON)",
+                           mime_type="application/json")])
+
+    async def read_resource(ctx: Any, params: Any) -> Any:
+        from mcp.shared.exceptions import MCPError
+
+        key = _session_key(ctx, stdio)
+        uri = str(params.uri)
+        try:
+            if uri == TASK_URI:
+                body, mime = service.instruction(key), "text/plain"
+            elif uri == STATUS_URI:
+                body, mime = json.dumps(service.status(key)), "application/json"
+            else:
+                raise MCPError(code=-32602, message=f"unknown resource {uri}")
+        except EpisodeError as exc:
+            raise MCPError(code=-32602, message=str(exc)) from None
+        return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type=mime, text=body)])
+
+    return Server(f"envfactory-{service.name}", version="0.1.0",
+                  instructions=f"Episodes of the envfactory environment {service.name} ({service.spec.domain}). "
+                               "Call start_episode, then the environment's tools; finish (or end_episode) "
+                               "ends the episode; episode_status reports the reward.",
+                  on_list_tools=list_tools, on_call_tool=call_tool, on_list_resources=list_resources,
+                  on_read_resource=read_resource)
+
+
+def serve_stdio(service: EpisodeService) -> None:
+    """Serve over this process's stdin/stdout until the client closes it."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(service, stdio=True)
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
+
+
+def serve_http(service: EpisodeService, host: str = "127.0.0.1", port: int = 8000, *,
+               ready: Any = None, json_response: bool = False) -> None:
+    """Serve over streamable HTTP at ``http://host:port/mcp`` (``port=0``: a free port). The URL is
+    written to stderr once the server listens (``ready(url)`` is called too, when given)."""
+    import anyio
+    import uvicorn
+
+    server = build_server(service, stdio=False)
+    app = server.streamable_http_app(host=host, json_response=json_response)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    real_port = sock.getsockname()[1]
+    url = f"http://{host}:{real_port}/mcp"
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    userver = uvicorn.Server(config)
+
+    async def main() -> None:
+        async def announce() -> None:
+            while not userver.started:
+                await anyio.sleep(0.01)
+            print(f"envfactory: serving {service.name} over MCP (streamable HTTP) at {url}", file=sys.stderr,
+                  flush=True)
+            if ready is not None:
+                ready(url)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(announce)
+            await userver.serve(sockets=[sock])
+
+    anyio.run(main)
+
+
+# -- CLI: envfactory serve NAME --protocol mcp ----------------------------------------
+def serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help="the environment to serve (a registered single-agent environment)")
+    p.add_argument("--protocol", choices=["mcp"], default="mcp", help="the protocol (mcp: Model Context Protocol)")
+    p.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio",
+                   help="stdio (default; one client, the parent process) or streamable-http")
+    p.add_argument("--host", default="127.0.0.1", help="streamable-http: the address to listen on")
+    p.add_argument("--port", type=int, default=8000, help="streamable-http: the port (0: any free port)")
+    p.add_argument("--runtime", default="local", help="where worlds run: local or docker")
+    p.add_argument("--task", default=None, help="default task of start_episode (and of a first tool call)")
+    p.add_argument("--seed", type=int, default=None, help="default seed (picks the task as reset(seed=...) does)")
+    p.add_argument("--max-turns", type=int, default=None, help="override the environment's turn limit")
+    p.add_argument("--max-episodes", type=int, default=256, help="live episodes kept at once")
+
+
+def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
+    try:
+        service = EpisodeService(args.name, runtime=args.runtime, task=args.task, seed=args.seed,
+                                 max_turns=args.max_turns, max_episodes=args.max_episodes)
+    except (KeyError, ValueError) as exc:
+        msg = exc.args[0] if exc.args else str(exc)
+        return 2, {"error": msg}, f"error: {msg}"
+    try:
+        if args.transport == "stdio":
+            if getattr(args, "json", False):
+                msg = "--json cannot be used with the stdio transport: stdout carries the MCP protocol"
+                return 2, {"error": msg}, f"error: {msg}"
+            serve_stdio(service)
+            os.dup2(sys.stderr.fileno(), 1)  # stdout was the protocol channel: nothing more goes there
+            sys.stdout = sys.stderr
+            return 0, {"served": service.name, "transport": "stdio"}, ""
+        serve_http(service, args.host, args.port)
+        return 0, {"served": service.name, "transport": "streamable-http"}, ""
+    except KeyboardInterrupt:
+        return 0, {"served": service.name}, ""
+    finally:
+        service.close()
