@@ -42,6 +42,10 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report", default=None, metavar="DIR",
                    help="write report.md, results.json and PNG plots here (teams: team_eval.md/json, SVG plots)")
     p.add_argument("--trajectories", default=None, metavar="FILE", help="write model trajectories as JSONL here")
+    p.add_argument("--save-trajectories", default=None, metavar="DIR",
+                   help="write model trajectories as a dataset here (trajectories.jsonl, or .parquet with "
+                        "--trajectory-format parquet; datasets.load_dataset reads it, Trainer.sft trains on it)")
+    p.add_argument("--trajectory-format", default="jsonl", choices=["jsonl", "parquet"])
 
 
 def _eval_run(args: argparse.Namespace) -> Result:
@@ -69,6 +73,11 @@ def _eval_run(args: argparse.Namespace) -> Result:
 
         doc["trajectories_file"] = args.trajectories
         write_jsonl(trajs, args.trajectories)
+    if args.save_trajectories:
+        from agents.trajectories import save_trajectories
+
+        doc["trajectories_dataset"] = str(save_trajectories(trajs, args.save_trajectories,
+                                                            format=args.trajectory_format))
     lines = [f"{'environment':<22}{'episodes':>9}{'success':>9}  {'95% CI':<13}{'turns':>7}{'calls':>7}{'parse err':>10}"]
     for e in doc["environments"] + [{"name": "all", **doc["totals"]}]:
         lines.append(f"{e['name']:<22}{e['episodes']:>9}{e['success_rate']:>9.1%}  "

@@ -77,6 +77,10 @@ class Trajectory:
     turns: int = 0
     token_exact: bool = True
     """False when the backend returned text only (no sampled ids): evaluation only, not training."""
+    env_version: str = ""
+    """A fingerprint of the environment's definition (tool schemas, task ids): :func:`env_version`."""
+    seed: int | None = None
+    """The episode's seed (``start(..., seed=)``), when it had one."""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serializable dict of every field (``turn_spans`` as lists)."""
@@ -98,6 +102,28 @@ class Trajectory:
         self.loss_mask += [0] * len(ids)
         self.logprobs += [0.0] * len(ids)
         self.entropies += [0.0] * len(ids)
+
+
+_VERSIONS: dict[int, tuple[Any, str]] = {}
+
+
+def env_version(spec: Any) -> str:
+    """A short fingerprint of an environment's definition: its tool schemas (every role's) and
+    task ids, so trajectories say which version of ``FindLight-v0`` they were played on."""
+    hit = _VERSIONS.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    import hashlib
+
+    try:
+        doc = {"tools": spec.tool_schemas(None) if not getattr(spec, "multi_agent", False) else
+               {a: spec.tool_schemas(a) for a in spec.agent_ids},
+               "tasks": [t.id for t in spec.get_tasks()]}
+        version = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    except Exception:  # a spec that cannot describe itself still plays
+        version = ""
+    _VERSIONS[id(spec)] = (spec, version)
+    return version
 
 
 _RENDERERS: dict[int, ChatRenderer] = {}
@@ -139,8 +165,10 @@ class Rollout:
 
     def __init__(self, env: Any, actors: dict[str, Any], tokenizers: dict[str, Any], mode: str) -> None:
         self.env, self.actors, self.tokenizers, self.mode = env, actors, tokenizers, mode
-        name = getattr(getattr(env, "spec", None), "name", type(env).__name__)
-        self.trajectories = {a: Trajectory(name, "", a) for a in actors}
+        spec = getattr(env, "spec", None)
+        name = getattr(spec, "name", type(env).__name__)
+        version = env_version(spec) if spec is not None else ""
+        self.trajectories = {a: Trajectory(name, "", a, env_version=version) for a in actors}
         self.cursor: dict[str, int] = {}   # index in transcript(agent) after the role's last assistant turn
         self.closing: dict[str, str] = {}  # markup still owed after the role's last sampled turn
         self.full: set[str] = set()        # roles out of context: they pass, nothing more is recorded
@@ -341,7 +369,7 @@ def start(team: Team, env: Any, task: Any = None, *, seed: int | None = None, mo
         raise ValueError("a team of scripted actors needs tokenizer= to record their turns")
     ro = Rollout(env, actors, toks, mode if len(actors) > 1 else "aec")
     for t in ro.trajectories.values():
-        t.task_id = str(getattr(task, "id", task))
+        t.task_id, t.seed = str(getattr(task, "id", task)), seed
     try:
         env.reset(task, seed=seed)
         for t in ro.trajectories.values():

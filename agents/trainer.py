@@ -124,6 +124,8 @@ class Trainer:
         workers: Ray actors for ``rollout="ray"``.
         ray_options: More :class:`envfactory.runtime.ray_world.RayPool` options (``world_runtime``,
             ``step_timeout``, world options).
+        save_trajectories: Append every step's trajectories to ``output_dir/trajectories.jsonl``
+            (:mod:`agents.trajectories`: ``datasets.load_dataset`` reads it, :meth:`sft` trains on it).
     """
 
     def __init__(self, policy: Any, envs: Sequence[Any], algorithm: Algorithm | None = None, *,
@@ -134,7 +136,7 @@ class Trainer:
                  reward_fn: Callable[[Trajectory], float] | None = None, seed: int = 0,
                  output_dir: str | None = None, save_every: int = 0, show_progress: bool = True,
                  respect_splits: bool = True, rollout: str = "local", workers: int = 2,
-                 ray_options: dict[str, Any] | None = None) -> None:
+                 ray_options: dict[str, Any] | None = None, save_trajectories: bool = False) -> None:
         import torch
 
         import envfactory
@@ -177,6 +179,9 @@ class Trainer:
         self.grad_clip, self.format_coef, self.reward_fn, self.seed = grad_clip, format_coef, reward_fn, seed
         self.output_dir = Path(output_dir) if output_dir else None
         self.save_every, self.show_progress = save_every, show_progress
+        if save_trajectories and self.output_dir is None:
+            raise ValueError("save_trajectories=True needs output_dir= (they go to output_dir/trajectories.jsonl)")
+        self.save_trajectories = save_trajectories
         self.step = 0
         self.log = MetricsLog(self.output_dir / "metrics.jsonl" if self.output_dir else None)
         self.last_samples: dict[str, list[Sample]] = {}
@@ -272,20 +277,32 @@ class Trainer:
 
     # -- SFT warm start -------------------------------------------------------
     def sft(self, tasks: TaskFilter = None, *, epochs: int = 10, lr: float = 1e-3, batch_size: int = 8,
-            seed: int | None = None) -> dict[str, Any]:
+            seed: int | None = None, trajectories: Any = None, successful_only: bool = True) -> dict[str, Any]:
         """Warm start every learner on its own roles' turns of the tasks' verified reference
         solutions (loss on the sampled-turn tokens only). ``tasks`` defaults to the ``sft`` split.
 
+        Args:
+            trajectories: Train on recorded trajectories instead (a file or folder written by
+                :func:`agents.trajectories.save_trajectories`, or ``Trajectory`` objects): each
+                learner on its own roles' token ids with their loss masks; ``successful_only``
+                keeps only those that succeeded (rejection sampling). Their ids must come from
+                this learner's tokenizer.
+
         Raises:
             RuntimeError: a reference solution did not succeed (run ``envfactory verify``).
+            ValueError: a recorded trajectory of an ``eval``-split task (with ``respect_splits``).
         """
         import torch
 
         rng = random.Random(self.seed if seed is None else seed)
         started, out = time.perf_counter(), {}
+        recorded = self._recorded(trajectories, successful_only) if trajectories is not None else None
         for ln in self.learners:  # rendered with this learner's tokenizer
-            rows = [t for ro in reference_rollouts(ln.policy.tokenizer, self.pairs(tasks, "sft"))
-                    for a, t in ro.trajectories.items() if a in ln.agents and sum(t.loss_mask)]
+            if recorded is not None:
+                rows = [t for t in recorded if t.agent in ln.agents]
+            else:
+                rows = [t for ro in reference_rollouts(ln.policy.tokenizer, self.pairs(tasks, "sft"))
+                        for a, t in ro.trajectories.items() if a in ln.agents and sum(t.loss_mask)]
             opt = torch.optim.AdamW(ln.model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
             ln.model.train()
             losses: list[float] = []
@@ -311,6 +328,29 @@ class Trainer:
         return {"examples": sum(v["examples"] for v in out.values()), "epochs": epochs,
                 "final_nll": out[self.learners[0].label]["final_nll"], "learners": out,
                 "seconds": round(time.perf_counter() - started, 2)}
+
+    def _recorded(self, trajectories: Any, successful_only: bool) -> list[Trajectory]:
+        """Recorded trajectories fit for SFT (token-exact, no error, sampled tokens to learn)."""
+        import envfactory
+
+        from .trajectories import load_trajectories
+
+        trajs = load_trajectories(trajectories) if isinstance(trajectories, (str, Path)) else list(trajectories)
+        leaked = []
+        for t in trajs:
+            if not self.respect_splits:
+                break
+            try:
+                spec = envfactory.spec(t.env_name)
+                leaked += [f"{t.env_name}/{t.task_id}"] if spec.split(t.task_id) == "eval" else []
+            except KeyError:  # an environment this process does not know: no split to check
+                continue
+        if leaked:
+            raise ValueError(f"{len(leaked)} recorded trajectories are of evaluation-split tasks "
+                             f"({', '.join(sorted(set(leaked))[:5])}): evaluation tasks are never trained on "
+                             "(spec.split); pass respect_splits=False to allow it")
+        return [t for t in trajs if t.token_exact and t.error is None and sum(t.loss_mask)
+                and (t.success or not successful_only)]
 
     # -- RL ------------------------------------------------------------------
     def train(self, steps: int, *, resume: bool | str = False) -> list[dict[str, Any]]:
@@ -359,6 +399,11 @@ class Trainer:
                "rollout_s": round(t_rollout, 3), "step_s": round(time.perf_counter() - t0, 3)}
         if self.ray_pool is not None:
             row["ray"] = dict(self.ray_pool.stats)
+        if self.save_trajectories:
+            from .trajectories import save_trajectories
+
+            save_trajectories([t for g in groups for e in g.episodes for t in e.trajectories.values()],
+                              self.output_dir / "trajectories.jsonl", append=True)
         self.log.write(row)
         return row
 
