@@ -30,6 +30,7 @@ SINGLE_AGENT: dict[str, str] = {
     **{f"FindLight-v{d}": "environments.find_light" for d in range(3)},
     "Helpdesk-v0": "environments.helpdesk",
     "Lights-v0": "environments.lights",
+    "RecordsDesk-v0": "environments.records_desk",
     **{name: _CLASSES for name in (
         "GitRepo-v0", "LabBench-v0", "SmartHome-v0", "Social-v0", "Spreadsheet-v0", "TeamChat-v0",
         "Trading-v0", "Vehicle-v0",
@@ -43,6 +44,8 @@ SINGLE_AGENT: dict[str, str] = {
 
 # team environments (no Gymnasium id: they are PettingZoo environments)
 MULTI_AGENT: dict[str, str] = {
+    "GameAuction-v0": "environments.game_auction",
+    "GameBattleship-v0": "environments.game_battleship",
     "MultiDeal-v0": "environments.multi_deal",
     "MultiMeeting-v0": "environments.multi_meeting",
     "MultiPipeline-v0": "environments.multi_pipeline",

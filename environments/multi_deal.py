@@ -6,10 +6,16 @@ proposes which items it keeps (the other side gets the rest); the other side
 accepts a proposal addressed to it, which closes the deal. The joint task
 succeeds when a deal is closed that gives both sides at least their walk-away
 value; each trader's own reward is the share of its total value it obtained.
+
+Tasks: four hand-written ones, then generated ones (:func:`generate`, seeded
+``random.Random("MultiDeal/<k>")``) up to 50: pools of 5-7 items, values worth 10 to each
+trader, walk-away values just below the Nash-bargaining split, which is the reference deal.
 """
 
 from __future__ import annotations
 
+import itertools
+import random
 from typing import Any
 
 from pydantic import BaseModel
@@ -98,7 +104,7 @@ def tasks() -> list[Task]:
     out: list[Task] = []
 
     def add(pool: dict[str, int], values: dict[str, dict[str, int]], walk: dict[str, int],
-            keep0: dict[str, int]) -> None:
+            keep0: dict[str, int], seed: int | None = None) -> None:
         def check(state: DealState) -> bool:
             return state.deal is not None and all(_value(values[a], state.deal[a]) >= walk[a] for a in TRADERS)
 
@@ -111,7 +117,7 @@ def tasks() -> list[Task]:
             instruction=f"Negotiate how to split a pool of items {pool} between trader_0 and trader_1. "
                         "A deal needs one side's proposal and the other's acceptance.",
             private=notes, initial_state=DealState(pool=dict(pool)), check=check,
-            metadata={"values": values, "walk": walk},
+            metadata={"values": values, "walk": walk, **({} if seed is None else {"generator_seed": seed})},
             solution=[by("trader_0", "send_message", to="trader_1",
                          content=f"My values are {values['trader_0']}. What do you value?"),
                       by("trader_1", "send_message", to="trader_0", content=f"My values are {values['trader_1']}."),
@@ -132,7 +138,41 @@ def tasks() -> list[Task]:
     add({"books": 4, "hats": 1, "balls": 1}, {"trader_0": {"books": 1, "hats": 4, "balls": 2},
                                                "trader_1": {"books": 2, "hats": 0, "balls": 2}},
         {"trader_0": 6, "trader_1": 6}, {"books": 1, "hats": 1, "balls": 1})
+    seed = 0
+    while len(out) < N_TASKS:
+        add(*generate(random.Random(f"MultiDeal/{seed}")), seed=seed)
+        seed += 1
     return out
+
+
+N_TASKS = 50
+
+
+def _values(rng: random.Random, pool: dict[str, int], total: int = 10) -> dict[str, int]:
+    """Per-item values (integers) worth ``total`` for the whole pool, as in Lewis et al. (2017)."""
+    while True:
+        v = {i: rng.randint(0, total) for i in ITEMS}
+        if _value(v, pool) == total and sum(x > 0 for x in v.values()) >= 2:
+            return v
+
+
+def generate(rng: random.Random) -> tuple:
+    """A pool of 5-7 items, private values worth 10 to each trader, walk-away values, and the
+    reference split: the one maximising the product of both sides' values (Nash bargaining)."""
+    while True:
+        pool = {i: rng.randint(1, 4) for i in ITEMS}
+        if 5 <= sum(pool.values()) <= 7:
+            break
+    values = {a: _values(rng, pool) for a in TRADERS}
+    splits = [dict(zip(ITEMS, k)) for k in itertools.product(*(range(pool[i] + 1) for i in ITEMS))]
+
+    def worth(keep0: dict[str, int]) -> tuple[int, int]:
+        return _value(values["trader_0"], keep0), _value(values["trader_1"], {i: pool[i] - keep0[i] for i in ITEMS})
+
+    best = max(splits, key=lambda k: (worth(k)[0] * worth(k)[1], -abs(worth(k)[0] - worth(k)[1])))
+    v0, v1 = worth(best)
+    walk = {"trader_0": max(1, v0 - rng.randint(1, 3)), "trader_1": max(1, v1 - rng.randint(1, 3))}
+    return pool, values, walk, best
 
 
 def payoff(task: Task, state: DealState, success: bool) -> dict[str, float]:

@@ -5,10 +5,14 @@ schedules the meeting; ``guest_0`` and ``guest_1`` must each accept it, and
 cannot accept a time at which they are busy. Rescheduling withdraws the old
 invitation. The team succeeds when a meeting is scheduled at a time that suits
 all three and both guests have accepted it.
+
+Tasks: four hand-written ones, then generated ones (:func:`generate`, seeded
+``random.Random("MultiMeeting/<k>")``) up to 50: three calendars sharing exactly one free hour.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from pydantic import BaseModel
@@ -87,7 +91,7 @@ def accept_meeting(state: MeetingState, meeting_id: str) -> str:
 def tasks() -> list[Task]:
     out: list[Task] = []
 
-    def add(free: dict[str, list[str]], meet: tuple[str, int]) -> None:
+    def add(free: dict[str, list[str]], meet: tuple[str, int], seed: int | None = None) -> None:
         busy = {a: [_slot(d, h) for d in DAYS for h in HOURS if _slot(d, h) not in free[a]] for a in PEOPLE}
         common = set(free["organizer_0"]) & set(free["guest_0"]) & set(free["guest_1"])
         assert common == {_slot(*meet)}, common
@@ -109,7 +113,8 @@ def tasks() -> list[Task]:
             instruction="Schedule one team meeting (Mon-Wed, 9-11 or 13-16) at a time all three of you are "
                         "free; the organizer schedules it, and both guests must accept it.",
             private={a: "Read your calendar with my_calendar; nobody else can." for a in PEOPLE},
-            initial_state=MeetingState(busy=busy), check=check, solution=steps))
+            initial_state=MeetingState(busy=busy), check=check, solution=steps,
+            metadata={} if seed is None else {"generator_seed": seed}))
 
     add({"organizer_0": ["mon 9", "mon 10", "tue 14", "wed 11"], "guest_0": ["mon 10", "tue 14", "wed 9"],
          "guest_1": ["tue 14", "wed 11", "mon 9"]}, ("tue", 14))
@@ -119,7 +124,30 @@ def tasks() -> list[Task]:
          "guest_1": ["mon 9", "mon 11", "wed 15"]}, ("mon", 11))
     add({"organizer_0": ["tue 10", "tue 11", "wed 13", "wed 14"], "guest_0": ["wed 13", "tue 11", "mon 15"],
          "guest_1": ["wed 14", "tue 10", "wed 13"]}, ("wed", 13))
+    seed = 0
+    while len(out) < N_TASKS:
+        add(*generate(random.Random(f"MultiMeeting/{seed}")), seed=seed)
+        seed += 1
     return out
+
+
+N_TASKS = 50
+
+
+def generate(rng: random.Random) -> tuple[dict[str, list[str]], tuple[str, int]]:
+    """Free hours per person that share exactly one slot (the meeting), and that slot."""
+    slots = [(d, h) for d in DAYS for h in HOURS]
+    meet = rng.choice(slots)
+    others = [_slot(*s) for s in slots if s != meet]
+    free = {a: set(rng.sample(others, rng.randint(2, 6))) for a in PEOPLE}
+    for extra in sorted(free["organizer_0"] & free["guest_0"] & free["guest_1"]):
+        free[rng.choice(PEOPLE)].discard(extra)
+    out = {}
+    for a in PEOPLE:
+        hours = sorted(free[a] | {_slot(*meet)}, key=lambda s: (DAYS.index(s.split()[0]), int(s.split()[1])))
+        rng.shuffle(hours)
+        out[a] = hours
+    return out, meet
 
 
 SPEC = register(ToolEnvSpec(

@@ -4,10 +4,14 @@
 ``warehouse_0`` packs registered orders; ``shipping_0`` ships packed parcels to
 an address it must be told. Each stage needs the previous stage's output (ids
 returned by tools), which only reaches the next stage through a handoff message.
+
+Tasks: four hand-written ones, then generated ones (:func:`generate`, seeded
+``random.Random("MultiPipeline/<k>")``) up to 50: one or two orders against a stock drawn for the task.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -102,7 +106,8 @@ STOCK = {"MUG-RED": 10, "MUG-BLUE": 2, "TEAPOT": 3, "KETTLE": 1}
 def tasks() -> list[Task]:
     out: list[Task] = []
 
-    def add(orders: list[tuple[str, str, int, str, str]]) -> None:
+    def add(orders: list[tuple[str, str, int, str, str]], stock: dict[str, int] = STOCK,
+            seed: int | None = None) -> None:
         notes = " ".join(f"{c} wants {q} x {sku}, to be delivered to {addr}"
                          f"{' urgently' if car == 'express' else ''}." for c, sku, q, addr, car in orders)
 
@@ -124,15 +129,42 @@ def tasks() -> list[Task]:
             id=f"pipeline-{len(out):03d}",
             instruction="Fulfil the customer order(s) that intake_0 has received: register, pack and ship each "
                         "one to the right address with the right carrier (express for urgent orders).",
-            private={"intake_0": "Order details: " + notes}, initial_state=PipelineState(stock=dict(STOCK)),
-            check=check, solution=steps))
+            private={"intake_0": "Order details: " + notes}, initial_state=PipelineState(stock=dict(stock)),
+            check=check, solution=steps, metadata={} if seed is None else {"generator_seed": seed}))
 
     add([("Ines Park", "MUG-RED", 2, "12 Elm St, Springfield", "ground")])
     add([("Tom Okafor", "TEAPOT", 1, "4 Harbour Rd, Portsmouth", "express")])
     add([("Lea Braun", "MUG-BLUE", 2, "88 Hill Ave, Leeds", "ground")])
     add([("Sam Ruiz", "KETTLE", 1, "9 Bay St, Cork", "express"),
          ("Ines Park", "MUG-RED", 4, "12 Elm St, Springfield", "ground")])
+    seed = 0
+    while len(out) < N_TASKS:
+        add(*generate(random.Random(f"MultiPipeline/{seed}")), seed=seed)
+        seed += 1
     return out
+
+
+N_TASKS = 50
+_SKUS = ("MUG-RED", "MUG-BLUE", "TEAPOT", "KETTLE", "PLATE-WHITE", "BOWL-GREY", "SPOON-SET", "TRAY-OAK",
+         "VASE-TALL", "JUG-CLAY")
+_PEOPLE = ("Ines Park", "Tom Okafor", "Lea Braun", "Sam Ruiz", "Ravi Shah", "Mona Lind", "Yuki Mori",
+           "Gus Adler", "Zoe Marsh", "Ali Demir", "Ola Berg", "Pia Kurz")
+_STREETS = ("Elm St", "Harbour Rd", "Hill Ave", "Bay St", "Mill Lane", "Park Row", "Canal Walk", "Station Rd")
+_TOWNS = ("Springfield", "Portsmouth", "Leeds", "Cork", "Galway", "York", "Bergen", "Lyon", "Porto", "Ghent")
+
+
+def generate(rng: random.Random) -> tuple[list[tuple[str, str, int, str, str]], dict[str, int]]:
+    """One or two orders and a stock that can serve them (a scarce item may be exactly used up)."""
+    stock = {sku: rng.randint(1, 12) for sku in rng.sample(_SKUS, rng.randint(3, 6))}
+    left = dict(stock)
+    orders = []
+    for _ in range(rng.choice((1, 1, 2))):
+        sku = rng.choice([k for k, n in left.items() if n > 0])
+        qty = rng.randint(1, min(4, left[sku]))
+        left[sku] -= qty
+        addr = f"{rng.randint(1, 99)} {rng.choice(_STREETS)}, {rng.choice(_TOWNS)}"
+        orders.append((rng.choice(_PEOPLE), sku, qty, addr, rng.choice(("ground", "express"))))
+    return orders, stock
 
 
 SPEC = register(ToolEnvSpec(

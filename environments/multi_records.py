@@ -4,10 +4,15 @@
 ``writer_0`` changes records but cannot read them, and (change control) every
 change must cite the message in which ``reader_0`` requested it, naming the
 employee id and the new value. Neither can complete a change alone.
+
+Tasks: five hand-written ones, then generated ones (:func:`generate`, seeded
+``random.Random("MultiRecords/<k>")``) up to 50, each on a staff drawn for the task: moves,
+promotions, e-mail changes, team-wide salaries, merges, best- and lowest-paid lookups.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -100,14 +105,14 @@ _STAFF = [("E-101", "Ana Costa", "sales", "rep", 72000), ("E-102", "Alice Chen",
           ("E-107", "Finn Ng", "platform", "engineer", 104000)]
 
 
-def world() -> RecordsState:
+def world(staff: list[tuple[str, str, str, str, int]] = _STAFF) -> RecordsState:
     emps = {i: Employee(id=i, name=n, team=t, title=ti, salary=s,
-                        email=n.lower().replace(" ", ".") + "@corp.example") for i, n, t, ti, s in _STAFF}
+                        email=n.lower().replace(" ", ".") + "@corp.example") for i, n, t, ti, s in staff}
     return RecordsState(employees=emps)
 
 
-def _expect(changes: dict[str, dict[str, Any]]):
-    want = world().employees
+def _expect(changes: dict[str, dict[str, Any]], staff: list[tuple[str, str, str, str, int]] = _STAFF):
+    want = world(staff).employees
     for i, fields in changes.items():
         for k, v in fields.items():
             setattr(want[i], k, v)
@@ -125,12 +130,14 @@ def _change(steps: list, n: int, emp: str, field: str, value: str, note: str) ->
 def tasks() -> list[Task]:
     out: list[Task] = []
 
-    def add(instruction: str, reads: list, changes: list[tuple[str, str, str]], expect: dict) -> None:
+    def add(instruction: str, reads: list, changes: list[tuple[str, str, str]], expect: dict,
+            staff: list[tuple[str, str, str, str, int]] = _STAFF, seed: int | None = None) -> None:
         steps = list(reads)
         for n, (emp, field, value) in enumerate(changes, 1):
             _change(steps, n, emp, field, value, "")
-        out.append(Task(id=f"records-{len(out):03d}", instruction=instruction, initial_state=world(),
-                             solution=steps, check=_expect(expect)))
+        out.append(Task(id=f"records-{len(out):03d}", instruction=instruction, initial_state=world(staff),
+                        solution=steps, check=_expect(expect, staff),
+                        metadata={} if seed is None else {"generator_seed": seed}))
 
     add("Alice Chen has moved to the platform team; update her record.",
         [by("reader_0", "search_employees", name="Alice Chen")], [("E-102", "team", "platform")],
@@ -149,7 +156,84 @@ def tasks() -> list[Task]:
         [by("reader_0", "search_employees", team="design")],
         [("E-104", "team", "product"), ("E-105", "team", "product")],
         {"E-104": {"team": "product"}, "E-105": {"team": "product"}})
+    seed = 0
+    while len(out) < N_TASKS:
+        made = generate(random.Random(f"MultiRecords/{seed}"))
+        if made is not None:
+            add(*made, seed=seed)
+        seed += 1
     return out
+
+
+N_TASKS = 50
+_FIRST = ("Ana", "Ben", "Carla", "Dmitri", "Elif", "Femi", "Greta", "Hugo", "Iris", "Jonas", "Kemal", "Lena",
+          "Mateo", "Nadia", "Oskar", "Priya", "Quinn", "Rosa", "Sven", "Tara", "Umar", "Vera", "Wen", "Yusuf")
+_LAST = ("Abe", "Berg", "Cruz", "Dahl", "Eze", "Fox", "Gill", "Holm", "Ito", "Jain", "Kaur", "Lund", "Mori",
+         "Nolan", "Ortiz", "Park", "Quist", "Rossi", "Sato", "Tan", "Udeh", "Voss", "Wong", "Zhou")
+_TEAMS = ("sales", "data", "design", "platform", "finance", "support", "legal", "research")
+_TITLES = ("analyst", "engineer", "designer", "rep", "lead", "manager", "specialist", "architect")
+
+
+def generate(rng: random.Random) -> tuple | None:
+    """One procedurally generated task (instruction, reads, changes, expected changes, staff), or
+    ``None`` when the draw has no valid task of the chosen kind (the caller draws again)."""
+    teams = rng.sample(_TEAMS, rng.randint(3, 4))
+    names: list[str] = []
+    size = rng.randint(6, 9)
+    while len(names) < size:
+        name = f"{rng.choice(_FIRST)} {rng.choice(_LAST)}"
+        if name not in names:
+            names.append(name)
+    staff = []
+    for k, name in enumerate(names):
+        staff.append((f"E-{201 + k}", name, rng.choice(teams), rng.choice(_TITLES),
+                      1000 * rng.randint(55, 130)))
+    by_team = {t: [e for e in staff if e[2] == t] for t in teams}
+    present = [t for t in teams if by_team[t]]
+    kind = rng.choice(("move", "email", "team_salary", "top_title", "merge", "low_raise", "title"))
+    if kind in ("move", "email", "title"):
+        e = rng.choice(staff)
+        read = [by("reader_0", "search_employees", name=e[1])]
+        if kind == "move":
+            team = rng.choice([t for t in _TEAMS if t != e[2]])
+            return (f"{e[1]} has moved to the {team} team; update their record.", read, [(e[0], "team", team)],
+                    {e[0]: {"team": team}}, staff)
+        if kind == "title":
+            title = rng.choice([t for t in _TITLES if t != e[3]])
+            return (f"{e[1]} has been promoted: their title is now '{title}'.", read, [(e[0], "title", title)],
+                    {e[0]: {"title": title}}, staff)
+        email = f"{e[1].split()[0].lower()}.{e[1].split()[1][0].lower()}@{e[2]}.corp.example"
+        return (f"{e[1]}'s email must become {email}.", read, [(e[0], "email", email)], {e[0]: {"email": email}},
+                staff)
+    team = rng.choice(present)
+    members = by_team[team]
+    read = [by("reader_0", "search_employees", team=team)]
+    if kind == "team_salary":
+        if len(members) > 3:
+            return None
+        pay = 1000 * rng.randint(60, 140)
+        if any(e[4] == pay for e in members):
+            return None
+        return (f"Everyone in the {team} team gets a salary of {pay}.", read,
+                [(e[0], "salary", str(pay)) for e in members], {e[0]: {"salary": pay} for e in members}, staff)
+    if kind == "merge":
+        if len(members) > 3:
+            return None
+        into = rng.choice([t for t in _TEAMS if t != team])
+        return (f"The {team} team is merged into the {into} team: move each of its members.", read,
+                [(e[0], "team", into) for e in members], {e[0]: {"team": into} for e in members}, staff)
+    pays = sorted(e[4] for e in members)
+    if len(members) < 2 or len(set(pays)) != len(pays):
+        return None
+    if kind == "top_title":
+        e = max(members, key=lambda e: e[4])
+        title = rng.choice(["director", "head", "principal"])
+        return (f"The best-paid person in the {team} team gets the title '{title}'.", read,
+                [(e[0], "title", title)], {e[0]: {"title": title}}, staff)
+    e = min(members, key=lambda e: e[4])
+    pay = e[4] + 1000 * rng.randint(3, 12)
+    return (f"The lowest-paid person in the {team} team gets a raise to a salary of {pay}.", read,
+            [(e[0], "salary", str(pay))], {e[0]: {"salary": pay}}, staff)
 
 
 SPEC = register(ToolEnvSpec(

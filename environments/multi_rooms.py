@@ -4,10 +4,15 @@ Each lead must book one room for their own meeting; their needs (seats, hours)
 are private. Rooms are few, so a lead who grabs the first room that fits can
 leave another team without one: the leads have to share their needs and split
 the rooms. A booking is always for the agent who makes it.
+
+Tasks: four hand-written ones, then generated ones (:func:`generate`, seeded
+``random.Random("MultiRooms/<k>")``) up to 50: rooms, outside bookings and needs drawn around a
+feasible plan.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import envfactory.multi as multi
@@ -76,7 +81,7 @@ def tasks() -> list[Task]:
     out: list[Task] = []
 
     def add(rooms: dict[str, int], taken: dict[str, str], needs: dict[str, tuple[int, tuple[str, ...]]],
-            plan: dict[str, tuple[str, str]]) -> None:
+            plan: dict[str, tuple[str, str]], seed: int | None = None) -> None:
         def check(state: RoomsState) -> bool:
             for lead, (seats, slots) in needs.items():
                 mine = [k for k, v in state.bookings.items() if v == lead]
@@ -94,7 +99,8 @@ def tasks() -> list[Task]:
             instruction="Each team lead must book exactly one room for their team's meeting (needs in your "
                         "private notes). Rooms are scarce: make sure every team gets a room that fits.",
             private={lead: _need_text(*needs[lead]) for lead in LEADS},
-            initial_state=RoomsState(rooms=rooms, bookings=dict(taken)), check=check, solution=solution))
+            initial_state=RoomsState(rooms=rooms, bookings=dict(taken)), check=check, solution=solution,
+            metadata={} if seed is None else {"generator_seed": seed}))
 
     add({"atlas": 12, "birch": 6, "cedar": 3}, {"atlas@09:00": "external", "birch@09:00": "external"},
         {"sales_0": (10, ("10:00", "11:00")), "eng_0": (5, ("10:00",)), "hr_0": (2, ("10:00", "11:00"))},
@@ -108,7 +114,33 @@ def tasks() -> list[Task]:
     add({"atlas": 12, "birch": 6, "cedar": 3}, {"atlas@10:00": "external", "birch@09:00": "external"},
         {"sales_0": (6, ("09:00", "10:00")), "eng_0": (6, ("09:00", "10:00")), "hr_0": (3, ("09:00",))},
         {"sales_0": ("atlas", "09:00"), "eng_0": ("birch", "10:00"), "hr_0": ("cedar", "09:00")})
+    seed = 0
+    while len(out) < N_TASKS:
+        add(*generate(random.Random(f"MultiRooms/{seed}")), seed=seed)
+        seed += 1
     return out
+
+
+N_TASKS = 50
+_ROOMS = ("atlas", "birch", "cedar", "delta", "ember", "fjord", "grove", "harbor")
+
+
+def generate(rng: random.Random) -> tuple:
+    """Rooms, outside bookings, private needs and a plan that meets every need. Needs are drawn
+    close to the planned room's size and often accept more than one hour, so the first room
+    that fits a lead is often one another lead needs."""
+    names = sorted(rng.sample(_ROOMS, rng.randint(2, 4)))
+    rooms = {r: rng.choice((3, 4, 6, 8, 10, 12, 16)) for r in names}
+    cells = [(r, s) for r in names for s in SLOTS]
+    rng.shuffle(cells)
+    plan = dict(zip(LEADS, cells[:3]))
+    taken = {f"{r}@{s}": "external" for r, s in cells[3:3 + rng.randint(1, 3)]}
+    needs = {}
+    for lead, (room, slot) in plan.items():
+        seats = rng.randint(max(2, rooms[room] - 3), rooms[room])
+        extra = [s for s in SLOTS if s != slot and rng.random() < 0.35]
+        needs[lead] = (seats, tuple(sorted([slot, *extra])))
+    return rooms, taken, needs, plan
 
 
 SPEC = register(ToolEnvSpec(

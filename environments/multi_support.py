@@ -4,10 +4,15 @@
 (private notes), but cannot see the shop's systems. ``support_0`` can search
 orders and open refund requests, but does not know which order the complaint is
 about, and cannot authorize a refund. Each knows what the other needs.
+
+Tasks: four hand-written ones, then generated ones (:func:`generate`, seeded
+``random.Random("MultiSupport/<k>")``) up to 50: a shop with 2-3 customers' orders, one
+complaint (full, half or partial refund) and a PIN drawn for the task.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from pydantic import BaseModel
@@ -102,15 +107,16 @@ _ORDERS = [("O-501", "Dana Wu", "blue kettle", 4999), ("O-502", "Dana Wu", "tea 
            ("O-505", "Omar Haddad", "lamp bulb", 650), ("O-506", "Omar Haddad", "desk lamp", 3550)]
 
 
-def world(pin: str) -> SupportState:
-    return SupportState(orders={i: Order(id=i, customer=c, item=it, amount_cents=a) for i, c, it, a in _ORDERS},
+def world(pin: str, orders: list[tuple[str, str, str, int]] = _ORDERS) -> SupportState:
+    return SupportState(orders={i: Order(id=i, customer=c, item=it, amount_cents=a) for i, c, it, a in orders},
                         pin=pin)
 
 
 def tasks() -> list[Task]:
     out: list[Task] = []
 
-    def add(customer: str, pin: str, problem: str, order: str, amount: float) -> None:
+    def add(customer: str, pin: str, problem: str, order: str, amount: float,
+            orders: list[tuple[str, str, str, int]] = _ORDERS, seed: int | None = None) -> None:
         cents = round(amount * 100)
 
         def check(state: SupportState) -> bool:
@@ -123,7 +129,8 @@ def tasks() -> list[Task]:
                         "by the right amount, authorized by the customer.",
             private={"customer_0": f"You are {customer}. {problem} Your refund PIN is {pin}; never share it.",
                      "support_0": "You do not know yet who the customer is or what went wrong; ask them."},
-            initial_state=world(pin), check=check,
+            initial_state=world(pin, orders), check=check,
+            metadata={} if seed is None else {"generator_seed": seed},
             solution=[by("customer_0", "send_message", to="support_0", content=f"I am {customer}. {problem}"),
                       by("support_0", "search_orders", customer=customer),
                       by("support_0", "open_refund", order_id=order, amount=amount, reason=problem),
@@ -136,7 +143,48 @@ def tasks() -> list[Task]:
     add("Omar Haddad", "7310", "One of my two desk lamps flickers; I was told to ask for half its price back.",
         "O-504", 17.75)
     add("Omar Haddad", "7310", "The lamp bulb never arrived. I want a refund for it.", "O-505", 6.50)
+    seed = 0
+    while len(out) < N_TASKS:
+        add(*generate(random.Random(f"MultiSupport/{seed}")), seed=seed)
+        seed += 1
     return out
+
+
+N_TASKS = 50
+_CUSTOMERS = ("Dana Wu", "Omar Haddad", "Lucia Ferri", "Kwame Mensah", "Hana Sato", "Piotr Nowak", "Aisha Bello",
+              "Mikael Berg", "Sofia Reyes", "Tariq Aziz", "Nora Kim", "Emeka Obi")
+_ITEMS = [("blue kettle", 4999), ("tea cups (set of 4)", 2400), ("kettle descaler", 899), ("desk lamp", 3550),
+          ("lamp bulb", 650), ("wool blanket", 6200), ("chef knife", 7400), ("cutting board", 2250),
+          ("french press", 3100), ("coffee grinder", 8900), ("linen napkins", 1800), ("water filter", 2799),
+          ("toaster", 4550), ("glass jar", 575), ("bath towel", 1999), ("table runner", 1525)]
+_PROBLEMS = [
+    ("full", "My {item} arrived broken; I want the full price back."),
+    ("full", "The {item} I ordered never arrived. Please refund it."),
+    ("full", "I received the wrong item instead of my {item}; refund it in full, please."),
+    ("half", "My {item} has a scratch; I was told to ask for half its price back."),
+    ("half", "The {item} works but is the wrong colour; I agreed to keep it for half its price back."),
+    ("part", "I was charged {extra} too much for my {item}; please refund the difference."),
+]
+
+
+def generate(rng: random.Random) -> tuple:
+    """One procedurally generated complaint: (customer, pin, problem, order, amount, orders)."""
+    customers = rng.sample(_CUSTOMERS, rng.randint(2, 3))
+    orders: list[tuple[str, str, str, int]] = []
+    for c in customers:
+        for item, cents in rng.sample(_ITEMS, rng.randint(2, 4)):
+            orders.append((f"O-{601 + len(orders)}", c, item, cents))
+    oid, customer, item, cents = rng.choice(orders)
+    how, text = rng.choice(_PROBLEMS)
+    if how == "full":
+        refund = cents
+    elif how == "half":
+        refund = cents // 2
+    else:
+        refund = min(cents - 1, 100 * rng.randint(1, 5))
+    problem = text.format(item=item, extra=f"{refund / 100:.2f}")
+    pin = f"{rng.randint(0, 9999):04d}"
+    return customer, pin, problem, oid, refund / 100, orders
 
 
 SPEC = register(ToolEnvSpec(

@@ -50,6 +50,8 @@ def test_oracle_team_through_the_aec_adapter(name):
     spec = envfactory.spec(name)
     if spec.payoff is None:
         assert final == dict.fromkeys(spec.agent_ids, 1.0)
+    elif spec.metadata.get("zero_sum"):  # a competitive game: what one side wins, the other loses
+        assert sum(final.values()) == pytest.approx(0.0) and all(-1 <= r <= 1 for r in final.values())
     else:
         assert all(0 < r <= 1 for r in final.values())
 

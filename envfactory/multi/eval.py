@@ -20,14 +20,23 @@ role: a homogeneous team):
   team with that agent replaced by a no-op (AEC);
 * a **cross-play matrix** across policies: cell (row, col) is the success
   when one role plays ``row`` and every other role ``col``, averaged over
-  which role plays ``row`` (AEC); the diagonal is the homogeneous team.
+  which role plays ``row`` (AEC); the diagonal is the homogeneous team;
+* for **competitive games** (``spec.metadata["competitive"]``), an Elo-scale
+  **rating** of every policy with its uncertainty (:mod:`envfactory.multi.rating`),
+  from the cross-play episodes: each pair of policies plays every task with each
+  policy in every seat (seat rotation), the one with the higher payoff winning the
+  match; per environment, and pooled over the competitive environments.
 
 Deterministic policies play each task once; stochastic ones (random, models)
 ``episodes`` times with different seeds. Model policies play at most
 ``model_tasks`` tasks per environment (a CPU budget); the document says so.
 
 Policies are named: the scripted ones (:mod:`envfactory.agents_scripted`:
-``oracle``, ``random``, ``noop``, ``claim``) and whatever installed packages
+``oracle``, ``random``, ``noop``, ``claim``), ``expert`` (each environment's strong
+scripted policy, ``spec.metadata["expert"]``, e.g. a game's strong player; the oracle
+where an environment has none: :class:`ExpertPolicy`), ``env:<key>`` (an environment's
+own policy ``spec.metadata["policies"][key]``, e.g. ``env:naive``, a game's weak
+baseline; a no-op elsewhere) and whatever installed packages
 announce in the entry-point group ``envfactory.policies`` (:data:`POLICY_GROUP`):
 a name ``kind`` or ``kind:argument`` loads the entry point ``kind`` and calls it
 as ``factory(argument or None, name=name, max_new_tokens=n)``; it returns a
@@ -44,12 +53,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..agents_scripted import MODES, SCRIPTED, NoopPolicy, Outcome, Policy, play, scripted_policy
+from ..agents_scripted import MODES, SCRIPTED, NoopPolicy, OraclePolicy, Outcome, Policy, play, scripted_policy
 from ..definition import ToolEnvSpec
 from ..episode import Episode
+from .rating import head_to_head, matches_from_head_to_head, matches_from_rows, rate
 
 __all__ = ["PolicyEntry", "POLICY_GROUP", "build_policies", "policy_factories", "wilson", "episode_row",
-           "summarize", "evaluate_env", "evaluate", "team_names", "run_and_report"]
+           "summarize", "evaluate_env", "evaluate", "team_names", "run_and_report", "ExpertPolicy", "competitive"]
 
 POLICY_GROUP = "envfactory.policies"
 
@@ -62,6 +72,38 @@ class PolicyEntry:
     policy: Policy
     stochastic: bool
     max_tasks: int | None = None
+
+
+class ExpertPolicy:
+    """Each environment's own scripted policy ``key``: ``spec.metadata["expert"]`` for ``expert``,
+    ``spec.metadata["policies"][key]`` otherwise (classes, instantiated once per environment). Where
+    an environment has none, the expert is the oracle
+    (:class:`~envfactory.agents_scripted.OraclePolicy`) and any other key a no-op."""
+
+    stochastic = False
+
+    def __init__(self, key: str = "expert") -> None:
+        self.key = key
+        self.name = key if key == "expert" else f"env:{key}"
+        self._by_env: dict[str, Policy] = {}
+
+    def act(self, episode: Episode, agent: str, seed: int) -> Any:
+        spec = episode.spec
+        pol = self._by_env.get(spec.name)
+        if pol is None:
+            meta = spec.metadata
+            factory = meta.get("expert") if self.key == "expert" else (meta.get("policies") or {}).get(self.key)
+            if factory is not None:
+                pol = factory()
+            else:
+                pol = OraclePolicy() if self.key == "expert" else NoopPolicy()
+            self._by_env[spec.name] = pol
+        return pol.act(episode, agent, seed)
+
+
+def competitive(spec: ToolEnvSpec) -> bool:
+    """Whether ``spec`` is a competitive game (its policies get a rating): ``metadata["competitive"]``."""
+    return bool(spec.metadata.get("competitive")) and spec.payoff is not None
 
 
 def policy_factories() -> dict[str, Any]:
@@ -83,6 +125,8 @@ def build_policies(policies: Sequence[Any], *, model_tasks: int = 2, max_new_tok
         elif not isinstance(p, str):
             out.append(PolicyEntry(getattr(p, "name", type(p).__name__), p,
                                    stochastic=bool(getattr(p, "stochastic", True))))
+        elif p == "expert" or p.startswith("env:"):
+            out.append(PolicyEntry(p, ExpertPolicy(p.partition(":")[2] or p), stochastic=False))
         elif p in SCRIPTED:
             pol = scripted_policy(p)
             out.append(PolicyEntry(p, pol, stochastic=pol.stochastic))
@@ -90,7 +134,7 @@ def build_policies(policies: Sequence[Any], *, model_tasks: int = 2, max_new_tok
             kind, _, arg = p.partition(":")
             found = policy_factories()
             if kind not in found:
-                known = ", ".join([*SCRIPTED, *sorted(found)])
+                known = ", ".join([*SCRIPTED, "expert", "env:<key>", *sorted(found)])
                 hint = "" if found else (" (model policies come from installed packages through the "
                                          f"'{POLICY_GROUP}' entry-point group; install the agents package: "
                                          "pip install -e '.[train]')")
@@ -215,22 +259,32 @@ def evaluate_env(spec: ToolEnvSpec, policies: list[PolicyEntry], *, episodes: in
             progress(f"{spec.name}: {p.name} team done in {time.perf_counter() - start:.1f}s")
 
     cross: dict[str, dict[str, float | None]] = {}
-    for row in policies:
+    games = competitive(spec)
+    matches = []
+    for i, row in enumerate(policies):
         cross[row.name] = {}
-        for col in policies:
+        for j, col in enumerate(policies):
             if row is col:
                 cross[row.name][col.name] = base_aec[row.name]
                 continue
             tasks, seeds = tasks_for(row, col), seeds_for(row, col)
-            rows = [x for r in agents
-                    for x in _run(ep, {a: (row.policy if a == r else col.policy) for a in agents}, tasks, seeds, "aec")]
+            rows = []
+            for r in agents:  # seat rotation: row plays each seat in turn, col the others
+                seat_rows = _run(ep, {a: (row.policy if a == r else col.policy) for a in agents}, tasks, seeds, "aec")
+                rows += seat_rows
+                if games and i < j:  # each pair once: (row, col) already holds every seating
+                    matches += matches_from_rows(seat_rows, row.name, col.name, r)
             cross[row.name][col.name] = summarize(rows)["success_rate"]
     if progress:
         progress(f"{spec.name}: cross-play done")
     ep.close()
-    return {"name": spec.name, "domain": spec.domain, "agents": agents, "mixed_motive": spec.payoff is not None,
-            "tasks": len(all_tasks), "description": spec.description, "teams": teams,
-            "contribution": contribution, "cross_play": cross}
+    out = {"name": spec.name, "domain": spec.domain, "agents": agents, "mixed_motive": spec.payoff is not None,
+           "competitive": games, "tasks": len(all_tasks), "description": spec.description, "teams": teams,
+           "contribution": contribution, "cross_play": cross}
+    if games:
+        out["rating"] = {"matches": len(matches), "ratings": rate(matches, [p.name for p in policies]),
+                         "head_to_head": head_to_head(matches)}
+    return out
 
 
 def evaluate(names: Sequence[str] | None = None, policies: Sequence[Any] = ("oracle", "random", "noop"), *,
@@ -258,6 +312,8 @@ def evaluate(names: Sequence[str] | None = None, policies: Sequence[Any] = ("ora
     entries = build_policies(policies, model_tasks=model_tasks, max_new_tokens=max_new_tokens)
     envs = [evaluate_env(s, entries, episodes=episodes, modes=modes, runtime=runtime, max_turns=max_turns,
                          progress=progress) for s in chosen]
+    games = [e["name"] for e in envs if e.get("competitive")]
+    matches = [m for e in envs if e.get("competitive") for m in matches_from_head_to_head(e["rating"]["head_to_head"])]
     summary: dict[str, Any] = {}
     for p in entries:
         summary[p.name] = {}
@@ -266,17 +322,23 @@ def evaluate(names: Sequence[str] | None = None, policies: Sequence[Any] = ("ora
                             for key in ("successes", "episodes", "failed_episodes"))
             summary[p.name][mode] = {"successes": k, "episodes": n, "success_rate": round(k / n, 4) if n else None,
                                      "ci95": wilson(k, n), "failed_episodes": failed}
-    return {"policies": [p.name for p in entries], "modes": list(modes), "episodes_per_task": episodes,
-            "model_tasks_per_env": model_tasks, "runtime": runtime, "environments": envs, "summary": summary,
-            "seconds": round(time.perf_counter() - start, 2)}
+    doc = {"policies": [p.name for p in entries], "modes": list(modes), "episodes_per_task": episodes,
+           "model_tasks_per_env": model_tasks, "runtime": runtime, "environments": envs, "summary": summary}
+    if games:  # pooled over the competitive environments
+        doc["rating"] = {"environments": games, "matches": len(matches),
+                         "ratings": rate(matches, [p.name for p in entries])}
+    doc["seconds"] = round(time.perf_counter() - start, 2)
+    return doc
 
 
 # -- command line (``envfactory eval-team``) ---------------------------------
 def cli_args(p: Any) -> None:
     """Arguments of ``envfactory eval-team``."""
     p.add_argument("names", nargs="*", help="multi-agent environments (default: all)")
-    p.add_argument("--policies", default="oracle,random,noop,tiny",
-                   help="comma-separated: oracle, random, noop, claim, and the model policies installed "
+    p.add_argument("--policies", default="oracle,expert,random,noop,tiny",
+                   help="comma-separated: oracle, expert (each environment's strong scripted policy; rated "
+                        "in competitive games), env:<key> (an environment's own policy, e.g. env:naive), random, "
+                        "noop, claim, and the model policies installed "
                         f"packages announce in the '{POLICY_GROUP}' entry-point group (agents: tiny, "
                         "hf:<model path or id>)")
     p.add_argument("--episodes", type=int, default=2, help="episodes per task for stochastic policies")
@@ -328,6 +390,10 @@ def run_and_report(names: Sequence[str] | None, policies: Sequence[Any], *, out:
             lo, hi = s["ci95"]
             lines.append(f"{p:<10}{mode:<10}{s['success_rate'] or 0:>8.2f}  [{lo:.2f}, {hi:.2f}]  {s['episodes']:>6}")
     failed = sum(s["failed_episodes"] for by_mode in doc["summary"].values() for s in by_mode.values())
+    if "rating" in doc:
+        lines.append(f"rating over {', '.join(doc['rating']['environments'])} ({doc['rating']['matches']} matches):")
+        for p, r in doc["rating"]["ratings"].items():
+            lines.append(f"  {p:<10}{r['rating']:>8.1f} +/- {r['sd']:.1f}  (score {r['score']}, {r['matches']} matches)")
     if failed:
         lines.append(f"{failed} episodes failed (an environment or policy raised; the messages are above)")
     lines.append(f"report: {paths['markdown']} (JSON: {paths['json']}), {doc['seconds']}s")

@@ -3,7 +3,8 @@
 :func:`write_report` writes, for a team evaluation (:func:`envfactory.multi.eval.evaluate`),
 ``team_eval.json``, ``team_eval.md`` and ``plots/*.svg`` (no plotting dependency): a
 success chart with 95% intervals per environment and policy, a cross-play heatmap and
-a contribution chart per environment. For a single-agent evaluation
+a contribution chart per environment, and for competitive games the policies' ratings
+with their 95% intervals (pooled and per game) and head-to-head tables. For a single-agent evaluation
 (:func:`agents.eval.evaluate`) it writes ``results.json``, ``report.md`` and PNG plots
 (success with 95% intervals per environment; turns, tool calls and parse errors per
 episode). Those need matplotlib (the ``eval`` extra); without it the report has its
@@ -17,7 +18,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_report", "markdown", "agent_markdown", "success_chart", "heatmap", "contribution_chart"]
+__all__ = ["write_report", "markdown", "agent_markdown", "success_chart", "heatmap", "contribution_chart",
+           "rating_chart"]
 
 _COLORS = ["#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6", "#dd4477"]
 
@@ -99,6 +101,39 @@ def contribution_chart(env: dict[str, Any], policy: str) -> str:
     return _svg(width, top + h + 24, body)
 
 
+def rating_chart(ratings: dict[str, Any], title: str) -> str:
+    """Each policy's rating (a dot) with its 95% interval (a whisker), on a shared Elo axis."""
+    rows = list(ratings.items())
+    left, top, row_h, width = 90, 34, 22, 520
+    lo = min([r["ci95"][0] for _, r in rows] + [1500.0])
+    hi = max([r["ci95"][1] for _, r in rows] + [1500.0])
+    lo, hi = 100 * (lo // 100), 100 * (hi // 100 + 1)
+
+    def x(v: float) -> float:
+        return left + (v - lo) / (hi - lo) * (width - left - 20)
+
+    bottom = top + row_h * len(rows)
+    body = [f'<text x="4" y="16" font-size="12">{escape(title)}</text>']
+    for tick in range(int(lo), int(hi) + 1, 100 if hi - lo <= 1000 else 200):
+        body.append(f'<line x1="{x(tick)}" y1="{top - 6}" x2="{x(tick)}" y2="{bottom}" stroke="#eee"/>')
+        body.append(f'<text x="{x(tick)}" y="{bottom + 14}" text-anchor="middle" font-size="9">{tick}</text>')
+    for i, (name, r) in enumerate(rows):
+        y = top + i * row_h + row_h / 2
+        body.append(f'<text x="{left - 6}" y="{y + 4}" text-anchor="end">{escape(name)}</text>')
+        body.append(f'<line x1="{x(r["ci95"][0])}" y1="{y}" x2="{x(r["ci95"][1])}" y2="{y}" stroke="black"/>')
+        body.append(f'<circle cx="{x(r["rating"])}" cy="{y}" r="4" fill="{_COLORS[i % len(_COLORS)]}"/>')
+        body.append(f'<text x="{x(r["rating"])}" y="{y - 6}" text-anchor="middle" font-size="9">{r["rating"]:.0f}</text>')
+    return _svg(width, bottom + 22, body)
+
+
+def _rating_table(ratings: dict[str, Any]) -> list[str]:
+    lines = ["| policy | rating | ± sd | 95% CI | mean score | wins / draws / losses |", "|---|---|---|---|---|---|"]
+    for p, r in ratings.items():
+        lines.append(f"| {p} | {r['rating']:.0f} | {r['sd']:.0f} | [{r['ci95'][0]:.0f}, {r['ci95'][1]:.0f}] | "
+                     f"{_fmt(r['score'])} | {r['wins']} / {r['draws']} / {r['losses']} |")
+    return lines
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "–"
@@ -122,6 +157,15 @@ def markdown(doc: dict[str, Any], plots: dict[str, str]) -> str:
     for mode in doc["modes"]:
         if f"success_{mode}" in plots:
             lines += ["", f"![joint success {mode}]({plots[f'success_{mode}']})"]
+    if "rating" in doc:
+        r = doc["rating"]
+        lines += ["", "## Ratings (competitive games, pooled)", "",
+                  f"Elo-scale ratings from {r['matches']} seat-rotated matches over {', '.join(r['environments'])}: "
+                  "each pair of policies plays every task with each policy in every seat; the higher payoff wins "
+                  "the match. Bradley-Terry (Elo) fit with a Gaussian prior (1500 ± 350); ± is one standard "
+                  "deviation of the posterior.", ""] + _rating_table(r["ratings"])
+        if "rating" in plots:
+            lines += ["", f"![ratings]({plots['rating']})"]
     for e in doc["environments"]:
         lines += ["", f"## {e['name']} ({e['domain']})", "", e["description"], "",
                   f"Agents: {', '.join(e['agents'])}; tasks: {e['tasks']}; mixed motive: {e['mixed_motive']}.", "",
@@ -146,7 +190,25 @@ def markdown(doc: dict[str, Any], plots: dict[str, str]) -> str:
                   "| | " + " | ".join(pols) + " |", "|---|" + "---|" * len(pols)]
         for r in pols:
             lines.append(f"| **{r}** | " + " | ".join(_fmt(e["cross_play"][r][c]) for c in pols) + " |")
-        for key in (f"cross_{e['name']}", f"contrib_{e['name']}"):
+        if "rating" in e:
+            h2h = e["rating"]["head_to_head"]
+            lines += ["", f"Rating ({e['rating']['matches']} seat-rotated matches, AEC):", ""]
+            lines += _rating_table(e["rating"]["ratings"])
+            lines += ["", "Head to head (row against column: wins / draws / losses of the row):", "",
+                      "| | " + " | ".join(pols) + " |", "|---|" + "---|" * len(pols)]
+            for a in pols:
+                cells = []
+                for b in pols:
+                    c = h2h.get(a, {}).get(b)
+                    back = h2h.get(b, {}).get(a)
+                    if c:
+                        cells.append(f"{c['wins']} / {c['draws']} / {c['losses']}")
+                    elif back:
+                        cells.append(f"{back['losses']} / {back['draws']} / {back['wins']}")
+                    else:
+                        cells.append("–")
+                lines.append(f"| **{a}** | " + " | ".join(cells) + " |")
+        for key in (f"cross_{e['name']}", f"contrib_{e['name']}", f"rating_{e['name']}"):
             if key in plots:
                 lines += ["", f"![{key}]({plots[key]})"]
     return "\n".join(lines) + "\n"
@@ -228,6 +290,11 @@ def _svg_plots(doc: dict[str, Any], out: Path) -> dict[str, str]:
         save(f"cross_{e['name']}", f"crossplay_{e['name']}.svg", heatmap(e))
         team = "oracle" if "oracle" in e["contribution"] else next(iter(e["contribution"]))
         save(f"contrib_{e['name']}", f"contribution_{e['name']}.svg", contribution_chart(e, team))
+        if "rating" in e:
+            save(f"rating_{e['name']}", f"rating_{e['name']}.svg",
+                 rating_chart(e["rating"]["ratings"], f"{e['name']}: ratings, 95% CI"))
+    if "rating" in doc:
+        save("rating", "rating.svg", rating_chart(doc["rating"]["ratings"], "Ratings over the competitive games, 95% CI"))
     return plots
 
 

@@ -1,0 +1,89 @@
+"""Every coordination environment has >= 50 procedurally generated, seeded tasks (the hand-written
+ones first, unchanged), reproducible across processes, distinct from each other. That each task's
+joint reference solves it and that no-op, claim, random and lone agents fail is tests/test_multi_verify.py."""
+
+import hashlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import envfactory
+from envfactory.state import canonical_json
+
+COORDINATION = {"MultiDeal-v0": "environments.multi_deal", "MultiMeeting-v0": "environments.multi_meeting",
+                "MultiPipeline-v0": "environments.multi_pipeline", "MultiRecords-v0": "environments.multi_records",
+                "MultiRooms-v0": "environments.multi_rooms", "MultiSupport-v0": "environments.multi_support"}
+GAMES = {"GameAuction-v0": "environments.game_auction", "GameBattleship-v0": "environments.game_battleship"}
+# the hand-written tasks each environment had before generation, which must keep their ids and content
+HAND_WRITTEN = {"MultiDeal-v0": 4, "MultiMeeting-v0": 4, "MultiPipeline-v0": 4, "MultiRecords-v0": 5,
+                "MultiRooms-v0": 4, "MultiSupport-v0": 4}
+
+
+def fingerprint(tasks) -> str:
+    """Everything that defines the tasks (not the check functions, which are closures)."""
+    rows = [[t.id, t.instruction, t.private, canonical_json(t.initial_state), [[c.agent, c.name, c.arguments] for c in t.solution],
+             t.metadata] for t in tasks]
+    return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("name", sorted(COORDINATION))
+def test_at_least_50_tasks_with_unique_ids_and_the_hand_written_ones_first(name):
+    tasks = envfactory.spec(name).get_tasks()
+    assert len(tasks) >= 50
+    prefix = tasks[0].id.split("-")[0]
+    assert [t.id for t in tasks] == [f"{prefix}-{k:03d}" for k in range(len(tasks))]
+    n = HAND_WRITTEN[name]
+    assert all("generator_seed" not in t.metadata for t in tasks[:n])
+    assert all("generator_seed" in t.metadata for t in tasks[n:])
+
+
+def test_hand_written_tasks_are_unchanged():
+    """Training and tests name these tasks; generation only appends."""
+    records = envfactory.spec("MultiRecords-v0").task("records-000")
+    assert records.instruction == "Alice Chen has moved to the platform team; update her record."
+    assert records.initial_state.employees["E-102"].name == "Alice Chen"
+    deal = envfactory.spec("MultiDeal-v0").task("deal-003")
+    assert deal.metadata["walk"] == {"trader_0": 6, "trader_1": 6} and deal.initial_state.pool["books"] == 4
+    pipeline = envfactory.spec("MultiPipeline-v0").task("pipeline-003")
+    assert len(pipeline.solution) == 12 and pipeline.initial_state.stock == {"MUG-RED": 10, "MUG-BLUE": 2,
+                                                                            "TEAPOT": 3, "KETTLE": 1}
+
+
+@pytest.mark.parametrize("name", sorted(COORDINATION) + sorted(GAMES))
+def test_generated_tasks_are_distinct(name):
+    tasks = envfactory.spec(name).get_tasks()
+    worlds = {(t.instruction, json.dumps(t.private, sort_keys=True), canonical_json(t.initial_state))
+              for t in tasks}
+    assert len(worlds) == len(tasks), "two tasks are the same problem"
+    assert len({json.dumps([[c.agent, c.name, c.arguments] for c in t.solution], sort_keys=True) for t in tasks}) >= 0.9 * len(tasks)
+
+
+@pytest.mark.parametrize("name", sorted(COORDINATION) + sorted(GAMES))
+def test_task_generation_is_reproducible_in_process(name):
+    module = importlib.import_module({**COORDINATION, **GAMES}[name])
+    assert fingerprint(module.tasks()) == fingerprint(module.tasks()) == fingerprint(envfactory.spec(name).get_tasks())
+
+
+def test_task_generation_is_reproducible_across_processes():
+    """Seeds are fixed strings, not hash() of anything: another process (another hash seed) builds the same tasks."""
+    code = ("import importlib, json, sys; sys.path.insert(0, 'tests'); from test_multi_tasks import fingerprint, "
+            "COORDINATION, GAMES; print(json.dumps({n: fingerprint(importlib.import_module(m).tasks()) "
+            "for n, m in {**COORDINATION, **GAMES}.items()}))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                         env={**os.environ, "PYTHONHASHSEED": "12345"})
+    assert out.returncode == 0, out.stderr
+    here = {n: fingerprint(envfactory.spec(n).get_tasks()) for n in {**COORDINATION, **GAMES}}
+    assert json.loads(out.stdout) == here
+
+
+@pytest.mark.parametrize("name", sorted(COORDINATION) + sorted(GAMES))
+def test_reference_solutions_fit_the_round_limit_with_simultaneous_moves(name):
+    """With simultaneous moves the oracle plays one step of the joint plan per round, and finishes after it."""
+    spec = envfactory.spec(name)
+    closing = 0 if spec.terminal is not None else 1  # a world that ends itself needs no finish round
+    assert max(len(t.solution) for t in spec.get_tasks()) + closing <= spec.max_turns
