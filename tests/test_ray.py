@@ -101,6 +101,25 @@ def test_a_dead_actor_is_replaced_and_its_worlds_rebuilt_by_replay(pool):
     bystander.close(), far.close()
 
 
+def test_every_world_of_a_dead_actor_is_rebuilt_not_only_the_first_to_notice():
+    """Two worlds on one actor; it dies; the first world used replaces it. The second must notice
+    that its actor was replaced (the new one never held it) and rebuild too, not fail."""
+    one = RayPool(1, step_timeout=20.0)
+    try:
+        spec = envfactory.spec("Counter-v0")
+        a, b = (Episode(spec, RayWorld(spec, pool=one)) for _ in range(2))
+        for ep in (a, b):
+            ep.reset("counter-0-9")
+            ep.step(call("increment", by=2).to_hermes())
+        ray.kill(one._actors[0], no_restart=True)
+        assert a.step(call("increment", by=1).to_hermes()).messages[0]["content"] == "3"
+        assert b.step(call("increment", by=3).to_hermes()).messages[0]["content"] == "5"
+        assert one.stats["dead_workers"] == 1 and one.stats["replayed_worlds"] == 2
+        assert (a.state.value, b.state.value) == (3, 5)
+    finally:
+        one.close()
+
+
 # -- a hung actor: an environment whose tool sleeps (defined here, pickled to the actors) -----------
 class Slow(State):
     n: int = 0

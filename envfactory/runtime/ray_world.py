@@ -243,7 +243,7 @@ class RayWorld(World):
         self._with_state = spec.multi_agent or spec.terminal is not None
         self._ref = self._spec_ref(spec)
         self._wid: str | None = None
-        self._slot = -1
+        self._slot, self._actor = -1, None  # where this world lives (the actor handle, to notice a replacement)
         self._task: Task | None = None
         self._origin: Any = None  # the loaded state this world began from (None: its task's start)
         self._batches: list[tuple[str, int, list[ToolCall]]] = []  # every batch since then, for a replay
@@ -262,7 +262,8 @@ class RayWorld(World):
     def start(self, task: Task) -> None:
         self._drop()
         self._task, self._origin, self._batches, self._state = task, None, [], None
-        self._wid, self._slot = self.pool.new_id(), self.pool.place()
+        self._wid = self.pool.new_id()
+        self._place()
         self._state = self._checked(self._call("start", self._wid, self._ref, task, self._with_state, rebuild=False))
 
     def run(self, agent: str, round: int, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
@@ -293,11 +294,13 @@ class RayWorld(World):
             raise EpisodeError(f"{self.spec.name}: nothing to fork; call reset() first")
         child = RayWorld.__new__(RayWorld)
         child.__dict__.update(self.__dict__)
-        child._wid, child._slot = self.pool.new_id(), self.pool.place()
+        child._wid = self.pool.new_id()
+        child._place()
         child._state = None if self._state is None else copy_state(self._state)
-        if child._slot == self._slot:
+        if child._actor is self._actor:
             self._call("fork", self._wid, child._wid)
-            child._slot, child._batches = self._slot, list(self._batches)  # (self may have been rebuilt)
+            child._slot, child._actor = self._slot, self._actor  # (self may have been rebuilt elsewhere)
+            child._batches = list(self._batches)
         else:
             child._origin, child._batches = self.dump(), []
             child._call("load", child._wid, child._ref, child._task, child._origin, rebuild=False)
@@ -310,7 +313,8 @@ class RayWorld(World):
         checked = self._validate(state)  # a ValidationError (ValueError) before anything moves
         self._drop()
         self._task, self._origin, self._batches = task, checked.model_dump(mode="json"), []
-        self._wid, self._slot = self.pool.new_id(), self.pool.place()
+        self._wid = self.pool.new_id()
+        self._place()
         self._call("load", self._wid, self._ref, task, self._origin, rebuild=False)
         self._state = checked
 
@@ -320,47 +324,54 @@ class RayWorld(World):
 
     # -- faults --------------------------------------------------------------
     def _drop(self) -> None:
-        if self._wid is not None and not self.pool.closed:
+        if self._wid is not None and not self.pool.closed and self._actor is not None:
             try:
-                self.pool.call(self._slot, "close", self._wid, timeout=self.pool.step_timeout)
+                _ray().get(self._actor.close.remote(self._wid), timeout=self.pool.step_timeout)
             except Exception:  # a dead or hung actor: its worlds are gone with it
                 pass
         self._wid = None
 
+    def _place(self) -> None:
+        """Put this world on the pool's next actor (round-robin)."""
+        self._slot = self.pool.place()
+        self._actor = self.pool.actor(self._slot)
+
     def _call(self, method: str, *args: Any, timeout: float | None = None, rebuild: bool = True) -> Any:
-        """Call this world's actor; a dead actor is replaced and the world rebuilt on a live
-        one (``rebuild``: replay its history first), then the call is made once more."""
+        """Call this world's actor. An actor found dead, or replaced since this world was placed on
+        it (another world noticed its death first), is left behind: the world is rebuilt on a live
+        one (``rebuild``: its history replayed; else, for start/load, just placed anew) and the
+        call made there, once. An overrun kills the actor and raises :class:`WorldTimeout`."""
         ray = _ray()
         from ray.exceptions import GetTimeoutError, RayActorError
 
-        actor = self.pool.actor(self._slot)
-        try:
-            return ray.get(getattr(actor, method).remote(*args), timeout=timeout or self.pool.step_timeout)
-        except GetTimeoutError:
-            self.pool.replace(self._slot, actor, timed_out=True)
-            self._wid = None
-            raise WorldTimeout(f"{self.spec.name}: the ray worker did not answer within "
-                               f"{self.pool.step_timeout:g}s; it was replaced") from None
-        except RayActorError:
-            self.pool.replace(self._slot, actor)
-        if rebuild:
-            self._rebuild()
-        else:
-            self._slot = self.pool.place()
-        return ray.get(getattr(self.pool.actor(self._slot), method).remote(*args),
-                       timeout=timeout or self.pool.step_timeout)
+        limit = timeout or self.pool.step_timeout
+        for attempt in (0, 1):
+            if self._actor is not self.pool.actor(self._slot):  # replaced: this world went with the old one
+                self._rebuild() if rebuild else self._place()
+            actor = self._actor
+            try:
+                return ray.get(getattr(actor, method).remote(*args), timeout=limit)
+            except GetTimeoutError:
+                self.pool.replace(self._slot, actor, timed_out=True)
+                self._wid = None
+                raise WorldTimeout(f"{self.spec.name}: the ray worker did not answer within "
+                                   f"{self.pool.step_timeout:g}s; it was replaced") from None
+            except RayActorError:
+                if attempt:
+                    raise
+                self.pool.replace(self._slot, actor)
+        raise AssertionError("unreachable")
 
     def _rebuild(self) -> None:
         """Recreate this world on a live actor from its origin and its batches."""
-        self._slot = self.pool.place()
-        actor = self.pool.actor(self._slot)
-        ray = _ray()
+        self._place()
+        ray, actor, limit = _ray(), self._actor, self.pool.step_timeout
         if self._origin is None:
-            ray.get(actor.start.remote(self._wid, self._ref, self._task, False), timeout=self.pool.step_timeout)
+            ray.get(actor.start.remote(self._wid, self._ref, self._task, False), timeout=limit)
         else:
-            ray.get(actor.load.remote(self._wid, self._ref, self._task, self._origin), timeout=self.pool.step_timeout)
+            ray.get(actor.load.remote(self._wid, self._ref, self._task, self._origin), timeout=limit)
         if self._batches:
-            ray.get(actor.replay.remote(self._wid, self._batches), timeout=self.pool.step_timeout * len(self._batches))
+            ray.get(actor.replay.remote(self._wid, self._batches), timeout=limit * len(self._batches))
         with self.pool._lock:
             self.pool.stats["replayed_worlds"] += 1
 
