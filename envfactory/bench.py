@@ -210,9 +210,168 @@ def bench_scale() -> dict[str, Any]:
     return run()
 
 
+# -- bigstate: copy-on-write forks of large third-party states (from_class) ----------------------
+class BenchNode:
+    def __init__(self, name: str, parent: "BenchNode | None", size: int) -> None:
+        self.name = name
+        self.parent = parent
+        self.size = size
+        self.children: list[BenchNode] = []
+
+
+class BenchTree:
+    """A third-party-style object tree (parent pointers, a cursor, an RNG): ~``nodes`` objects."""
+
+    def __init__(self) -> None:
+        self.root: BenchNode
+        self._cursor: BenchNode
+
+    def _load_scenario(self, config: dict) -> None:
+        import random
+
+        self._rng = random.Random(config.get("seed", 0))
+        self.root = BenchNode("root", None, 0)
+        frontier, made = [self.root], 1
+        while made < config["nodes"]:
+            nxt = []
+            for parent in frontier:
+                for k in range(10):
+                    if made >= config["nodes"]:
+                        break
+                    child = BenchNode(f"{parent.name}.{k}", parent, self._rng.randint(1, 999))
+                    parent.children.append(child)
+                    nxt.append(child)
+                    made += 1
+            frontier = nxt
+        self._cursor = self.root
+
+    def enter(self, index: int) -> str:
+        """Move the cursor to a child.
+
+        Args:
+            index: The child's position.
+        """
+        self._cursor = self._cursor.children[index]
+        return self._cursor.name
+
+    def grow(self, name: str) -> str:
+        """Add a child under the cursor.
+
+        Args:
+            name: Its name.
+        """
+        self._cursor.children.append(BenchNode(name, self._cursor, self._rng.randint(1, 999)))
+        return f"{len(self._cursor.children)} children"
+
+
+def _record_model() -> type:
+    from pydantic import BaseModel
+
+    class Customer(BaseModel):
+        id: int
+        name: str
+        email: str
+        balance: float
+        tags: list[str] = []
+
+    return Customer
+
+
+BenchCustomer = _record_model()
+BenchCustomer.__qualname__ = BenchCustomer.__name__ = "BenchCustomer"
+
+
+class BenchCustomerDB:
+    """A third-party-style database of pydantic records."""
+
+    def __init__(self, records: int = 0) -> None:
+        self.records = {i: BenchCustomer(id=i, name=f"c{i}", email=f"c{i}@example.com", balance=float(i % 97),
+                                     tags=["vip"] if i % 13 == 0 else []) for i in range(records)}
+
+    def credit(self, customer_id: int, amount: float) -> float:
+        """Add to a balance.
+
+        Args:
+            customer_id: The customer.
+            amount: How much.
+        """
+        rec = self.records[customer_id]
+        rec.balance += amount
+        return rec.balance
+
+
+def bench_bigstate(nodes: int = 10_000, records: int = 5_000, n: int = 200) -> dict[str, Any]:
+    """Forks and snapshots of large states held through ``from_class``: a ``nodes``-node object
+    tree (one graph: parent pointers, a cursor, an RNG) and ``records`` pydantic records.
+    A fork is copy-on-write (:func:`envfactory.factory.pystate.lazy_state_copy`): it shares
+    the values, and the first tool call on a side copies that side's values, so the copy is
+    reported too (``first_call_after_fork``), each against ``copy.deepcopy`` of the same state."""
+    import copy
+
+    from .episode import Episode
+    from .factory.from_class import ClassTask, from_class
+    from .task import call
+
+    clock = time.perf_counter_ns
+    out: dict[str, Any] = {}
+    cases = {
+        "tree": from_class(BenchTree, name="BigTree-v0", domain="bench", loader="_load_scenario",
+                           tasks=[ClassTask("t", "Enter child 0.", {"nodes": nodes, "seed": 1},
+                                            [call("enter", index=0)])]),
+        "records": from_class(BenchCustomerDB, name="BigRecords-v0", domain="bench",
+                              tasks=[ClassTask("t", "Credit customer 1 with 5.", {"records": records},
+                                               [call("credit", customer_id=1, amount=5.0)])]),
+    }
+    act = {"tree": call("grow", name="x").to_hermes(), "records": call("credit", customer_id=2, amount=1.0).to_hermes()}
+    for name, spec in cases.items():
+        ep = Episode(spec)
+        ep.reset("t")
+        ep.step(spec.task("t").solution[0].to_hermes())
+        state = ep.state
+        forks, samples = [], []
+        for _ in range(n):
+            t0 = clock()
+            forks.append(ep.fork())
+            samples.append(clock() - t0)
+        fork_us = _median_us(samples)
+        first = []
+        for child in forks[:10]:
+            t0 = clock()
+            child.step(act[name])
+            first.append(clock() - t0)
+        del forks
+        deep = []
+        for _ in range(5):
+            t0 = clock()
+            copy.deepcopy(state)
+            deep.append(clock() - t0)
+        deep_us = _median_us(deep)
+        snaps, restores = [], []
+        for _ in range(3):
+            t0 = clock()
+            snap = json.dumps(ep.snapshot())
+            snaps.append(clock() - t0)
+            t0 = clock()
+            Episode(spec).restore(json.loads(snap))
+            restores.append(clock() - t0)
+        snap_us, restore_us = _median_us(snaps), _median_us(restores)
+        out[f"bigstate_{name}_fork_us"] = round(fork_us, 2)
+        out[f"bigstate_{name}_fork_vs_deepcopy_ratio"] = round(fork_us / deep_us, 5)
+        out[f"bigstate_{name}_first_call_after_fork_ms"] = round(_median_us(first) / 1000, 3)
+        out[f"bigstate_{name}_first_call_vs_deepcopy_ratio"] = round(_median_us(first) / deep_us, 3)
+        out[f"bigstate_{name}_deepcopy_ms"] = round(deep_us / 1000, 3)
+        out[f"bigstate_{name}_snapshot_ms"] = round(snap_us / 1000, 3)
+        out[f"bigstate_{name}_snapshot_vs_deepcopy_ratio"] = round(snap_us / deep_us, 3)
+        out[f"bigstate_{name}_restore_ms"] = round(restore_us / 1000, 3)
+        out[f"bigstate_{name}_restore_vs_deepcopy_ratio"] = round(restore_us / deep_us, 3)
+        out[f"bigstate_{name}_snapshot_bytes"] = len(snap)
+    return out
+
+
 SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
     "step": bench_step,
     "fork": bench_fork,
+    "bigstate": bench_bigstate,
     "docker": bench_docker,
     "scale": bench_scale,
 }

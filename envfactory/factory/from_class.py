@@ -11,9 +11,10 @@ episode, into an :class:`~envfactory.ToolEnvSpec`:
   (:class:`~envfactory.SpecError` naming the class), never an empty world;
 * the world's state is a :class:`~.pystate.PyState`: any picklable Python data
   (objects pointing into each other, ``random.Random``, sets, tuples, int and
-  tuple dict keys, big ints, floats). Forks copy the whole object graph at once;
-  snapshots are a versioned JSON document that restores to an equal state (see
-  :mod:`.pystate`). For one class whose attributes share nothing the state has a
+  tuple dict keys, big ints, floats). Forks are copy-on-write: they share the
+  values until a tool runs on one side, which then copies the whole object graph
+  at once; snapshots are a versioned JSON document that restores to an equal
+  state (see :mod:`.pystate`). For one class whose attributes share nothing the state has a
   field per attribute (``state.cash``; names starting with ``_`` become
   ``private_<name>``) and forks use the engine's fast copier; otherwise (several
   services, attributes that point into each other, ``state="objects"``) it has a
@@ -29,6 +30,9 @@ episode, into an :class:`~envfactory.ToolEnvSpec`:
 * tasks: given (a :class:`~envfactory.Task`, or a :class:`ClassTask` with a
   config per task), or synthesized by walking the tools (:mod:`.tasks_synth`)
   from configurations drawn from ``config``.
+  A task whose reference solution only reads (the state ends as it began)
+  succeeds only if the episode's tool calls returned what the reference's reads
+  returned (:class:`ReadsCheck`, ``require_reads``), besides its answer facts.
 
 The classes are never modified or subclassed.
 """
@@ -52,12 +56,14 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from ..definition import SpecError, ToolEnvSpec
 from ..state import State
 from ..task import Task, ToolCall
-from ..tooling import _REQUIRED, Tool, ToolError, make_tool
+from ..tooling import _REQUIRED, Tool, ToolError, _render_result, make_tool
 from .arguments import ArgSource
-from .pystate import PyState, PyStateError, decode, encode, graph_state_copy, trusted_for
+from .pystate import (PyState, PyStateError, decode, encode, lazy_state_copy, note_result, own, record_results,
+                      result_digest, seen_results, trusted_for)
 from .tasks_synth import SynthConfig, synthesize
 
-__all__ = ["from_class", "Service", "ClassTask", "class_tools", "class_state_type", "observe_read_only"]
+__all__ = ["from_class", "Service", "ClassTask", "ReadsCheck", "class_tools", "class_state_type",
+           "observe_read_only"]
 
 READ_PREFIXES = ("get", "list", "find", "search", "show", "count", "describe", "check", "read",
                  "lookup", "view", "total", "report", "status", "is_", "has_", "peek")
@@ -106,6 +112,44 @@ class ClassTask:
     check: Callable[[Any], bool] | None = None
     difficulty: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    require_reads: bool | None = None
+    """Whether success needs the reference's reads (see :class:`ReadsCheck`); ``None``: as
+    ``from_class(require_reads=...)`` says."""
+
+
+class ReadsCheck:
+    """A task's success check that looks at what the agent saw, not only at the world.
+
+    Holds when the final state hashes to the reference's final state (or ``check``, when the
+    task brought one, holds) *and* every result the reference solution's reads returned is
+    among the results the episode's tool calls returned (recorded on the state by the tools,
+    :func:`~.pystate.note_result`: forks and snapshots carry them; the state's hash ignores
+    them). A read is a reference call that succeeded and left the state's hash unchanged;
+    any call that returns the same text counts (``get_ticket(2)`` or ``get_ticket('ticket_002')``).
+    """
+
+    def __init__(self, reads: Sequence[tuple[str, str]], expected_hash: str | None,
+                 check: Callable[[Any], bool] | None = None) -> None:
+        self.reads = list(reads)  # (tool name, digest of its result)
+        self.required = frozenset(d for _, d in self.reads)
+        self.expected_hash = expected_hash
+        self.check = check
+
+    def __call__(self, state: Any) -> bool:
+        from ..state import state_hash
+
+        if not self.required <= seen_results(state):
+            return False
+        if self.check is not None:
+            return bool(self.check(state))
+        return state_hash(state) == self.expected_hash
+
+    def describe(self) -> dict[str, Any]:
+        return {"reads": [{"tool": n, "result_digest": d} for n, d in self.reads],
+                "state": "check" if self.check is not None else self.expected_hash}
+
+    def __repr__(self) -> str:
+        return f"ReadsCheck(reads={[n for n, _ in self.reads]})"
 
 
 def _snake(name: str) -> str:
@@ -268,8 +312,14 @@ def _method_tool(cls: type, method: str, *, tool_name: str, read_only: bool, bin
                 _simple=simple if validation == "lax" else None)
 
 
-def _finish_result(result: Any, renderer: Callable[[Any], Any] | None) -> Any:
-    return result if renderer is None else renderer(result)
+def _finish_result(result: Any, renderer: Callable[[Any], Any] | None, world: Any = None) -> Any:
+    """The observation (rendered as :class:`~envfactory.Tool` would), recorded on ``world``."""
+    out = result if renderer is None else renderer(result)
+    if out.__class__ is not str:
+        out = _render_result(out)
+    if world is not None and isinstance(world, PyState):
+        note_result(world, out)
+    return out
 
 
 def _object_binder(key: str) -> Callable[..., Callable[..., Any]]:
@@ -277,16 +327,17 @@ def _object_binder(key: str) -> Callable[..., Callable[..., Any]]:
 
     def bind(func: Callable[..., Any], renderer: Any, own_message: bool) -> Callable[..., Any]:
         def call(world: Any, /, **kwargs: Any) -> Any:
+            own(world)
             obj = world.__dict__[key]
             if not own_message:
-                return _finish_result(func(obj, **kwargs), renderer)
+                return _finish_result(func(obj, **kwargs), renderer, world)
             try:
                 result = func(obj, **kwargs)
             except ToolError:
                 raise
             except Exception as exc:
                 raise ToolError(_message(exc)) from exc
-            return _finish_result(result, renderer)
+            return _finish_result(result, renderer, world)
 
         return call
 
@@ -299,6 +350,7 @@ def _attribute_binder(cls: type, mapping: dict[str, str]) -> Callable[..., Calla
 
     def bind(func: Callable[..., Any], renderer: Any, own_message: bool) -> Callable[..., Any]:
         def call(world: Any, /, **kwargs: Any) -> Any:
+            own(world)
             obj = object.__new__(cls)
             d = obj.__dict__
             wd = world.__dict__
@@ -319,7 +371,7 @@ def _attribute_binder(cls: type, mapping: dict[str, str]) -> Callable[..., Calla
                 new = sorted(set(d) - set(mapping))
                 raise ToolError(f"{cls.__name__}.{func.__name__} added attributes {new} at run time; "
                                 "build the environment with from_class(..., state='objects')")
-            return _finish_result(result, renderer)
+            return _finish_result(result, renderer, world)
 
         return call
 
@@ -339,6 +391,7 @@ def class_state_type(cls: type, probe: Any) -> tuple[type[State], dict[str, str]
     model = create_model(f"{cls.__name__}State", __base__=PyState, **{f: (Any, ...) for f in mapping.values()})
     model.__module__ = cls.__module__
     model.__pystate_trusted__ = trusted_for([cls])
+    model.__state_copy__ = staticmethod(lazy_state_copy)  # copy on write: the tools call own() first
     return model, mapping
 
 
@@ -441,6 +494,7 @@ def from_class(
     read_only: Iterable[str] | Literal["observe"] | None = None,
     read_share: float = 0.2,
     max_turns: int = 20,
+    require_reads: Literal["auto", "always", "never"] | bool = "auto",
 ) -> ToolEnvSpec:
     """Build an environment from one class or several services, leaving them untouched.
 
@@ -475,6 +529,13 @@ def from_class(
         read_only: Methods (or tool names) that never change the state (default: by name
             prefix), or ``"observe"``: decided by watching random walks over the tools
             (:func:`observe_read_only`).
+        require_reads: Whether a given task's success also needs the results its reference
+            solution's reads returned to appear among the episode's tool results
+            (:class:`ReadsCheck`): ``"auto"`` (default) for tasks whose reference leaves the
+            state unchanged (the answer is in a tool result, so the state alone cannot tell
+            a no-op agent from one that looked), ``"always"`` (every task with reads),
+            ``"never"`` (the final state and answer facts only). ``ClassTask.require_reads``
+            overrides it per task.
     """
     if errors not in ("message", "detailed"):
         raise SpecError(f"errors must be 'message' or 'detailed', got {errors!r}")
@@ -508,8 +569,8 @@ def from_class(
         services.append(svc)
     parts: list[_Part] = []
     for svc in services:
-        key = svc.key or _snake(svc.cls.__name__)
-        if not key.isidentifier() or key in _RESERVED or key.startswith("model_"):
+        key = svc.key or _snake(svc.cls.__name__).lstrip("_")  # a private-looking class name: not a private field
+        if not key.isidentifier() or key.startswith("_") or key in _RESERVED or key.startswith("model_"):
             raise SpecError(f"{svc.cls.__name__}: {key!r} cannot be a state field; give Service(key=...)")
         if any(p.key == key for p in parts):
             raise SpecError(f"two services have the key {key!r} ({svc.cls.__name__} and "
@@ -558,7 +619,8 @@ def from_class(
         model_name = "".join(c.__name__ for c in classes) + "State"
         state_type = create_model(model_name, __base__=PyState, **fields)
         state_type.__module__ = classes[0].__module__
-        state_type.__state_copy__ = staticmethod(graph_state_copy)
+        state_type.__pystate_graph__ = True
+        state_type.__state_copy__ = staticmethod(lazy_state_copy)  # every tool here calls own() first
         mapping: dict[str, str] = {}
     else:
         state_type, mapping = class_state_type(classes[0], probes[0])
@@ -613,13 +675,42 @@ def from_class(
     if not tools:
         raise SpecError(f"{label} has no public methods to turn into tools")
 
+    if require_reads is True or require_reads is False:
+        require_reads = "always" if require_reads else "never"
+    if require_reads not in ("auto", "always", "never"):
+        raise SpecError(f"require_reads must be 'auto', 'always' or 'never', got {require_reads!r}")
+    by_name = {t.name: t for t in tools}
+
+    def with_reads(task: Task, wanted: bool | None) -> Task:
+        """The task, its check made a :class:`ReadsCheck` when its reads are required."""
+        if wanted is False or (wanted is None and require_reads == "never") or isinstance(task.check, ReadsCheck):
+            return task
+        from ..state import copy_state, state_hash
+
+        s = record_results(copy_state(task.initial_state))
+        start = state_hash(s)
+        reads: list[tuple[str, str]] = []
+        for c in task.solution:
+            t = by_name.get(c.name)
+            if t is None:  # not ours to judge: the replay at registration reports it
+                return task
+            before = state_hash(s)
+            out = t.invoke(s, c.arguments)
+            if out.ok and state_hash(s) == before:
+                reads.append((c.name, result_digest(out.content)))
+        end = state_hash(s)
+        if not reads or (wanted is None and require_reads == "auto" and end != start):
+            return task
+        return task.model_copy(update={"check": ReadsCheck(reads, end, task.check),
+                                       "initial_state": record_results(copy_state(task.initial_state))})
+
     def to_task(t: Task | ClassTask) -> Task:
         if isinstance(t, Task):
-            return t
+            return with_reads(t, None)
         if isinstance(t, ClassTask):
-            return Task(id=t.id, instruction=t.instruction, initial_state=make_state(t.config),
-                        solution=list(t.solution), answer_facts=list(t.answer_facts), check=t.check,
-                        difficulty=t.difficulty, metadata=dict(t.metadata))
+            return with_reads(Task(id=t.id, instruction=t.instruction, initial_state=make_state(t.config),
+                                   solution=list(t.solution), answer_facts=list(t.answer_facts), check=t.check,
+                                   difficulty=t.difficulty, metadata=dict(t.metadata)), t.require_reads)
         raise SpecError(f"{label}: {t!r} is neither a Task nor a ClassTask")
 
     synth = SynthConfig(
@@ -644,7 +735,7 @@ def from_class(
     elif callable(tasks):
         spec.tasks = lambda: [to_task(t) for t in tasks()]
     else:
-        spec.tasks = lambda: synthesize(spec.all_tools, synth, n_tasks, seed)
+        spec.tasks = lambda: [with_reads(t, None) for t in synthesize(spec.all_tools, synth, n_tasks, seed)]
     return spec
 
 

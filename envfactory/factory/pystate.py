@@ -9,7 +9,13 @@ it holds is arbitrary Python data:
 * **fork** copies the whole object graph as one (:func:`graph_copy`, one memo for
   every field): an attribute that points into another attribute (the current
   directory inside the tree) still does in the copy; ``random.Random`` keeps its
-  exact stream; sets, tuples, int and tuple dict keys stay what they are;
+  exact stream; sets, tuples, int and tuple dict keys stay what they are. For
+  ``from_class`` states the copy is deferred (:func:`lazy_state_copy`, copy on
+  write): a fork shares the values until a tool runs on one side (:func:`own`);
+* **what the episode saw**: for tasks that require their reads
+  (:class:`~envfactory.factory.from_class.ReadsCheck`) the tools record a digest of
+  every result they return (:func:`note_result`), beside the fields: forks copy it,
+  JSON dumps carry it (``"$seen"``), the hash and equality ignore it;
 * **dump** is a versioned, portable JSON document (:func:`encode`, format
   ``{"$pystate": 1, <field>: <value>, ...}``). Plain JSON data (dicts with string
   keys, lists, strings, booleans, ``None``, finite floats, integers up to 2**53)
@@ -45,20 +51,28 @@ from __future__ import annotations
 import base64
 import copy as _copy_mod
 import copyreg
+import gc
+import hashlib
 import importlib
 import json
 import math
+import threading
+import types
+import weakref
 from typing import Any, ClassVar, Iterable
 
-from pydantic import ConfigDict, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, SerializationInfo, model_serializer, model_validator
 
 from ..state import State
 
-__all__ = ["PyState", "PyStateError", "FORMAT_KEY", "FORMAT_VERSION", "STDLIB", "encode", "decode",
-           "graph_copy", "trusted_for"]
+__all__ = ["PyState", "PyStateError", "FORMAT_KEY", "FORMAT_VERSION", "SEEN_KEY", "STDLIB", "encode", "decode",
+           "graph_copy", "graph_state_copy", "lazy_state_copy", "own", "trusted_for", "note_result", "record_results",
+           "seen_results", "result_digest"]
 
 FORMAT_KEY = "$pystate"
 FORMAT_VERSION = 1
+SEEN_KEY = "$seen"
+"""Where a JSON document carries the digests of the tool results the episode returned."""
 _MAX_EXACT = 2 ** 53
 
 STDLIB = frozenset({
@@ -77,6 +91,7 @@ _SCALARS = frozenset((str, bool, type(None)))
 _IMMUTABLE = frozenset((str, int, float, bool, type(None), bytes, complex, range))
 _TAGS = ("$ref", "$class", "$reduce", "$tuple", "$dict", "$set", "$frozenset", "$int", "$float",
          "$bytes", "$bytearray", "$global")
+_TAG_RANK = {t: i for i, t in enumerate(_TAGS)}
 
 
 class PyStateError(ValueError):
@@ -85,6 +100,8 @@ class PyStateError(ValueError):
 
 
 def _esc(key: str) -> str:
+    if "~" not in key and "/" not in key:
+        return key
     return key.replace("~", "~0").replace("/", "~1")
 
 
@@ -127,9 +144,19 @@ class _Encoder:
     def __init__(self, trusted: tuple[str, ...]) -> None:
         self.trusted = trusted
         self.memo: dict[int, str] = {}
+        self.refs: dict[tuple[int, bool], str] = {}  # checked names of classes and functions
         self.keep: list[Any] = []  # objects whose id is in memo stay alive meanwhile
 
     def global_ref(self, obj: Any, path: str, call: bool) -> str:
+        known = self.refs.get((id(obj), call))
+        if known is not None:
+            return known
+        ref = self._global_ref(obj, path, call)
+        self.refs[(id(obj), call)] = ref
+        self.keep.append(obj)
+        return ref
+
+    def _global_ref(self, obj: Any, path: str, call: bool) -> str:
         ref = _ref_of(obj)
         if "<locals>" in ref:
             raise PyStateError(f"{path or '/'}: {ref} is defined inside a function and cannot be "
@@ -188,7 +215,12 @@ class _Encoder:
         def key(x: Any) -> str:
             return json.dumps(_Encoder(self.trusted).enc(x, ""), sort_keys=True)
 
-        items = sorted(v, key=key) if len(v) > 1 else list(v)
+        if len(v) < 2:
+            items = list(v)
+        elif all(x.__class__ is str or (x.__class__ is int and -_MAX_EXACT <= x <= _MAX_EXACT) for x in v):
+            items = sorted(v, key=json.dumps)  # written as themselves: the same order, faster
+        else:
+            items = sorted(v, key=key)
         return [self.enc(x, f"{path}/{i}") for i, x in enumerate(items)]
 
     def _object(self, v: Any, path: str) -> Any:
@@ -237,18 +269,34 @@ class _Encoder:
                           for i, (k, x) in enumerate(d.items())]}
 
 
-def _is_function(v: Any) -> bool:
-    import types
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType)
 
-    return isinstance(v, (types.FunctionType, types.BuiltinFunctionType))
+
+def _is_function(v: Any) -> bool:
+    return isinstance(v, _FUNCTIONS)
+
+
+class _NoGC:
+    """No cyclic garbage collection meanwhile: copying, writing or loading a large graph
+    allocates many objects, and collections triggered by them only rescan live ones."""
+
+    def __enter__(self) -> None:
+        self.paused = gc.isenabled()
+        if self.paused:
+            gc.disable()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.paused:
+            gc.enable()
 
 
 def encode(fields: dict[str, Any], trusted: tuple[str, ...] = ()) -> dict[str, Any]:
     """The document for ``{field: value}`` (one reference table for all fields)."""
     e = _Encoder(tuple(trusted))
     out: dict[str, Any] = {FORMAT_KEY: FORMAT_VERSION}
-    for name, value in fields.items():
-        out[name] = e.enc(value, "/" + _esc(name))
+    with _NoGC():
+        for name, value in fields.items():
+            out[name] = e.enc(value, "/" + _esc(name))
     return out
 
 
@@ -259,8 +307,18 @@ class _Decoder:
         self.trusted = trusted
         self.table: dict[str, Any] = {}
         self.busy: set[str] = set()
+        self.refs: dict[tuple[str, bool], Any] = {}
 
     def resolve(self, ref: Any, path: str, call: bool) -> Any:
+        key = (ref, call) if ref.__class__ is str else None
+        if key is not None and key in self.refs:
+            return self.refs[key]
+        obj = self._resolve(ref, path, call)
+        if key is not None:
+            self.refs[key] = obj
+        return obj
+
+    def _resolve(self, ref: Any, path: str, call: bool) -> Any:
         if not isinstance(ref, str) or ":" not in ref:
             raise PyStateError(f"{path}: bad reference {ref!r}")
         module = ref.partition(":")[0]
@@ -305,7 +363,12 @@ class _Decoder:
             raise PyStateError(f"{path}: {cls.__name__} is not JSON data")
         if path in self.table:
             return self.table[path]
-        tag = next((t for t in _TAGS if t in v), None) if any(k[:1] == "$" for k in v) else None
+        tag = None
+        for k in v:
+            if k[:1] == "$":
+                rank = _TAG_RANK.get(k)
+                if rank is not None and (tag is None or rank < _TAG_RANK[tag]):
+                    tag = k
         if tag is None:
             d: dict[str, Any] = {}
             self.table[path] = d
@@ -416,7 +479,8 @@ def decode(doc: dict[str, Any], trusted: tuple[str, ...] = ()) -> dict[str, Any]
     if version != FORMAT_VERSION:
         raise PyStateError(f"not a pystate document of version {FORMAT_VERSION} (got {version!r})")
     d = _Decoder(doc, tuple(trusted))
-    return {k: d.dec(x, "/" + _esc(k)) for k, x in doc.items() if k != FORMAT_KEY}
+    with _NoGC():
+        return {k: d.dec(x, "/" + _esc(k)) for k, x in doc.items() if k != FORMAT_KEY}
 
 
 # -- copying ----------------------------------------------------------------------------------
@@ -530,31 +594,172 @@ def _plain(v: Any, seen: set[int]) -> bool:
 class PyState(State):
     """A world of arbitrary (picklable) Python values, one per field.
 
-    Subclasses are generated by :func:`~envfactory.factory.from_class`. With
+    Subclasses are generated by :func:`~envfactory.factory.from_class`, which makes
+    :func:`~envfactory.state.copy_state` copy on write (:func:`lazy_state_copy`); the
+    copy, when a tool needs one (:func:`own`), is one graph copy of every field with
     ``__pystate_graph__`` (several instances, or attributes that point into each
-    other) :func:`~envfactory.state.copy_state` copies every field in one graph
-    copy; otherwise it uses the engine's fast plain-data copier. Dumps and loads
+    other), otherwise the engine's fast plain-data copier per field. Dumps and loads
     always go through :func:`encode` / :func:`decode`.
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=False, arbitrary_types_allowed=True)
 
     __pystate_trusted__: ClassVar[tuple[str, ...]] = ()
+    __pystate_graph__: ClassVar[bool] = False
 
     @model_serializer(mode="plain")
-    def _pystate_dump(self) -> dict[str, Any]:
+    def _pystate_dump(self, info: SerializationInfo) -> dict[str, Any]:
         d = self.__dict__
         seen: set[int] = set()
         if all(_plain(v, seen) for v in d.values()):  # the document is the data itself (pydantic copies it)
-            return {FORMAT_KEY: FORMAT_VERSION, **d}
-        return encode(d, type(self).__pystate_trusted__)
+            out = {FORMAT_KEY: FORMAT_VERSION, **d}
+        else:
+            out = encode(d, type(self).__pystate_trusted__)
+        if info.mode_is_json():  # what the episode has seen travels with the state, outside its hash
+            priv = self.__pydantic_private__
+            if priv is not None and "_seen" in priv:
+                out[SEEN_KEY] = sorted(priv["_seen"])
+        return out
 
     @model_validator(mode="wrap")
     @classmethod
     def _pystate_load(cls, data: Any, handler: Any) -> Any:
+        results = None
         if isinstance(data, dict) and FORMAT_KEY in data:
+            if SEEN_KEY in data:
+                data = dict(data)
+                results = data.pop(SEEN_KEY)
+                if not isinstance(results, list) or not all(isinstance(r, str) for r in results):
+                    raise PyStateError(f"{SEEN_KEY}: a list of result digests, got {results!r}")
             data = decode(data, cls.__pystate_trusted__)
-        return handler(data)
+        out = handler(data)
+        if results is not None:
+            object.__setattr__(out, "__pydantic_private__", {"_seen": set(results)})
+        return out
+
+    def __eq__(self, other: Any) -> bool:
+        """Equal fields (the results an episode has seen are not part of the world)."""
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def result_digest(text: str) -> str:
+    """The digest under which a tool result is recorded (:func:`note_result`)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+
+
+def record_results(state: Any) -> Any:
+    """Make the tools record, on ``state`` and every copy of it, the results they return
+    (:func:`note_result`); returns ``state``. Only states of tasks whose check looks at the
+    reads record anything, so every other state dumps exactly as before."""
+    priv = state.__pydantic_private__
+    if priv is None:
+        object.__setattr__(state, "__pydantic_private__", {"_seen": set()})
+    else:
+        priv.setdefault("_seen", set())
+    return state
+
+
+def note_result(state: Any, text: str) -> None:
+    """Record that a tool call on ``state`` returned ``text`` (the observation an agent saw),
+    if the state records results (:func:`record_results`).
+
+    Kept beside the fields (pydantic's private slot), so the world's hash and equality
+    ignore it, while forks copy it and JSON dumps carry it (``"$seen"``): a read-only
+    task's check asks whether its reference's read results are among these."""
+    priv = state.__pydantic_private__
+    if priv is not None:
+        seen = priv.get("_seen")
+        if seen is not None:
+            seen.add(result_digest(text))
+
+
+def seen_results(state: Any) -> frozenset[str]:
+    """The digests of the tool results recorded on ``state`` (:func:`note_result`)."""
+    priv = getattr(state, "__pydantic_private__", None)
+    return frozenset(priv.get("_seen", ())) if priv else frozenset()
+
+
+class _Share:
+    """How many states hold one set of field values (copy on write, :func:`lazy_state_copy`)."""
+
+    __slots__ = ("n", "lock")
+
+    def __init__(self) -> None:
+        self.n = 1
+        self.lock = threading.Lock()
+
+    def __reduce__(self) -> Any:  # a pickled or deep-copied state owns what it holds
+        return (_Share, ())
+
+
+def lazy_state_copy(value: PyState) -> PyState:
+    """:func:`~envfactory.state.copy_state` for a :class:`PyState`: copy on write.
+
+    The copy shares the field values (an O(fields) fork, whatever the state's size) and a
+    share count with ``value``; the first tool call on either side (:func:`own`, which
+    every ``from_class`` tool runs first) copies that side's values, as one graph
+    (:func:`graph_state_copy`) or field by field, so the other keeps the originals. Only
+    tools may change a state in place (the engine's rule): reading, hashing, dumping and
+    forking a shared state copy nothing."""
+    priv = value.__pydantic_private__
+    if priv is None:
+        priv = {}
+        object.__setattr__(value, "__pydantic_private__", priv)
+    share = priv.get("_cow")
+    if share is None:
+        share = priv["_cow"] = _Share()
+        weakref.finalize(value, _release, priv).atexit = False
+    with share.lock:
+        share.n += 1
+    new = object.__new__(value.__class__)
+    object.__setattr__(new, "__dict__", dict(value.__dict__))
+    object.__setattr__(new, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
+    object.__setattr__(new, "__pydantic_extra__", None)
+    mine: dict[str, Any] = {"_cow": share}
+    seen = priv.get("_seen")
+    if seen is not None:
+        mine["_seen"] = set(seen)
+    object.__setattr__(new, "__pydantic_private__", mine)
+    weakref.finalize(new, _release, mine).atexit = False  # a fork dropped unused gives its share back
+    return new
+
+
+def _release(priv: dict[str, Any]) -> None:
+    share = priv.get("_cow")
+    if share is not None:
+        with share.lock:
+            if share.n > 1:
+                share.n -= 1
+
+
+def own(state: Any) -> None:
+    """Before a tool changes ``state`` in place: if its values are shared with a copy
+    (:func:`lazy_state_copy`), give it its own copy of them first."""
+    priv = state.__pydantic_private__
+    if priv is None:
+        return
+    share = priv.get("_cow")
+    if share is None or share.n == 1:  # the sharer that copies last sees 1 only after the copy
+        return
+    with share.lock:
+        if share.n == 1:
+            return
+        d = state.__dict__
+        with _NoGC():
+            if state.__class__.__pystate_graph__:
+                memo: dict[int, Any] = {}
+                new = {k: (v if v.__class__ in _IMMUTABLE else _gc(v, memo)) for k, v in d.items()}
+            else:
+                from ..state import _copy
+
+                new = {k: _copy(v) for k, v in d.items()}
+        d.update(new)
+        priv["_cow"] = _Share()
+        share.n -= 1
 
 
 def graph_state_copy(value: PyState) -> PyState:
@@ -566,5 +771,7 @@ def graph_state_copy(value: PyState) -> PyState:
     object.__setattr__(new, "__dict__", d)
     object.__setattr__(new, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
     object.__setattr__(new, "__pydantic_extra__", None)
-    object.__setattr__(new, "__pydantic_private__", None)
+    priv = value.__pydantic_private__
+    object.__setattr__(new, "__pydantic_private__", None if priv is None else {
+        k: (set(v) if v.__class__ is set else _copy_mod.deepcopy(v)) for k, v in priv.items()})
     return new

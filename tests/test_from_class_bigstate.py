@@ -1,0 +1,152 @@
+"""Copy-on-write forks of states held through from_class (any Python object graph, or
+pydantic records): a fork shares the values; the first tool call on either side copies
+that side's values, so both sides stay independent, whoever acts first, however many
+forks there are, from any thread; forks dropped unused give their share back."""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+
+import pytest
+
+from envfactory.bench import BenchCustomerDB, BenchTree
+from envfactory.episode import Episode
+from envfactory.factory.from_class import ClassTask, from_class
+from envfactory.state import copy_state, state_hash
+from envfactory.task import call
+
+
+def _tree_spec(nodes=300):
+    return from_class(BenchTree, name="T-v0", domain="t", loader="_load_scenario",
+                      tasks=[ClassTask("t", "Enter child 0.", {"nodes": nodes, "seed": 1}, [call("enter", index=0)])])
+
+
+def _db_spec(records=200):
+    return from_class(BenchCustomerDB, name="D-v0", domain="d",
+                      tasks=[ClassTask("t", "Credit 1.", {"records": records},
+                                       [call("credit", customer_id=1, amount=5.0)])])
+
+
+def _do(ep, tool, /, **args):
+    return ep.step(call(tool, **args).to_hermes()).messages[0]["content"]
+
+
+def test_a_fork_shares_the_values_until_a_tool_runs():
+    """Before: a fork copied the whole graph at once (its values were never the parent's)."""
+    ep = Episode(_tree_spec())
+    ep.reset("t")
+    _do(ep, "enter", index=0)
+    child = ep.fork()
+    assert child.state.__dict__["bench_tree"] is ep.state.__dict__["bench_tree"]
+    _do(child, "grow", name="new")
+    assert child.state.__dict__["bench_tree"] is not ep.state.__dict__["bench_tree"]
+
+
+@pytest.mark.parametrize("which", ["tree", "records"])
+@pytest.mark.parametrize("parent_first", [True, False])
+def test_both_sides_stay_independent_whoever_acts_first(which, parent_first):
+    spec = _tree_spec() if which == "tree" else _db_spec()
+
+    def act(e, k):
+        return _do(e, "grow", name=f"n{k}") if which == "tree" else _do(e, "credit", customer_id=3, amount=float(k))
+
+    def replay(ks):  # a fresh episode through the same calls
+        ref = Episode(spec)
+        ref.reset("t")
+        outs = [act(ref, k) for k in ks]
+        return outs, state_hash(ref.state), ref.state.model_dump(mode="json")
+
+    ep = Episode(spec)
+    ep.reset("t")
+    act(ep, 1)
+    a, b = ep.fork(), ep.fork()
+    grand = a.fork()
+    order = [(ep, 10), (a, 20)] if parent_first else [(a, 20), (ep, 10)]
+    for e, k in order:
+        assert [act(e, k)] == replay([1, k])[0][1:]
+    for e, k in ((ep, 10), (a, 20)):
+        _, h, dump = replay([1, k])
+        assert state_hash(e.state) == h and e.state.model_dump(mode="json") == dump
+    _, h1, dump1 = replay([1])
+    for e in (b, grand):  # untouched by both
+        assert state_hash(e.state) == h1 and e.state.model_dump(mode="json") == dump1
+    outs, h, _ = replay([1, 30])
+    assert act(grand, 30) == outs[1] and state_hash(grand.state) == h
+    assert state_hash(b.state) == h1
+
+
+def test_a_tree_fork_continues_exactly_like_a_fresh_replay():
+    spec = _tree_spec()
+    ep = Episode(spec)
+    ep.reset("t")
+    _do(ep, "enter", index=0)
+    child = ep.fork()
+    _do(ep, "grow", name="p")
+    _do(ep, "enter", index=0)
+    _do(ep, "grow", name="q")  # the parent wanders off and changes the shared tree
+    ref = Episode(spec)
+    ref.reset("t")
+    _do(ref, "enter", index=0)
+    assert _do(child, "grow", name="c") == _do(ref, "grow", name="c")
+    assert state_hash(child.state) == state_hash(ref.state)
+    assert child.state.model_dump(mode="json") == ref.state.model_dump(mode="json")
+
+
+def test_forks_dropped_unused_give_their_share_back():
+    ep = Episode(_db_spec())
+    ep.reset("t")
+    _do(ep, "credit", customer_id=1, amount=1.0)
+    for _ in range(3):
+        ep.fork()
+    gc.collect()
+    before = ep.state.__dict__["records"]
+    _do(ep, "credit", customer_id=1, amount=1.0)
+    assert ep.state.__dict__["records"] is before  # nobody shares it any more: changed in place
+
+
+def test_copies_of_copies_and_a_copied_then_restored_state():
+    spec = _db_spec()
+    s0 = spec.task("t").initial_state
+    s1 = copy_state(s0)
+    s2 = copy_state(s1)
+    credit = spec.all_tools["credit"]
+    assert credit.invoke(s2, {"customer_id": 4, "amount": 2.0}).ok
+    assert s2.records[4].balance == s0.records[4].balance + 2.0
+    assert s1.records[4].balance == s0.records[4].balance
+    s3 = spec.state_type.model_validate(json.loads(json.dumps(s2.model_dump(mode="json"))))
+    assert credit.invoke(s3, {"customer_id": 4, "amount": 2.0}).ok
+    assert s2.records[4].balance + 2.0 == s3.records[4].balance
+
+
+def test_siblings_changed_from_threads_stay_independent():
+    spec = _tree_spec(2000)
+    ep = Episode(spec)
+    ep.reset("t")
+    _do(ep, "enter", index=0)
+    h = state_hash(ep.state)
+    forks = [ep.fork() for _ in range(6)]
+    errors = []
+
+    def work(e, k):
+        try:
+            for j in range(3):
+                _do(e, "grow", name=f"t{k}-{j}")
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(e, k)) for k, e in enumerate(forks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert state_hash(ep.state) == h
+    ref = Episode(spec)
+    for k, e in enumerate(forks):
+        ref.reset("t")
+        _do(ref, "enter", index=0)
+        for j in range(3):
+            _do(ref, "grow", name=f"t{k}-{j}")
+        assert state_hash(e.state) == state_hash(ref.state)
