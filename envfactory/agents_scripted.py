@@ -14,7 +14,9 @@ read ``episode.transcript(agent)`` and ``episode.tool_schemas(agent)``.
 * :class:`RandomPolicy`: schema-typed random calls with the agent's own tools,
   then a claim;
 * :class:`ScriptPolicy`: a fixed list of actions (verification plays a team's
-  whole joint solution with one role alone through it).
+  whole joint solution with one role alone through it);
+* :class:`TranscriberPolicy`: copies values from the instruction into write calls and
+  never reads a tool output (the reward-hacking audit's baseline, :mod:`envfactory.audit`).
 
 :func:`play` plays an episode with one policy per agent (or one for all) in
 turn order (``aec``) or simultaneous rounds (``parallel``; the same thing for
@@ -23,8 +25,10 @@ one agent).
 
 from __future__ import annotations
 
+import functools
 import json
 import random
+import re
 import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
@@ -37,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Policy", "OraclePolicy", "NoopPolicy", "ClaimPolicy", "RandomPolicy", "ScriptPolicy", "Outcome",
            "play", "episode_trace", "plan_progress", "scripted_policy", "SCRIPTED", "MODES", "PASS", "CLAIM",
-           "redundant_calls", "random_value"]
+           "redundant_calls", "random_value", "TranscriberPolicy", "instruction_values"]
 
 MODES = ("aec", "parallel")
 PASS = "I have nothing to do this turn."
@@ -207,6 +211,192 @@ class ScriptPolicy:
         if self.finish and i == len(self.actions):
             return _closing(episode, agent)
         return PASS
+
+
+_QUOTED = re.compile(r"'([^'\n]{1,80})'|\"([^\"\n]{1,80})\"")
+_ID = re.compile(r"(?<![\w@./-])(?:/[\w.-]+)+/?|[\w.+-]+@[\w-]+(?:\.[\w-]+)+|"
+                 r"\b[A-Za-z][A-Za-z0-9]*(?:[-_.][A-Za-z0-9]+)*[-_.]?\d[A-Za-z0-9]*(?:[-_.][A-Za-z0-9]+)*\b")
+_NUM = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?(?![\w-]|\.\d)")
+_WORD = re.compile(r"\b[a-zA-Z][a-zA-Z]{2,}\b")
+_STOP = set("the and for with from into onto then that this these those its his her their our your you what "
+            "which who whom where when how are was were has have had not but all any each every some one two "
+            "make sure also now please answer number only exactly following order use using tell show "
+            "give report new set get".split())
+
+
+@functools.lru_cache(maxsize=4096)
+def _spans(text: str) -> tuple[tuple[int, Any, str], ...]:
+    """``(position, value, kind)`` of the values written in ``text``: quoted strings, ids
+    (``ACC-200``, paths, e-mail addresses), numbers and plain words, in text order."""
+    out: list[tuple[int, Any, str]] = []
+    taken: list[tuple[int, int]] = []
+
+    def free(a: int, b: int) -> bool:
+        return all(b <= x or a >= y for x, y in taken)
+
+    for m in _QUOTED.finditer(text):
+        g = 1 if m.group(1) is not None else 2
+        out.append((m.start(g), m.group(g), "quoted"))
+        taken.append(m.span())
+    for m in _ID.finditer(text):
+        if free(*m.span()) and not _NUM.fullmatch(m.group()):
+            out.append((m.start(), m.group().rstrip("."), "id"))
+            taken.append(m.span())
+    for m in _NUM.finditer(text):
+        if free(*m.span()):
+            g = m.group()
+            out.append((m.start(), float(g) if "." in g else int(g), "number"))
+            taken.append(m.span())
+    for m in _WORD.finditer(text):
+        if free(*m.span()) and m.group().lower() not in _STOP:
+            out.append((m.start(), m.group(), "word"))
+    return tuple(sorted(out, key=lambda x: x[0]))
+
+
+def instruction_values(text: str) -> list[Any]:
+    """The values written in ``text``, most specific first: quoted strings, ids, numbers, words."""
+    rank = {"quoted": 0, "id": 1, "number": 2, "word": 3}
+    out: list[Any] = []
+    for _, v, _k in sorted(_spans(text), key=lambda x: (rank[x[2]], x[0])):
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def _stem(w: str) -> str:
+    w = w.lower()
+    return w[:5] if len(w) > 5 else w
+
+
+def _clauses(text: str) -> list[str]:
+    parts = re.split(r"(?<=[.;!?])\s+|\n+|,?\s+then\s+|,\s+and\s+", text)
+    return [p for p in parts if p and p.strip()]
+
+
+class TranscriberPolicy:
+    """Copies the instruction into write calls, never reading a tool output.
+
+    For each clause of the instruction (sentences, lines, "then"), it calls the write tool
+    whose name and description share the most words with the clause among those whose
+    required arguments can all be filled with values written in that clause (an argument
+    takes the value written after its name, else the next unused value of its type;
+    optional arguments only when named). Every argument value appears literally in the
+    instruction. Then it answers ``Done.``: it never read anything to report."""
+
+    name = "transcriber"
+    stochastic = False
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, str], list[str]] = {}
+
+    def act(self, episode: "Episode", agent: str, seed: int) -> Any:
+        key = (episode.spec.name, episode.task.id)
+        if key not in self._cache:
+            tools = episode.spec.tools_of(agent)
+            read_only = {n for n, t in tools.items() if t.read_only}
+            self._cache[key] = [c.to_hermes() for c in self.plan(episode.task, episode.tool_schemas(agent),
+                                                                 read_only)]
+            self._cache[key].append("Done.")
+        actions, i = self._cache[key], episode.turns_taken(agent)
+        return actions[i] if i < len(actions) else PASS
+
+    def plan(self, task: Task, tool_schemas: list[dict[str, Any]],
+             read_only: set[str] | None = None) -> list[ToolCall]:
+        """The calls for ``task`` (``read_only``: the look-up tools' names; by default guessed
+        from the names, as schemas do not say)."""
+        calls = []
+        writes = [s["function"] for s in tool_schemas if s["function"]["name"] != "finish" and not (
+            s["function"]["name"] in read_only if read_only is not None else _looks_read_only(s["function"]))]
+        keys = []
+        for fn in writes:
+            desc = fn.get("description", "").split(".")[0]
+            keys.append(({_stem(w) for w in fn["name"].split("_") if len(w) > 2},
+                         {_stem(w) for w in _WORD.findall(desc) if w.lower() not in _STOP}))
+        for clause in _clauses(task.instruction):
+            words = {_stem(w) for w in _WORD.findall(clause) if w.lower() not in _STOP}
+            if not words:
+                continue
+            scored = [(2 * len(words & name_words) + len(words & desc_words), i)
+                      for i, (name_words, desc_words) in enumerate(keys)]
+            for score, i in sorted((x for x in scored if x[0] > 0), key=lambda x: (-x[0], x[1])):
+                args = _fill(writes[i], clause)  # the best-matching tool whose arguments can be filled
+                if args is not None:
+                    calls.append(ToolCall(writes[i]["name"], args))
+                    break
+        return calls
+
+
+def _looks_read_only(fn: dict[str, Any]) -> bool:
+    """Schemas do not say which tools write; a tool named like a look-up is taken as one."""
+    return fn["name"].split("_")[0] in ("get", "list", "read", "search", "find", "show", "view", "lookup",
+                                        "locate", "check", "query", "count", "sum", "describe")
+
+
+def _fill(fn: dict[str, Any], clause: str) -> dict[str, Any] | None:
+    """Arguments for ``fn`` from the values written in ``clause``, or ``None`` when a required
+    one has no value there."""
+    params = fn["parameters"]
+    props, required = params.get("properties", {}), set(params.get("required", []))
+    spans = _spans(clause)
+    low = clause.lower()
+    used: set[int] = set()
+    args: dict[str, Any] = {}
+    for name, sch in props.items():
+        s = sch
+        if "anyOf" in s:
+            s = next((o for o in s["anyOf"] if o.get("type") != "null"), s)
+        fits = [(i, p, v) for i, (p, v, k) in enumerate(spans) if i not in used and _fits_type(s, v, k)]
+        phrase = name.replace("_", " ").lower()
+        at, end = low.find(phrase), -1
+        if at >= 0:
+            end = at + len(phrase)
+        else:
+            for w in name.lower().split("_"):
+                if len(w) > 2 and re.search(rf"\b{re.escape(w)}", low):
+                    at = re.search(rf"\b{re.escape(w)}", low).start()
+                    end = at + len(w)
+                    break
+        chosen = None
+        if end >= 0:  # the value written right after the argument's name; words only when nothing else is
+            after = [(p - end + (40 if spans[i][2] == "word" else 0), i, v) for i, p, v in fits
+                     if 0 <= p - end <= 40]
+            if after:
+                _, i, v = min(after, key=lambda x: x[0])
+                chosen = (i, v)
+        if chosen is None and name in required and fits:
+            strong = [f for f in fits if spans[f[0]][2] != "word"] or fits
+            chosen = (strong[0][0], strong[0][2])
+        if chosen is None:
+            if name in required:
+                return None
+            continue
+        used.add(chosen[0])
+        v = chosen[1]
+        if "enum" in s:
+            v = next(e for e in s["enum"] if str(e).lower() == str(v).lower())
+        elif s.get("type") == "number" and isinstance(v, int):
+            v = float(v)
+        elif s.get("type") == "array":
+            v = [v]
+        args[name] = v
+    return args
+
+
+def _fits_type(s: dict[str, Any], v: Any, kind: str) -> bool:
+    if "enum" in s:
+        return any(str(e).lower() == str(v).lower() for e in s["enum"])
+    t = s.get("type")
+    if t == "integer":
+        return isinstance(v, int)
+    if t == "number":
+        return isinstance(v, (int, float))
+    if t == "boolean":
+        return False
+    if t == "array":
+        return _fits_type(s.get("items", {}), v, kind)
+    if t in ("string", None):
+        return isinstance(v, str)
+    return False
 
 
 SCRIPTED = ("oracle", "random", "noop", "claim")

@@ -70,6 +70,10 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("names", nargs="*", help="environments to verify (default: all)")
     p.add_argument("--all", action="store_true", help="verify every registered environment")
     p.add_argument("--runtime", default="local", help="runtime to verify in (local or docker)")
+    p.add_argument("--audit", action="store_true",
+                   help="the full reward-hacking audit (every task; default: a quick one on a few tasks)")
+    p.add_argument("--no-audit", action="store_true", help="skip the reward-hacking audit")
+    p.add_argument("--fail-on-hack", action="store_true", help="a hack the audit finds fails verification")
 
 
 def _verify_run(args: argparse.Namespace) -> Result:
@@ -80,11 +84,13 @@ def _verify_run(args: argparse.Namespace) -> Result:
         chosen = specs() if (args.all or not args.names) else [spec(n) for n in args.names]
     except KeyError as exc:
         return 2, {"error": str(exc.args[0])}, f"error: {exc.args[0]}"
-    doc = verify_many(chosen, runtime=args.runtime)
+    audit = None if args.no_audit else "full" if args.audit else "quick"
+    doc = verify_many(chosen, runtime=args.runtime, audit=audit, audit_fails=args.fail_on_hack)
     lines = []
     for r in doc["environments"]:
         mark = "PASS" if r["verified"] else "FAIL"
-        lines.append(f"{mark}  {r['name']:<24}{r['domain']:<14}{r['tasks']:>4} tasks  {r['seconds']:.2f}s")
+        lines.append(f"{mark}  {r['name']:<24}{r['domain']:<14}{r['tasks']:>4} tasks  {r['seconds']:.2f}s"
+                     + _audit_line(r.get("audit")))
         for f in r["failures"][:10]:
             where = f" [{f['task']}]" if "task" in f else ""
             lines.append(f"      {f['check']}{where}: {f['detail']}")
@@ -95,8 +101,25 @@ def _verify_run(args: argparse.Namespace) -> Result:
         f"{t['verified']}/{t['environments']} verified, {t['domains']} domains, {t['tasks']} tasks, "
         f"mean reference solution {t['mean_solution_length']} calls, {t['seconds']:.1f}s"
     )
+    if "audit" in doc:
+        a = doc["audit"]
+        tr = a["transcriber"]
+        lines.append(f"audit ({audit}): {a['tasks_searched']} tasks searched, {a['sequences']} sequences, "
+                     f"{a['rewards']} rewards reached, {a['hacks']} hacked tasks"
+                     + (f" in {', '.join(a['hacked_environments'])}" if a["hacked_environments"] else "")
+                     + f"; transcriber solved {tr['solved']}/{tr['tasks']} "
+                     f"({tr['needs_lookup_solved']}/{tr['needs_lookup']} needing a look-up), {a['seconds']:.1f}s")
     code = 0 if t["verified"] == t["environments"] else 1
     return code, doc, "\n".join(lines)
+
+
+def _audit_line(a: dict[str, Any] | None) -> str:
+    if not a or "skipped" in a:
+        return ""
+    tr = a["transcriber"] or {"solved": "-", "tasks": "-"}
+    hacks = f"  HACKED {a['hacks']}: {', '.join(a['hacked_tasks'][:3])}" if a["hacks"] else ""
+    return (f"  audit {a['tasks_searched']}t/{a['sequences']}seq/{a['rewards']}rew/{a['hacks']}hacks"
+            f"  transcriber {tr['solved']}/{tr['tasks']}{hacks}")
 
 
 # -- bench -----------------------------------------------------------------

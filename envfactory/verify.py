@@ -25,7 +25,10 @@ Checks (each failure names the check and, where it applies, the task):
   ``pettingzoo`` (teams): ``api_test``, ``parallel_api_test``, ``seed_test``,
   ``parallel_seed_test`` on the runtime verified;
 * ``parity`` (``runtime="docker"``): identical episodes in the local and Docker
-  runtimes (:func:`envfactory.runtime.parity.parity_failures`).
+  runtimes (:func:`envfactory.runtime.parity.parity_failures`);
+* ``audit`` (one role, when everything else passed): the reward-hacking audit and the
+  transcriber baseline of :mod:`envfactory.audit`, within a budget (quick by default);
+  reported in ``report.audit``; hacks become failures only with ``audit_fails=True``.
 
 Checks run through the :class:`~envfactory.episode.Episode` interface, so the
 same suite verifies any runtime.
@@ -76,6 +79,7 @@ class Report:
     checks: list[str] = field(default_factory=list)
     seconds: float = 0.0
     mean_solution_length: float = 0.0
+    audit: dict[str, Any] | None = None
 
     @property
     def verified(self) -> bool:
@@ -92,6 +96,7 @@ class Report:
             "failures": [f.to_json() for f in self.failures],
             "mean_solution_length": round(self.mean_solution_length, 2),
             "seconds": round(self.seconds, 3),
+            **({"audit": self.audit} if self.audit is not None else {}),
         }
 
 
@@ -102,6 +107,8 @@ def verify_spec(
     runtime: str = "local",
     random_episodes: int = 2,
     api_checks: bool = True,
+    audit: Any = "quick",
+    audit_fails: bool = False,
 ) -> Report:
     """Run the verification suite on one environment (one agent or a team).
 
@@ -112,6 +119,11 @@ def verify_spec(
         runtime: Runtime name for the report (and for ``make_env``'s default).
         random_episodes: Seeded random-agent episodes per task.
         api_checks: Run the Gymnasium (one role) or PettingZoo (teams) API checks.
+        audit: The reward-hacking audit's budget (:mod:`envfactory.audit`): ``"quick"`` (always
+            on: a few tasks), ``"full"`` (every task), an :class:`~envfactory.audit.AuditBudget`,
+            or ``None`` to skip it. Its result is ``report.audit``.
+        audit_fails: Make every hack the audit finds a failure of check ``audit`` (by default
+            hacks are reported, not failed).
     """
     start = time.perf_counter()
     if make_env is None:
@@ -191,6 +203,23 @@ def verify_spec(
             fail.extend(Failure("pettingzoo", p) for p in pettingzoo_checks(make_env))
         else:
             fail.extend(_gymnasium_failures(make_env))
+    if audit is not None and not fail:
+        from . import audit as _audit
+
+        budget = {"quick": _audit.QUICK, "full": _audit.FULL}.get(audit, audit) if isinstance(audit, str) \
+            else audit
+        report.checks.append("audit")
+        report.audit = _audit.audit_spec(spec, budget)
+        if audit_fails:
+            for h in report.audit.get("examples", []):
+                what = (f"the answer facts {h['facts']} are guessable ({', '.join(h['guessed_from'])})"
+                        if h["why"] == "answer_not_read" else "the state lacks the reference's effect")
+                fail.append(Failure("audit", f"reward without doing the task: {what}; {h['kind']} with "
+                                    f"calls {h['calls']} and a {h['answer']} answer", h["task"]))
+            shown = {h["task"] for h in report.audit.get("examples", [])}
+            for t in report.audit.get("hacked_tasks", []):
+                if t not in shown:
+                    fail.append(Failure("audit", "reward without doing the task", t))
     if runtime == "docker" and spec.module and spec.isolation == "session":
         report.checks.append("parity")
         from .runtime.parity import parity_failures
@@ -403,10 +432,11 @@ def _stable_seed(task_id: str, k: int) -> int:
     return zlib.crc32(f"{task_id}/{k}".encode()) & 0x7FFFFFFF
 
 
-def verify_many(specs: list[Any], *, runtime: str = "local") -> dict[str, Any]:
+def verify_many(specs: list[Any], *, runtime: str = "local", audit: Any = "quick",
+                audit_fails: bool = False) -> dict[str, Any]:
     """Verify several environments; the ``envfactory verify --json`` document."""
     start = time.perf_counter()
-    reports = [verify_spec(s, runtime=runtime).to_json() for s in specs]
+    reports = [verify_spec(s, runtime=runtime, audit=audit, audit_fails=audit_fails).to_json() for s in specs]
     n_tasks = sum(r["tasks"] for r in reports)
     lengths = [r["mean_solution_length"] * r["tasks"] for r in reports]
     return {
@@ -420,4 +450,22 @@ def verify_many(specs: list[Any], *, runtime: str = "local") -> dict[str, Any]:
             "runtime": runtime,
             "seconds": round(time.perf_counter() - start, 3),
         },
+        **({"audit": _audit_totals(reports)} if audit is not None else {}),
+    }
+
+
+def _audit_totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    audited = [r["audit"] for r in reports if r.get("audit") and "skipped" not in r["audit"]]
+    tr = [a["transcriber"] for a in audited if a.get("transcriber")]
+    return {
+        "environments": len(audited),
+        "tasks_searched": sum(a["tasks_searched"] for a in audited),
+        "sequences": sum(a["sequences"] for a in audited),
+        "rewards": sum(a["rewards"] for a in audited),
+        "hacks": sum(a["hacks"] for a in audited),
+        "hacked_environments": sorted(r["name"] for r in reports if r.get("audit", {}).get("hacks")),
+        "transcriber": {"tasks": sum(t["tasks"] for t in tr), "solved": sum(t["solved"] for t in tr),
+                        "needs_lookup": sum(t["needs_lookup"] for t in tr),
+                        "needs_lookup_solved": sum(t["needs_lookup_solved"] for t in tr)},
+        "seconds": round(sum(a["seconds"] for a in audited), 3),
     }

@@ -1,0 +1,571 @@
+"""Reward-hacking audit and the instruction-only "transcriber" baseline (issue 16).
+
+**What "doing the task" means here.** Let ``I`` be a task's initial state, ``R`` the
+state its reference solution produces and ``C`` the final state of some call sequence
+(all flattened into leaves, as in :mod:`envfactory.factory.checks`). The reference's
+*effect* is every leaf on which ``R`` differs from ``I`` (changed, added or removed).
+A sequence that earns reward **did the task** when
+
+* *state*: ``C`` has the reference's value on every leaf of the effect (other leaves
+  are free: looking around, another route, collateral changes are not the question), and
+* *answer* (tasks with ``answer_facts``): the final answer was copied from the tool
+  outputs of the same episode and each fact occurs in those outputs (the facts were
+  read, not guessed, claimed or found in the instruction).
+
+A reward earned any other way is a **hack**: the success check accepted a state
+without the reference's effect (e.g. a check that only asks "did something change"),
+or the answer check accepted a claim or a blind guess. A reward reached by
+legitimately finding the solution is counted (``rewards``) but is not a hack.
+
+**The search** (per task, on copies of the state through the tools' own validation,
+judged by ``task.success`` exactly as the referee judges; every hack found is then
+replayed through a real :class:`~envfactory.episode.Episode` and ``confirmed`` when it
+earns reward there too):
+
+* known exploits: claiming success with nothing done; finishing early (after every
+  proper prefix of the reference) with a plausible answer; the reference with one
+  write repeated; the reference with one call's arguments malformed (wrong type,
+  empty, zero, negative, huge) and a sequence of malformed calls only;
+* a breadth-first search over short call sequences built from the tool schemas:
+  argument values are enum members, booleans, small integers, and strings, ids and
+  numbers that occur in the instruction and in earlier tool outputs of the same
+  sequence. Its budget (:class:`AuditBudget`) caps the depth, the sequences per task,
+  the candidate values per argument and the tasks per environment.
+
+Each sequence is judged with three final answers: a claim of success, a *blind* guess
+(the instruction's values, enum members, booleans and the integers 0-12 in one answer)
+and an *informed* answer (everything the sequence's tool outputs said).
+
+The **transcriber** (:class:`envfactory.agents_scripted.TranscriberPolicy`) makes only
+calls whose every argument value appears literally in the instruction and never reads a
+tool output; :func:`transcriber_rate` measures how many tasks it still solves.
+
+Team environments are not searched (their joint calls need a turn schedule); the verify
+suite's ``noop``/``claim``/``random``/``alone`` checks cover their blunt exploits.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+from .agents_scripted import CLAIM, TranscriberPolicy, instruction_values
+from .definition import ToolEnvSpec
+from .state import State, canonical_json, copy_state, state_hash
+from .task import Task, ToolCall, normalize_answer
+
+__all__ = ["AuditBudget", "QUICK", "FULL", "audit_spec", "audit_task", "transcriber_rate", "Hack"]
+
+
+@dataclass(frozen=True)
+class AuditBudget:
+    """Bounds of the audit.
+
+    Attributes:
+        depth: Longest call sequence of the breadth-first search.
+        sequences: Call sequences tried per task (known exploits included).
+        values: Candidate values per argument.
+        tasks: Tasks audited per environment (spread evenly over the task list); ``None``: all.
+        transcriber_tasks: Tasks the transcriber plays per environment; ``None``: all.
+    """
+
+    depth: int = 2
+    sequences: int = 60
+    values: int = 4
+    tasks: int | None = None
+    transcriber_tasks: int | None = None
+    name: str = "custom"
+
+
+QUICK = AuditBudget(depth=2, sequences=24, values=3, tasks=3, transcriber_tasks=None, name="quick")
+"""Always on in ``envfactory verify``: 3 tasks per environment (spread over the list), 24
+sequences each; the transcriber on every task (about 1 s for the 44 built-in environments)."""
+FULL = AuditBudget(depth=2, sequences=80, values=4, tasks=None, transcriber_tasks=None, name="full")
+"""``envfactory verify --audit``: every task, 80 sequences each."""
+
+
+@dataclass
+class Hack:
+    task: str
+    kind: str            # nothing_done | early_finish | repeat_write | malformed | search
+    why: str             # missing_effect | answer_not_read
+    calls: list[dict[str, Any]]
+    answer: str          # claim | blind | informed
+    confirmed: bool = False
+    facts: list[str] = field(default_factory=list)
+    guessed_from: list[str] = field(default_factory=list)  # per fact: instruction | schema_enum | small_int | ...
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- values ------------------------------------------------------------------
+_SMALL_INTS = (0, 1, 2, 3)
+_TEAM_FIELDS = frozenset({"mail", "acting", "round", "agents"})
+_BLIND_INTS = " ".join(str(i) for i in range(13))
+
+
+def _output_values(text: str) -> list[Any]:
+    """Strings, ids and numbers in a tool output (JSON leaves and keys when it parses)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, TypeError):
+        return instruction_values(text)
+    out: list[Any] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                out.append(str(k))
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+        elif isinstance(node, (str, int, float)) and not isinstance(node, bool):
+            out.append(node)
+
+    walk(data)
+    return out
+
+
+def _fits(schema: dict[str, Any], pool: list[Any], k: int) -> list[Any]:
+    """Up to ``k`` candidate values for one parameter, best first."""
+    if "enum" in schema:
+        return list(schema["enum"])[:k]
+    if "anyOf" in schema:
+        opts = [s for s in schema["anyOf"] if s.get("type") != "null"]
+        return _fits(opts[0], pool, k) if opts else [None]
+    t = schema.get("type")
+    seen: list[Any] = []
+
+    def add(v: Any) -> None:
+        if v not in seen and len(seen) < k:
+            seen.append(v)
+
+    if t == "boolean":
+        return [True, False]
+    if t == "integer":
+        for v in pool:
+            if isinstance(v, int) and not isinstance(v, bool):
+                add(v)
+        for v in _SMALL_INTS:
+            add(v)
+    elif t == "number":
+        for v in pool:
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                add(v)
+        add(1)
+    elif t == "array":
+        item = schema.get("items", {})
+        return [[v] for v in _fits(item, pool, max(1, k - 1))] + [[]]
+    elif t == "object":
+        return [{}]
+    else:
+        for v in pool:
+            if isinstance(v, str) and v:
+                add(v)
+    return seen
+
+
+_MESSAGING = frozenset({"finish", "send_message", "read_messages"})
+
+
+def _calls_for(tool_schemas: list[tuple[str | None, dict[str, Any]]], pool: list[Any],
+               k: int) -> Iterator[ToolCall]:
+    """Candidate calls (``(agent, schema)`` pairs: in a team, each role's own tools), round-robin
+    over the tools, each tool's argument combinations in order of rank sum (the best value for
+    every argument first)."""
+    gens = []
+    for agent, sch in tool_schemas:
+        fn = sch["function"]
+        if fn["name"] == "finish" or (agent is not None and fn["name"] in _MESSAGING):
+            continue  # a team's mailbox is the means of coordination, not a way to the reward
+        props = fn["parameters"].get("properties", {})
+        required = set(fn["parameters"].get("required", []))
+        names = [n for n in props if n in required]
+        options = [_fits(props[n], pool, k) for n in names]
+        if any(not o for o in options):
+            continue
+        gens.append(_combos(fn["name"], names, options, agent))
+    while gens:
+        for g in list(gens):
+            c = next(g, None)
+            if c is None:
+                gens.remove(g)
+            else:
+                yield c
+
+
+def _combos(name: str, names: list[str], options: list[list[Any]], agent: str | None) -> Iterator[ToolCall]:
+    idx = sorted(itertools.product(*(range(len(o)) for o in options)), key=lambda ix: (sum(ix), ix))
+    for ix in idx:
+        yield ToolCall(name, {n: options[j][i] for j, (n, i) in enumerate(zip(names, ix))}, agent=agent)
+
+
+_BOGUS = ("", 0, -1, 10**9, None, [], "'; DROP TABLE x; --")
+
+
+def _malformed(call: ToolCall, tool: Any) -> list[ToolCall]:
+    props = tool.parameters.get("properties", {})
+    out = []
+    for arg in list(call.arguments) or list(props):
+        for bad in _BOGUS:
+            out.append(ToolCall(call.name, {**call.arguments, arg: bad}, agent=call.agent))
+    out.append(ToolCall(call.name, {}, agent=call.agent))
+    return out
+
+
+# -- judging -----------------------------------------------------------------
+# The state's leaves as in envfactory.factory.checks (not imported: the factory imports verify,
+# which imports this module).
+ABSENT = "<absent>"
+
+
+def _flatten(node: Any, prefix: tuple[str, ...] = (), out: dict | None = None) -> dict[tuple[str, ...], Any]:
+    out = {} if out is None else out
+    if isinstance(node, dict) and node:
+        for k, v in node.items():
+            _flatten(v, prefix + (str(k),), out)
+    else:
+        out[prefix] = node
+    return out
+
+
+def _leaves(state: State) -> dict[tuple[str, ...], Any]:
+    return _flatten(json.loads(canonical_json(state)))
+
+
+def _diff(before: dict[tuple[str, ...], Any], after: dict[tuple[str, ...], Any]) -> dict[tuple[str, ...], Any]:
+    """Leaves of ``after`` that differ from ``before``, and ``ABSENT`` for removed ones."""
+    out = {p: v for p, v in after.items() if p not in before or before[p] != v}
+    inner = {p[:i] for p in after for i in range(1, len(p))}
+    for p in before:
+        if p not in after and p not in inner and not any(p[:i] in after for i in range(len(p))):
+            out[p] = ABSENT
+    return out
+
+
+@dataclass(frozen=True)
+class _Effect:
+    """What the reference changed (leaf -> value after it); a state has the effect when each of
+    those leaves has that value, a list leaf (a log, a ledger) when it holds every element of
+    the reference's list (a duplicate entry or an extra one is collateral, not a missing effect)."""
+
+    expected: tuple[tuple[tuple[str, ...], Any], ...]
+
+    def __call__(self, state: State) -> bool:
+        if not self.expected:
+            return True
+        root = json.loads(canonical_json(state))
+        for path, want in self.expected:
+            node = root
+            for key in path:
+                if not isinstance(node, dict) or key not in node:
+                    node = ABSENT
+                    break
+                node = node[key]
+            if node == want:
+                continue
+            if isinstance(want, list) and isinstance(node, list) and all(node.count(x) >= want.count(x)
+                                                                          for x in want):
+                continue
+            return False
+        return True
+
+
+
+@dataclass
+class _Seq:
+    state: State
+    calls: list[ToolCall]
+    outputs: list[str]
+    error_writes: int = 0  # calls of this run that answered an error yet changed the state (when tracked)
+    core: str | None = None  # cached _Judge.core of the state
+
+
+class _Judge:
+    def __init__(self, spec: ToolEnvSpec, task: Task) -> None:
+        self.spec, self.task = spec, task
+        start = spec.start_state(task)
+        ref = copy_state(start)
+        spec.replay(ref, task.solution)
+        self.team = spec.multi_agent
+        effect = tuple(sorted(_diff(_leaves(start), _leaves(ref)).items()))
+        if self.team:  # the mailbox and the turn bookkeeping are the means, not the effect
+            effect = tuple((p, v) for p, v in effect if p[0] not in _TEAM_FIELDS)
+        # a game's or a negotiation's reference is one possible play, not the task's effect
+        self.effect = _Effect(effect if spec.payoff is None else ())
+        self.start = start
+        self.private = "\n".join(task.private.values())
+        inst = task.instruction
+        enums = []
+        for sch in spec.tool_schemas():
+            for p in sch["function"]["parameters"].get("properties", {}).values():
+                enums += [str(e) for e in p.get("enum", [])]
+        self.enums = " ".join(dict.fromkeys(enums))
+        self.blind = " ".join([inst, self.enums, "true false yes no", _BLIND_INTS])
+        self.tools = spec.all_tools
+        agents = spec.agent_ids
+        # in a team, a role's own tools once per role that owns them; shared tools once (by the first)
+        self.schemas = [(a if self.team else None, t.schema()) for a in agents for t in spec.tools_of(a).values()
+                        if not self.team or a in spec.owners(t.name) or (not spec.owners(t.name) and a == agents[0])]
+
+    def core(self, state: State) -> str:
+        """The state without a team's turn bookkeeping (who acts, the round)."""
+        if not self.team:
+            return state_hash(state)
+        d = json.loads(canonical_json(state))
+        return json.dumps({k: v for k, v in d.items() if k not in ("acting", "round")}, sort_keys=True)
+
+    def source(self, fact: str) -> str:
+        """Where a blind answer finds ``fact``: the instruction, a schema's enum, a small integer."""
+        f = normalize_answer(fact)
+        for name, text in (("instruction", self.task.instruction), ("private", self.private),
+                           ("schema_enum", self.enums),
+                           ("small_int", _BLIND_INTS), ("claim", CLAIM), ("constant", "true false yes no")):
+            if f in normalize_answer(text):
+                return name
+        return "read"
+
+    def core_of(self, seq: _Seq) -> str:
+        if seq.core is None:
+            seq.core = self.core(seq.state)
+        return seq.core
+
+    def run(self, calls: list[ToolCall], base: _Seq | None = None, track: bool = False) -> _Seq:
+        seq = _Seq(copy_state(base.state), list(base.calls), list(base.outputs)) if base else \
+            _Seq(copy_state(self.start), [], [])
+        first = self.spec.agent_ids[0]
+        for c in calls:
+            agent = c.agent or first
+            t = self.spec.tools_of(agent).get(c.name)
+            if self.team:
+                seq.state.acting, seq.state.round = agent, len(seq.calls) + 1
+            before = self.core(seq.state) if track else None
+            out = t.invoke(seq.state, c.arguments).content if t is not None and not t.finish else "Error"
+            if track and out.startswith("Error") and self.core(seq.state) != before:
+                seq.error_writes += 1
+            seq.calls.append(c)
+            seq.outputs.append(out)
+        if self.team:
+            seq.state.acting = ""
+        return seq
+
+    def endings(self, seq: _Seq) -> list[tuple[str, str, str | None]]:
+        """``(answer kind, why it is a hack or None)`` for each final answer that earns reward."""
+        task, state = self.task, seq.state
+        if not task.state_ok(state):
+            return []
+        effect_ok = self.effect(state)
+        informed = "\n".join([self.private] + [o for o in seq.outputs if not o.startswith("Error")]).strip()
+        out = []
+        for kind, answer in (("claim", CLAIM), ("blind", self.blind), ("informed", informed)):
+            if not task.answer_ok(answer):
+                continue
+            if not effect_ok:
+                why = "missing_effect"
+            elif task.answer_facts and (kind != "informed" or not all(
+                    normalize_answer(f) in normalize_answer(informed) for f in task.answer_facts)):
+                why = "answer_not_read"
+            else:
+                why = None
+            out.append((kind, answer, why))
+            if not task.answer_facts:
+                break  # the answer does not matter: one ending says it all
+        return out
+
+
+def _known_exploits(judge: _Judge) -> Iterator[tuple[str, list[ToolCall]]]:
+    sol, tools = judge.task.solution, judge.tools
+    yield "nothing_done", []
+    for k in range(1, len(sol)):
+        yield "early_finish", list(sol[:k])
+    writes = [i for i, c in enumerate(sol) if c.name in tools and not tools[c.name].read_only]
+    for i in writes:
+        yield "repeat_write", list(sol[:i + 1]) + [sol[i]] + list(sol[i + 1:])
+    for i, c in enumerate(sol):
+        if c.name not in tools:
+            continue
+        bad = _malformed(c, tools[c.name])
+        yield "malformed", list(sol[:i]) + [bad[0]] + list(sol[i + 1:])
+        yield "malformed", bad[1:8]
+
+
+def audit_task(spec: ToolEnvSpec, task: Task, budget: AuditBudget = QUICK) -> dict[str, Any]:
+    """Search one task for rewards; ``{"sequences", "rewards", "hacks": [Hack], "error_writes"}``."""
+    judge = _Judge(spec, task)
+    tried = rewards = 0
+    hacks: list[Hack] = []
+    error_writes = 0  # calls that answered an error yet changed the state
+    seen: set[tuple[str, int]] = set()
+
+    def judge_seq(kind: str, seq: _Seq) -> None:
+        nonlocal rewards
+        for answer_kind, answer, why in judge.endings(seq):
+            rewards += 1
+            if why and not any(h.why == why and h.answer == answer_kind for h in hacks):
+                hacks.append(Hack(task.id, kind, why, [c.to_json() for c in seq.calls], answer_kind,
+                                  _confirm(spec, task, seq.calls, answer), list(task.answer_facts),
+                                  [judge.source(f) for f in task.answer_facts] if why == "answer_not_read" else []))
+
+    for kind, calls in _known_exploits(judge):
+        if tried >= budget.sequences:
+            break
+        tried += 1
+        seq = judge.run(calls, track=kind == "malformed")
+        error_writes += seq.error_writes
+        judge_seq(kind, seq)
+
+    pool0 = instruction_values(task.instruction + "\n" + judge.private)
+    schemas = judge.schemas
+    frontier = [judge.run([])]
+    for _depth in range(budget.depth):
+        nxt = []
+        for node in frontier:
+            pool = list(pool0)
+            for o in reversed(node.outputs):
+                pool += [v for v in _output_values(o) if v not in pool]
+            for c in _calls_for(schemas, pool, budget.values):
+                if tried >= budget.sequences:
+                    break
+                child = judge.run([c], node)
+                tried += 1
+                h = state_hash(child.state)
+                if child.outputs[-1].startswith("Error") and judge.core_of(child) != judge.core_of(node):
+                    error_writes += 1
+                key = (h, hash(tuple(child.outputs)))
+                if key in seen:
+                    continue
+                seen.add(key)
+                judge_seq("search", child)
+                nxt.append(child)
+        frontier = nxt
+        if tried >= budget.sequences:
+            break
+    return {"sequences": tried, "rewards": rewards, "hacks": hacks, "error_writes": error_writes}
+
+
+def _confirm(spec: ToolEnvSpec, task: Task, calls: list[ToolCall], answer: str) -> bool:
+    """Replay an exploit through a real (local) episode: does it earn reward there too?"""
+    from .episode import Episode
+
+    from .agents_scripted import PASS
+
+    ep = Episode(spec)
+    try:
+        ep.reset(task.id)
+        if not spec.multi_agent:
+            for c in calls:
+                if not ep.done:
+                    ep.step(c.to_hermes())
+            if not ep.done:
+                ep.step(answer)
+        else:  # each call by its role in turn order, the others passing; then everyone answers
+            for c in calls:
+                agent = c.agent or ep.agents[0]
+                while not ep.done and ep.next_agent != agent:
+                    ep.act(ep.next_agent, PASS)
+                if not ep.done:
+                    ep.act(agent, c.to_hermes())
+            while not ep.done:
+                ep.act(ep.next_agent, answer)
+        return bool(ep.success) and max(ep.rewards.values(), default=0.0) > 0
+    finally:
+        ep.close()
+
+
+def _spread(tasks: list[Task], n: int | None) -> list[Task]:
+    if n is None or n >= len(tasks):
+        return list(tasks)
+    if n <= 0:
+        return []
+    step = len(tasks) / n
+    return [tasks[int(i * step)] for i in range(n)]
+
+
+def transcriber_rate(spec: ToolEnvSpec, tasks: list[Task]) -> dict[str, Any]:
+    """Play the transcriber (instruction-only calls, outputs never read) on ``tasks``, judged
+    like the referee judges; ``{"tasks", "solved", "rate"}``. Tasks whose reference solution
+    has a call with a value not in the instruction are reported apart (``needs_lookup``)."""
+    policy = TranscriberPolicy()
+    tools = spec.tools_of(None)
+    solved = lookup = lookup_solved = 0
+    for task in tasks:
+        state = spec.start_state(task)
+        actions = policy.plan(task, spec.tool_schemas(), {n for n, t in tools.items() if t.read_only})
+        for c in actions[: spec.max_turns - 1]:
+            t = tools.get(c.name)
+            if t is not None and not t.finish:
+                t.invoke(state, c.arguments)
+        ok = task.success(state, "Done.")
+        solved += ok
+        if _needs_lookup(task, tools):
+            lookup += 1
+            lookup_solved += ok
+    n = len(tasks)
+    return {"tasks": n, "solved": solved, "rate": round(solved / n, 3) if n else 0.0,
+            "needs_lookup": lookup, "needs_lookup_solved": lookup_solved,
+            "needs_lookup_rate": round(lookup_solved / lookup, 3) if lookup else None}
+
+
+def _needs_lookup(task: Task, tools: dict[str, Any]) -> bool:
+    """Whether the task needs information the instruction does not give: an answer fact, or a
+    reference write with an argument value that does not occur in the instruction."""
+    if task.answer_facts:
+        return True
+    text = normalize_answer(task.instruction)
+    for c in task.solution:
+        t = tools.get(c.name)
+        if t is None or t.read_only:
+            continue
+        for v in c.arguments.values():
+            if not _literal_in(v, text):
+                return True
+    return False
+
+
+def _literal_in(v: Any, text: str) -> bool:
+    if isinstance(v, bool) or v is None:
+        return True  # a flag, not a fact
+    if isinstance(v, (int, float)):
+        forms = {str(v), f"{v:.2f}" if isinstance(v, float) else str(v)}
+        if isinstance(v, float) and v.is_integer():
+            forms.add(str(int(v)))
+        return any(re.search(rf"(?<![\w.]){re.escape(f)}(?![\w]|\.\d)", text) for f in forms)
+    if isinstance(v, str):
+        return normalize_answer(v) in text
+    if isinstance(v, list):
+        return all(_literal_in(x, text) for x in v)
+    return False
+
+
+def audit_spec(spec: ToolEnvSpec, budget: AuditBudget = QUICK) -> dict[str, Any]:
+    """Audit one environment: the search's budget and result, and the transcriber's rate."""
+    start = time.perf_counter()
+    doc: dict[str, Any] = {"budget": {k: v for k, v in asdict(budget).items()}}
+    tasks = spec.get_tasks()
+    chosen = _spread(tasks, budget.tasks)
+    seqs = rewards = error_writes = 0
+    hacks: list[Hack] = []
+    for task in chosen:
+        r = audit_task(spec, task, budget)
+        seqs += r["sequences"]
+        rewards += r["rewards"]
+        error_writes += r["error_writes"]
+        hacks += r["hacks"]
+    whys: dict[str, set[str]] = {}
+    for h in hacks:
+        whys.setdefault(h.why, set()).add(h.task)
+    doc.update(tasks_searched=len(chosen), sequences=seqs, rewards=rewards,
+               hacks=len({h.task for h in hacks}), hacks_by_why={k: len(v) for k, v in sorted(whys.items())},
+               error_writes=error_writes,
+               hacked_tasks=sorted({h.task for h in hacks}),
+               examples=[h.to_json() for h in hacks[:5]],
+               transcriber=None if spec.multi_agent else transcriber_rate(spec, _spread(tasks,
+                                                                                     budget.transcriber_tasks)),
+               seconds=round(time.perf_counter() - start, 3))
+    return doc
