@@ -19,7 +19,24 @@ Configuration (environment variables, set by the host):
   non-dumpable, so processes that agent code starts in the container (same
   uid, no capabilities) can read neither the file nor the server's memory, and
   cannot issue calls of their own;
-* ``ENVF_SOCKET`` (default ``/run/envf/s``); ``ENVF_MAX_SESSIONS`` (default 256).
+* ``ENVF_SOCKET`` (default ``/run/envf/s``); ``ENVF_MAX_SESSIONS`` (default 256);
+* ``ENVF_MAX_CONNECTIONS``: connections served at once (default: the sessions plus 64,
+  at most half the container's pid limit). A thread serves each; a connection over the
+  bound is refused with an error (HTTP 503, or a ``{"ok": false, "kind": "busy"}``
+  frame), so the server never runs out of threads (pids) and never dies of a flood;
+* ``ENVF_MAX_LIFETIME_S``: the server exits after this many seconds (the container
+  stops with it), whoever still holds it: a container whose host process was killed
+  does not run forever;
+* ``ENVF_REAP_AGENT_PROCESSES=1`` (containers of ``isolation="container"``
+  environments, which run agent code in child processes): after each request on the
+  session's channel (each ``run`` above all) every other process in the container is
+  killed (``kill(-1, SIGKILL)``: all of them at once, however they detached, ``setsid``
+  included, and a fork bomb cannot outrun it), so nothing an agent started outlives the
+  call that started it (the server waits, at most 2 s, until they are gone and no longer
+  hold pids).
+
+A session ends when its framed channel closes (the host holds one channel per
+session and never reopens it), as well as on ``DELETE /sessions/{id}``.
 
 Hostile input stays with the session that sent it: a request frame that is not
 JSON, or a request that fails, gets an error reply on that session's channel,
@@ -37,9 +54,12 @@ import importlib
 import json
 import os
 import secrets
+import selectors
+import signal
 import socket
 import sys
 import threading
+import time
 from typing import Any
 
 from .definition import ToolEnvSpec
@@ -81,12 +101,16 @@ class Server:
         max_sessions: Sessions allowed at once (1 for per-session containers).
     """
 
-    def __init__(self, spec: ToolEnvSpec, token: str, max_sessions: int = 256) -> None:
+    def __init__(self, spec: ToolEnvSpec, token: str, max_sessions: int = 256, *,
+                 max_connections: int | None = None, reap: bool = False) -> None:
         self.spec = spec
         self._token = token.encode()
         self.max_sessions = max_sessions
+        self.max_connections = max_connections or _default_max_connections(max_sessions)
+        self.reap = reap
         self.sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.max_connections)
 
     def _add(self, world: LocalWorld) -> str:
         with self._lock:
@@ -167,10 +191,19 @@ class Server:
             send_frame(conn, {"ok": False, "error": "missing or wrong token"})
             return
         sid = hello.get("session")
-        if sid not in self.sessions:
+        own = self.sessions.get(sid) if sid.__class__ is str else None
+        if own is None:
             send_frame(conn, {"ok": False, "error": f"no session {sid!r} in this container"})
             return
-        send_frame(conn, {"ok": True})
+        try:
+            send_frame(conn, {"ok": True})
+            self._serve_channel(conn, sid)
+        finally:  # the channel was the session's only way in: the session ends with it
+            with self._lock:
+                if self.sessions.get(sid) is own:
+                    del self.sessions[sid]
+
+    def _serve_channel(self, conn: socket.socket, sid: str) -> None:
         sessions, op = self.sessions, self._op
         while True:
             try:
@@ -183,7 +216,11 @@ class Server:
                 if s is None:
                     raise LookupError(f"session {sid!r} was closed")
                 with s.lock:
-                    reply = op(s.world, req)
+                    try:
+                        reply = op(s.world, req)
+                    finally:
+                        if self.reap:
+                            _kill_other_processes()
             except (KeyError, ValueError, TypeError) as exc:
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": type(exc).__name__}
             except Exception as exc:
@@ -236,6 +273,12 @@ class Server:
         return reply
 
     # -- connections -----------------------------------------------------
+    def _handle_in_slot(self, conn: socket.socket) -> None:
+        try:
+            self._handle(conn)
+        finally:
+            self._slots.release()
+
     def _handle(self, conn: socket.socket) -> None:
         try:
             head = b""
@@ -264,9 +307,116 @@ class Server:
         srv.bind(tmp)
         srv.listen(256)
         os.rename(tmp, path)
+        # One thread here accepts, starts a handler thread per connection while fewer than
+        # ``max_connections`` are open, and answers the excess with an error (without a
+        # thread: they wait in the selector until their first bytes say which protocol
+        # they speak, at most _REFUSE_WAIT_S).
+        sel = selectors.DefaultSelector()
+        sel.register(srv, selectors.EVENT_READ, None)
+        pending: dict[socket.socket, float] = {}
         while True:
-            conn, _ = srv.accept()
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+            wait = None
+            if pending:
+                wait = max(0.0, min(pending.values()) - time.monotonic())
+            for key, _ in sel.select(wait):
+                if key.data is None:
+                    try:
+                        conn, _ = srv.accept()
+                    except OSError:
+                        continue
+                    if self._start_handler(conn):
+                        continue
+                    if len(pending) >= _MAX_PENDING_REFUSALS:
+                        conn.close()
+                        continue
+                    conn.setblocking(False)
+                    sel.register(conn, selectors.EVENT_READ, "refuse")
+                    pending[conn] = time.monotonic() + _REFUSE_WAIT_S
+                else:
+                    conn = key.fileobj  # type: ignore[assignment]
+                    sel.unregister(conn)
+                    del pending[conn]
+                    self._refuse(conn)
+            now = time.monotonic()
+            for conn in [c for c, at in pending.items() if at <= now]:
+                sel.unregister(conn)
+                del pending[conn]
+                conn.close()
+
+    def _start_handler(self, conn: socket.socket) -> bool:
+        """Serve ``conn`` on a thread of its own if a slot is free (and a thread can start)."""
+        if not self._slots.acquire(blocking=False):
+            return False
+        try:
+            threading.Thread(target=self._handle_in_slot, args=(conn,), daemon=True).start()
+        except RuntimeError:  # no thread to be had (the pid limit): refuse, keep serving
+            self._slots.release()
+            return False
+        return True
+
+    def _refuse(self, conn: socket.socket) -> None:
+        """Answer a connection over the bound with an error in its own protocol, and close it."""
+        msg = (f"this container serves at most {self.max_connections} connections at once; "
+               "try again when one closes")
+        try:
+            head = conn.recv(len(MAGIC), socket.MSG_PEEK)
+            if head and MAGIC.startswith(head[:len(MAGIC)]):
+                conn.sendall(encode_frame({"ok": False, "error": msg, "kind": "busy"}))
+            elif head:
+                payload = _dumps({"error": msg, "kind": "busy"}).encode()
+                conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                             b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(payload) + payload)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+
+_REFUSE_WAIT_S = 2.0
+_MAX_PENDING_REFUSALS = 256
+
+
+def _default_max_connections(max_sessions: int) -> int:
+    """The sessions plus 64, at most half the container's pid limit (each connection is a thread)."""
+    n = max_sessions + 64
+    for path in ("/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            n = min(n, int(text) // 2)
+        break
+    return max(4, n)
+
+
+def _kill_other_processes(wait: float = 2.0) -> None:
+    """Kill every process of the container but this server and its init (agent code's
+    children, detached or not). ``kill(-1)`` signals them all in one pass that a fork
+    cannot race; then wait (at most ``wait`` seconds) until they are gone, reaping the
+    server's own children (init reaps the rest), so that none holds a pid afterwards."""
+    deadline = time.monotonic() + wait
+    me = os.getpid()
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:  # ProcessLookupError: nothing else is running
+            pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        try:
+            others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+        except OSError:
+            return
+        if not others or time.monotonic() > deadline:
+            return
+        time.sleep(0.002)
 
 
 def _harden() -> None:
@@ -296,7 +446,20 @@ def main() -> None:
         importlib.import_module(module)
     spec = get_spec(name)
     spec.get_tasks()  # build and replay the tasks now, not on the first start
-    Server(spec, token, int(os.environ.get("ENVF_MAX_SESSIONS", "256"))).serve_forever(
+    try:
+        lifetime = float(os.environ.get("ENVF_MAX_LIFETIME_S") or 0)
+    except ValueError:
+        lifetime = 0.0
+    if lifetime > 0:
+        timer = threading.Timer(lifetime, os._exit, args=(0,))
+        timer.daemon = True
+        timer.start()
+    max_conn = os.environ.get("ENVF_MAX_CONNECTIONS", "")
+    # Killing every other process is only right inside the container, where this server is
+    # the child of its init (pid 1) and everything else is agent code.
+    reap = os.environ.get("ENVF_REAP_AGENT_PROCESSES") == "1" and os.getppid() == 1
+    Server(spec, token, int(os.environ.get("ENVF_MAX_SESSIONS", "256")),
+           max_connections=int(max_conn) if max_conn.isdigit() else None, reap=reap).serve_forever(
         os.environ.get("ENVF_SOCKET", "/run/envf/s")
     )
 

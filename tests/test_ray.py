@@ -25,6 +25,20 @@ def pool():
     ray.shutdown()
 
 
+def _kill(actor):
+    """ray.kill, then wait until the actor is really gone (the kill is asynchronous: a call made
+    right after it may still reach the old actor)."""
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.ping.remote(), timeout=10)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return
+        time.sleep(0.1)
+    raise AssertionError("the killed actor still answers")
+
+
 def _ray_episode(name, pool, **kw):
     s = envfactory.spec(name)
     return Episode(s, RayWorld(s, pool=pool), **kw)
@@ -89,7 +103,7 @@ def test_a_dead_actor_is_replaced_and_its_worlds_rebuilt_by_replay(pool):
     bystander = far.fork()  # on the other actor, or the same one: its state must survive either way
     mid = far.state.model_dump()
     before = dict(pool.stats)
-    ray.kill(pool._actors[far.world._slot], no_restart=True)
+    _kill(pool._actors[far.world._slot])
     for c in task.solution[half:]:
         assert far.step(c.to_hermes()).messages == near.step(c.to_hermes()).messages
     assert far.state == near.state
@@ -111,7 +125,7 @@ def test_every_world_of_a_dead_actor_is_rebuilt_not_only_the_first_to_notice():
         for ep in (a, b):
             ep.reset("counter-0-9")
             ep.step(call("increment", by=2).to_hermes())
-        ray.kill(one._actors[0], no_restart=True)
+        _kill(one._actors[0])
         assert a.step(call("increment", by=1).to_hermes()).messages[0]["content"] == "3"
         assert b.step(call("increment", by=3).to_hermes()).messages[0]["content"] == "5"
         assert one.stats["dead_workers"] == 1 and one.stats["replayed_worlds"] == 2

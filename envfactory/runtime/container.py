@@ -57,12 +57,17 @@ class ContainerError(RuntimeError):
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one container (memory in MiB, CPUs, processes+threads, /tmp in MiB)."""
+    """Resource limits of one container (memory in MiB, CPUs, processes+threads, /tmp and /dev/shm in MiB,
+    and its lifetime in seconds: its server exits then, whoever holds it, so even a container
+    whose owner was killed stops; the pool stops giving out a container at 90% of its lifetime
+    and removes it once its last session ends; ``None``: no limit)."""
 
     memory_mb: int = 512
     cpus: float = 1.0
     pids: int = 256
     tmpfs_mb: int = 64
+    shm_mb: int = 16
+    max_lifetime_s: float | None = 24 * 3600.0
 
 
 def owner_label() -> str:
@@ -164,6 +169,8 @@ class Container:
         self.socket_path = os.path.join(self.host_dir, "s")
         self.name = f"envf-{spec.name.lower()}-{secrets.token_hex(4)}"
         t0 = time.perf_counter()
+        life = limits.max_lifetime_s
+        self.retire_at = None if not life else time.monotonic() + 0.9 * life
         try:
             self._c = client.containers.run(
                 image,
@@ -180,6 +187,7 @@ class Container:
                 memswap_limit=f"{limits.memory_mb}m",
                 nano_cpus=int(limits.cpus * 1e9),
                 pids_limit=limits.pids,
+                shm_size=f"{limits.shm_mb}m",
                 volumes={self.host_dir: {"bind": "/run/envf", "mode": "rw"}},
                 environment={
                     "ENVF_ENV": spec.name,
@@ -187,6 +195,11 @@ class Container:
                     "ENVF_TOKEN_FILE": "/run/envf/token",
                     "ENVF_SOCKET": "/run/envf/s",
                     "ENVF_MAX_SESSIONS": str(max_sessions),
+                    # each connection is a server thread: stay well inside the pid limit
+                    "ENVF_MAX_CONNECTIONS": str(max(4, min(max_sessions + 64, limits.pids // 2))),
+                    # agent code runs in child processes: none outlives the call that started it
+                    "ENVF_REAP_AGENT_PROCESSES": "1" if spec.isolation == "container" else "0",
+                    "ENVF_MAX_LIFETIME_S": str(float(life)) if life else "",
                 },
                 labels={
                     LABEL: "1",
@@ -306,6 +319,13 @@ class Container:
         except OSError as exc:
             s.close()
             self.dead = True
+            if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
+                # the server holds its listening socket for life: a path that no longer reaches
+                # it was replaced or removed from inside the container (or the server died)
+                raise ContainerError(
+                    f"{self.spec.name}: cannot open a channel to container {self.name}: its socket no longer "
+                    f"reaches the environment server ({exc}; {self.describe_exit()}): something in the "
+                    "container replaced or removed it, or the server died. Start a new episode.") from None
             raise ContainerError(f"{self.spec.name}: cannot open a channel to container {self.name}: {exc}") from None
         if reply.__class__ is not dict:
             s.close()
@@ -317,6 +337,12 @@ class Container:
         return s
 
     # -- lifecycle -------------------------------------------------------
+    @property
+    def retiring(self) -> bool:
+        """Near the end of its lifetime (``Limits.max_lifetime_s``): no new sessions here."""
+        at = getattr(self, "retire_at", None)
+        return at is not None and time.monotonic() >= at
+
     def status(self) -> dict[str, Any]:
         try:
             return self.client.api.inspect_container(self.id)["State"]

@@ -28,6 +28,7 @@ referee ends the episode as truncated with an error observation.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Sequence
 
 from ..definition import ToolEnvSpec
@@ -38,7 +39,7 @@ from ..tooling import ToolOutcome
 from ..world import World, WorldTimeout
 from .container import Container, ContainerError, Limits
 from .docker_session import SessionLink
-from .pool import Pool, get_pool
+from .pool import Pool, get_pool, in_background
 from . import wire
 from .wire import FrameEncodeError, encode_frame
 
@@ -50,6 +51,11 @@ _KINDS = frozenset(("ok", "invalid_arguments", "tool_error", "exception"))  # wh
 def _unsendable(call: ToolCall, exc: Exception) -> ToolOutcome:
     return ToolOutcome(f"Error: invalid arguments for tool '{call.name}': they cannot be sent as JSON ({exc}).",
                        False, "invalid_arguments")
+
+
+def _close_dropped(link: SessionLink) -> None:
+    if link.container is not None:
+        in_background(link.drop)
 
 
 class ContainerWorld(World):
@@ -72,6 +78,10 @@ class ContainerWorld(World):
         self.step_timeout = step_timeout
         self.pool = pool or get_pool(spec, image, **pool_options)
         self._link = SessionLink(self.pool, spec.name, step_timeout)
+        # Dropped without close(): its session is closed (its container, if its own, removed)
+        # when the world is collected, on a background worker, never on the collecting thread.
+        # At interpreter exit the pools remove everything at once instead.
+        weakref.finalize(self, _close_dropped, self._link).atexit = False
         # A team's referee reads the mail every turn, and a ``terminal`` rule the
         # state after every turn: then each reply carries the state, else it is
         # fetched when asked for (at the end of an episode).
