@@ -83,46 +83,53 @@ def _lab(rng: random.Random) -> dict:
                         for i in range(1, rng.randint(3, 5))}}
 
 
+def _from_class(*args, **kwargs):
+    # The built-in class environments keep the detailed error text ("Error: tool 'x' failed:
+    # ValueError: ...") that the pinned pretraining corpus and every figure measured with the
+    # embedded model were made with; new environments get the class's own message by default.
+    return from_class(*args, errors="detailed", **kwargs)
+
+
 def _specs():
-    yield from_class(SmartHome, name="SmartHome-v0", domain="smart_home", config=_home,
+    yield _from_class(SmartHome, name="SmartHome-v0", domain="smart_home", config=_home,
                      arguments={"room": "keys:lights", "zone": "keys:thermostats", "door": "keys:locks",
                                 "brightness": [0, 10, 30, 50, 75, 90, 100], "celsius": list(range(15, 26)),
                                 "name": ["movie", "dinner", "reading", "party"]})
-    yield from_class(Vehicle, name="Vehicle-v0", domain="vehicle", config=_vehicle,
+    yield _from_class(Vehicle, name="Vehicle-v0", domain="vehicle", config=_vehicle,
                      arguments={"door": "keys:doors", "destination": "keys:destinations",
                                 "celsius": list(range(16, 29)), "reason": ["trip cancelled", "new plan"],
                                 "name": NEW_NAMES, "distance_km": [3, 7, 12, 25, 40]},
                      read_only={"status"})
-    yield from_class(Brokerage, name="Trading-v0", domain="trading", config=_brokerage,
+    yield _from_class(Brokerage, name="Trading-v0", domain="trading", config=_brokerage,
                      arguments={"symbol": "keys:prices", "sell.symbol": "keys:positions",
                                 "quantity": [1, 2, 3, 5, 10], "order_id": "keys:orders",
                                 "limit": [10.0, 25.5, 50.0, 99.9, 150.0]},
                      read_only={"quote", "portfolio"})
-    yield from_class(GitRepo, name="GitRepo-v0", domain="version_control", config=_repo,
+    yield _from_class(GitRepo, name="GitRepo-v0", domain="version_control", config=_repo,
                      arguments={"path": "keys:files", "write.path": ["CHANGELOG.md", "app.py", "docs/intro.md",
                                                                      "lib/util.py", "notes.txt"],
                                 "content": ["fix typo", "v2", "TODO: tests", "hello"],
                                 "message": ["fix typo", "add notes", "update docs", "release 1.1"],
                                 "name": ["feature", "hotfix", "release"], "branch": "keys:branches"},
                      read_only={"status", "log"})
-    yield from_class(Spreadsheet, name="Spreadsheet-v0", domain="spreadsheet", config=_sheet,
+    yield _from_class(Spreadsheet, name="Spreadsheet-v0", domain="spreadsheet", config=_sheet,
                      arguments={"sheet": "keys:sheets", "cell": "keys:sheets.*", "set_number.cell":
                                 ["B8", "C2", "D4", "B9"], "set_text.cell": ["A8", "C1", "D1"],
                                 "column": ["A", "B", "C"], "target": ["C1", "D2", "B10"],
                                 "value": [5, 42, 120, 999], "text": ["total", "q3", "checked"],
                                 "name": ["Q1", "Q2", "Archive"]})
-    yield from_class(ChatWorkspace, name="TeamChat-v0", domain="messaging", config=_chat,
+    yield _from_class(ChatWorkspace, name="TeamChat-v0", domain="messaging", config=_chat,
                      arguments={"channel": "keys:channels", "user": "values:users.*",
                                 "author": "values:users.*", "index": [0, 1],
                                 "name": ["launch", "random", "oncall"],
                                 "topic": ["release planning", "incident review", "lunch"],
                                 "text": ["deploy at 5pm", "standup moved", "great work all"]},
                      read_only={"list_channels", "read_channel"})
-    yield from_class(SocialFeed, name="Social-v0", domain="social", config=_social,
+    yield _from_class(SocialFeed, name="Social-v0", domain="social", config=_social,
                      arguments={"person": "values:people.*", "post_id": "keys:posts",
                                 "text": ["Weekend trip photos", "Reading list", "Nice one!"]},
                      read_only={"timeline"})
-    yield from_class(LabNotebook, name="LabBench-v0", domain="lab", config=_lab,
+    yield _from_class(LabNotebook, name="LabBench-v0", domain="lab", config=_lab,
                      arguments={"sample_id": "keys:samples", "register_sample.sample_id": ["S7", "S8", "S9"],
                                 "new_id": ["S10", "S11"], "protocol": "keys:protocols",
                                 "reagent": "keys:reagents", "ml": [10, 50, 100, 250],

@@ -146,3 +146,18 @@ def test_same_seed_same_weights(tokenizer, tmp_path) -> None:
         _train(tmp_path / name, build_tiny_model(), plays, cfg, 0, lambda m: None)
         out.append((tmp_path / name / "model.safetensors").read_bytes())
     assert out[0] == out[1]
+
+
+PINNED_CORPUS_HASH = "3715870021f12f30"
+"""The default pretraining corpus's hash, with which every figure of the README's quickstart was
+measured (on two installs). A change to a corpus environment's tools, tasks or error texts changes
+it, and with it the pretrained models and every figure: if the change is intended, bump the
+recipe's format, re-measure, and update this constant with the figures."""
+
+
+def test_the_default_pretraining_corpus_is_pinned():
+    from agents.pretrain import corpus_hash, pretrain_corpus
+
+    assert corpus_hash(pretrain_corpus()) == PINNED_CORPUS_HASH, (
+        "the default pretraining corpus changed (see PINNED_CORPUS_HASH): the embedded model's "
+        "figures no longer hold until re-measured")
