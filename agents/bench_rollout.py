@@ -139,7 +139,8 @@ def bench_rollout(episodes_per_env: int = 4, max_new_tokens: int = 48) -> dict[s
             "rollout_hf_2threads_vs_1thread_speed_ratio": round(
                 (m2["tokens"] + m2["prefill"]) / m2["s"] / ((m["tokens"] + m["prefill"]) / m["s"]), 3),
             "rollout_matmul_prefill_2threads_vs_1thread_ratio": round(
-                matmul_flops_per_s(hf.model, 512, 2) / matmul_flops_per_s(hf.model, 512, 1), 3)}
+                matmul_flops_per_s(hf.model, 512, 2) / (peak if threads == 1 else matmul_flops_per_s(hf.model, 512, 1)),
+                3)}
     del hf
     if not vllm_available():
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):

@@ -337,14 +337,13 @@ class Trainer:
 
         trajs = load_trajectories(trajectories) if isinstance(trajectories, (str, Path)) else list(trajectories)
         leaked = []
-        for t in trajs:
-            if not self.respect_splits:
-                break
+        for t in trajs if self.respect_splits else ():
             try:
                 spec = envfactory.spec(t.env_name)
-                leaked += [f"{t.env_name}/{t.task_id}"] if spec.split(t.task_id) == "eval" else []
             except KeyError:  # an environment this process does not know: no split to check
                 continue
+            if spec.split(t.task_id) == "eval":
+                leaked.append(f"{t.env_name}/{t.task_id}")
         if leaked:
             raise ValueError(f"{len(leaked)} recorded trajectories are of evaluation-split tasks "
                              f"({', '.join(sorted(set(leaked))[:5])}): evaluation tasks are never trained on "

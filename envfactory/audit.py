@@ -55,7 +55,7 @@ from typing import Any, Iterator
 
 from .agents_scripted import CLAIM, TranscriberPolicy, instruction_values
 from .definition import ToolEnvSpec
-from .state import State, canonical_json, copy_state, state_hash
+from .state import State, canonical_json, copy_state, diff_leaves, leaf_at, state_hash, state_leaves
 from .task import Task, ToolCall, normalize_answer
 
 __all__ = ["AuditBudget", "QUICK", "FULL", "audit_spec", "audit_task", "transcriber_rate", "Hack"]
@@ -220,35 +220,6 @@ def _malformed(call: ToolCall, tool: Any) -> list[ToolCall]:
 
 
 # -- judging -----------------------------------------------------------------
-# The state's leaves as in envfactory.factory.checks (not imported: the factory imports verify,
-# which imports this module).
-ABSENT = "<absent>"
-
-
-def _flatten(node: Any, prefix: tuple[str, ...] = (), out: dict | None = None) -> dict[tuple[str, ...], Any]:
-    out = {} if out is None else out
-    if isinstance(node, dict) and node:
-        for k, v in node.items():
-            _flatten(v, prefix + (str(k),), out)
-    else:
-        out[prefix] = node
-    return out
-
-
-def _leaves(state: State) -> dict[tuple[str, ...], Any]:
-    return _flatten(json.loads(canonical_json(state)))
-
-
-def _diff(before: dict[tuple[str, ...], Any], after: dict[tuple[str, ...], Any]) -> dict[tuple[str, ...], Any]:
-    """Leaves of ``after`` that differ from ``before``, and ``ABSENT`` for removed ones."""
-    out = {p: v for p, v in after.items() if p not in before or before[p] != v}
-    inner = {p[:i] for p in after for i in range(1, len(p))}
-    for p in before:
-        if p not in after and p not in inner and not any(p[:i] in after for i in range(len(p))):
-            out[p] = ABSENT
-    return out
-
-
 @dataclass(frozen=True)
 class _Effect:
     """What the reference changed (leaf -> value after it); a state has the effect when each of
@@ -262,12 +233,7 @@ class _Effect:
             return True
         root = json.loads(canonical_json(state))
         for path, want in self.expected:
-            node = root
-            for key in path:
-                if not isinstance(node, dict) or key not in node:
-                    node = ABSENT
-                    break
-                node = node[key]
+            node = leaf_at(root, path)
             if node == want:
                 continue
             if isinstance(want, list) and isinstance(node, list) and all(node.count(x) >= want.count(x)
@@ -294,7 +260,7 @@ class _Judge:
         ref = copy_state(start)
         spec.replay(ref, task.solution)
         self.team = spec.multi_agent
-        effect = tuple(sorted(_diff(_leaves(start), _leaves(ref)).items()))
+        effect = tuple(sorted(diff_leaves(state_leaves(start), state_leaves(ref)).items()))
         if self.team:  # the mailbox and the turn bookkeeping are the means, not the effect
             effect = tuple((p, v) for p, v in effect if p[0] not in _TEAM_FIELDS)
         # a game's or a negotiation's reference is one possible play, not the task's effect

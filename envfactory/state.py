@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["State", "canonical_json", "copy_state", "state_hash", "state_to_json"]
+__all__ = ["State", "canonical_json", "copy_state", "state_hash", "state_to_json", "ABSENT", "flatten",
+           "state_leaves", "diff_leaves", "leaf_at"]
 
 S = TypeVar("S", bound="State")
 
@@ -187,3 +188,46 @@ def canonical_json(state: BaseModel) -> str:
 def state_hash(state: BaseModel) -> str:
     """Canonical hash: SHA-256 of :func:`canonical_json`; equal states hash equal."""
     return hashlib.sha256(canonical_json(state).encode()).hexdigest()
+
+
+# -- leaves: a state flattened to ``path -> value`` (success checks, the reward-hacking audit) -----
+ABSENT = "<absent>"
+"""Marks a leaf that does not exist (or must not: a reference deleted it)."""
+
+LeafPath = tuple[str, ...]
+
+
+def flatten(node: Any, prefix: LeafPath = (), out: dict[LeafPath, Any] | None = None) -> dict[LeafPath, Any]:
+    """``{path: leaf}`` of JSON data; an empty dict is a leaf of its own."""
+    out = {} if out is None else out
+    if isinstance(node, dict) and node:
+        for k, v in node.items():
+            flatten(v, prefix + (str(k),), out)
+    else:
+        out[prefix] = node
+    return out
+
+
+def state_leaves(state: State) -> dict[LeafPath, Any]:
+    """The canonical leaves of a state."""
+    return flatten(json.loads(canonical_json(state)))
+
+
+def diff_leaves(before: dict[LeafPath, Any], after: dict[LeafPath, Any]) -> dict[LeafPath, Any]:
+    """Leaves of ``after`` that differ from ``before``, and ``ABSENT`` for removed ones."""
+    out = {p: v for p, v in after.items() if p not in before or before[p] != v}
+    inner = {p[:i] for p in after for i in range(1, len(p))}  # paths that are dicts now
+    for p in before:
+        if p not in after and p not in inner and not any(p[:i] in after for i in range(len(p))):
+            out[p] = ABSENT
+    return out
+
+
+def leaf_at(root: Any, path: LeafPath) -> Any:
+    """The value at ``path`` in JSON data ``root`` (as :func:`flatten` names it), or ``ABSENT``."""
+    node = root
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return ABSENT
+        node = node[key]
+    return node

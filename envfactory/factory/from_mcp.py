@@ -65,7 +65,7 @@ from ..definition import SpecError, ToolEnvSpec
 from ..episode import Episode
 from ..state import State
 from ..task import Task, ToolCall
-from ..tooling import Tool, ToolError
+from ..tooling import Tool, ToolError, _strip_titles  # pydantic titles dropped as for our own tools
 from ..world import LocalWorld
 
 __all__ = ["from_mcp", "mcp_task", "ReadCheck", "MCPState", "MCPWorld", "MCPServerConfig", "make_episode",
@@ -422,23 +422,6 @@ class _PassThrough:
         obj = object.__new__(cls)
         obj.__dict__.update(arguments)
         return obj
-
-
-def _strip_titles(schema: Any) -> Any:
-    """Drop the generated ``title`` keywords (not properties that happen to be called title)."""
-    if isinstance(schema, dict):
-        out = {}
-        for k, v in schema.items():
-            if k == "title" and isinstance(v, str):
-                continue
-            if k in ("properties", "$defs") and isinstance(v, dict):
-                out[k] = {n: _strip_titles(sub) for n, sub in v.items()}
-            else:
-                out[k] = _strip_titles(v)
-        return out
-    if isinstance(schema, list):
-        return [_strip_titles(v) for v in schema]
-    return schema
 
 
 def _parameters(schema: dict[str, Any] | None) -> dict[str, Any]:

@@ -279,10 +279,7 @@ def _worker() -> None:
                 _bg_idle.notify_all()
                 return
             fn = _queue.popleft()
-        try:
-            fn()
-        except Exception:  # a removal that fails leaves the container to gc; keep going
-            pass
+        _run_quietly(fn)
 
 
 def _drain() -> None:
@@ -291,10 +288,14 @@ def _drain() -> None:
             if not _queue:
                 return
             fn = _queue.popleft()
-        try:
-            fn()
-        except Exception:  # a removal that fails leaves the container to gc; keep going
-            pass
+        _run_quietly(fn)
+
+
+def _run_quietly(fn: Any) -> None:
+    try:
+        fn()
+    except Exception:  # a removal that fails leaves the container to gc; keep going
+        pass
 
 
 def wait_background(timeout: float = 60.0) -> bool:
