@@ -80,6 +80,13 @@ class Episode(Environment):
         # batch made only of these goes to the world in one piece
         self._world_tools = {a: {n: t for n, t in tools.items() if not t.finish}
                              for a, tools in self._tools_of.items()}
+        self._solo_agent = self.agents[0]
+        self._solo_tools = self._world_tools[self._solo_agent]
+        self._terminal = spec.terminal
+        # a one-role episode over a plain in-process world calls its tools itself (the same
+        # Tool objects LocalWorld.run would call): no world round trip on the hot path
+        self._in_process = (not self._team and type(self.world) is LocalWorld
+                            and all(self.world._tools.get(n) is t for n, t in self._solo_tools.items()))
         self._timed_out: str | None = None
         self._task: Task | None = None
         self._terminated = self._truncated = False
@@ -147,7 +154,9 @@ class Episode(Environment):
         and return ``{agent: StepResult}`` for the agents that acted (the episode may
         end mid-round, e.g. on ``finish``; later agents' actions are then ignored)."""
         if not self._team:
-            return self._solo(action)
+            new, reward, terminated, truncated, info = self._solo_turn(action)
+            agent = self._solo_agent
+            return StepResult(new, reward, terminated, truncated, info, agent, {agent: reward})
         if self._task is None:
             raise EpisodeError(f"{self.spec.name}: call reset() before step()")
         if not isinstance(action, dict):
@@ -169,51 +178,85 @@ class Episode(Environment):
             out[a] = self._turn(a, action.get(a, ""), limit)
         return out
 
-    def _solo(self, action: Any) -> StepResult:
-        """The sole agent's turn. The usual turn (well-formed calls of world tools) takes
-        this short path; anything else (a pass, parse errors, ``finish``, an unknown
-        tool, a world that timed out) goes through :meth:`_turn` like a team's."""
-        agent = self.agents[0]
+    def _slow(self, agent: str, parsed: ParsedAction) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        r = self._turn(agent, parsed, 0, parsed=True)
+        return r.messages, r.reward, r.terminated, r.truncated, r.info
+
+    def _solo_turn(self, action: Any) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        """The sole agent's turn as ``(messages, reward, terminated, truncated, info)``. The
+        usual turn (well-formed calls of world tools) takes this short path; anything else
+        (a pass, parse errors, ``finish``, an unknown tool, a world that timed out) goes
+        through :meth:`_turn` like a team's."""
+        agent = self._solo_agent
         if self._task is None or self._terminated or self._truncated:
             self._check_turn(agent)  # raises
         parsed = parse_text(action) if action.__class__ is str else parse_action(action)
         calls = parsed.calls
         if parsed.errors or not calls or self._timed_out is not None:
-            return self._turn(agent, parsed, 0, parsed=True)
-        world_tools = self._world_tools[agent]
-        found = []
-        for c in calls:
+            return self._slow(agent, parsed)
+        world_tools = self._solo_tools
+        rnd = self._round
+        counts = self._counts[agent]
+        if len(calls) == 1:  # the usual turn, written out: one call, one tool message
+            c = calls[0]
             t = world_tools.get(c.name)
             if t is None:
-                return self._turn(agent, parsed, 0, parsed=True)
-            found.append(t)
-        rnd = self._round
-        new: list[Message] = []
-        counts = self._counts[agent]
-        openai_calls, timed_out = self._record(agent, rnd, str(rnd), calls, found,
-                                               self._run_batch(agent, rnd, calls), counts, new)
+                return self._slow(agent, parsed)
+            if self._in_process:  # what LocalWorld.run does for one call
+                o = t.invoke(self.world._state, c.arguments)
+            else:
+                try:  # _run_batch, inlined
+                    outs = self.world.run(agent, rnd, calls)
+                except WorldTimeout as exc:
+                    outs = self._world_gone(exc, 1)
+                if len(outs) != 1:
+                    raise RuntimeError(f"{self.spec.name}: the world answered {len(outs)} outcomes for 1 call")
+                o = outs[0]
+            cid = c.id or f"call_{rnd}_0"
+            name, args = c.name, c.arguments
+            kind = o.kind
+            timed_out = False
+            if not o.ok:
+                counts["tool_errors"] += 1
+                if o.content.startswith(_CONFLICT):
+                    kind = "conflict"
+                timed_out = kind == "timeout"
+            self._log.append((rnd, agent, name, args, kind, t.read_only))
+            new: list[Message] = [{"role": "tool", "tool_call_id": cid, "name": name, "content": o.content}]
+            counts["tool_calls"] += 1
+            openai_calls = [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]
+        else:
+            found = []
+            for c in calls:
+                t = world_tools.get(c.name)
+                if t is None:
+                    return self._slow(agent, parsed)
+                found.append(t)
+            new = []
+            openai_calls, timed_out = self._record(agent, rnd, str(rnd), calls, found,
+                                                   self._run_batch(agent, rnd, calls), counts, new)
         transcript = self._transcripts[agent]
         transcript.append({"role": "assistant", "content": parsed.content, "tool_calls": openai_calls})
-        transcript.extend(new)
+        transcript += new
         self._last_tool[agent] = new
         acted = self._acted[agent] = self._acted[agent] + 1
         info: dict[str, Any] = {"turn": acted, "round": rnd, "task_id": self._task.id,
                                 "tool_calls": counts["tool_calls"], "tool_errors": counts["tool_errors"],
                                 "parse_errors": counts["parse_errors"]}
+        terminal = self._terminal
         if timed_out:
             self._end("timeout", terminated=False, success=False)
             info["timeout"] = True
-        elif self.spec.terminal is not None and self.spec.terminal(self.world.state()):
+        elif terminal is not None and terminal(self.world.state()):
             self._end("terminal", terminated=True)
         elif rnd >= self.max_turns:
             self._end("max_turns", terminated=False)
         else:
             self._round = rnd + 1
-            return StepResult(new, 0.0, False, False, info, agent, {agent: 0.0})
+            return new, 0.0, False, False, info
         self._pos = 1  # as _turn leaves it: the round was not started again
         info.update(success=self._success, answer=self._answer, ended_by=self._ended_by)
-        reward = self._rewards[agent]
-        return StepResult(new, reward, self._terminated, self._truncated, info, agent, {agent: reward})
+        return new, self._rewards[agent], self._terminated, self._truncated, info
 
     def _check_turn(self, agent: str) -> None:
         if self._task is None:
@@ -227,7 +270,7 @@ class Episode(Environment):
         return len(self.world.state().mail.letters) if self._team and self._task is not None else 0
 
     def _turn(self, agent: str, action: Any, mail_limit: int, *, parsed: bool = False) -> StepResult:
-        """``parsed``: ``action`` is this episode's own parse of the action (from :meth:`_solo`);
+        """``parsed``: ``action`` is this episode's own parse of the action (from :meth:`_solo_turn`);
         anything a caller passes is parsed (and checked) here, a ``ParsedAction`` included."""
         # ActionTypeError before anything changes
         parsed = action if parsed else parse_action(action)
@@ -342,11 +385,14 @@ class Episode(Environment):
         try:
             outs = self.world.run(agent, rnd, calls)
         except WorldTimeout as exc:
-            self._timed_out = f"Error: {exc}"
-            return [ToolOutcome(self._timed_out, False, "timeout") for _ in calls]
+            return self._world_gone(exc, len(calls))
         if len(outs) != len(calls):
             raise RuntimeError(f"{self.spec.name}: the world answered {len(outs)} outcomes for {len(calls)} calls")
         return outs
+
+    def _world_gone(self, exc: WorldTimeout, n: int) -> list[ToolOutcome]:
+        self._timed_out = f"Error: {exc}"
+        return [ToolOutcome(self._timed_out, False, "timeout") for _ in range(n)]
 
     def _refused(self, agent: str, name: str, tools: dict[str, Any]) -> ToolOutcome:
         owners = self.spec.owners(name)

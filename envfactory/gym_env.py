@@ -82,16 +82,6 @@ _outside = _OUTSIDE_CHARSET.search
 _ROOM = MAX_TEXT_LENGTH - len("<tool_response>\n\n</tool_response>")
 
 
-def _observation(messages: list[dict[str, Any]]) -> str:
-    """:func:`render_tool_messages`, fitted into the Text space. The step hot path: the usual
-    single response is checked alone (the block around it is known to fit)."""
-    if len(messages) == 1:
-        c = messages[0]["content"]
-        if len(c) <= _ROOM and _outside(c) is None:
-            return "<tool_response>\n" + c + "\n</tool_response>"
-    return _clean(render_tool_messages(messages))
-
-
 class ToolGymEnv(gymnasium.Env[str, str]):
     """A Gymnasium view of a single-agent envfactory environment (see the module docstring).
 
@@ -154,12 +144,17 @@ class ToolGymEnv(gymnasium.Env[str, str]):
         return _clean(messages[-1]["content"]), info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        r = self.env.step(action)
-        info = r.info
-        transcript = self.env.messages
+        env = self.env
+        # Episode.step's one-role turn, without the dispatch and the StepResult
+        new, reward, terminated, truncated, info = env._solo_turn(action)
+        transcript = env._transcripts[env._solo_agent]  # env.messages, without the property
         info["messages"] = transcript[self._seen:]
         self._seen = len(transcript)
-        return _observation(r.messages), r.reward, r.terminated, r.truncated, info
+        if len(new) == 1:  # the usual single response, checked alone (the block around it fits)
+            c = new[0]["content"]
+            if len(c) <= _ROOM and (c.isascii() and c.isprintable() or _outside(c) is None):
+                return "<tool_response>\n" + c + "\n</tool_response>", reward, terminated, truncated, info
+        return _clean(render_tool_messages(new)), reward, terminated, truncated, info
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":

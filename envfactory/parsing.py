@@ -44,6 +44,7 @@ MAX_CALLS_PER_TURN = int(os.environ.get("ENVF_MAX_CALLS_PER_TURN", 256))
 
 _OPEN = "<tool_call>"
 _CLOSE = "</tool_call>"
+_N_OPEN = len(_OPEN)
 _FORMAT_HINT = 'Write each call as <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>.'
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
 _scan = json.JSONDecoder().scan_once  # the C scanner behind json.loads, without its wrappers
@@ -173,6 +174,19 @@ def parse_text(text: str) -> ParsedAction:
         return _too_long(text)
     start = text.find(_OPEN)
     if start >= 0:
+        b = start + _N_OPEN
+        j = text.find(_CLOSE, b)
+        if j >= 0 and text.find(_OPEN, b) < 0:  # the step's hot path: one block of one call
+            body = text[b:j].strip(_JSON_WS)
+            try:
+                obj, end = _scan(body, 0)
+            except (StopIteration, ValueError, RecursionError):
+                end = -1
+            if end == len(body) and obj.__class__ is dict and len(obj) == 2:
+                name = obj.get("name")
+                args = obj.get("arguments")
+                if name.__class__ is str and name and args.__class__ is dict:
+                    return ParsedAction(text, [ToolCall(name, args)], [], True)
         calls: list[ToolCall] = []
         errors: list[str] = []
         bodies, unclosed = _blocks(text, start)

@@ -129,6 +129,9 @@ class Tool:
     # name -> (accepted classes, default or _REQUIRED) when every parameter is a
     # plain str/int/float/bool; None otherwise (pydantic validates everything).
     _simple: dict[str, tuple[tuple[type, ...], Any]] | None = field(default=None, repr=False)
+    # name -> the one class a value passes through unchanged (a float parameter: float),
+    # when ``_simple`` is set: arguments giving every parameter exactly so need no copy
+    _exact: dict[str, type] | None = field(default=None, repr=False)
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-calling schema: ``{"type": "function", "function": {...}}``."""
@@ -147,19 +150,29 @@ class Tool:
         Invalid arguments, :class:`ToolError` and any other exception become an
         error observation naming the problem.
         """
-        if not isinstance(arguments, dict):
-            return ToolOutcome(
-                f"Error: arguments for tool '{self.name}' must be a JSON object, "
-                f"got {type(arguments).__name__}.",
-                False,
-                "invalid_arguments",
-            )
-        kwargs = self._fast_validate(arguments) if self._simple is not None else None
+        kwargs = None
+        exact = self._exact
+        if exact is not None and arguments.__class__ is dict and len(arguments) == len(exact):
+            # the step's hot path: every parameter given, each of exactly its type
+            kwargs = arguments
+            for k, v in arguments.items():
+                if exact.get(k) is not v.__class__:
+                    kwargs = None
+                    break
         if kwargs is None:
-            try:
-                kwargs = self.args_model.model_validate(arguments).__dict__
-            except ValidationError as exc:
-                return ToolOutcome(self._describe_invalid(exc), False, "invalid_arguments")
+            if not isinstance(arguments, dict):
+                return ToolOutcome(
+                    f"Error: arguments for tool '{self.name}' must be a JSON object, "
+                    f"got {type(arguments).__name__}.",
+                    False,
+                    "invalid_arguments",
+                )
+            kwargs = self._fast_validate(arguments) if self._simple is not None else None
+            if kwargs is None:
+                try:
+                    kwargs = self.args_model.model_validate(arguments).__dict__
+                except ValidationError as exc:
+                    return ToolOutcome(self._describe_invalid(exc), False, "invalid_arguments")
         try:
             result = self.fn(state, **kwargs)
         except ToolError as exc:
@@ -314,6 +327,7 @@ def make_tool(
         read_only=read_only,
         _arg_names=tuple(fields),
         _simple=simple,
+        _exact=None if simple is None else {n: types[0] for n, (types, _) in simple.items()},
     )
 
 

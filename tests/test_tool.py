@@ -1,8 +1,12 @@
 """Tools: schemas from type hints and docstrings; validation before the tool runs; never raises."""
 
+import json
 from typing import Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from envfactory import State, ToolError, tool
 
@@ -117,3 +121,35 @@ def test_tool_definition_errors_are_named():
         @tool
         def nodoc(state, x: int) -> str:
             return ""
+
+
+@tool
+def scalars(state: S, a: int, b: float = 0.5, c: str = "", d: bool = False) -> str:
+    """Echo the arguments as the tool received them, with their types.
+
+    Args:
+        a: An integer.
+        b: A number.
+        c: A string.
+        d: A flag.
+    """
+    return json.dumps([[type(v).__name__, v] for v in (a, b, c, d)])
+
+
+_VALUES = st.one_of(st.integers(-3, 3), st.floats(allow_nan=False, allow_infinity=False, width=16),
+                    st.booleans(), st.text(max_size=2), st.none(), st.lists(st.integers(), max_size=1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["a", "b", "c", "d", "e"]), _VALUES, max_size=5))
+def test_scalar_fast_paths_accept_and_convert_exactly_what_pydantic_does(args) -> None:
+    # invoke skips pydantic for scalar signatures (an exact-type pass-through, then a
+    # converting check); both must agree with the arguments model on every input
+    assert scalars._exact == {"a": int, "b": float, "c": str, "d": bool}
+    out = scalars.invoke(S(), dict(args))
+    try:
+        kwargs = scalars.args_model.model_validate(args).__dict__
+    except ValidationError:
+        assert (out.ok, out.kind) == (False, "invalid_arguments")
+        return
+    assert out.ok and out.content == scalars.fn(S(), **kwargs)
