@@ -85,8 +85,10 @@ def _lab(rng: random.Random) -> dict:
 
 def _from_class(*args, **kwargs):
     # The built-in class environments keep the detailed error text ("Error: tool 'x' failed:
-    # ValueError: ...") that the pinned pretraining corpus and every figure measured with the
-    # embedded model were made with; new environments get the class's own message by default.
+    # ValueError: ...") and read-only by name unless listed: the pinned pretraining corpus and
+    # every figure measured with the embedded model were made with them; new environments get
+    # the class's own message and read-only by observation by default.
+    kwargs.setdefault("read_only", None)
     return from_class(*args, errors="detailed", **kwargs)
 
 

@@ -358,9 +358,9 @@ def test_read_only_tools_by_observation_rather_than_by_name():
     arguments = {"folder": ["docs", "old", ".."], "dir_name": ["src"], "file_name": ["a.txt", "b.txt", None],
                  "content": ["x"], "source": ["a.txt"], "destination": ["old", "c.txt"], "name": ["a"], "a": [True]}
     by_name = from_class(GorillaFileSystem, name="Fs-v0", domain="os", loader="_load_scenario", config=FS,
-                         arguments=arguments)
+                         arguments=arguments, read_only=None)
     observed = from_class(GorillaFileSystem, name="Fs-v0", domain="os", loader="_load_scenario", config=FS,
-                          arguments=arguments, read_only="observe")
+                          arguments=arguments)  # by observation: the default
     ro = lambda spec: {n for n, t in spec.all_tools.items() if t.read_only and n != "finish"}  # noqa: E731
     assert ro(by_name) == {"find"}  # pwd, ls, cat: no read-like prefix
     assert ro(observed) == {"pwd", "ls", "cat", "find"}

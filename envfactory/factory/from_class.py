@@ -491,7 +491,7 @@ def from_class(
     templates: dict[str, str] | None = None,
     include: Iterable[str] | None = None,
     exclude: Iterable[str] = (),
-    read_only: Iterable[str] | Literal["observe"] | None = None,
+    read_only: Iterable[str] | Literal["observe"] | None = "observe",
     read_share: float = 0.2,
     max_turns: int = 20,
     require_reads: Literal["auto", "always", "never"] | bool = "auto",
@@ -526,9 +526,10 @@ def from_class(
         templates: Instruction templates by tool name.
         include: Methods (or tool names) to expose (default: every public method).
         exclude: Methods (or tool names) to hide.
-        read_only: Methods (or tool names) that never change the state (default: by name
-            prefix), or ``"observe"``: decided by watching random walks over the tools
-            (:func:`observe_read_only`).
+        read_only: ``"observe"`` (the default): decided by watching random walks over the
+            tools (:func:`observe_read_only`; a tool that never ran without error falls back
+            to its name); or the methods (or tool names) that never change the state; or
+            ``None``: by name prefix (``get_``, ``list_``, ...).
         require_reads: Whether a given task's success also needs the results its reference
             solution's reads returned to appear among the episode's tool results
             (:class:`ReadsCheck`): ``"auto"`` (default) for tasks whose reference leaves the
