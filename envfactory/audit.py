@@ -329,8 +329,10 @@ class _Judge:
         effect_ok = self.effect(state)
         informed = "\n".join([self.private] + [o for o in seq.outputs if not o.startswith("Error")]).strip()
         out = []
+        # the referee's rule: each fact shown during the episode (Episode._facts_shown)
+        shown = task.facts_shown([self.private], zip(seq.outputs, (c.arguments for c in seq.calls)))
         for kind, answer in (("claim", CLAIM), ("blind", self.blind), ("informed", informed)):
-            if not task.answer_ok(answer):
+            if not (task.answer_ok(answer) and shown):
                 continue
             if not effect_ok:
                 why = "missing_effect"

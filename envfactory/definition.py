@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
 from .state import State, copy_state, state_hash
-from .task import Task, ToolCall
+from .task import Task, ToolCall, normalize_answer
 from .tooling import Tool, finish_tool
 
 __all__ = ["ToolEnvSpec", "Role", "SpecError", "SOLE_AGENT", "PERMISSION_PREFIX", "lookup_task", "SPLITS", "Split"]
@@ -127,6 +127,7 @@ class ToolEnvSpec:
     metadata: dict[str, Any] = field(default_factory=dict)
     _tasks: list[Task] | None = field(default=None, init=False, repr=False)
     _task_index: dict[str, Task] = field(default_factory=dict, init=False, repr=False)
+    _enums: list[list[str]] | None = field(default=None, init=False, repr=False)
     _tool_map: dict[str, Tool] = field(default_factory=dict, init=False, repr=False)
     _role_tools: dict[str, dict[str, Tool]] = field(default_factory=dict, init=False, repr=False)
     _owners: dict[str, list[str]] = field(default_factory=dict, init=False, repr=False)
@@ -262,9 +263,34 @@ class ToolEnvSpec:
                     self.replay_errors[t.id] = errs
                 if t.check is None and t.expected_state_hash is None:
                     t.expected_state_hash = state_hash(s)
+                if t.answer_facts and t.answer_rivals is None:
+                    t.answer_rivals = self.answer_rivals(t.answer_facts)
             self._task_index = index
             self._tasks = tasks
         return self._tasks
+
+    def answer_rivals(self, facts: list[str]) -> list[str]:
+        """The values that contradict ``facts``: the other members of every enum (in the tool
+        schemas) that a fact belongs to, normalized, facts excluded (see ``Task.answer_rivals``)."""
+        if self._enums is None:
+            enums: list[list[str]] = []
+
+            def walk(node: Any) -> None:
+                if isinstance(node, dict):
+                    if isinstance(node.get("enum"), list):
+                        enums.append([normalize_answer(str(v)) for v in node["enum"]])
+                    for v in node.values():
+                        walk(v)
+                elif isinstance(node, list):
+                    for v in node:
+                        walk(v)
+
+            for t in self.all_tools.values():
+                walk(t.parameters)
+            self._enums = enums
+        wanted = {normalize_answer(f) for f in facts}
+        rivals = {v for e in self._enums if wanted & set(e) for v in e} - wanted
+        return sorted(r for r in rivals if r)
 
     def task(self, key: str | int | Task) -> Task:
         """A task by id, by index, or the task itself."""

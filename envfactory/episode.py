@@ -419,8 +419,29 @@ class Episode(Environment):
         if answer is None:
             answer = "\n".join(self._last_words[a] for a in self.agents if self._last_words.get(a))
         state = self.world.state()
-        success = self._task.success(state, answer)
-        return answer, success, self.spec.rewards(self._task, state, success)
+        task = self._task
+        success = task.success(state, answer)
+        if success and task.answer_facts and not self._facts_shown(task):
+            success = False
+        return answer, success, self.spec.rewards(task, state, success)
+
+    def _facts_shown(self, task: Task) -> bool:
+        """:meth:`Task.facts_shown` over what this episode showed its agents: tool results
+        (with their calls' arguments), letters and private notes."""
+        notes = list(task.private.values())
+        results: list[tuple[str, Any]] = []
+        for a in self.agents:
+            args: dict[str, Any] = {}
+            for m in self._transcripts[a][2:]:
+                role = m["role"]
+                if role == "assistant":
+                    for c in m.get("tool_calls") or ():
+                        args[c["id"]] = c["function"]["arguments"]
+                elif role == "tool":
+                    results.append((m["content"] or "", args.get(m.get("tool_call_id"), "")))
+                elif role == "user":
+                    notes.append(m["content"] or "")
+        return task.facts_shown(notes, results)
 
     def _end(self, how: str, *, terminated: bool, answer: str | None = None, success: bool | None = None) -> None:
         self._terminated, self._truncated, self._ended_by = terminated, not terminated, how

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -59,6 +60,26 @@ def normalize_answer(text: str) -> str:
     return _WS.sub(" ", text.lower()).strip()
 
 
+@functools.lru_cache(maxsize=4096)
+def _fact_pattern(fact: str) -> re.Pattern[str]:
+    """Where a normalized fact occurs in a normalized text: not inside a longer word or number
+    before it (``2`` is not in ``12``), and a number not continued (``10`` is not in ``10.5``
+    or ``100``); a word may go on (``mon`` is in ``monday``)."""
+    head = r"(?<![a-z0-9])" if fact[:1].isalnum() else ""
+    tail = r"(?![0-9]|[.,][0-9])" if fact[-1:].isdigit() else ""
+    return re.compile(head + re.escape(fact) + tail)
+
+
+@functools.lru_cache(maxsize=4096)
+def _word_pattern(word: str) -> re.Pattern[str]:
+    return re.compile(r"(?<![a-z0-9])" + re.escape(word) + r"(?![a-z0-9])")
+
+
+def fact_in(fact: str, text: str) -> bool:
+    """Whether ``fact`` occurs in ``text`` (both normalized) as answer facts are matched."""
+    return bool(fact) and _fact_pattern(fact).search(text) is not None
+
+
 class Task(BaseModel):
     """A task of an environment.
 
@@ -71,6 +92,18 @@ class Task(BaseModel):
         private: Private knowledge per agent id, shown only to that agent.
         answer_facts: Strings the final answer must contain (case-insensitive),
             for tasks that ask for information.
+        answer_rivals: Values that contradict the facts (the other members of an enum a
+            fact belongs to: a ticket is ``open`` or ``closed``): an answer that names half
+            of them or more, as words, is a list of candidates, not an answer (it earns
+            nothing); naming fewer is allowed ("Done. It is in doing", with ``done`` a
+            column name). ``None``
+            (the default): filled in when the environment loads its tasks, from the enums
+            of its tool schemas (:meth:`~envfactory.ToolEnvSpec.get_tasks`); ``[]``: none.
+        answer_seen: Each answer fact must also have been shown to the agents during the
+            episode (a tool result that does not merely echo the call's own arguments, a
+            letter, private notes), so an answer guessed from the instruction or the tool
+            schemas earns nothing (:meth:`~envfactory.Episode.judge`). ``False`` for an
+            answer the agent computes (a total) rather than reads.
         check: ``check(final_state) -> bool``. When omitted, success means the
             final state equals the state the reference solution produces (a
             canonical-hash comparison, as in tau-bench).
@@ -86,6 +119,8 @@ class Task(BaseModel):
     solution: list[ToolCall]
     private: dict[str, str] = Field(default_factory=dict)
     answer_facts: list[str] = Field(default_factory=list)
+    answer_rivals: list[str] | None = None
+    answer_seen: bool = True
     check: Callable[[Any], bool] | None = Field(default=None, exclude=True)
     difficulty: int | None = None
     expected_state_hash: str | None = None
@@ -125,7 +160,32 @@ class Task(BaseModel):
         if not answer:
             return False
         norm = normalize_answer(answer)
-        return all(normalize_answer(f) in norm for f in self.answer_facts)
+        if not all(fact_in(normalize_answer(f), norm) for f in self.answer_facts):
+            return False
+        rivals = self.answer_rivals or ()
+        named = sum(1 for r in rivals if _word_pattern(r).search(norm))
+        return named == 0 or 2 * named < len(rivals)  # a list of candidates names half or more
+
+    def facts_shown(self, notes: Iterable[str], results: Iterable[tuple[str, Any]]) -> bool:
+        """Whether each answer fact was shown to the agents (always true without facts or
+        with ``answer_seen=False``): it occurs in one of ``notes`` (letters, private notes)
+        or in a tool result whose call's arguments do not contain it (a result that only
+        echoes the agent's own argument back, ``Error: no account '430.75'``, shows nothing).
+
+        Args:
+            notes: Texts shown to the agents.
+            results: ``(tool result text, that call's arguments)`` pairs.
+        """
+        if not self.answer_facts or not self.answer_seen:
+            return True
+        notes = [normalize_answer(n) for n in notes]
+        pairs = [(normalize_answer(r), normalize_answer(a if isinstance(a, str) else json.dumps(a, ensure_ascii=False)))
+                 for r, a in results]
+        for fact in self.answer_facts:
+            f = normalize_answer(fact)
+            if not (any(fact_in(f, n) for n in notes) or any(fact_in(f, r) and not fact_in(f, a) for r, a in pairs)):
+                return False
+        return True
 
     def success(self, final_state: State, answer: str | None) -> bool:
         """Sparse task success: the state check and the answer facts both hold."""

@@ -32,9 +32,10 @@ def world() -> BankState:
 def tasks() -> list[Task]:
     out: list[Task] = []
 
-    def add(instruction: str, solution: list, facts: list[str] | None = None) -> None:
+    def add(instruction: str, solution: list, facts: list[str] | None = None, *, computed: bool = False) -> None:
+        # computed: the answer is worked out from what was read (a total), not read itself
         out.append(Task(id=f"bank-{len(out):03d}", instruction=instruction, initial_state=world(),
-                        solution=solution, answer_facts=facts or []))
+                        solution=solution, answer_facts=facts or [], answer_seen=not computed))
 
     # 1 call
     add("What is the balance of account ACC-200?", [call("get_balance", account_id="ACC-200")], ["430.75"])
@@ -45,7 +46,7 @@ def tasks() -> list[Task]:
         [call("transfer", source_id="ACC-200", target_id="ACC-300", amount=25.5, memo="lunch")])
     add("Freeze account ACC-202; the card was lost.", [call("freeze_account", account_id="ACC-202")])
     add("How many accounts does carol have? Answer with the number.",
-        [call("list_accounts", owner="carol")], ["2"])
+        [call("list_accounts", owner="carol")], ["2"], computed=True)
     add("What was the memo of the transaction from ACC-100 to ACC-300?",
         [call("list_transactions", account_id="ACC-300")], ["book club"])
     # 2 calls
@@ -64,7 +65,7 @@ def tasks() -> list[Task]:
         [call("list_transactions", account_id="ACC-102"),
          call("transfer", source_id="ACC-102", target_id="ACC-200", amount=45.0, memo="refund")])
     add("What is bob's total balance across all his accounts? Answer as a number with two decimals.",
-        [call("list_accounts", owner="bob")], ["1380.75"])
+        [call("list_accounts", owner="bob")], ["1380.75"], computed=True)
     add("Unfreeze nothing, but freeze every card account of alice.",
         [call("list_accounts", owner="alice"), call("freeze_account", account_id="ACC-102")])
     # 3 calls
@@ -86,7 +87,7 @@ def tasks() -> list[Task]:
         [call("list_accounts", owner="bob"),
          call("transfer", source_id="ACC-201", target_id="ACC-200", amount=900.0),
          call("transfer", source_id="ACC-202", target_id="ACC-200", amount=50.0),
-         call("freeze_account", account_id="ACC-202")], ["1380.75"])
+         call("freeze_account", account_id="ACC-202")], ["1380.75"], computed=True)
     add("Carol must pay 400.00 rent to ACC-900 from her checking account (memo 'rent'). First move "
         "all of her savings into her checking account, then have alice cover the remaining shortfall "
         "with a transfer from ACC-100 to carol's checking (memo 'loan'), then pay the rent.",

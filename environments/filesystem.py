@@ -51,7 +51,8 @@ def world() -> FileSystemState:
 def tasks() -> list[Task]:
     out: list[Task] = []
 
-    def add(instruction: str, solution: list, facts: list[str] | None = None) -> None:
+    def add(instruction: str, solution: list, facts: list[str] | None = None, *, computed: bool = False) -> None:
+        # computed: the answer is worked out from what was read (a total), not read itself
         out.append(
             Task(
                 id=f"fs-{len(out):03d}",
@@ -59,6 +60,7 @@ def tasks() -> list[Task]:
                 initial_state=world(),
                 solution=solution,
                 answer_facts=facts or [],
+                answer_seen=not computed,
             )
         )
 
@@ -100,7 +102,7 @@ def tasks() -> list[Task]:
         [call("find_files", directory="/tmp", pattern="*.tmp"),
          call("delete_file", path="/tmp/cache-1.tmp"), call("delete_file", path="/tmp/cache-2.tmp")])
     add("What is the total of the amounts in /home/user/docs/budget.csv? Answer with the number.",
-        [call("read_file", path="/home/user/docs/budget.csv")], ["1950"])
+        [call("read_file", path="/home/user/docs/budget.csv")], ["1950"], computed=True)
     # -- 3 calls ------------------------------------------------------------------
     add("Create the directory /home/user/invoices and move both invoice files from "
         "/home/user/inbox into it.",

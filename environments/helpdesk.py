@@ -41,15 +41,16 @@ def world() -> HelpdeskState:
 def tasks() -> list[Task]:
     out: list[Task] = []
 
-    def add(instruction: str, solution: list, facts: list[str] | None = None) -> None:
+    def add(instruction: str, solution: list, facts: list[str] | None = None, *, computed: bool = False) -> None:
+        # computed: the answer is worked out from what was read (a count), not read itself
         out.append(Task(id=f"hd-{len(out):03d}", instruction=instruction, initial_state=world(),
-                        solution=solution, answer_facts=facts or []))
+                        solution=solution, answer_facts=facts or [], answer_seen=not computed))
 
     # 1 call
     add("What is the status of ticket T-1003?", [call("get_ticket", ticket_id="T-1003")], ["in_progress"])
     add("Which customer filed ticket T-1007?", [call("get_ticket", ticket_id="T-1007")], ["umbrella"])
     add("How many tickets are open (status open) right now? Answer with the number.",
-        [call("search_tickets", status="open")], ["6"])
+        [call("search_tickets", status="open")], ["6"], computed=True)
     add("Mark ticket T-1008 as closed.", [call("set_status", ticket_id="T-1008", status="closed")])
     add("Raise the priority of T-1006 to normal.", [call("set_priority", ticket_id="T-1006", priority="normal")])
     add("Add the comment 'Customer confirmed the fix' to T-1003.",

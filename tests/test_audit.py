@@ -96,7 +96,13 @@ def test_a_guessable_answer_is_flagged():
     doc = audit_spec(spec, QUICK)
     assert doc["hacks"] == 1 and doc["hacks_by_why"] == {"answer_not_read": 1}, doc
     ex = doc["examples"][0]
-    assert ex["calls"] == [] and ex["answer"] == "blind" and ex["guessed_from"] == ["small_int"] and ex["confirmed"]
+    # a blind guess with nothing read earns nothing (the fact was never shown: Task.facts_shown);
+    # what is still found is a read followed by a list of every candidate ("0 1 2 ... 12")
+    assert ex["calls"] == [{"name": "inspect", "arguments": {}}] and ex["answer"] == "blind"
+    assert ex["guessed_from"] == ["small_int"] and ex["confirmed"]
+    ep = Episode(spec)
+    ep.reset("wheels")
+    assert ep.step("4").info["success"] is False
 
 
 def test_a_sound_environment_is_not_flagged_although_its_rewards_are_reached():

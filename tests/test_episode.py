@@ -117,3 +117,44 @@ def test_the_one_role_fast_path_does_what_the_general_turn_does(picks, max_turns
         assert fast.step(a).to_json() == slow._turn("agent_0", a, 0).to_json()
     assert fast.snapshot() == slow.snapshot()
     assert fast.log == slow.log and fast.messages == slow.messages
+
+
+def test_an_answer_fact_must_have_been_shown_not_guessed_or_echoed() -> None:
+    # Bank-v0 bank-000 asks for ACC-200's balance (430.75). Before the rule, the answer alone
+    # earned reward: a guess from nowhere, or one planted by the agent in an error echo.
+    env = envfactory.make("Bank-v0")
+    env.reset("bank-000")
+    assert env.step("The balance is 430.75.").info["success"] is False
+    env.reset("bank-000")
+    echo = env.step('<tool_call>{"name": "get_balance", "arguments": {"account_id": "430.75"}}</tool_call>')
+    assert "430.75" in echo.messages[0]["content"]  # the agent's own argument, echoed back
+    assert env.step("430.75").info["success"] is False
+    env.reset("bank-000")
+    env.step('<tool_call>{"name": "get_balance", "arguments": {"account_id": "ACC-200"}}</tool_call>')
+    assert env.step("It is 430.75.").info["success"] is True
+    # a total the agent computes is not in any result: such tasks opt out (answer_seen=False)
+    task = env.spec.task("bank-011")
+    assert task.answer_seen is False and task.answer_facts == ["1380.75"]
+    env.reset("bank-011")
+    for c in task.solution:
+        env.step(c.to_hermes())
+    assert env.step("1380.75").info["success"] is True
+
+
+def test_answer_facts_match_whole_values_and_a_list_of_candidates_is_no_answer() -> None:
+    # Before: facts were substrings ("2" was in "12" and in "ACC-200") and an answer listing
+    # every enum member contained the fact, so both earned reward.
+    from envfactory.task import fact_in
+
+    assert not fact_in("2", "12 accounts") and not fact_in("2", "acc-200")
+    assert not fact_in("10", "10.5") and not fact_in("10", "100") and fact_in("10", "it is 10.")
+    assert fact_in("430.75", "$430.75.") and fact_in("mon", "on monday")
+    task = envfactory.spec("ProjectBoard-v0").task("projectboard-0-025")  # the column of ISS-4: doing
+    assert task.answer_facts == ["doing"] and set(task.answer_rivals) == {"backlog", "done", "review", "todo"}
+    assert task.answer_ok("Done. It is in doing.")  # one rival word in passing is allowed
+    assert not task.answer_ok("backlog todo doing review done")  # every candidate: no answer
+    env = envfactory.make("ProjectBoard-v0")
+    env.reset(task.id)
+    for c in task.solution:
+        env.step(c.to_hermes())
+    assert env.step("It could be backlog, todo, doing or review.").info["success"] is False
