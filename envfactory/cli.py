@@ -209,6 +209,27 @@ def _lazy(help_text: str, module: str, prefix: str) -> Command:
     return Command(help_text, add_arguments, run)
 
 
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    """``serve``'s arguments are the MCP server's; ``--protocol`` also offers ``openenv``."""
+    importlib.import_module(".mcp_server", __package__).serve_args(p)
+    for action in p._actions:
+        if action.dest == "protocol":
+            action.choices = ["mcp", "openenv"]
+            action.help = ("mcp: Model Context Protocol (default); openenv: openenv-core's server (HTTP + "
+                           "WebSocket at --host/--port; --transport is not used)")
+
+
+def _serve_run(args: argparse.Namespace) -> Result:
+    if args.protocol == "openenv":
+        try:
+            module = importlib.import_module(".openenv_server", __package__)
+        except ImportError as exc:
+            msg = f"--protocol openenv needs openenv-core (pip install 'envfactory[bench]'): {exc}"
+            return 2, {"error": msg}, f"error: {msg}"
+        return module.serve_run(args)
+    return importlib.import_module(".mcp_server", __package__).serve_run(args)
+
+
 COMMANDS: dict[str, Command] = {
     "list": Command("list registered environments", _list_args, _list_run),
     "verify": Command("run the verification suite", _verify_args, _verify_run),
@@ -219,8 +240,9 @@ COMMANDS: dict[str, Command] = {
     "image": _lazy("Docker images: 'image build [NAME...|--all]' (offline, content-hashed tags)",
                    ".runtime.commands", "image"),
     "gc": _lazy("remove Docker containers that exited envfactory processes left behind", ".runtime.commands", "gc"),
-    "serve": _lazy("serve an environment to any client: '--protocol mcp' (stdio, or --transport streamable-http)",
-                   ".mcp_server", "serve"),
+    "serve": Command("serve an environment to any client: '--protocol mcp' (stdio, or --transport "
+                     "streamable-http) or '--protocol openenv' (openenv-core's server: WebSocket EnvClient)",
+                     _serve_args, _serve_run),
     "eval-team": _lazy("evaluate teams of policies on the multi-agent environments (JSON + markdown report)",
                        ".multi.eval", "cli"),
     "play": Command("list, verify and play the built-in environments with scripted agents", _quickstart_args,

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 $PY -m pip install -q --disable-pip-version-check "torch==2.13.0"
-$PY -m pip install -q --disable-pip-version-check -e ".[dev,docker,train,eval,mcp,ray]"
+$PY -m pip install -q --disable-pip-version-check -e ".[dev,docker,train,eval,mcp,ray,bench,trl]"
 # the dev extra brings pytest, hypothesis and import-linter (tests/test_imports.py runs lint-imports);
 # the editable install registers the entry points (environments, CLI commands, policies, bench sections)
 $PY -c "import importlinter, pytest, hypothesis" || { echo "setup.sh: the dev extra did not install" >&2; exit 1; }

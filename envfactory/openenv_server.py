@@ -1,0 +1,311 @@
+"""``envfactory serve NAME --protocol openenv``: an environment as an OpenEnv server.
+
+Built on ``openenv-core``'s own server library (``pip install 'envfactory[bench]'``): an
+:class:`openenv.core.env_server.interfaces.Environment` subclass whose every instance plays
+episodes of ``envfactory.make(NAME)``, served by ``openenv.core.env_server.http_server.create_app``
+(FastAPI; the WebSocket ``/ws`` session protocol that ``EnvClient`` speaks, plus ``/reset``,
+``/step``, ``/state``, ``/schema``, ``/metadata``, ``/health``). Nothing of the protocol is
+re-implemented here, so any OpenEnv client plays unchanged: ``GenericEnvClient`` with plain dicts,
+or a typed ``EnvClient`` subclass built on :class:`EnvfactoryAction` / :class:`EnvfactoryObservation`.
+
+* **Sessions.** Each WebSocket connection gets its own environment instance (its own
+  :class:`~envfactory.episode.Episode`, local or Docker runtime); at most ``max_sessions`` at once.
+* **Reset.** ``reset(task_id=...)`` picks a task by id (``task`` is accepted too), ``reset(seed=...)``
+  picks one as ``envfactory.make(NAME).reset(seed=...)`` does; neither: the server's ``--task`` /
+  ``--seed``, else a random task. The observation's ``text`` is the instruction; ``messages`` the
+  opening messages (system prompt, instruction); ``tools`` the OpenAI tool schemas; ``task_id``,
+  ``instruction``, ``system_prompt`` and ``max_turns`` say the rest.
+* **Step.** The action is ``{"text": model text}`` (Hermes ``<tool_call>`` blocks, several per
+  message, or a bare JSON call; no call ends the episode, as ``finish`` does) and/or
+  ``{"tool_calls": [{"name", "arguments"} | OpenAI {"function": {...}}]}``. The observation is the
+  tool responses (``text``: their contents, joined; ``messages``: the ``role: tool`` messages), and
+  the step's ``reward`` and ``done`` are exactly ``envfactory.make(NAME).step``'s for the same action
+  (reward sparse: 1.0 on success at the end); ``success`` and ``info`` (turn, tool calls/errors,
+  ``ended_by`` at the end) come with it. A step after the end is a server error (the client raises).
+
+OpenEnv's wire format drops ``Observation.metadata``; the same facts are therefore observation
+fields (``metadata`` is filled too, for in-process users of the class).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import os
+import socket
+import sys
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Optional
+
+from openenv.core.client_types import StepResult
+from openenv.core.env_client import EnvClient
+from openenv.core.env_server.http_server import create_app
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
+from pydantic import Field
+
+from .env import EpisodeError
+from .episode import task_for_seed
+
+__all__ = ["EnvfactoryAction", "EnvfactoryObservation", "EnvfactoryEnvironment", "EnvfactoryClient", "build_app",
+           "serve_openenv", "BackgroundServer", "serve_run"]
+
+
+class EnvfactoryAction(Action):
+    """One assistant turn: model text and/or structured tool calls."""
+
+    text: str = Field(default="", description="The agent's message: Hermes <tool_call>{...}</tool_call> blocks "
+                                              "(several allowed) or a bare JSON call; no call ends the episode")
+    tool_calls: Optional[list[dict[str, Any]]] = Field(
+        default=None, description="OpenAI-style tool calls ({'name', 'arguments'} or {'function': {...}})")
+
+
+class EnvfactoryObservation(Observation):
+    """What the agent sees after a reset or a step (``reward`` and ``done`` from the base class)."""
+
+    text: str = Field(default="", description="reset: the instruction; step: the tool responses, joined")
+    messages: list[dict[str, Any]] = Field(default_factory=list, description="the new chat messages")
+    task_id: Optional[str] = None
+    instruction: str = ""
+    system_prompt: str = ""
+    tools: list[dict[str, Any]] = Field(default_factory=list, description="reset: OpenAI tool schemas")
+    max_turns: Optional[int] = None
+    success: Optional[bool] = None
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class EnvfactoryEnvironment(Environment):
+    """Episodes of one envfactory environment behind OpenEnv's ``Environment`` interface.
+
+    Args:
+        name: A registered single-agent environment.
+        runtime: ``local`` or ``docker`` (as for :func:`envfactory.make`).
+        task / seed: The default task of a ``reset()`` that names none.
+        max_turns: Overrides the environment's turn limit.
+    """
+
+    SUPPORTS_CONCURRENT_SESSIONS = True  # every instance owns its own Episode (and world)
+
+    def __init__(self, name: str = "Counter-v0", runtime: str = "local", task: str | None = None,
+                 seed: int | None = None, max_turns: int | None = None) -> None:
+        super().__init__()
+        from .registry import spec as get_spec
+
+        self.spec = get_spec(name)
+        if self.spec.multi_agent:
+            raise ValueError(f"{self.spec.name} is a team environment; serve --protocol openenv plays "
+                             "single-agent environments (one OpenEnv session is one agent)")
+        self.name, self.runtime, self.max_turns = self.spec.name, runtime, max_turns
+        self.default_task, self.default_seed = task, seed
+        self._episode: Any = None  # made on the first reset (OpenEnv's stateless routes build and drop instances)
+        self._episode_id: str | None = None
+        self._steps = 0
+        self._pool: ThreadPoolExecutor | None = None
+
+    # -- the OpenEnv interface ---------------------------------------------------
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EnvfactoryObservation:
+        task_id = kwargs.pop("task_id", None) or kwargs.pop("task", None)
+        if kwargs:
+            raise ValueError(f"unexpected reset argument(s) {sorted(kwargs)}; use task_id, seed or episode_id")
+        if task_id is None and seed is None:
+            task_id, seed = self.default_task, self.default_seed
+        if task_id is None:
+            tasks = self.spec.get_tasks()
+            task_id = tasks[task_for_seed(len(tasks), seed)].id
+        task = self.spec.task(task_id)  # KeyError on an unknown task: an error reply, the session lives on
+        if self._episode is None:
+            from .registry import make
+
+            self._episode = make(self.name, self.runtime, max_turns=self.max_turns)
+        ep = self._episode
+        messages = ep.reset(task.id)
+        self._episode_id = episode_id or "ep-" + uuid.uuid4().hex[:16]
+        self._steps = 0
+        tools = ep.tool_schemas()
+        meta = {"task_id": task.id, "instruction": messages[1]["content"], "tools": tools, "env": self.name}
+        return EnvfactoryObservation(
+            text=messages[1]["content"], messages=messages, task_id=task.id, instruction=messages[1]["content"],
+            system_prompt=messages[0]["content"], tools=tools, max_turns=ep.max_turns, reward=0.0, done=False,
+            metadata=meta)
+
+    def step(self, action: EnvfactoryAction, timeout_s: float | None = None, **kwargs: Any) -> EnvfactoryObservation:
+        if self._episode is None or self._episode.task is None:
+            if self.default_task is None and self.default_seed is None:
+                raise EpisodeError(f"{self.name}: no episode yet; call reset (task_id or seed) first")
+            self.reset()
+        ep = self._episode
+        if isinstance(action, dict):  # an in-process caller may pass the wire form
+            action = EnvfactoryAction(**action)
+        if action.tool_calls:
+            act: Any = {"role": "assistant", "content": action.text, "tool_calls": action.tool_calls}
+        else:
+            act = action.text
+        r = ep.step(act)  # EpisodeError after the end: an error reply
+        self._steps += 1
+        done = bool(r.terminated or r.truncated)
+        text = "\n".join(str(m.get("content", "")) for m in r.messages)
+        info = {k: v for k, v in r.info.items() if k != "success"}
+        return EnvfactoryObservation(text=text, messages=r.messages, task_id=ep.task.id, reward=float(r.reward),
+                                     done=done, success=ep.success if done else None, info=info,
+                                     metadata={"terminated": r.terminated, "truncated": r.truncated})
+
+    # a local world answers in microseconds: run it on the event loop, not through a thread hop;
+    # a container world blocks on a socket: one thread per session keeps the loop free
+    # (ENVF_OPENENV_INLINE=0 sends local steps through the thread too: the bench's A/B)
+    @property
+    def _inline(self) -> bool:
+        return self.runtime == "local" and os.environ.get("ENVF_OPENENV_INLINE", "1") != "0"
+
+    async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
+                          **kwargs: Any) -> EnvfactoryObservation:
+        if self._inline:
+            return self.reset(seed=seed, episode_id=episode_id, **kwargs)
+        return await self._off_loop(functools.partial(self.reset, seed=seed, episode_id=episode_id, **kwargs))
+
+    async def step_async(self, action: EnvfactoryAction, timeout_s: float | None = None,
+                         **kwargs: Any) -> EnvfactoryObservation:
+        if self._inline:
+            return self.step(action)
+        return await self._off_loop(functools.partial(self.step, action))
+
+    async def _off_loop(self, fn: Any) -> Any:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="envfactory-openenv")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+
+    @property
+    def state(self) -> State:
+        ep = self._episode
+        if ep is None or ep.task is None:
+            return State(episode_id=self._episode_id, step_count=0, env=self.name)
+        return State(episode_id=self._episode_id, step_count=self._steps, env=self.name, task_id=ep.task.id,
+                     done=ep.done, terminated=ep.terminated, truncated=ep.truncated,
+                     reward=ep.rewards[ep.agents[0]], success=ep.success, ended_by=ep.ended_by,
+                     turns=ep.turns_taken(), max_turns=ep.max_turns, tool_calls=len(ep.log),
+                     tool_errors=sum(not e["ok"] for e in ep.log))
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        return EnvironmentMetadata(name=self.name, description=f"envfactory environment {self.name} "
+                                   f"({self.spec.domain}): {len(self.spec.get_tasks())} tasks, tools "
+                                   f"{', '.join(self.spec.tools_of())}", version="0.1.0", author="envfactory")
+
+    def close(self) -> None:
+        if self._episode is not None:
+            self._episode.close()
+            self._episode = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+
+class EnvfactoryClient(EnvClient[EnvfactoryAction, EnvfactoryObservation, State]):
+    """A typed OpenEnv client (optional: ``GenericEnvClient`` plays the same server with dicts)::
+
+        with EnvfactoryClient(base_url=url).sync() as env:
+            obs = env.reset(task_id="counter-0-1").observation      # an EnvfactoryObservation
+            r = env.step(EnvfactoryAction(text='<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'))
+    """
+
+    def _step_payload(self, action: EnvfactoryAction) -> dict[str, Any]:
+        return action.model_dump(exclude_defaults=True) if isinstance(action, EnvfactoryAction) else dict(action)
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[EnvfactoryObservation]:
+        obs = EnvfactoryObservation(**payload.get("observation", {}), reward=payload.get("reward"),
+                                    done=payload.get("done", False))
+        return StepResult(observation=obs, reward=payload.get("reward"), done=payload.get("done", False))
+
+    def _parse_state(self, payload: dict[str, Any]) -> State:
+        return State(**payload)
+
+
+def build_app(name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
+              max_turns: int | None = None, max_sessions: int = 256) -> Any:
+    """The FastAPI app (``openenv-core``'s ``create_app``) serving ``name``."""
+    probe = EnvfactoryEnvironment(name, runtime, task, seed, max_turns)  # fail now: unknown env, team env
+    if task is not None:
+        probe.spec.task(task)  # unknown task
+    factory = functools.partial(EnvfactoryEnvironment, name, runtime, task, seed, max_turns)
+    return create_app(factory, EnvfactoryAction, EnvfactoryObservation, env_name=probe.name,
+                      max_concurrent_envs=max_sessions)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    return sock
+
+
+def serve_openenv(name: str, host: str = "127.0.0.1", port: int = 8000, *, ready: Any = None, **kw: Any) -> None:
+    """Serve until interrupted (``port=0``: a free port). The URL goes to stderr once the server
+    listens (``ready(url)`` is called too, when given)."""
+    import uvicorn
+
+    app = build_app(name, **kw)
+    sock = _listen(host, port)
+    url = f"http://{host}:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+
+    def announce() -> None:
+        while not server.started and not server.should_exit:
+            threading.Event().wait(0.01)
+        if server.started:
+            print(f"envfactory: serving {name} over OpenEnv at {url} (WebSocket {url}/ws)", file=sys.stderr,
+                  flush=True)
+            if ready is not None:
+                ready(url)
+
+    threading.Thread(target=announce, daemon=True).start()
+    server.run(sockets=[sock])
+
+
+class BackgroundServer:
+    """An OpenEnv server of ``name`` on a thread of this process (tests, benchmarks)::
+
+        with BackgroundServer("Counter-v0") as url:
+            with GenericEnvClient(base_url=url).sync() as env: ...
+    """
+
+    def __init__(self, name: str, host: str = "127.0.0.1", port: int = 0, **kw: Any) -> None:
+        import uvicorn
+
+        self.app = build_app(name, **kw)
+        self._sock = _listen(host, port)
+        self.url = f"http://{host}:{self._sock.getsockname()[1]}"
+        self._server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning"))
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def __enter__(self) -> str:
+        self._thread.start()
+        for _ in range(3000):
+            if self._server.started:
+                return self.url
+            if not self._thread.is_alive():
+                raise RuntimeError("the OpenEnv server did not start")
+            threading.Event().wait(0.01)
+        raise RuntimeError("the OpenEnv server did not start in 30 s")
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+
+# -- CLI: envfactory serve NAME --protocol openenv (arguments: envfactory.mcp_server.serve_args) ----
+def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
+    try:
+        build_app(args.name, runtime=args.runtime, task=args.task, seed=args.seed, max_turns=args.max_turns,
+                  max_sessions=args.max_episodes)
+    except (KeyError, ValueError) as exc:
+        msg = exc.args[0] if exc.args else str(exc)
+        return 2, {"error": msg}, f"error: {msg}"
+    try:
+        serve_openenv(args.name, args.host, args.port, runtime=args.runtime, task=args.task, seed=args.seed,
+                      max_turns=args.max_turns, max_sessions=args.max_episodes)
+    except KeyboardInterrupt:
+        pass
+    return 0, {"served": args.name, "protocol": "openenv"}, ""

@@ -1,0 +1,69 @@
+"""Train with TRL's ``GRPOTrainer`` on an envfactory environment (environment mode: multi-turn, stateful,
+the reward from the environment), here the embedded tiny model on FindLight-v0's rl split, on CPU.
+
+    python examples/trl/train_grpo.py --steps 20                       # FindLight-v0, tiny model
+    python examples/trl/train_grpo.py --env Bank-v0 --model PATH       # any HF causal LM with a Hermes template
+
+See ``agents/trl_env.py``: one ``envfactory.make(NAME)`` episode per rollout, the environment's tools
+as methods, the sparse reward (1.0 on success) ending each episode with the rollout's final answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--env", default="FindLight-v0")
+    ap.add_argument("--model", default=None, help="an HF model folder (default: the embedded tiny model, pretrained)")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--generations", type=int, default=8, help="rollouts per task (GRPO group size)")
+    ap.add_argument("--batch", type=int, default=16, help="rollouts per step (a multiple of --generations)")
+    ap.add_argument("--max-completion-length", type=int, default=96)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--shaping", type=float, default=0.0,
+                    help="partial credit: + shaping x share of tool calls that ran without error (0: sparse reward)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--output-dir", default="runs/trl-grpo")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agents import build_tiny_model
+    from agents.trl_env import TRLEnvironment, prepare_tokenizer
+
+    path = args.model or build_tiny_model(seed=args.seed, pretrained=True)
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path))   # envfactory's tool-call parser
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    env = TRLEnvironment(args.env, split="rl", shaping=args.shaping)     # never the eval split
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+
+    config = GRPOConfig(
+        output_dir=args.output_dir, max_steps=args.steps, per_device_train_batch_size=args.batch,
+        num_generations=args.generations, max_completion_length=args.max_completion_length,
+        max_tool_calling_iterations=env.spec.max_turns, learning_rate=args.lr, beta=0.0, temperature=1.0,
+        logging_steps=1, save_strategy="no", report_to="none", use_cpu=not torch.cuda.is_available(),
+        bf16=False, seed=args.seed)
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, train_dataset=env.dataset(),
+                          environment_factory=env.factory, reward_funcs=env.reward)
+    trainer.train()
+
+    steps = [h for h in trainer.state.log_history if "reward" in h and "step" in h]
+    changed = sum(bool((before[k] != v.detach()).any()) for k, v in model.named_parameters())
+    out = {"env": args.env, "steps": len(steps), "reward_by_step": [h["reward"] for h in steps],
+           "reward_std_by_step": [h["reward_std"] for h in steps],
+           "successes": sum(bool(r["success"]) for r in env.history), "rollouts": len(env.history),
+           "tensors_changed": changed, "tensors": len(before), "log_history": steps, "history": env.history}
+    print(json.dumps({k: v for k, v in out.items() if k not in ("log_history", "history")}))
+    return out
+
+
+if __name__ == "__main__":
+    main()
