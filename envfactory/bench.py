@@ -9,9 +9,11 @@ dicts; other subsystems add theirs to :data:`SECTIONS`.
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import gymnasium
@@ -200,14 +202,259 @@ def bench_docker() -> dict[str, Any]:
 
 def bench_scale() -> dict[str, Any]:
     """Ray worlds with 1, 2 and 4 actors against in-process (see
-    :func:`envfactory.runtime.ray_world.bench_scale`); a ``scale_error`` note without Ray."""
+    :func:`envfactory.runtime.ray_world.bench_scale`; a ``scale_error`` note without Ray), then
+    sessions held over two Docker engines (:func:`bench_engines`; a ``scale_engines_error`` note
+    without Docker)."""
+    out: dict[str, Any] = {}
     try:
         import ray  # noqa: F401
     except ImportError:
-        return {"scale_error": "ray is not installed (pip install 'envfactory[ray]')"}
-    from .runtime.ray_world import bench_scale as run
+        out["scale_error"] = "ray is not installed (pip install 'envfactory[ray]')"
+    else:
+        from .runtime.ray_world import bench_scale as run
 
-    return run()
+        out.update(run())
+    if os.environ.get("ENVF_BENCH_SCALE_ENGINES", "1") != "0":
+        out.update(bench_engines())
+    return out
+
+
+SECOND_ENGINE_DIR = os.environ.get("ENVF_DOCKERD2_DIR", "/tmp/ef-dockerd2")
+
+
+def _second_engine() -> tuple[str | None, bool, str]:
+    """A second Docker engine: ``(url, started_here, note)``; the one in
+    :data:`SECOND_ENGINE_DIR` (started by ``scripts/second-dockerd.sh``, as the tests do, when
+    it is not running), or ``None`` and why not."""
+    import subprocess
+
+    from .runtime.pool import engine_answers
+
+    url = f"unix://{SECOND_ENGINE_DIR}/docker.sock"
+    if engine_answers(url) is None:
+        return url, False, ""
+    script = Path(__file__).resolve().parent.parent / "scripts" / "second-dockerd.sh"
+    if not script.is_file():
+        return None, False, f"no {script} (a source checkout has it)"
+    r = subprocess.run(["bash", str(script), "start", SECOND_ENGINE_DIR], capture_output=True, text=True,
+                       timeout=180)
+    if r.returncode != 0:
+        return None, False, f"a second engine could not be started: {r.stderr.strip()[-300:]}"
+    return url, True, ""
+
+
+def _cgroup_read(kind: str, cid: str, name: str) -> int | None:
+    for base in (f"/sys/fs/cgroup/{kind}/docker/{cid}", f"/sys/fs/cgroup/system.slice/docker-{cid}.scope"):
+        try:
+            return int(Path(base, name).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def bench_engines(levels: tuple[int, ...] = (256, 1000, 2000), threads: int = 16, rounds: int = 4,
+                  per_container: int = 64) -> dict[str, Any]:
+    """Sessions held at once over two Docker engines, and step latency while they are held.
+
+    ``Counter-v0`` sessions, ``per_container`` to a shared container, placed by one
+    :class:`~envfactory.runtime.pool.Pool` over the engines (``$ENVFACTORY_DOCKER_HOSTS`` when it
+    names two or more, else the default engine and a second one, started as the tests start it;
+    without one, it measures one engine and says so in ``scale_engines_note``). The sessions are
+    opened in levels (256, 1,000, 2,000 held); at each level every held session takes ``rounds``
+    steps, driven by ``threads`` threads (each steps its share of the sessions in turn, as a
+    rollout's workers would), and the step latencies' p50/p99 are reported, with the same
+    drive over as many in-process sessions in the same run (``..._vs_local_ratio``) and, at 256
+    and 1,000, over the same sessions on one engine only (``..._two_vs_one_engine_ratio``). Host
+    and container CPU per step and container memory per session come from the process's CPU
+    time and the containers' cgroups (for docs/scale.md)."""
+    import gc as pygc
+    import math
+    import threading
+
+    from . import registry
+    from .runtime.pool import Pool, docker_client, resolve_docker_hosts
+    from .runtime.wire import encode_frame
+
+    try:
+        docker_client()
+    except RuntimeError as exc:
+        return {"scale_engines_error": str(exc)}
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 4 * max(levels) + 1024  # a channel and an HTTP connection per session, twice over
+    if soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
+        except (ValueError, OSError):
+            pass
+    out: dict[str, Any] = {}
+    hosts = resolve_docker_hosts()
+    started = False
+    if not hosts or len(hosts) < 2:
+        first = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        second, started, note = _second_engine()
+        if second is None:
+            hosts = (first,)
+            out["scale_engines_note"] = f"measured ONE Docker engine: {note}"
+        else:
+            hosts = (first, second)
+    out["scale_engines"] = len(hosts)
+    spec_ = registry.spec("Counter-v0")
+    action = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
+
+    def drive(eps: list[Any], rounds: int = rounds) -> tuple[list[float], float, float]:
+        """``rounds`` steps of every session by ``threads`` threads: latencies (ns), wall s, CPU s."""
+        lat: list[list[float]] = [[] for _ in range(threads)]
+        errors: list[BaseException] = []
+
+        def run(i: int) -> None:
+            mine, clock, rec = eps[i::threads], time.perf_counter_ns, lat[i]
+            try:
+                for _ in range(rounds):
+                    for e in mine:
+                        t0 = clock()
+                        e.step(action)
+                        rec.append(clock() - t0)
+            except BaseException as exc:
+                errors.append(exc)
+
+        ts = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+        c0, w0 = time.process_time(), time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        if errors:
+            raise errors[0]
+        return [x for r in lat for x in r], wall, cpu
+
+    def pct(xs: list[float], q: float) -> float:
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(len(xs) * q))] / 1e6
+
+    def container_cpu_ns(pool: Pool) -> int:
+        return sum(_cgroup_read("cpuacct", c.id, "cpuacct.usage") or 0 for c in pool.containers())
+
+    def held(pool: Pool, eps: list[Any], level: int) -> float:
+        t0 = time.perf_counter()
+        while len(eps) < level:
+            e = registry.make("Counter-v0", runtime="docker", pool=pool, max_turns=10**9)
+            e.reset(0)
+            eps.append(e)
+        return time.perf_counter() - t0
+
+    def measure(pool: Pool, eps: list[Any], key: str) -> dict[str, Any]:
+        drive(eps, 1)  # every session once first: the containers' servers warm, the machine settled
+        pygc.collect()  # the baselines' garbage is not collected inside the timed drive
+        k0 = container_cpu_ns(pool)
+        lat, wall, cpu = drive(eps)
+        steps = len(lat)
+        row = {f"{key}_step_p50_ms": round(pct(lat, 0.5), 3), f"{key}_step_p99_ms": round(pct(lat, 0.99), 3),
+               f"{key}_steps_per_s": round(steps / wall),
+               f"{key}_host_cpu_us_per_step": round(cpu / steps * 1e6, 1)}
+        k1 = container_cpu_ns(pool)
+        if k1:
+            row[f"{key}_container_cpu_us_per_step"] = round((k1 - k0) / steps / 1000, 1)
+        return row
+
+    # the in-process baseline at each level, same drive
+    local_p: dict[int, tuple[float, float]] = {}
+    for level in levels:
+        eps = [registry.make("Counter-v0", max_turns=10**9) for _ in range(level)]
+        for e in eps:
+            e.reset(0)
+        lat, wall, cpu = drive(eps)
+        local_p[level] = (pct(lat, 0.5), pct(lat, 0.99))
+        del eps
+        out[f"scale_local_{level}_sessions_step_p50_ms"] = round(local_p[level][0], 4)
+        out[f"scale_local_{level}_sessions_step_p99_ms"] = round(local_p[level][1], 4)
+
+    def run_levels(pool_hosts: tuple[str, ...], tag: str, lv: tuple[int, ...]) -> int:
+        pool = Pool(spec_, docker_hosts=pool_hosts, sessions_per_container=per_container, warm=0)
+        eps: list[Any] = []
+        most = 0
+        prev_mem: tuple[int, int] | None = None
+        try:
+            t0 = time.perf_counter()
+            pool.prewarm(math.ceil(max(lv) / per_container / len(pool_hosts)))
+            out[f"scale_{tag}_prewarm_{len(pool.containers())}_containers_s"] = round(time.perf_counter() - t0, 2)
+            for level in lv:
+                try:
+                    opened = held(pool, eps, level)
+                except Exception as exc:  # the most this machine holds
+                    out[f"scale_{tag}_{level}_sessions_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                    break
+                key = f"scale_{tag}_{level}_sessions"
+                out[f"{key}_open_ms_per_session"] = round(opened / max(1, level - most) * 1000, 3)
+                try:
+                    out.update(measure(pool, eps, key))
+                except Exception as exc:
+                    out[f"{key}_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                    break
+                most = level
+                out[f"{key}_vs_local_p50_ratio"] = round(out[f"{key}_step_p50_ms"] / local_p[level][0], 2)
+                out[f"{key}_per_engine"] = [r["sessions"] for r in pool.host_rows()]
+                mem = [_cgroup_read("memory", c.id, "memory.usage_in_bytes") for c in pool.containers()]
+                mem = [m for m in mem if m]
+                if mem:
+                    out[f"{key}_container_mem_mb_mean"] = round(sum(mem) / len(mem) / 2**20, 1)
+                    out[f"{key}_containers_mem_mb"] = round(sum(mem) / 2**20, 1)
+                    if prev_mem is not None:  # what one more session costs, same containers
+                        out[f"scale_{tag}_mem_kb_per_added_session"] = round(
+                            (sum(mem) - prev_mem[0]) / (level - prev_mem[1]) / 1024, 1)
+                    prev_mem = (sum(mem), level)
+        finally:
+            for e in eps:
+                try:
+                    e.close()
+                except Exception:
+                    pass
+            pool.shutdown()
+        return most
+
+    try:
+        tag = "two_engines" if len(hosts) > 1 else "one_engine"
+        out[f"scale_{tag}_most_sessions_held"] = run_levels(hosts, tag, levels)
+        if len(hosts) > 1:  # the same on the first engine alone, same run
+            run_levels(hosts[:1], "one_engine", tuple(lv for lv in levels if lv <= 1000))
+            for level in levels:
+                two, one = (out.get(f"scale_{t}_{level}_sessions_step_p50_ms") for t in ("two_engines", "one_engine"))
+                if two and one:
+                    out[f"scale_{level}_sessions_two_vs_one_engine_p50_ratio"] = round(two / one, 2)
+                    out[f"scale_{level}_sessions_two_vs_one_engine_p99_ratio"] = round(
+                        out[f"scale_two_engines_{level}_sessions_step_p99_ms"]
+                        / out[f"scale_one_engine_{level}_sessions_step_p99_ms"], 2)
+    finally:
+        if started:
+            import subprocess
+
+            subprocess.run(["bash", str(Path(__file__).resolve().parent.parent / "scripts" / "second-dockerd.sh"),
+                            "stop", SECOND_ENGINE_DIR], capture_output=True, timeout=120)
+
+    # bytes a step puts on the wire (request and reply frames), over every built-in environment's
+    # reference solutions (the cost of a step when the referee and the engine are on different hosts)
+    req, rep = [], []
+    for name in registry.names():
+        s_ = registry.spec(name)
+        if s_.multi_agent:
+            continue
+        for task in s_.get_tasks()[:5]:
+            ep = registry.make(name)
+            ep.reset(task.id)
+            for c in task.solution:
+                req.append(len(encode_frame({"op": "run", "agent": "agent_0", "round": 1,
+                                             "calls": [{"name": c.name, "arguments": c.arguments}]})))
+                r = ep.step(c.to_hermes())
+                rep.append(len(encode_frame({"ok": True, "outcomes": [
+                    {"content": m["content"], "ok": True, "kind": "ok"} for m in r.messages]})))
+    if req:
+        out.update({"scale_step_request_bytes_p50": int(pct(req, 0.5) * 1e6),
+                    "scale_step_request_bytes_p99": int(pct(req, 0.99) * 1e6),
+                    "scale_step_reply_bytes_p50": int(pct(rep, 0.5) * 1e6),
+                    "scale_step_reply_bytes_p99": int(pct(rep, 0.99) * 1e6), "scale_step_frames": len(req)})
+    return out
 
 
 # -- bigstate: copy-on-write forks of large third-party states (from_class) ----------------------

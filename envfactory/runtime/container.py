@@ -138,11 +138,14 @@ class Container:
         limits: Resource limits.
         control_timeout: Seconds allowed for each control call.
         start_timeout: Seconds allowed for the server to come up.
+        engine: The Docker engine's URL when it is not the default one (for messages).
     """
 
     def __init__(self, client: Any, spec: ToolEnvSpec, image: str, *, max_sessions: int,
-                 limits: Limits, control_timeout: float = 30.0, start_timeout: float = 60.0) -> None:
+                 limits: Limits, control_timeout: float = 30.0, start_timeout: float = 60.0,
+                 engine: str | None = None) -> None:
         self.spec = spec
+        self.engine = engine
         self.client = client
         self.token = secrets.token_hex(16)
         self.sessions = 0
@@ -346,8 +349,11 @@ class Container:
     def status(self) -> dict[str, Any]:
         try:
             return self.client.api.inspect_container(self.id)["State"]
-        except Exception:
-            return {"Status": "removed"}
+        except Exception as exc:
+            if getattr(getattr(exc, "response", None), "status_code", None) == 404:
+                return {"Status": "removed"}
+            # the engine itself does not answer (stopped, or its host lost)
+            return {"Status": "engine unreachable", "Error": f"{type(exc).__name__}: {str(exc)[:200]}"}
 
     def describe_exit(self) -> str:
         st = self.status()
@@ -355,6 +361,9 @@ class Container:
             return "still running"
         if st.get("Status") == "removed":
             return "container removed"
+        if st.get("Status") == "engine unreachable":
+            return (f"its Docker engine {self.engine or '(default)'} does not answer: the host is lost "
+                    f"({st.get('Error')})")
         return f"status {st.get('Status')}, exit code {st.get('ExitCode')}, OOM-killed {st.get('OOMKilled')}"
 
     def logs(self) -> str:

@@ -46,28 +46,90 @@ from typing import Any, Callable
 from ..definition import ToolEnvSpec
 from .container import LABEL, SOCKET_ROOT, Container, ContainerError, Limits, owner_label
 
-__all__ = ["Pool", "get_pool", "shutdown_all", "gc", "in_background", "wait_background"]
+__all__ = ["Pool", "HostLost", "get_pool", "docker_client", "resolve_docker_hosts", "engine_answers", "copy_image",
+           "shutdown_all", "gc", "in_background", "wait_background"]
 
 _client: Any = None
 _client_lock = threading.Lock()
+_host_clients: dict[str, Any] = {}
+
+HOSTS_ENV = "ENVFACTORY_DOCKER_HOSTS"
+"""Comma-separated Docker engines (``unix:///...``, ``tcp://...``) to spread containers over."""
 
 
-def docker_client() -> Any:
-    """The process's Docker client (one connection pool for every pool)."""
+def resolve_docker_hosts(hosts: "str | list[str] | tuple[str, ...] | None" = None) -> tuple[str, ...] | None:
+    """The engines a pool spreads over: ``hosts`` (a list, or a comma-separated string), else
+    ``$ENVFACTORY_DOCKER_HOSTS``, else ``None`` (the one default engine, ``DOCKER_HOST``'s)."""
+    if hosts is None:
+        hosts = os.environ.get(HOSTS_ENV) or None
+    if hosts is None:
+        return None
+    if isinstance(hosts, str):
+        hosts = hosts.split(",")
+    out = tuple(dict.fromkeys(h.strip() for h in hosts if h and h.strip()))
+    return out or None
+
+
+def docker_client(host: str | None = None) -> Any:
+    """The process's Docker client of engine ``host`` (a ``DOCKER_HOST``-style URL; ``None``:
+    the default engine), one connection pool per engine for every pool."""
     global _client
     with _client_lock:
-        if _client is None:
-            try:
-                import docker
-            except ImportError:
-                raise RuntimeError("the docker runtime needs the Docker SDK: pip install 'envfactory[docker]'") from None
-            try:
-                _client = docker.from_env(timeout=120)
-                _client.ping()
-            except Exception as exc:
-                _client = None
-                raise RuntimeError(f"no Docker engine answers ({exc}); start one with scripts/docker-engine.sh") from None
-        return _client
+        if host is None and _client is not None:
+            return _client
+        if host is not None and host in _host_clients:
+            return _host_clients[host]
+        try:
+            import docker
+        except ImportError:
+            raise RuntimeError("the docker runtime needs the Docker SDK: pip install 'envfactory[docker]'") from None
+        try:
+            c = docker.from_env(timeout=120) if host is None else docker.DockerClient(base_url=host, timeout=120)
+            c.ping()
+        except Exception as exc:
+            where = "no Docker engine answers" if host is None else f"the Docker engine {host} does not answer"
+            raise RuntimeError(f"{where} ({exc}); start one with scripts/docker-engine.sh") from None
+        if host is None:
+            _client = c
+        else:
+            _host_clients[host] = c
+        return c
+
+
+def engine_answers(host: str | None, timeout: float = 3.0) -> str | None:
+    """``None`` when engine ``host`` answers a ping within ``timeout`` seconds, else why not
+    (a fresh, short-timeout connection: a hung engine cannot hold the caller for long)."""
+    try:
+        import docker
+
+        api = docker.APIClient(base_url=host, timeout=timeout) if host else docker.from_env(timeout=timeout).api
+        try:
+            api.ping()
+        finally:
+            api.close()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
+    return None
+
+
+def copy_image(tag: str, src: Any, dst: Any) -> bool:
+    """Make image ``tag`` exist on engine ``dst``: loaded from ``src`` (``docker save | docker load``,
+    streamed) when ``dst`` lacks it. ``True`` when it was copied."""
+    import docker
+
+    try:
+        dst.images.get(tag)
+        return False
+    except docker.errors.ImageNotFound:
+        pass
+    stream = src.images.get(tag).save(chunk_size=1 << 20, named=True)
+    dst.images.load(stream)
+    dst.images.get(tag)  # raises if the load did not produce it
+    return True
+
+
+class HostLost(ContainerError):
+    """Every Docker engine of a pool is lost (or the one a request needed); the message names them."""
 
 
 class Pool:
@@ -77,18 +139,34 @@ class Pool:
         spec: The environment.
         image: Image tag; built (or found by content hash) when omitted.
         warm: Idle containers kept ready (``container`` isolation), or
-            containers started ahead (``session`` isolation) by :meth:`prewarm`.
+            containers started ahead (``session`` isolation) by :meth:`prewarm`;
+            per engine when there are several.
         sessions_per_container: Capacity of a shared container.
         limits: Resource limits of each container.
+        docker_hosts: Docker engines (``DOCKER_HOST``-style URLs, a list or a comma-separated
+            string; default ``$ENVFACTORY_DOCKER_HOSTS``, else the one default engine). With
+            several, the pool is one sub-pool per engine (its own warm containers) behind one
+            lock: a new session goes to the engine holding the fewest, a new container with it.
+            The image is built on the first engine and copied to the others that lack it
+            (``docker save | docker load``). The engines must share this machine's file system
+            (the containers' sockets are bind-mounted folders here); spread over machines with
+            the Ray runtime (``world_runtime="docker"``: each actor drives its own node's engines).
+            An engine that stops answering is *lost*: :attr:`stats` counts it and names it, no
+            session is placed there, its sessions' next requests fail as their container's death
+            (the Docker runtime resumes such a world on a live engine, else raises
+            :class:`ContainerError` naming the engine), and it is pinged again after
+            :data:`RETRY_LOST_S` seconds (rejoining when it answers: ``hosts_recovered``).
     """
 
+    RETRY_LOST_S = 30.0
+
     def __init__(self, spec: ToolEnvSpec, image: str | None = None, *, warm: int = 1,
-                 sessions_per_container: int = 64, limits: Limits | None = None) -> None:
+                 sessions_per_container: int = 64, limits: Limits | None = None,
+                 docker_hosts: "str | list[str] | tuple[str, ...] | None" = None,
+                 _cond: threading.Condition | None = None) -> None:
         from ..images import image_for
 
         self.spec = spec
-        self.client = docker_client()
-        self.image = image or image_for([spec], client=self.client)[0]
         self.warm = warm
         self.per_container = 1 if spec.isolation == "container" else sessions_per_container
         self.limits = limits or Limits()
@@ -96,19 +174,173 @@ class Pool:
         self._idle: list[Container] = []  # container isolation: ready, never used
         self._busy: set[Container] = set()
         self._starting = 0
-        self._cond = threading.Condition()
+        self._cond = _cond or threading.Condition()
         self._closed = False
         self._errors: list[str] = []
         self._pid = os.getpid()
+        hosts = resolve_docker_hosts(docker_hosts)
+        self.host = hosts[0] if hosts and len(hosts) == 1 else None  # this (sub-)pool's one named engine
+        self.lost: str | None = None  # why its engine was found lost (None: it answers)
+        self._lost_at = 0.0
+        self._subs: list[Pool] | None = None
+        self.stats: dict[str, Any] = {"hosts": 1, "lost_hosts": 0, "lost": {}, "hosts_recovered": 0}
+        if hosts and len(hosts) > 1:
+            self._init_hosts(hosts, image)
+        else:
+            self.client = docker_client(self.host)
+            self.image = image or image_for([spec], client=self.client)[0]
         with _pools_lock:
             _all_pools.add(self)
         _install_sigterm_handler()
 
+    def _init_hosts(self, hosts: tuple[str, ...], image: str | None) -> None:
+        """One sub-pool per engine, sharing this pool's lock; the image copied where missing."""
+        from ..images import image_for
+
+        self.hosts = hosts
+        subs: list[Pool] = []
+        lost: dict[str, str] = {}
+        clients: dict[str, Any] = {}
+        for h in hosts:
+            try:
+                clients[h] = docker_client(h)
+            except Exception as exc:  # not reachable now: lost, tried again later
+                lost[h] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        if not clients:
+            raise HostLost(f"{self.spec.name}: no Docker engine of {', '.join(hosts)} answers: {lost}")
+        if image is None:  # built (or found) on the first engine that answers
+            src = next(iter(clients.values()))
+            image = image_for([self.spec], client=src)[0]
+        else:
+            import docker
+
+            src = None
+            for c in clients.values():
+                try:
+                    c.images.get(image)
+                    src = c
+                    break
+                except docker.errors.ImageNotFound:
+                    pass
+            if src is None:
+                raise ValueError(f"{self.spec.name}: image {image} is on none of the engines {', '.join(clients)}")
+        for h in hosts:
+            client = clients.get(h)
+            if client is not None and client is not src:
+                try:
+                    copy_image(image, src, client)
+                except Exception as exc:
+                    lost[h] = f"the image could not be copied there: {type(exc).__name__}: {str(exc)[:300]}"
+                    client = None
+            sub = Pool.__new__(Pool)
+            sub.__dict__.update(self.__dict__)
+            sub._live, sub._idle, sub._busy, sub._errors = [], [], set(), []
+            sub.host, sub.client, sub.image, sub._subs = h, client, image, None
+            sub.stats = {"hosts": 1, "lost_hosts": 0, "lost": {}, "hosts_recovered": 0}
+            if h in lost:
+                sub.lost, sub._lost_at = lost[h], time.monotonic()
+            subs.append(sub)
+        if all(s.lost for s in subs):
+            raise HostLost(f"{self.spec.name}: no Docker engine of {', '.join(hosts)} can serve it: {lost}")
+        self._subs = subs
+        self.client = next(s.client for s in subs if not s.lost)
+        self.image = image
+        self.stats.update(hosts=len(hosts), lost_hosts=len(lost), lost=dict(lost))
+        with _pools_lock:
+            for sub in subs:
+                _all_pools.add(sub)
+
+    # -- several engines -----------------------------------------------------
+    def _sub_of(self, c: Container) -> "Pool":
+        return getattr(c, "pool", None) or self
+
+    def _mark_lost(self, sub: "Pool", why: str) -> None:
+        """Engine ``sub.host`` stopped answering: no new session there (caller holds the lock)."""
+        if sub.lost is None:
+            sub.lost = why
+            self.stats["lost_hosts"] += 1
+            self.stats["lost"][sub.host] = why
+        sub._lost_at = time.monotonic()
+
+    def _usable(self) -> list["Pool"]:
+        """The sub-pools whose engine answers (a lost one is pinged again after RETRY_LOST_S)."""
+        assert self._subs is not None
+        out = []
+        for sub in self._subs:
+            if sub.lost is not None and time.monotonic() - sub._lost_at > self.RETRY_LOST_S:
+                why = engine_answers(sub.host)
+                if why is None and sub.client is None:  # lost from the start: connect, copy the image
+                    try:
+                        client = docker_client(sub.host)
+                        copy_image(self.image, self.client, client)
+                        sub.client = client
+                    except Exception as exc:
+                        why = f"{type(exc).__name__}: {str(exc)[:300]}"
+                with self._cond:
+                    if why is None and sub.client is not None:
+                        sub.lost = None
+                        self.stats["lost"].pop(sub.host, None)
+                        self.stats["lost_hosts"] -= 1
+                        self.stats["hosts_recovered"] += 1
+                    else:
+                        sub._lost_at = time.monotonic()
+            if sub.lost is None:
+                out.append(sub)
+        return out
+
+    def _load(self, sub: "Pool") -> int:
+        if self.spec.isolation == "container":
+            return len(sub._busy) - len(sub._idle)
+        return sum(c.sessions for c in sub._live if not c.dead)
+
+    def _acquire_spread(self) -> Container:
+        """A session slot on the engine holding the fewest sessions; an engine that fails to
+        start a container and then does not answer a ping is lost, and the next one tried."""
+        tried: set[int] = set()
+        last: Exception | None = None
+        while True:
+            subs = [s for s in self._usable() if id(s) not in tried]
+            if not subs:
+                lost = ", ".join(f"{h} ({w})" for h, w in self.stats["lost"].items())
+                raise HostLost(f"{self.spec.name}: no Docker engine can take a session"
+                               f"{': lost ' + lost if lost else ''}{f'; last error: {last}' if last else ''}")
+            with self._cond:
+                sub = min(subs, key=self._load)
+            try:
+                return sub.acquire()
+            except Exception as exc:
+                why = engine_answers(sub.host)
+                if why is None:
+                    raise
+                with self._cond:
+                    self._mark_lost(sub, why)
+                tried.add(id(sub))
+                last = exc
+
+    def host_rows(self) -> list[dict[str, Any]]:
+        """One row per engine: ``host``, ``up``, ``containers``, ``sessions``, ``lost`` (why)."""
+        subs = self._subs or [self]
+        with self._cond:
+            return [{"host": s.host, "up": s.lost is None,
+                     "containers": len([c for c in s._live + s._idle + list(s._busy) if not c.dead]),
+                     "sessions": sum(c.sessions for c in s._live + list(s._busy) if not c.dead),
+                     "lost": s.lost} for s in subs]
+
     # -- starting --------------------------------------------------------
     def start_container(self) -> Container:
-        """Start one container now (a cold start), not yet handed to anyone."""
-        return Container(self.client, self.spec, self.image, max_sessions=self.per_container,
-                         limits=self.limits)
+        """Start one container now (a cold start), not yet handed to anyone (with several
+        engines: on the one holding the fewest sessions)."""
+        if self._subs is not None:
+            subs = self._usable()
+            if not subs:
+                raise HostLost(f"{self.spec.name}: every Docker engine is lost: {self.stats['lost']}")
+            with self._cond:
+                sub = min(subs, key=self._load)
+            return sub.start_container()
+        c = Container(self.client, self.spec, self.image, max_sessions=self.per_container,
+                      limits=self.limits, engine=self.host)
+        c.pool = self
+        return c
 
     def _start_background(self) -> None:
         def run() -> None:
@@ -145,6 +377,24 @@ class Pool:
     def prewarm(self, n: int | None = None) -> None:
         """Start containers ahead so that acquiring one is instant; waits for them."""
         n = self.warm if n is None else n
+        if self._subs is not None:  # n per engine, in parallel
+            subs = self._usable()
+            errors: list[BaseException] = []
+
+            def one(sub: Pool) -> None:
+                try:
+                    sub.prewarm(n)
+                except BaseException as exc:
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=one, args=(sub,), daemon=True) for sub in subs]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
+            return
         with self._cond:
             if self.spec.isolation == "container":
                 self.warm = max(self.warm, n)
@@ -168,6 +418,8 @@ class Pool:
         """A container with room for one more session (the session count is taken)."""
         if self._closed:
             raise RuntimeError(f"the {self.spec.name} pool is shut down")
+        if self._subs is not None:
+            return self._acquire_spread()
         if self.spec.isolation == "container":
             with self._cond:
                 for old in [c for c in self._idle if c.retiring]:  # too old to start an episode
@@ -202,6 +454,8 @@ class Pool:
     def release(self, c: Container) -> None:
         """A session on ``c`` ended. Per-session containers are removed (in the
         background: removal takes a while and nobody waits for it)."""
+        if self._subs is not None:
+            return self._sub_of(c).release(c)
         with self._cond:
             c.sessions = max(0, c.sessions - 1)
             if self.spec.isolation != "container":
@@ -212,7 +466,26 @@ class Pool:
         _remove_later(c)
 
     def discard(self, c: Container) -> None:
-        """Remove a dead or misbehaving container; the pool starts a replacement."""
+        """Remove a dead or misbehaving container; the pool starts a replacement. With several
+        engines, one that no longer answers is marked lost (no replacement there)."""
+        if self._subs is not None:
+            sub = self._sub_of(c)
+            why = engine_answers(sub.host)
+            if why is None:
+                try:
+                    return sub.discard(c)
+                except Exception:  # the replacement could not start: is the engine gone now?
+                    why = engine_answers(sub.host)
+                    if why is None:
+                        raise
+            c.dead = True
+            with self._cond:
+                self._mark_lost(sub, why)
+                if c in sub._live:
+                    sub._live.remove(c)
+                sub._busy.discard(c)
+            _remove_later(c)
+            return
         c.dead = True
         with self._cond:
             if c in self._live:
@@ -228,12 +501,19 @@ class Pool:
                     self._live.append(self.start_container())
 
     def containers(self) -> list[Container]:
+        if self._subs is not None:
+            return [c for sub in self._subs for c in sub.containers()]
         with self._cond:
             return [c for c in self._live + self._idle + list(self._busy) if not c.dead]
 
     def shutdown(self, timeout: float = 90.0) -> None:
         """Remove every container of this pool, waiting (up to ``timeout`` seconds) for
         those still starting, which are removed as they come up. Idempotent."""
+        if self._subs is not None:
+            self._closed = True
+            for sub in self._subs:  # a lost engine's removals fail at once
+                sub.shutdown(timeout)
+            return
         with self._cond:
             self._closed = True
             cs = self._live + self._idle + list(self._busy)
@@ -325,7 +605,11 @@ _all_pools: "weakref.WeakSet[Pool]" = weakref.WeakSet()  # every pool made here,
 
 
 def get_pool(spec: ToolEnvSpec, image: str | None = None, **options: Any) -> Pool:
-    """The process-wide pool of ``spec`` (created on first use with ``options``)."""
+    """The process-wide pool of ``spec`` (created on first use with ``options``; ``docker_hosts``
+    defaults to ``$ENVFACTORY_DOCKER_HOSTS``)."""
+    hosts = resolve_docker_hosts(options.pop("docker_hosts", None))
+    if hosts is not None:
+        options["docker_hosts"] = hosts
     key = (spec.name, image, repr(sorted(options.items())))
     with _pools_lock:
         pool = _pools.get(key)
@@ -372,10 +656,15 @@ def shutdown_all(timeout: float = 120.0) -> None:
 
 def _remove_owned() -> None:
     """Remove every container labelled as owned by this process (the last sweep)."""
-    if _client is None:  # this process never talked to Docker: it started nothing
-        return
-    for row in _labelled(_client, owner=owner_label()):
-        _remove_row(_client, row)
+    for client in [_client, *_host_clients.values()]:
+        if client is None:  # this process never talked to that engine: it started nothing there
+            continue
+        try:
+            rows = _labelled(client, owner=owner_label())
+        except Exception:  # a lost engine: nothing to do there now
+            continue
+        for row in rows:
+            _remove_row(client, row)
 
 
 def _labelled(client: Any, owner: str | None = None) -> list[dict[str, Any]]:
@@ -446,16 +735,33 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def gc(*, everything: bool = False) -> list[dict[str, Any]]:
+def gc(*, everything: bool = False, docker_hosts: "str | list[str] | tuple[str, ...] | None" = None
+       ) -> list[dict[str, Any]]:
     """Remove envfactory containers left behind by processes that are gone.
 
     Args:
         everything: Remove every envfactory container, including those of live processes.
+        docker_hosts: The engines to clean (default ``$ENVFACTORY_DOCKER_HOSTS``, else the
+            default engine).
 
     Returns:
-        One row per removed container: ``id``, ``name``, ``env``, ``owner``.
+        One row per removed container: ``id``, ``name``, ``env``, ``owner`` (and ``engine``
+        when engines were named).
     """
-    client = docker_client()
+    hosts = resolve_docker_hosts(docker_hosts)
+    if hosts is None:
+        return _gc(docker_client(), everything)
+    rows = []
+    for h in hosts:
+        try:
+            client = docker_client(h)
+        except RuntimeError:  # a lost engine: nothing can be removed there now
+            continue
+        rows += [{**row, "engine": h} for row in _gc(client, everything)]
+    return rows
+
+
+def _gc(client: Any, everything: bool) -> list[dict[str, Any]]:
     host = socket.gethostname()
     removed = []
     for row in _labelled(client):

@@ -79,13 +79,23 @@ class WorldHost:
     def ping(self) -> bool:
         return True
 
+    def _task(self, spec: Any, task: Task) -> Task:
+        """A registered environment's task as registered here (it arrives as a copy; the Docker
+        runtime runs registered tasks only, rebuilt in the container from their id)."""
+        if isinstance(spec, str):
+            try:
+                return self._spec(spec).task(task.id)
+            except KeyError:
+                pass
+        return task
+
     def start(self, wid: str, spec: Any, task: Task, with_state: bool) -> Any:
         world = self._new(wid, spec)
-        world.start(task)
+        world.start(self._task(spec, task))
         return world.dump() if with_state else None
 
     def load(self, wid: str, spec: Any, task: Task, state: Any) -> None:
-        self._new(wid, spec).load(task, state)
+        self._new(wid, spec).load(self._task(spec, task), state)
 
     def run(self, wid: str, agent: str, round: int, calls: list[ToolCall], with_state: bool
             ) -> tuple[list[tuple[str, bool, str]], Any]:
@@ -112,6 +122,42 @@ class WorldHost:
     def count(self) -> int:
         return len(self._worlds)
 
+    def shutdown(self) -> None:
+        """Close every world and remove this actor's containers (before the actor is killed:
+        a killed process runs no exit handler)."""
+        import sys
+
+        for wid in list(self._worlds):
+            try:
+                self.close(wid)
+            except Exception:
+                pass
+        pool_mod = sys.modules.get("envfactory.runtime.pool")
+        if pool_mod is not None:
+            pool_mod.shutdown_all(30.0)
+
+    def node(self) -> str:
+        """The Ray node this actor runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def engines(self) -> list[dict[str, Any]]:
+        """The Docker engines this actor's container pools use, one row per pool and engine
+        (:meth:`envfactory.runtime.pool.Pool.host_rows`, with ``env``); empty without Docker."""
+        import sys
+
+        pool_mod = sys.modules.get("envfactory.runtime.pool")
+        if pool_mod is None:
+            return []
+        rows = []
+        with pool_mod._pools_lock:
+            pools = list(pool_mod._pools.values())
+        for p in pools:
+            if not p._closed:
+                rows += [{"env": p.spec.name, **r} for r in p.host_rows()]
+        return rows
+
 
 def _ray() -> Any:
     try:
@@ -129,11 +175,19 @@ class RayPool:
         world_runtime: The runtime each actor makes its worlds with (``"local"``, ``"docker"``).
         step_timeout: Seconds a batch may take before its actor is presumed hung.
         start_timeout: Seconds an actor may take to start (a new process importing envfactory).
-        **world_options: Passed to the actors' worlds.
+        scheduling_strategy: Where Ray places the actors (default ``"SPREAD"``: over the
+            cluster's nodes, best effort; ``None``: Ray's default placement); a list gives each
+            slot its own (e.g. ``NodeAffinitySchedulingStrategy`` per node), a replacement
+            actor keeps its slot's.
+        **world_options: Passed to the actors' worlds, e.g. ``docker_hosts=[...]`` with
+            ``world_runtime="docker"``: the Docker engines each actor spreads its containers over
+            (URLs as seen from the actor's node; default there: ``$ENVFACTORY_DOCKER_HOSTS``, else
+            its default engine).
     """
 
     def __init__(self, workers: int = 2, *, world_runtime: str = "local", step_timeout: float = 30.0,
-                 start_timeout: float = 180.0, **world_options: Any) -> None:
+                 start_timeout: float = 180.0, scheduling_strategy: Any = "SPREAD",
+                 **world_options: Any) -> None:
         if workers < 1:
             raise ValueError("workers must be at least 1")
         ray = _ray()
@@ -141,17 +195,24 @@ class RayPool:
             ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
         self.workers, self.world_runtime, self.step_timeout = workers, world_runtime, step_timeout
         self.world_options, self.start_timeout = world_options, start_timeout
+        self.scheduling_strategy = scheduling_strategy
         self._remote = ray.remote(max_restarts=0)(WorldHost)
         self._lock = threading.Lock()
-        self._actors = [self._spawn(wait=False) for _ in range(workers)]
+        self._actors = [self._spawn(wait=False, slot=i) for i in range(workers)]
         ray.get([a.ping.remote() for a in self._actors], timeout=start_timeout)
         self._turn = itertools.count()
         self._ids = itertools.count()
         self.stats = {"dead_workers": 0, "replayed_worlds": 0, "timeouts": 0}
         self.closed = False
 
-    def _spawn(self, wait: bool = True) -> Any:
-        actor = self._remote.options(num_cpus=0).remote(self.world_runtime, self.world_options)
+    def _spawn(self, wait: bool = True, slot: int = 0) -> Any:
+        opts: dict[str, Any] = {"num_cpus": 0}
+        strategy = self.scheduling_strategy
+        if isinstance(strategy, (list, tuple)):
+            strategy = strategy[slot % len(strategy)]
+        if strategy is not None:
+            opts["scheduling_strategy"] = strategy
+        actor = self._remote.options(**opts).remote(self.world_runtime, self.world_options)
         if wait:  # started before anyone's step_timeout runs on it
             _ray().get(actor.ping.remote(), timeout=self.start_timeout)
         return actor
@@ -182,18 +243,33 @@ class RayPool:
                 _ray().kill(actor, no_restart=True)
             except Exception:  # already gone
                 pass
-            self._actors[slot] = self._spawn()
+            self._actors[slot] = self._spawn(slot=slot)
             self.stats["timeouts" if timed_out else "dead_workers"] += 1
 
     def worlds(self) -> list[int]:
         """How many worlds each actor hosts now."""
         return [self.call(i, "count") for i in range(self.workers)]
 
-    def close(self) -> None:
-        """Kill every actor (their worlds are gone). Idempotent."""
+    def nodes(self) -> list[str]:
+        """The Ray node of each actor."""
+        return [self.call(i, "node") for i in range(self.workers)]
+
+    def engines(self) -> list[dict[str, Any]]:
+        """The Docker engines the actors' worlds use: one row per actor, pool and engine
+        (``worker``, ``env``, ``host``, ``up``, ``containers``, ``sessions``, ``lost``)."""
+        return [{"worker": i, **r} for i in range(self.workers) for r in self.call(i, "engines")]
+
+    def close(self, shutdown_timeout: float = 45.0) -> None:
+        """Kill every actor (their worlds are gone; each first removes its containers, up to
+        ``shutdown_timeout`` seconds in all). Idempotent."""
         if self.closed:
             return
         self.closed = True
+        if self.world_runtime != "local":
+            try:
+                _ray().get([a.shutdown.remote() for a in self._actors], timeout=shutdown_timeout)
+            except Exception:  # a dead or hung actor: `envfactory gc` removes what it left
+                pass
         for a in self._actors:
             try:
                 _ray().kill(a, no_restart=True)
@@ -208,7 +284,8 @@ _POOLS_LOCK = threading.Lock()
 def get_ray_pool(workers: int = 2, *, world_runtime: str = "local", step_timeout: float = 30.0,
                  **world_options: Any) -> RayPool:
     """The process-wide pool for these settings (created on first use)."""
-    key = (workers, world_runtime, step_timeout, tuple(sorted(world_options.items())))
+    key = (workers, world_runtime, step_timeout,
+           tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in world_options.items())))
     with _POOLS_LOCK:
         pool = _POOLS.get(key)
         if pool is None or pool.closed:
