@@ -40,10 +40,12 @@ session and never reopens it), as well as on ``DELETE /sessions/{id}``.
 
 Hostile input stays with the session that sent it: a request frame that is not
 JSON, or a request that fails, gets an error reply on that session's channel,
-which keeps serving; every reply is encoded ASCII-safe (a lone surrogate a tool
-echoes back cannot break it); a ``run`` reply over the frame cap has its
-observations cut to fit (each says how much was cut), and any other reply that
-cannot be sent becomes an error reply. Other sessions never notice.
+which keeps serving; every reply is encoded with surrogates passed through (a lone
+surrogate a tool echoes back cannot break it, nor do two in a row merge); a ``run``
+reply over the frame cap has its observations cut to fit (each says how much was
+cut), and any other reply that cannot be sent becomes an error reply. Other
+sessions never notice. A state whose dict keys hold lone surrogates is sent with
+them (:func:`~envfactory.runtime.wire.repair_state_keys`).
 """
 
 from __future__ import annotations
@@ -227,6 +229,9 @@ class Server:
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": "internal"}
             try:
                 frame = encode_frame(reply)
+                if "state" in reply and b"\xef\xbf\xbd" in frame and s is not None:  # U+FFFD: keys to repair
+                    reply["state"] = wire.repair_state_keys(s.world._state, reply["state"])
+                    frame = encode_frame(reply)
             except FrameEncodeError as exc:
                 frame = self._fallback(reply, exc)
             conn.sendall(frame)

@@ -44,7 +44,7 @@ def _exists(container_id: str) -> bool:
 
 
 def test_container_killed_mid_episode_names_env_and_session_and_is_replaced() -> None:
-    env = envfactory.make("Counter-v0", runtime="docker")
+    env = envfactory.make("Counter-v0", runtime="docker", resume=False)  # resume=True: see test_crash_resume
     env.reset(0)
     env.step(INC)
     c, session = env.world.container, env.world.session

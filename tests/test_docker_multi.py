@@ -216,7 +216,7 @@ def test_rewards_are_judged_on_the_host_not_claimed_by_the_container() -> None:
 
 def test_container_killed_mid_episode_and_a_frozen_turn_times_out() -> None:
     name = "MultiRooms-v0"
-    ep = envfactory.make(name, runtime="docker", sessions_per_container=3, step_timeout=2.0)
+    ep = envfactory.make(name, runtime="docker", sessions_per_container=3, step_timeout=2.0, resume=False)
     send = '<tool_call>{"name": "send_message", "arguments": {"to": "all", "content": "hello"}}</tool_call>'
     try:
         ep.reset(0)

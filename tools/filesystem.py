@@ -39,11 +39,18 @@ class FileTree(BaseModel):
             path = posixpath.dirname(path)
 
 
+MAX_PATH = 4096
+
+
 def _norm(path: str) -> str:
     if not path.startswith("/"):
         raise ToolError(f"path {path!r} must be absolute (start with '/')")
+    if len(path) > MAX_PATH:  # make_dir creates every parent: a long path grows the state quadratically
+        raise ToolError(f"path is too long ({len(path)} characters; at most {MAX_PATH})")
     norm = posixpath.normpath(path)
-    return "/" if norm in ("/", "//") else norm
+    # normpath keeps exactly two leading slashes (POSIX leaves '//' implementation-defined);
+    # here they are one root, else dirname('//x') is '//' and make_dir never reaches '/'
+    return "/" + norm.lstrip("/")
 
 
 def _fs(state: Any) -> FileTree:

@@ -4,8 +4,10 @@ Every episode is ``envfactory.make("Counter-v0", runtime=...)``: the same refere
 over a local or a container world. Reports step round trip p50/p99 and their
 ratio to the local runtime (steps interleaved in rounds so drift hits both), warm acquire+reset (shared and
 per-session containers), cold start, throughput of 32 concurrent sessions
-(against 32 local sessions), and the same counter served by OpenEnv
-(``openenv-core``, WebSocket ``EnvClient``) with the ratio.
+(against 32 local sessions), 1,000 sessions held at once in shared containers
+with 16 threads stepping them (step latency p50/p99, throughput; see
+:func:`bench_shared_sessions`, also ``python -m envfactory.runtime.bench_docker sessions``),
+and the same counter served by OpenEnv (``openenv-core``, WebSocket ``EnvClient``) with the ratio.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["bench_docker"]
+__all__ = ["bench_docker", "bench_shared_sessions"]
 
 ACTION = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
 
@@ -73,6 +75,86 @@ def _openenv(n: int) -> dict[str, Any]:
     if r.returncode != 0:
         return {"openenv_error": r.stderr[-500:]}
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def bench_shared_sessions(sessions: int = 1000, threads: int = 16, seconds: float = 10.0,
+                          per_container: int = 125) -> dict[str, Any]:
+    """``sessions`` Counter-v0 episodes held open at once, ``per_container`` to a shared
+    container (each session is a server thread: the containers get ``pids`` room for them),
+    stepped by ``threads`` threads (each owns ``sessions / threads`` episodes and steps
+    them in turn, as fast as it can) for ``seconds``: step latency p50/p99/max over every
+    step of every thread, throughput, and what holding the sessions took."""
+    from ..registry import make, spec
+    from .container import Limits
+    from .pool import Pool
+
+    s = spec("Counter-v0")
+    pool = Pool(s, sessions_per_container=per_container,
+                limits=Limits(pids=max(256, 2 * (per_container + 64) + 64), memory_mb=512))
+    envs: list[Any] = []
+    out: dict[str, Any] = {"shared_sessions": sessions, "shared_sessions_threads": threads,
+                           "shared_sessions_per_container": per_container}
+    try:
+        t0 = time.perf_counter()
+        pool.prewarm(-(-sessions // per_container))  # the containers, started up front
+        out["shared_sessions_containers_start_s"] = round(time.perf_counter() - t0, 2)
+        t0 = time.perf_counter()
+        for _ in range(sessions):
+            e = make("Counter-v0", runtime="docker", pool=pool, max_turns=10**9)
+            e.reset(0)
+            envs.append(e)
+        out["shared_sessions_open_s"] = round(time.perf_counter() - t0, 2)
+        out["shared_sessions_containers"] = len(pool.containers())
+        lat: list[list[int]] = [[] for _ in range(threads)]
+        errors = [0] * threads
+        stop = threading.Event()
+        start = threading.Barrier(threads + 1)
+
+        def run(k: int) -> None:
+            mine = envs[k::threads]
+            clock, out_k = time.perf_counter_ns, lat[k]
+            start.wait()
+            i = 0
+            while not stop.is_set():
+                e = mine[i % len(mine)]
+                i += 1
+                t = clock()
+                try:
+                    r = e.step(ACTION)
+                except Exception:
+                    errors[k] += 1
+                    continue
+                out_k.append(clock() - t)
+                if r.messages[0]["content"].startswith("Error"):
+                    errors[k] += 1
+
+        ts = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(threads)]
+        for t in ts:
+            t.start()
+        start.wait()
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        stop.set()
+        for t in ts:
+            t.join(60)
+        elapsed = time.perf_counter() - t0
+        allv = [x for v in lat for x in v]
+        touched = sum(1 for e in envs if e.turns_taken() > 0)
+        out.update({
+            "shared_sessions_steps": len(allv),
+            "shared_sessions_steps_per_s": round(len(allv) / elapsed),
+            "shared_sessions_step_p50_ms": round(_pct(allv, 0.5) / 1000, 3),
+            "shared_sessions_step_p99_ms": round(_pct(allv, 0.99) / 1000, 3),
+            "shared_sessions_step_p999_ms": round(_pct(allv, 0.999) / 1000, 3),
+            "shared_sessions_step_max_ms": round(max(allv) / 1e6, 3),
+            "shared_sessions_errors": sum(errors),
+        })
+        out["shared_sessions_stepped"] = touched  # sessions that took at least one step
+    finally:
+        for e in envs:
+            e.close()
+        pool.shutdown()
+    return out
 
 
 def bench_docker(n: int = 4000) -> dict[str, Any]:
@@ -153,6 +235,8 @@ def bench_docker(n: int = 4000) -> dict[str, Any]:
     finally:
         per.shutdown()
 
+    out.update(bench_shared_sessions())
+
     oe = _openenv(2000)
     if "p50_us" in oe:
         out.update({"openenv_step_p50_us": round(oe["p50_us"], 1), "openenv_step_p99_us": round(oe["p99_us"], 1),
@@ -160,3 +244,13 @@ def bench_docker(n: int = 4000) -> dict[str, Any]:
     else:
         out.update(oe)
     return out
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if args[:1] == ["sessions"]:
+        kw = dict(a.split("=", 1) for a in args[1:])
+        print(json.dumps(bench_shared_sessions(**{k: (float(v) if k == "seconds" else int(v))
+                                                 for k, v in kw.items()}), indent=1))
+    else:
+        print(json.dumps(bench_docker(), indent=1))

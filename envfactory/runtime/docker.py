@@ -19,17 +19,39 @@ is that call's ``invalid_arguments`` outcome, and the other calls of the batch
 run (in order, in as many requests as the frame cap needs); it is never a
 container fault.
 
-Faults: a container that dies raises :class:`ContainerError` naming the
-environment, the session and the container, which is removed (the pool
-replaces it); a batch that overruns ``step_timeout`` raises
+Faults: a container that dies mid-episode (killed, crashed, its channel reset or
+closed) is removed, and the world is **resumed** on a fresh session from the
+pool, once per failed request: the world keeps its origin (the task, or the
+last state loaded or snapshotted) and a journal of every batch of calls sent
+since, starts (or loads) the origin there, replays the journal (checking that
+every replayed batch gives the outcomes it gave the first time: tools are
+deterministic given the state, whose RNG lives in the state), and re-sends the
+request that failed. A batch whose reply was lost died with its container's
+state, so replaying the journal (which does not hold it) and re-sending it runs
+it exactly once. The journal is bounded: every :data:`SNAPSHOT_EVERY` batches the
+world's state is fetched and becomes the new origin. Resumes are counted
+(``world.resumed``, :func:`stats`) and logged. When the resume fails too (or is
+turned off: ``resume=False``), or the second attempt dies again, the request
+raises :class:`ContainerError` naming the environment, the session and the
+container, which is removed (the pool replaces it). A reply that breaks the
+protocol is never resumed (the container is untrustworthy: :class:`ContainerError`);
+a batch that overruns ``step_timeout`` raises
 :class:`~envfactory.world.WorldTimeout` (the container is recycled), and the
 referee ends the episode as truncated with an error observation.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+import time
 import weakref
 from typing import Any, Sequence
+
+from pydantic import ValidationError
 
 from ..definition import ToolEnvSpec
 from ..env import EpisodeError
@@ -38,12 +60,40 @@ from ..task import Task, ToolCall
 from ..tooling import ToolOutcome
 from ..world import World, WorldTimeout
 from .container import Container, ContainerError, Limits
-from .docker_session import SessionLink
+from .docker_session import ContainerDied, SessionLink
 from .pool import Pool, get_pool, in_background
 from . import wire
-from .wire import FrameEncodeError, encode_frame
+from .wire import FrameEncodeError, encode_frame, state_json
 
-__all__ = ["ContainerWorld", "ContainerError", "Limits"]
+__all__ = ["ContainerWorld", "ContainerError", "ContainerDied", "Limits", "SNAPSHOT_EVERY", "stats"]
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_EVERY = 64
+"""Batches journaled before the world's state is snapshotted and the journal restarted from it."""
+SNAPSHOT_BYTES = 8 << 20
+"""Bytes of journaled requests (their frames) past which the state is snapshotted too."""
+
+_stats = {"resumed": 0, "resume_failed": 0, "replayed_batches": 0, "snapshots": 0}
+_stats_lock = threading.Lock()
+
+
+def stats() -> dict[str, int]:
+    """This process's resume counters (every ContainerWorld): ``resumed`` (worlds rebuilt
+    after their container died), ``resume_failed``, ``replayed_batches``, ``snapshots``."""
+    with _stats_lock:
+        return dict(_stats)
+
+
+def _count(key: str, n: int = 1) -> None:
+    with _stats_lock:
+        _stats[key] += n
+
+
+def _digest(outcomes: Any) -> bytes:
+    return hashlib.blake2b(json.dumps(outcomes, sort_keys=True, ensure_ascii=True).encode(),
+                           digest_size=16).digest()
+
 
 _KINDS = frozenset(("ok", "invalid_arguments", "tool_error", "exception"))  # what Tool.invoke produces
 
@@ -51,6 +101,32 @@ _KINDS = frozenset(("ok", "invalid_arguments", "tool_error", "exception"))  # wh
 def _unsendable(call: ToolCall, exc: Exception) -> ToolOutcome:
     return ToolOutcome(f"Error: invalid arguments for tool '{call.name}': they cannot be sent as JSON ({exc}).",
                        False, "invalid_arguments")
+
+
+def _faithful(v: Any) -> bool:
+    """Whether JSON carries ``v`` unchanged: strings, numbers, booleans, ``None``, lists and
+    dicts with string keys (a tuple would arrive a list, an int key a string)."""
+    c = v.__class__
+    if c is str or c is int or c is float or c is bool or v is None:
+        return True
+    if c is dict:
+        for k, x in v.items():
+            if k.__class__ is not str or not _faithful(x):
+                return False
+        return True
+    if c is list:
+        for x in v:
+            if not _faithful(x):
+                return False
+        return True
+    return False
+
+
+def _carried(v: Any) -> bool:
+    try:
+        return _faithful(v)
+    except RecursionError:
+        return False
 
 
 def _close_dropped(link: SessionLink) -> None:
@@ -67,14 +143,19 @@ class ContainerWorld(World):
             before the container is recycled.
         pool: The container pool (default: the process-wide pool of ``spec``).
         image: Image tag to use instead of the content-hashed build.
+        resume: Rebuild the world on a fresh container when its container dies
+            mid-episode (see the module docstring); ``False``: raise
+            :class:`ContainerError` instead.
         **pool_options: ``warm``, ``sessions_per_container``, ``limits``
             (a :class:`~envfactory.runtime.container.Limits`), used when the
             process-wide pool is created.
     """
 
     def __init__(self, spec: ToolEnvSpec, *, step_timeout: float = 30.0, pool: Pool | None = None,
-                 image: str | None = None, **pool_options: Any) -> None:
+                 image: str | None = None, resume: bool = True, **pool_options: Any) -> None:
         self.spec = spec
+        self.resume = resume
+        self.resumed = 0  # times this world was rebuilt after its container died
         self.step_timeout = step_timeout
         self.pool = pool or get_pool(spec, image, **pool_options)
         self._link = SessionLink(self.pool, spec.name, step_timeout)
@@ -89,6 +170,11 @@ class ContainerWorld(World):
         self._validate = spec.state_type.model_validate
         self._task: Task | None = None
         self._state: State | None = None  # the last state fetched and validated; None when stale
+        # What rebuilds the world: its origin (None: the task's start; else a state, as JSON)
+        # and every batch sent since, with a digest of the outcomes it gave.
+        self._origin: Any = None
+        self._journal: list[tuple[dict[str, Any], bytes]] = []
+        self._journal_bytes = 0
 
     # -- the World interface ----------------------------------------------
     def start(self, task: Task) -> None:
@@ -98,20 +184,58 @@ class ContainerWorld(World):
         if self._with_state:
             req["state"] = True
         reply = self._link.request_with_retry(req)
-        self._task = task
+        self._task, self._origin, self._journal, self._journal_bytes = task, None, [], 0
         if self._with_state:
             self._state = self._checked_state(reply)
 
     def run(self, agent: str, round: int, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+        for c in calls:
+            if not _carried(c.arguments):
+                return self._run_validated(agent, round, calls)
         return self._run(agent, round, calls, True)
 
+    def _run_validated(self, agent: str, round: int, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+        """A batch with arguments JSON would change on the way (a tuple, a key that is not a
+        string, a set): each such call is validated here, as the in-process world would
+        validate it, and is its own ``invalid_arguments`` outcome, or sent as its validated
+        arguments (what the tool would have received), so both runtimes answer alike."""
+        tools = self.spec.all_tools
+        result: list[ToolOutcome | None] = []
+        send: list[ToolCall] = []
+        where: list[int] = []
+        for c in calls:
+            if not _carried(c.arguments):
+                tool = tools.get(c.name)
+                if tool is not None and not isinstance(c.arguments, dict):  # its error touches no state
+                    result.append(tool.invoke(None, c.arguments))
+                    continue
+                if tool is not None:
+                    try:
+                        args = state_json(tool.args_model.model_validate(c.arguments))
+                    except ValidationError as exc:
+                        result.append(ToolOutcome(tool._describe_invalid(exc), False, "invalid_arguments"))
+                        continue
+                    except RecursionError as exc:
+                        result.append(_unsendable(c, exc))
+                        continue
+                    c = dataclasses.replace(c, arguments=args)
+            where.append(len(result))
+            result.append(None)
+            send.append(c)
+        if send:
+            for i, out in zip(where, self._run(agent, round, send, True)):
+                result[i] = out
+        return result  # type: ignore[return-value]
+
     def _run(self, agent: str, round: int, calls: Sequence[ToolCall], split: bool) -> list[ToolOutcome]:
+        if self.resume and (len(self._journal) >= SNAPSHOT_EVERY or self._journal_bytes >= SNAPSHOT_BYTES):
+            self._snapshot()
         req = {"op": "run", "agent": agent, "round": round,
                "calls": [{"name": c.name, "arguments": c.arguments} for c in calls]}
         if self._with_state:
             req["state"] = True
         try:
-            reply = self._link.request(req, overrun=WorldTimeout)
+            reply = self._request(req, overrun=WorldTimeout)
         except FrameEncodeError as exc:  # nothing was sent: find the calls at fault
             if split:
                 return self._run_encodable(agent, round, calls)
@@ -140,6 +264,10 @@ class ContainerWorld(World):
             result.append(ToolOutcome(content, ok, kind))
         if self._with_state:
             self._state = self._checked_state(reply)
+        if self.resume:
+            self._journal.append(({"op": "run", "agent": agent, "round": round, "calls": req["calls"]},
+                                  _digest(outs)))
+            self._journal_bytes += self._link.sent_bytes
         return result
 
     def _run_encodable(self, agent: str, round: int, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
@@ -180,7 +308,7 @@ class ContainerWorld(World):
         if self._state is None:
             if self._task is None:
                 raise EpisodeError(f"{self.spec.name}: no state before reset()")
-            self._state = self._checked_state(self._link.request({"op": "state"}))
+            self._state = self._checked_state(self._request({"op": "state"}))
         return self._state
 
     def fork(self) -> "ContainerWorld":
@@ -189,26 +317,82 @@ class ContainerWorld(World):
         if self._task is None or self._link.container is None:
             raise EpisodeError(f"{self.spec.name}: nothing to fork (no live session); call reset() first")
         child = ContainerWorld(self.spec, step_timeout=self.step_timeout, pool=self.pool)
+        child.resume = self.resume
         if self._link.fork_into(child._link):
-            child._task = self._task
+            child._task, child._origin, child._journal = self._task, self._origin, list(self._journal)
+            child._journal_bytes = self._journal_bytes
             child._state = None if self._state is None else copy_state(self._state)
         else:
             child.load(self._task, self.dump())
         return child
 
     def dump(self) -> Any:
-        return self.state().model_dump(mode="json")
+        return state_json(self.state())
 
     def load(self, task: Task, state: Any) -> None:
         self._check_registered(task)
         checked = self._validate(state)  # a ValidationError (ValueError) before anything moves
         self._state = None
-        self._link.request_with_retry({"op": "load", "task": task.id, "state": checked.model_dump(mode="json")})
-        self._task, self._state = task, checked
+        dumped = state_json(checked)
+        self._link.request_with_retry({"op": "load", "task": task.id, "state": dumped})
+        self._task, self._state, self._origin, self._journal = task, checked, dumped, []
+        self._journal_bytes = 0
 
     def close(self) -> None:
         self._link.drop()
         self._state = None
+        self._origin, self._journal, self._journal_bytes = None, [], 0
+
+    # -- resuming after a dead container ----------------------------------------
+    def _request(self, req: dict[str, Any], *, overrun: type[Exception] = ContainerError) -> dict[str, Any]:
+        """One request of a started world; when its container died, the world is
+        resumed on a fresh one and the request sent again, once."""
+        try:
+            return self._link.request(req, overrun=overrun)
+        except ContainerDied as exc:
+            if not self.resume or self._task is None:
+                raise
+            self._resume_after(exc)
+        return self._link.request(req, overrun=overrun)  # a second death is this request's error
+
+    def _resume_after(self, exc: ContainerDied) -> None:
+        """Rebuild the world on a fresh session: its origin, then its journal, replayed
+        (every batch must give the outcomes it gave before). :class:`ContainerError`
+        (the first fault's message, and why the resume failed) if anything goes wrong."""
+        t0 = time.monotonic()
+        link, task = self._link, self._task
+        assert task is not None
+        try:
+            link.ensure()
+            if self._origin is None:
+                link.request({"op": "start", "task": task.id})
+            else:
+                link.request({"op": "load", "task": task.id, "state": self._origin})
+            for i, (req, digest) in enumerate(self._journal):
+                outs = link.request(req).get("outcomes")
+                if _digest(outs) != digest:
+                    raise link.untrustworthy(f"replaying batch {i + 1} of {len(self._journal)} gave other "
+                                             "outcomes than the first time (a tool that is not deterministic "
+                                             "given the state?)")
+        except (ContainerError, EpisodeError, KeyError, ValueError, TypeError, RuntimeError) as why:
+            link.drop(remove=True)
+            self._state = None
+            _count("resume_failed")
+            log.warning("%s: resuming the world after its container died failed: %s", self.spec.name, why)
+            raise ContainerError(f"{exc} Resuming the world on a fresh container failed too "
+                                 f"({type(why).__name__}: {why}).") from None
+        self.resumed += 1
+        _count("resumed")
+        _count("replayed_batches", len(self._journal))
+        log.warning("%s: its container died mid-episode (%s); the world was resumed on %s "
+                    "(%d batches replayed in %.2fs)", self.spec.name, exc.detail or str(exc)[:300], link.where(),
+                    len(self._journal), time.monotonic() - t0)
+
+    def _snapshot(self) -> None:
+        """Restart the journal from the current state (it bounds the journal)."""
+        self._origin = self.dump()
+        self._journal, self._journal_bytes = [], 0
+        _count("snapshots")
 
     # -- helpers ---------------------------------------------------------------
     def _check_registered(self, task: Task) -> None:

@@ -26,7 +26,17 @@ from .container import Container, ContainerError
 from .pool import Pool
 from .wire import FrameDecodeError, FrameError, encode_frame, recv_frame
 
-__all__ = ["SessionLink"]
+__all__ = ["SessionLink", "ContainerDied"]
+
+
+class ContainerDied(ContainerError):
+    """The container stopped answering mid-request (it died, was killed, or its channel
+    broke: EOF, a reset connection, a broken frame), as opposed to an overrun deadline or
+    a reply that breaks the protocol. The container was removed; a
+    :class:`~envfactory.runtime.docker.ContainerWorld` resumes its world elsewhere.
+    ``detail``: where it happened and how the container exited, without the advice."""
+
+    detail = ""
 
 _ERRORS = {"KeyError": KeyError, "ValueError": ValueError, "TypeError": TypeError}
 
@@ -45,6 +55,7 @@ class SessionLink:
         self.container: Container | None = None
         self.session: str | None = None
         self._chan: socket.socket | None = None
+        self.sent_bytes = 0  # the size of the last request's frame
 
     def where(self) -> str:
         c = self.container
@@ -104,6 +115,7 @@ class SessionLink:
         if chan is None:
             raise EpisodeError(f"{self.env}: no live session (its container was removed); call reset()")
         frame = encode_frame(req)  # FrameEncodeError: the caller's; nothing sent, the channel is fine
+        self.sent_bytes = len(frame)
         timeout = self.timeout
         deadline = time.monotonic() + timeout
         try:
@@ -122,10 +134,11 @@ class SessionLink:
             where, c = self.where(), self.container
             exit_info = c.describe_exit() if c else ""
             self.drop(remove=True)
-            raise ContainerError(
+            died = ContainerDied(
                 f"{where}: the container stopped answering mid-episode ({exit_info}; {exc}). It was removed "
-                "and the pool replaces it; this episode is lost: call reset() to start a new one."
-            ) from None
+                "and the pool replaces it; this episode is lost: call reset() to start a new one.")
+            died.detail = f"{where}: {exit_info}; {exc}"
+            raise died from None
         if reply.__class__ is not dict:
             raise self.untrustworthy(f"its reply is a {type(reply).__name__}, not an object")
         ok = reply.get("ok")

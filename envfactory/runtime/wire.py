@@ -7,10 +7,12 @@ One Unix socket carries two protocols, told apart by a connection's first bytes:
   the container's secret in the ``X-Envf-Token`` header.
 * **The framed channel** (the world's operations): the connection opens with
   :data:`MAGIC` and then exchanges frames, each a 4-byte big-endian length and a
-  JSON object, encoded ASCII-safe (``ensure_ascii``: any Python string, lone
-  surrogates included, crosses as ``\\uXXXX`` escapes), of at most :data:`MAX_FRAME`
-  bytes. The first frame is ``{"token", "session"}``; after that the host sends
-  one request at a time and gets one reply frame each, ``{"ok": true, ...}`` or
+  JSON object in UTF-8 with ``surrogatepass`` (any Python string crosses unchanged,
+  code point for code point: a lone surrogate, and two surrogates in a row, which
+  ``\\uXXXX`` escapes would have merged into one astral character on the way; a
+  receiver also accepts escaped JSON), of at most :data:`MAX_FRAME` bytes. The
+  first frame is ``{"token", "session"}``; after that the host sends one request at
+  a time and gets one reply frame each, ``{"ok": true, ...}`` or
   ``{"ok": false, "error": "...", "kind": "..."}``:
 
   - ``{"op": "start", "task": id[, "state": true]}``: a fresh world of the task;
@@ -41,13 +43,13 @@ import time
 from typing import Any
 
 __all__ = ["MAGIC", "TOKEN_HEADER", "FrameError", "FrameEncodeError", "FrameDecodeError", "encode_frame",
-           "send_frame", "recv_frame", "MAX_FRAME"]
+           "send_frame", "recv_frame", "MAX_FRAME", "state_json", "repair_state_keys"]
 
 MAGIC = b"ENVF"
 TOKEN_HEADER = "X-Envf-Token"
 MAX_FRAME = 64 << 20
 _LEN = struct.Struct(">I")
-_dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _loads = json.loads
 
 
@@ -65,10 +67,10 @@ class FrameDecodeError(ValueError):
 
 
 def encode_frame(obj: Any) -> bytes:
-    """One frame: the length and the ASCII-safe JSON of ``obj``. :class:`FrameEncodeError`
+    """One frame: the length and the JSON of ``obj`` (UTF-8, surrogates passed through). :class:`FrameEncodeError`
     for a set, an object, a cycle, an int over the conversion limit, or a frame over the cap."""
     try:
-        body = _dumps(obj).encode()
+        body = _dumps(obj).encode("utf-8", "surrogatepass")
     except (TypeError, ValueError, RecursionError) as exc:
         raise FrameEncodeError(f"not JSON-encodable ({type(exc).__name__}: {str(exc)[:200]})") from None
     if len(body) > MAX_FRAME:
@@ -125,7 +127,48 @@ def recv_frame(sock: socket.socket, deadline: float | None = None) -> Any:
     elif missing < 0:
         raise FrameError("unexpected bytes after a frame (one request at a time per channel)")
     try:
-        return _loads(bytes(buf[4:]))
+        return _loads(bytes(buf[4:]).decode("utf-8", "surrogatepass"))
     except (ValueError, RecursionError) as exc:
         raise FrameDecodeError(f"a frame that is not JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
 
+
+
+# -- states as JSON ------------------------------------------------------------------------------
+# pydantic-core's ``model_dump(mode="json")`` replaces a lone surrogate in a dict *key* with
+# U+FFFD (one per UTF-8 byte), while values keep theirs: a path an agent wrote as
+# "/home/user/\ud800" would come back as another key after crossing the wire. The keys are
+# put back from the python-mode dump (same dicts, same order), only when a U+FFFD shows up.
+_FFFD = "\ufffd"
+
+
+def _fix_keys(py: Any, js: Any) -> Any:
+    if js.__class__ is dict:
+        if isinstance(py, dict) and len(py) == len(js):
+            return {(pk if pk.__class__ is str and _FFFD in jk else jk): _fix_keys(pv, jv)
+                    for (pk, pv), (jk, jv) in zip(py.items(), js.items())}
+        if hasattr(py, "__dict__") and not isinstance(py, dict):  # a nested model
+            return {k: _fix_keys(getattr(py, k, None), v) for k, v in js.items()}
+        return js
+    if js.__class__ is list and isinstance(py, (list, tuple, set, frozenset)) and len(py) == len(js):
+        return [_fix_keys(p, j) for p, j in zip(py, js)]
+    return js
+
+
+def _fffd_key(js: Any) -> bool:
+    if js.__class__ is dict:
+        return any(_FFFD in k for k in js) or any(_fffd_key(v) for v in js.values())
+    if js.__class__ is list:
+        return any(_fffd_key(v) for v in js)
+    return False
+
+
+def repair_state_keys(state: Any, data: Any) -> Any:
+    """``data`` (``state.model_dump(mode="json")``) with the dict keys that held lone
+    surrogates restored from ``state`` (see above)."""
+    return _fix_keys(state, data)
+
+
+def state_json(state: Any) -> Any:
+    """``state.model_dump(mode="json")``, lone surrogates in dict keys kept."""
+    data = state.model_dump(mode="json")
+    return repair_state_keys(state, data) if _fffd_key(data) else data
