@@ -186,7 +186,10 @@ def test_make_names_the_ray_runtime(pool):
 
 
 # -- Trainer(rollout="ray"): the same batch as in-process ---------------------------------------------
-def test_trainer_on_ray_takes_the_same_step_as_in_process(pool):
+def trainer_pair(**ray_kwargs):
+    """The same ARPO trainer on FindLight-v0 twice, in-process and with ``rollout="ray"`` (``ray_kwargs``:
+    ``workers``, ``ray_options``): a scripted first turn, then the tiny model; seeded alike.
+    Returns ``((hf_a, local), (hf_b, far))``."""
     torch = pytest.importorskip("torch")
     from agents import Trainer
     from agents.algorithms.arpo import ARPO
@@ -202,24 +205,38 @@ def test_trainer_on_ray_takes_the_same_step_as_in_process(pool):
         first = call("locate", thing="key").to_hermes()
         pol = ScriptedPolicy(hf.tokenizer, lambda prompt, turn: None if turn else first, fallback=hf)
         pol.model = hf.model
-        kw = {"workers": 2} if rollout == "ray" else {}
+        kw = ray_kwargs if rollout == "ray" else {}
         return hf, Trainer(pol, ["FindLight-v0"], ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0), tasks_per_step=2,
                            max_new_tokens=8, max_turns=3, lr=1e-3, seed=3, show_progress=False,
                            reward_fn=lambda t: float(sum(t.response_ids) % 2), rollout=rollout, **kw)
 
-    (hf_a, local), (hf_b, far) = trainer("local"), trainer("ray")
+    return trainer("local"), trainer("ray")
+
+
+def assert_same_step(local, far, hf_a, hf_b):
+    """One training step each: the same metrics, samples and updated weights, no Ray faults.
+    Returns the local step's samples."""
+    import torch
+
+    row_a, row_b = local.train_step(), far.train_step()
+    assert row_b["errors"] == 0, row_b
+    for key in ("success", "reward", "episodes", "branches", "errors", "rounds", "tokens_generated",
+                "trained_tokens", "loss"):
+        assert row_a[key] == row_b[key], key
+    assert row_b["ray"] == {"dead_workers": 0, "replayed_worlds": 0, "timeouts": 0}
+    (sa,), (sb,) = local.last_samples.values(), far.last_samples.values()
+    assert [(s.ids, s.advantages, s.mask) for s in sa] == [(s.ids, s.advantages, s.mask) for s in sb]
+    assert row_a["branches"] > 0 and row_a["errors"] == 0
+    for p, q in zip(hf_a.model.parameters(), hf_b.model.parameters()):
+        assert torch.equal(p, q)
+    return sa
+
+
+def test_trainer_on_ray_takes_the_same_step_as_in_process(pool):
+    (hf_a, local), (hf_b, far) = trainer_pair(workers=2)
     try:
-        row_a, row_b = local.train_step(), far.train_step()
-        for key in ("success", "reward", "episodes", "branches", "errors", "rounds", "tokens_generated",
-                    "trained_tokens", "loss"):
-            assert row_a[key] == row_b[key], key
-        assert row_b["ray"] == {"dead_workers": 0, "replayed_worlds": 0, "timeouts": 0}
-        (sa,), (sb,) = local.last_samples.values(), far.last_samples.values()
-        assert [(s.ids, s.advantages, s.mask) for s in sa] == [(s.ids, s.advantages, s.mask) for s in sb]
-        assert row_a["branches"] > 0 and row_a["errors"] == 0
+        sa = assert_same_step(local, far, hf_a, hf_b)
         assert any("<tool_response>" in pol_text for pol_text in [hf_a.tokenizer.decode(s.ids) for s in sa])
-        for p, q in zip(hf_a.model.parameters(), hf_b.model.parameters()):
-            assert torch.equal(p, q)
     finally:
         far.close()
     assert far.ray_pool.closed

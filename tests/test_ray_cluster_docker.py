@@ -17,6 +17,7 @@ import pytest
 ray = pytest.importorskip("ray")  # under CI=true a missing ray fails (tests/conftest.py)
 
 from test_docker_engines import FIRST, SECOND_DIR, extra_engine  # noqa: E402
+from test_ray import assert_same_step, trainer_pair  # noqa: E402
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -55,49 +56,16 @@ def cluster(engines):
 
 
 def test_arpo_over_ray_nodes_and_two_docker_engines_takes_the_same_step_as_in_process(cluster, engines):
-    torch = pytest.importorskip("torch")
-    from agents import Trainer
-    from agents.algorithms.arpo import ARPO
-    from agents.hf_policy import HFPolicy
-    from agents.scripted_policy import ScriptedPolicy
-    from agents.tiny import build_tiny_model
-    from envfactory import call
-
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
     assert len(nodes) == 2
     # one actor pinned to each node (the default, SPREAD, is best effort)
     per_node = [NodeAffinitySchedulingStrategy(node_id=n, soft=False) for n in nodes]
-    path = build_tiny_model()
-
-    def trainer(rollout):
-        torch.manual_seed(0)
-        hf = HFPolicy(path, device="cpu")
-        first = call("locate", thing="key").to_hermes()
-        pol = ScriptedPolicy(hf.tokenizer, lambda prompt, turn: None if turn else first, fallback=hf)
-        pol.model = hf.model
-        kw = {}
-        if rollout == "ray":
-            kw = {"workers": 2, "ray_options": {"world_runtime": "docker", "docker_hosts": engines,
-                                                "step_timeout": 60.0, "scheduling_strategy": per_node}}
-        return hf, Trainer(pol, ["FindLight-v0"], ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0), tasks_per_step=2,
-                           max_new_tokens=8, max_turns=3, lr=1e-3, seed=3, show_progress=False,
-                           reward_fn=lambda t: float(sum(t.response_ids) % 2), rollout=rollout, **kw)
-
-    (hf_a, local), (hf_b, far) = trainer("local"), trainer("ray")
+    (hf_a, local), (hf_b, far) = trainer_pair(workers=2, ray_options={
+        "world_runtime": "docker", "docker_hosts": engines, "step_timeout": 60.0, "scheduling_strategy": per_node})
     try:
-        row_a, row_b = local.train_step(), far.train_step()
-        assert row_b["errors"] == 0, row_b
-        for key in ("success", "reward", "episodes", "branches", "errors", "rounds", "tokens_generated",
-                    "trained_tokens", "loss"):
-            assert row_a[key] == row_b[key], key
-        assert row_b["ray"] == {"dead_workers": 0, "replayed_worlds": 0, "timeouts": 0}
-        (sa,), (sb,) = local.last_samples.values(), far.last_samples.values()
-        assert [(s.ids, s.advantages, s.mask) for s in sa] == [(s.ids, s.advantages, s.mask) for s in sb]
-        assert row_a["branches"] > 0 and row_a["errors"] == 0
-        for p, q in zip(hf_a.model.parameters(), hf_b.model.parameters()):
-            assert torch.equal(p, q)
+        assert_same_step(local, far, hf_a, hf_b)
         pool = far.ray_pool
         assert sorted(pool.nodes()) == nodes, "one actor on each node"
         rows = pool.engines()
