@@ -89,9 +89,6 @@ class LocalWorld(World):
                 return [tools[c.name].invoke(state, c.arguments) for c in calls]
             finally:
                 state.acting = ""
-        if len(calls) == 1:
-            c = calls[0]
-            return [tools[c.name].invoke(state, c.arguments)]
         return [tools[c.name].invoke(state, c.arguments) for c in calls]
 
     def state(self) -> State:
