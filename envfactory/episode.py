@@ -43,7 +43,7 @@ from .parsing import ParsedAction, parse_action, parse_text
 from .state import State
 from .task import Task, ToolCall
 from .tooling import ToolOutcome
-from .world import LocalWorld, World, WorldTimeout
+from .world import LocalWorld, World, WorldGone, WorldLost
 
 __all__ = ["Episode", "SNAPSHOT_FORMAT", "task_for_seed"]
 
@@ -88,6 +88,7 @@ class Episode(Environment):
         self._in_process = (not self._team and type(self.world) is LocalWorld
                             and all(self.world._tools.get(n) is t for n, t in self._solo_tools.items()))
         self._timed_out: str | None = None
+        self._gone = "timeout"  # or "world_lost": why the world is gone, once it is
         self._task: Task | None = None
         self._terminated = self._truncated = False
 
@@ -207,7 +208,7 @@ class Episode(Environment):
             else:
                 try:  # _run_batch, inlined
                     outs = self.world.run(agent, rnd, calls)
-                except WorldTimeout as exc:
+                except WorldGone as exc:
                     outs = self._world_gone(exc, 1)
                 if len(outs) != 1:
                     raise RuntimeError(f"{self.spec.name}: the world answered {len(outs)} outcomes for 1 call")
@@ -245,8 +246,8 @@ class Episode(Environment):
                                 "parse_errors": counts["parse_errors"]}
         terminal = self._terminal
         if timed_out:
-            self._end("timeout", terminated=False, success=False)
-            info["timeout"] = True
+            self._end(self._gone, terminated=False, success=False)
+            info[self._gone] = True
         elif terminal is not None and terminal(self.world.state()):
             self._end("terminal", terminated=True)
         elif rnd >= self.max_turns:
@@ -305,8 +306,8 @@ class Episode(Environment):
                                 "parse_errors": counts["parse_errors"]}
         self._pos += 1
         if timed_out:
-            self._end("timeout", terminated=False, success=False)
-            info["timeout"] = True
+            self._end(self._gone, terminated=False, success=False)
+            info[self._gone] = True
         elif finished:
             self._end("finish", terminated=True, answer=answer)
         elif self.spec.terminal is not None and self.spec.terminal(self.world.state()):
@@ -384,14 +385,17 @@ class Episode(Environment):
             return [ToolOutcome(self._timed_out, False, "timeout") for _ in calls]
         try:
             outs = self.world.run(agent, rnd, calls)
-        except WorldTimeout as exc:
+        except WorldGone as exc:
             return self._world_gone(exc, len(calls))
         if len(outs) != len(calls):
             raise RuntimeError(f"{self.spec.name}: the world answered {len(outs)} outcomes for {len(calls)} calls")
         return outs
 
-    def _world_gone(self, exc: WorldTimeout, n: int) -> list[ToolOutcome]:
+    def _world_gone(self, exc: WorldGone, n: int) -> list[ToolOutcome]:
+        """The world overran or was lost: these calls and the rest of the turn answer
+        the error, and the turn ends the episode as truncated (``ended_by``: why)."""
         self._timed_out = f"Error: {exc}"
+        self._gone = "world_lost" if isinstance(exc, WorldLost) else "timeout"
         return [ToolOutcome(self._timed_out, False, "timeout") for _ in range(n)]
 
     def _refused(self, agent: str, name: str, tools: dict[str, Any]) -> ToolOutcome:
@@ -445,7 +449,7 @@ class Episode(Environment):
 
     def _end(self, how: str, *, terminated: bool, answer: str | None = None, success: bool | None = None) -> None:
         self._terminated, self._truncated, self._ended_by = terminated, not terminated, how
-        if how == "timeout":  # the world is gone: nothing to judge
+        if how in ("timeout", "world_lost"):  # the world is gone: nothing to judge
             self._answer, self._success, self._rewards = None, False, dict.fromkeys(self.agents, 0.0)
             return
         self._answer, self._success, self._rewards = self._judge(answer)
@@ -556,7 +560,7 @@ class Episode(Environment):
         self.max_turns = int(snap["max_turns"])
         for k in self._FIELDS:
             setattr(self, "_" + k, snap[k])
-        if self.done and self._ended_by != "timeout":
+        if self.done and self._ended_by not in ("timeout", "world_lost"):
             self._answer, self._success, self._rewards = self._judge(self._answer)
 
     # -- views ----------------------------------------------------------------

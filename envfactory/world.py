@@ -25,11 +25,22 @@ from .tooling import ToolOutcome
 if TYPE_CHECKING:
     from .definition import ToolEnvSpec
 
-__all__ = ["World", "LocalWorld", "WorldTimeout"]
+__all__ = ["World", "LocalWorld", "WorldGone", "WorldLost", "WorldTimeout"]
 
 
-class WorldTimeout(TimeoutError):
-    """A batch of tool calls overran the world's deadline; the world is gone."""
+class WorldGone(RuntimeError):
+    """The world cannot go on: the referee ends the episode as truncated, with the
+    message as the error observation of the calls it did not run (nothing is judged)."""
+
+
+class WorldTimeout(WorldGone, TimeoutError):
+    """A batch of tool calls overran the world's deadline; the world is gone
+    (``info["timeout"]``, ``ended_by == "timeout"``)."""
+
+
+class WorldLost(WorldGone):
+    """The world's host was lost (its container or engine died) and it could not be
+    resumed elsewhere (``info["world_lost"]``, ``ended_by == "world_lost"``)."""
 
 
 class World(ABC):

@@ -32,8 +32,11 @@ it exactly once. The journal is bounded: every :data:`SNAPSHOT_EVERY` batches th
 world's state is fetched and becomes the new origin. Resumes are counted
 (``world.resumed``, :func:`stats`) and logged. When the resume fails too (or is
 turned off: ``resume=False``), or the second attempt dies again, the request
-raises :class:`ContainerError` naming the environment, the session and the
-container, which is removed (the pool replaces it). A reply that breaks the
+raises :class:`~envfactory.runtime.container.ContainerLost` naming the environment,
+the session and the container, which is removed (the pool replaces it); raised
+from a step, the referee ends the episode as truncated with that message as the
+error observation (``info["world_lost"]``, ``ended_by == "world_lost"``), so a lost
+container or engine never hangs a rollout or crashes a training run. A reply that breaks the
 protocol is never resumed (the container is untrustworthy: :class:`ContainerError`);
 a batch that overruns ``step_timeout`` raises
 :class:`~envfactory.world.WorldTimeout` (the container is recycled), and the
@@ -59,13 +62,13 @@ from ..state import State, copy_state
 from ..task import Task, ToolCall
 from ..tooling import ToolOutcome
 from ..world import World, WorldTimeout
-from .container import Container, ContainerError, Limits
+from .container import Container, ContainerError, ContainerLost, Limits
 from .docker_session import ContainerDied, SessionLink
 from .pool import Pool, get_pool, in_background
 from . import wire
 from .wire import FrameEncodeError, encode_frame, state_json
 
-__all__ = ["ContainerWorld", "ContainerError", "ContainerDied", "Limits", "SNAPSHOT_EVERY", "stats"]
+__all__ = ["ContainerWorld", "ContainerError", "ContainerLost", "ContainerDied", "Limits", "SNAPSHOT_EVERY", "stats"]
 
 log = logging.getLogger(__name__)
 
@@ -379,8 +382,8 @@ class ContainerWorld(World):
             self._state = None
             _count("resume_failed")
             log.warning("%s: resuming the world after its container died failed: %s", self.spec.name, why)
-            raise ContainerError(f"{exc} Resuming the world on a fresh container failed too "
-                                 f"({type(why).__name__}: {why}).") from None
+            raise ContainerLost(f"{exc} Resuming the world on a fresh container failed too "
+                                f"({type(why).__name__}: {why}).") from None
         self.resumed += 1
         _count("resumed")
         _count("replayed_batches", len(self._journal))

@@ -22,14 +22,14 @@ import time
 from typing import Any
 
 from ..env import EpisodeError
-from .container import Container, ContainerError
+from .container import Container, ContainerError, ContainerLost
 from .pool import Pool
 from .wire import FrameDecodeError, FrameError, encode_frame, recv_frame
 
 __all__ = ["SessionLink", "ContainerDied"]
 
 
-class ContainerDied(ContainerError):
+class ContainerDied(ContainerLost):
     """The container stopped answering mid-request (it died, was killed, or its channel
     broke: EOF, a reset connection, a broken frame), as opposed to an overrun deadline or
     a reply that breaks the protocol. The container was removed; a

@@ -7,9 +7,10 @@ failed request is sent again. The whole trace (every result, observation, transc
 the rewards, success, the call log and the final state's canonical JSON) equals that of
 an uninterrupted run on the in-process runtime, for one agent and for a team, for the
 episodes of every session the container held, and across an automatic snapshot. A
-resume that fails (its new container dies too) ends the request with a
-:class:`ContainerError`, promptly, and leaves no container behind; ``resume=False``
-keeps the old behaviour (the error at once).
+resume that fails (its new container dies too) raises :class:`ContainerLost` from the
+world, promptly, and leaves no container behind; the referee then ends the episode as
+truncated with that error as the observation (``info["world_lost"]``), so a rollout
+never crashes or hangs on it; ``resume=False`` gives that ending at once.
 
 Runtime: about 30-60 s on 2 cores once the images exist (each kill waits for a fresh
 container to start).
@@ -25,7 +26,7 @@ import pytest
 import envfactory
 from envfactory.agents_scripted import OraclePolicy, RandomPolicy, _team, _turn, scripted_policy
 from envfactory.runtime import docker as docker_rt
-from envfactory.runtime.container import ContainerError
+from envfactory.runtime.container import ContainerError, ContainerLost
 from envfactory.runtime.docker import ContainerWorld
 from envfactory.runtime.pool import wait_background
 from envfactory.state import canonical_json
@@ -152,6 +153,16 @@ def test_a_resume_across_an_automatic_snapshot(monkeypatch) -> None:
         ep.close()
 
 
+def assert_lost(ep, r, words: str) -> None:
+    """The step ended the episode as truncated on a lost world: the error is the observation,
+    nothing is judged, and the episode says why."""
+    assert r.truncated and not r.terminated and r.reward == 0.0 and r.info["world_lost"] is True
+    assert "timeout" not in r.info and ep.ended_by == "world_lost" and ep.success is False
+    assert len(r.messages) == 1 and r.messages[0]["content"].startswith("Error:")
+    assert words in r.messages[0]["content"], r.messages[0]["content"]
+    assert ep.done and issubclass(ContainerLost, ContainerError)
+
+
 def test_a_crash_during_the_resume_ends_the_episode_cleanly() -> None:
     name = "Counter-v0"
     inc = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
@@ -173,9 +184,9 @@ def test_a_crash_during_the_resume_ends_the_episode_cleanly() -> None:
         first = _kill9(world)
         before = docker_rt.stats()
         t0 = time.monotonic()
-        with pytest.raises(ContainerError, match="Resuming the world on a fresh container failed too"):
-            ep.step(inc)
+        r = ep.step(inc)
         assert time.monotonic() - t0 < 60  # no hang
+        assert_lost(ep, r, "Resuming the world on a fresh container failed too")
         assert docker_rt.stats()["resume_failed"] == before["resume_failed"] + 1
         assert world.container is None and world.resumed == 0
         link.ensure = real_ensure
@@ -189,7 +200,7 @@ def test_a_crash_during_the_resume_ends_the_episode_cleanly() -> None:
 
 def test_a_second_death_of_the_resent_request_is_the_error() -> None:
     """A batch that kills its container (as hostile agent code could) is resumed and sent
-    again once; when it kills the fresh container too, the step raises ContainerError."""
+    again once; when it kills the fresh container too, the episode ends as truncated."""
     ep = envfactory.make("Counter-v0", runtime="docker", sessions_per_container=4)
     inc = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
     try:
@@ -205,8 +216,8 @@ def test_a_second_death_of_the_resent_request_is_the_error() -> None:
             return real(req, **kw)
 
         link.request = killing
-        with pytest.raises(ContainerError, match="stopped answering"):
-            ep.step('<tool_call>{"name": "increment", "arguments": {"by": 5}}</tool_call>')
+        r = ep.step('<tool_call>{"name": "increment", "arguments": {"by": 5}}</tool_call>')
+        assert_lost(ep, r, "stopped answering")
         assert len(seen) == 2 and ep.world.resumed == 1  # resumed once, then the error
         link.request = real
         wait_background()
@@ -223,8 +234,12 @@ def test_resume_off_keeps_the_error() -> None:
         ep.step(inc)
         c = ep.world.container
         _kill9(ep.world)
-        with pytest.raises(ContainerError) as err:
-            ep.step(inc)
-        assert "Counter-v0" in str(err.value) and c.name in str(err.value) and ep.world.resumed == 0
+        r = ep.step(inc)
+        assert_lost(ep, r, "Counter-v0")
+        assert c.name in r.messages[0]["content"] and ep.world.resumed == 0
+        with pytest.raises(envfactory.EpisodeError, match="no live session"):  # its state went with it
+            ep.state
+        ep.reset(0)  # a new episode on a fresh container
+        assert ep.step(inc).messages[0]["content"] == "1"
     finally:
         ep.close()
