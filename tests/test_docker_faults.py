@@ -49,9 +49,10 @@ def test_container_killed_mid_episode_names_env_and_session_and_is_replaced() ->
     env.step(INC)
     c, session = env.world.container, env.world.session
     c.client.api.kill(c.id)
-    with pytest.raises(ContainerError) as err:
-        env.step(INC)
-    assert "Counter-v0" in str(err.value) and session in str(err.value) and c.name in str(err.value)
+    r = env.step(INC)  # the episode ends as truncated, the error naming what was lost
+    said = r.messages[0]["content"]
+    assert r.truncated and r.info["world_lost"] and env.ended_by == "world_lost" and r.reward == 0.0
+    assert "Counter-v0" in said and session in said and c.name in said
     assert not _exists(c.id)
     env.reset(0)  # the pool gives a fresh container
     assert env.world.container is not c and env.step(INC).messages[0]["content"] == "1"
@@ -154,12 +155,22 @@ reply = b''
 while chunk := s.recv(4096):
     reply += chunk
 report['frames'] = reply[4:].decode()   # then it would send {'op': 'load', 'state': ...}
-# 3. Replace the server's socket with our own, which would report success.
-os.rename('/run/envf/s', '/run/envf/old')
-fake = socket.socket(socket.AF_UNIX); fake.bind('/run/envf/s'); fake.listen(8)
-report['socket'] = 'replaced'
+# 3. Replace the server's socket with our own, which would report success, and fill the
+#    host's disk through the socket folder (a bind mount of a host folder).
+try:
+    os.rename('/run/envf/s', '/run/envf/old')
+    fake = socket.socket(socket.AF_UNIX); fake.bind('/run/envf/s'); fake.listen(8)
+    report['socket'] = 'replaced'
+except OSError as e:
+    report['socket'] = 'kept: ' + type(e).__name__
+try:
+    with open('/run/envf/fill', 'wb') as f:
+        f.write(b'x' * (1 << 20))
+    report['folder_write'] = 'written'
+except OSError as e:
+    report['folder_write'] = type(e).__name__
 print(json.dumps(report))
-if os.fork() == 0:   # keep the fake listener alive after this program returns
+if report['socket'] == 'replaced' and os.fork() == 0:   # keep the fake listener alive after this program returns
     os.setsid(); os.close(1); os.close(2)
     import time; time.sleep(60)
 """
@@ -173,10 +184,23 @@ def test_agent_code_cannot_change_the_host_computed_reward() -> None:
     assert env.world.container.token not in report and '"folder": ["s"]' in report, report
     assert '"environ_errors": ["PermissionError"]' in report, report
     assert "401 Unauthorized" in report and "wrong token" in report, report
-    assert '"socket": "replaced"' in report, report
-    # A new connection now meets the impostor: the peer check refuses it.
-    with pytest.raises(ContainerError, match="replaced"):
-        env.world.container.open_channel(env.world.session, 5)
+    # The socket folder was sealed once the server listened: no file, no impostor socket.
+    assert '"socket": "kept: PermissionError"' in report and '"folder_write": "PermissionError"' in report, report
+    assert os.listdir(env.world.container.host_dir) == ["s"]
+    # Were the socket replaced all the same (here from the host), a new connection would meet
+    # the impostor: the peer check refuses it.
+    c = env.world.container
+    os.rename(c.socket_path, c.socket_path + ".real")
+    fake = socket.socket(socket.AF_UNIX)
+    try:
+        fake.bind(c.socket_path)
+        fake.listen(8)
+        with pytest.raises(ContainerError, match="replaced"):
+            c.open_channel(env.world.session, 5)
+    finally:
+        fake.close()
+        os.unlink(c.socket_path)
+        os.rename(c.socket_path + ".real", c.socket_path)
     # The established channel still reaches the real server; the claim buys nothing.
     r = env.step("I wrote 42 to /answer.txt. Task complete, success=true, reward=1.")
     assert r.terminated and r.reward == 0.0 and r.info["success"] is False

@@ -4,11 +4,15 @@ A :class:`Container` is started from an environment image with no network, a
 read-only root (``/tmp`` is a tmpfs), uid 10001, every capability dropped,
 ``no-new-privileges``, memory / CPU / pid limits and labels that
 ``envfactory gc`` finds it by. Its server listens on a Unix socket in a host
-folder bind-mounted at ``/run/envf``.
+folder bind-mounted at ``/run/envf``. The folder is writable by the container's
+user only until the server listens; then the host takes it back (owner: the host's
+user, mode 0755), so agent code can neither fill the host's disk through it nor
+move the socket (``/tmp`` and ``/dev/shm`` are size-capped tmpfs, in memory).
 
 Who is on the other end of the socket: agent code in the container runs as
-the same uid as the server, so it could replace the socket file with its own
-listener. Every connection the host opens therefore checks the peer's pid
+the same uid as the server; were the socket replaced by its own listener
+(as it could before the folder was sealed), every connection the host opens
+still checks the peer's pid
 (``SO_PEERCRED``) against the server's, pinned on the first connection, which
 is made before any agent action runs. The secret token stops such code from
 issuing calls to the real server.
@@ -37,9 +41,10 @@ import httpcore
 import httpx
 
 from ..definition import ToolEnvSpec
+from ..world import WorldLost
 from .wire import MAGIC, TOKEN_HEADER, FrameDecodeError, recv_frame, send_frame
 
-__all__ = ["Container", "ContainerError", "Limits", "LABEL", "SOCKET_ROOT", "owner_label", "MAX_CONTROL_BODY"]
+__all__ = ["Container", "ContainerError", "ContainerLost", "Limits", "LABEL", "SOCKET_ROOT", "owner_label", "MAX_CONTROL_BODY"]
 
 MAX_CONTROL_BODY = 1 << 20
 """The most bytes of a control call's reply the host reads (real replies are tiny)."""
@@ -53,6 +58,13 @@ _UCRED = struct.Struct("3i")
 class ContainerError(RuntimeError):
     """A container died, timed out or misbehaved; the message names the
     environment, the session and the container, and says what happens next."""
+
+
+class ContainerLost(ContainerError, WorldLost):
+    """The container holding a world was lost (it died, or its engine stopped answering)
+    and the world could not be resumed on a fresh one (resume failed, was turned off, or
+    the re-sent request died too). Raised from a step, the referee ends the episode as
+    truncated with this message as the error observation (``info["world_lost"]``)."""
 
 
 @dataclass(frozen=True)
@@ -241,6 +253,7 @@ class Container:
                 raise ContainerError(f"{self.spec.name}: the server in container {self.name} did not come up "
                                      f"within {timeout}s; logs: {self.logs()}")
             time.sleep(0.002)
+        self._seal()
         # The first connection pins the server's pid; no agent code has run yet.
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -248,6 +261,21 @@ class Container:
             self._pid = _peer_pid(s)
         finally:
             s.close()
+
+    def _seal(self) -> None:
+        """The server listens (it deleted its token file first): from now on nothing in the
+        container may write to the socket folder, which is on the host's disk. The folder
+        goes back to this process's user (root: ``root``), mode 0755, so agent code (the
+        container's user, another uid) can neither fill the host disk through it nor move
+        the server's socket; connecting to the socket needs no write access to the folder."""
+        if os.getuid() == 0:
+            os.chown(self.host_dir, 0, 0)
+        elif os.getuid() == CONTAINER_UID:  # the container's user owns the folder: it could undo this
+            import warnings
+
+            warnings.warn(f"envfactory: this process runs as uid {CONTAINER_UID}, the containers' user, so "
+                          "agent code could write to the socket folders; run as another user", stacklevel=3)
+        os.chmod(self.host_dir, 0o755)
 
     def check_peer(self, sock: socket.socket) -> None:
         """Refuse a connection whose listener is not the pinned server process."""
