@@ -151,8 +151,16 @@ def nap(state: Slow, seconds: float) -> str:
     return str(state.n)
 
 
+@tool
+def crash(state: Slow) -> str:
+    """End the worker process that runs it (a tool that crashes its host, every time)."""
+    import os
+
+    os._exit(1)
+
+
 SLOW = ToolEnvSpec(name="RaySlow-v0", domain="test", description="A tool that can hang.", state_type=Slow,
-                   tools=[nap], tasks=[Task(id="nap", instruction="Nap once.", initial_state=Slow(),
+                   tools=[nap, crash], tasks=[Task(id="nap", instruction="Nap once.", initial_state=Slow(),
                                             solution=[call("nap", seconds=0.0)],
                                             check=lambda s: s.n == 1)])
 
@@ -169,6 +177,27 @@ def test_a_batch_that_overruns_ends_the_episode_as_truncated_and_is_counted(pool
         assert time.perf_counter() - t0 < 30
         assert r.truncated and r.info.get("timeout") and r.messages[0]["content"].startswith("Error:")
         assert quick.stats["timeouts"] == 1
+        again = Episode(SLOW, RayWorld(SLOW, pool=quick))  # the pool serves on with a fresh actor
+        again.reset("nap")
+        assert again.step(call("nap", seconds=0.0).to_hermes()).messages[0]["content"] == "1"
+    finally:
+        quick.close()
+        ray.cloudpickle.unregister_pickle_by_value(__import__(__name__))
+
+
+def test_a_batch_that_kills_every_worker_it_reaches_ends_the_episode_as_lost(pool):
+    """The dead actor is replaced and the batch sent again, once; when it kills the replacement
+    too, the world is lost: the episode ends as truncated (``info["world_lost"]``), not raised."""
+    ray.cloudpickle.register_pickle_by_value(__import__(__name__))
+    quick = RayPool(1, step_timeout=20.0)
+    try:
+        ep = Episode(SLOW, RayWorld(SLOW, pool=quick))
+        ep.reset("nap")
+        assert ep.step(call("nap", seconds=0.0).to_hermes()).messages[0]["content"] == "1"
+        r = ep.step(call("crash").to_hermes())
+        assert r.truncated and r.info["world_lost"] and ep.ended_by == "world_lost" and r.reward == 0.0
+        assert "replacement too" in r.messages[0]["content"]
+        assert quick.stats["dead_workers"] == 2
         again = Episode(SLOW, RayWorld(SLOW, pool=quick))  # the pool serves on with a fresh actor
         again.reset("nap")
         assert again.step(call("nap", seconds=0.0).to_hermes()).messages[0]["content"] == "1"

@@ -18,7 +18,9 @@ Faults, never silent:
   done since it began (its task or loaded state, then its tool-call batches,
   which the host keeps); worlds are deterministic, so the state is the one that
   was lost. The pool replaces the actor and counts ``dead_workers`` and
-  ``replayed_worlds`` (:attr:`RayPool.stats`).
+  ``replayed_worlds`` (:attr:`RayPool.stats`). The call is sent again once; when
+  it kills the replacement too, it raises :class:`~envfactory.world.WorldLost` and
+  the referee ends the episode as truncated (``info["world_lost"]``).
 * **A batch that overruns** ``step_timeout``: the actor is presumed hung and is
   killed (its other worlds replay elsewhere), and the batch raises
   :class:`~envfactory.world.WorldTimeout`: the referee ends the episode as
@@ -40,7 +42,7 @@ from ..env import EpisodeError
 from ..state import State, copy_state
 from ..task import Task, ToolCall
 from ..tooling import ToolOutcome
-from ..world import World, WorldTimeout
+from ..world import World, WorldLost, WorldTimeout
 
 __all__ = ["RayWorld", "RayPool", "WorldHost", "get_ray_pool", "shutdown_ray_pools"]
 
@@ -433,10 +435,12 @@ class RayWorld(World):
                 self._wid = None
                 raise WorldTimeout(f"{self.spec.name}: the ray worker did not answer within "
                                    f"{self.pool.step_timeout:g}s; it was replaced") from None
-            except RayActorError:
-                if attempt:
-                    raise
+            except RayActorError as exc:
                 self.pool.replace(self._slot, actor)
+                if attempt:  # its replacement died too: the episode ends as truncated (world lost)
+                    self._wid = None
+                    raise WorldLost(f"{self.spec.name}: the ray worker died, and its replacement too "
+                                    f"({type(exc).__name__}: {str(exc)[:300]})") from None
         raise AssertionError("unreachable")
 
     def _rebuild(self) -> None:
