@@ -257,6 +257,9 @@ class Tally:
         self.examples: dict[str, list[dict[str, Any]]] = {k: [] for k in self.KINDS}
         self.errors: dict[str, int] = {}
         self.current: dict[int, tuple[int, str, float]] = {}  # lane -> (seed, runtime, started)
+        self.gone_states = 0  # episodes the Docker world ended by timeout / loss: no final state to compare
+        self.slow_reports: list[dict[str, Any]] = []  # what the watchdog saw during slow steps
+        self.gc_slow: list[tuple[Any, float, Any]] = []  # host GCs over 0.1 s: (generation, seconds, collected)
 
     def stuck(self, over: float) -> dict[int, dict[str, Any]]:
         now = time.monotonic()
@@ -269,6 +272,147 @@ class Tally:
             if len(self.examples[kind]) < 5:
                 self.examples[kind].append({k: (repr(v)[:600] if not isinstance(v, (int, float)) else v)
                                             for k, v in example.items()})
+
+
+def _container_cpu(c: Any) -> float | None:
+    """CPU seconds the container has used (its cgroup), or None."""
+    try:
+        pid = c.client.api.inspect_container(c.id)["State"]["Pid"]
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = f.read().strip().splitlines()
+        for line in lines:  # cgroup v1: the cpuacct controller
+            _, ctrl, rel = line.split(":", 2)
+            if "cpuacct" in ctrl.split(","):
+                with open(f"/sys/fs/cgroup/{ctrl}{rel}/cpuacct.usage") as f:
+                    return int(f.read()) / 1e9
+        rel = lines[-1].split("::", 1)[-1]  # cgroup v2
+        with open(f"/sys/fs/cgroup{rel}/cpu.stat") as f:
+            return int(f.readline().split()[1]) / 1e6
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _gc_watch(tally: Tally) -> None:
+    """Log host garbage collections over 0.1 s (they hold the GIL: every lane waits)."""
+    import gc
+
+    started = [0.0]
+
+    def cb(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            dt = time.perf_counter() - started[0]
+            if dt > 0.1:
+                tally.gc_slow.append((info.get("generation"), round(dt, 2), info.get("collected")))
+
+    gc.callbacks.append(cb)
+
+
+def _watchdog(tally: Tally, pool: Any, over: float, stop: threading.Event, keep: int = 6) -> None:
+    """While a step runs longer than ``over`` seconds, record once per stall what every host
+    thread is doing and what the container reports (state, memory, processes), to diagnose
+    slow steps after the fact (``slow_steps`` in the report)."""
+    import traceback
+
+    reported: set[tuple[int, int]] = set()
+    while not stop.wait(0.5):
+        stuck = {k: v for k, v in list(tally.current.items()) if time.monotonic() - v[2] > over}
+        new = {k: v for k, v in stuck.items() if (k, v[0]) not in reported}
+        if not new or len(tally.slow_reports) >= keep:
+            continue
+        reported.update((k, v[0]) for k, v in new.items())
+        import os
+
+        def _ticks() -> dict[str, int]:
+            out = {}
+            for tid in os.listdir("/proc/self/task"):
+                try:
+                    f = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+                    out[tid] = int(f[11]) + int(f[12])
+                except (OSError, IndexError, ValueError):
+                    pass
+            return out
+
+        names = {str(t.native_id): t.name for t in threading.enumerate()}
+        ticks0 = _ticks()
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        ccpu0 = {c.name: _container_cpu(c) for c in pool.containers()}
+        import os
+        import shutil
+        import subprocess
+
+        if shutil.which("py-spy"):  # the whole picture, GIL holder and idle threads included
+            dump = subprocess.run(["py-spy", "dump", "--pid", str(os.getpid())], capture_output=True, text=True,
+                                  timeout=30).stdout
+            print("[watchdog] py-spy dump:\n" + dump[-6000:], file=sys.stderr, flush=True)
+            for c in pool.containers():  # and the container's server (a child of its init)
+                try:
+                    init = c.client.api.inspect_container(c.id)["State"]["Pid"]
+                    kids = Path(f"/proc/{init}/task/{init}/children").read_text().split()
+                    for kid in kids:
+                        d = subprocess.run(["py-spy", "dump", "--pid", kid], capture_output=True, text=True,
+                                           timeout=30)
+                        print(f"[watchdog] py-spy dump of {c.name}'s server:\n" + (d.stdout + d.stderr)[-8000:],
+                              file=sys.stderr, flush=True)
+                except Exception as exc:  # noqa: BLE001
+                    print(f"[watchdog] cannot dump {c.name}: {exc!r}", file=sys.stderr, flush=True)
+        samples: dict[str, int] = {}
+        for _ in range(20):  # where the host threads are, sampled over the next second
+            time.sleep(0.05)
+            for ident, f in sys._current_frames().items():
+                if ident == threading.get_ident():
+                    continue
+                top = traceback.extract_stack(f, limit=3)
+                key = " <- ".join(f"{Path(fr.filename).name}:{fr.lineno}:{fr.name}" for fr in reversed(top))
+                samples[key] = samples.get(key, 0) + 1
+        ticks1 = _ticks()
+        hz = os.sysconf("SC_CLK_TCK")
+        burning = {names.get(t, f"tid {t}"): round((ticks1[t] - ticks0.get(t, 0)) / hz, 2)
+                   for t in ticks1 if ticks1[t] - ticks0.get(t, 0) > 0}
+        print(f"[watchdog] host CPU by thread (s): {burning}", file=sys.stderr, flush=True)
+        host_cpu = round((time.process_time() - cpu0) / (time.monotonic() - wall0), 2)
+        ccpu = {n: (round((_container_cpu(c) - ccpu0[n]) / (time.monotonic() - wall0), 2)
+                    if ccpu0.get(n) is not None else None)
+                for c in pool.containers() for n in [c.name]}
+        still = [k for k in new if k in tally.current]
+        print("[watchdog] host stack samples: " + "; ".join(f"{n}x {k}" for k, n in
+                                                        sorted(samples.items(), key=lambda kv: -kv[1])[:8]),
+              file=sys.stderr, flush=True)
+        frames = sys._current_frames()
+        threads = {t.ident: t.name for t in threading.enumerate()}
+        stacks = {threads.get(ident, str(ident)): "".join(traceback.format_stack(f, limit=8))[-1500:]
+                  for ident, f in frames.items()}
+        containers = []
+        for c in pool.containers():
+            try:
+                attrs = c.client.api.inspect_container(c.id)["State"]
+                st = c.client.api.stats(c.id, stream=False)
+                mem = st.get("memory_stats", {})
+                containers.append({"name": c.name, "status": attrs.get("Status"), "oom": attrs.get("OOMKilled"),
+                                   "mem_mb": round(mem.get("usage", 0) / 2 ** 20, 1),
+                                   "mem_limit_mb": round(mem.get("limit", 0) / 2 ** 20, 1),
+                                   "pids": st.get("pids_stats", {}).get("current"),
+                                   "cpu_total_s": round(st.get("cpu_stats", {}).get("cpu_usage", {})
+                                                        .get("total_usage", 0) / 1e9, 1)})
+            except Exception as exc:  # noqa: BLE001 -- a diagnosis, best effort
+                containers.append({"name": getattr(c, "name", "?"), "error": repr(exc)[:200]})
+        try:
+            import os
+
+            load = os.getloadavg()
+        except OSError:
+            load = None
+        tally.slow_reports.append({"host_cpu": host_cpu, "container_cpu": ccpu, "still_stuck": still,
+                                   "stuck": {k: {"seed": v[0], "runtime": v[1],
+                                                 "for_s": round(time.monotonic() - v[2], 1)} for k, v in stuck.items()},
+                                   "load": load, "containers": containers, "stacks": stacks})
+        print(f"[watchdog] slow step(s) {list(new.values())}: over the next 1 s: host CPU {host_cpu}, "
+              f"container CPU {ccpu}, still stuck {still}; gc {tally.gc_slow[-3:]}; load {load}, containers {containers}",
+              file=sys.stderr, flush=True)
+        for name, st in stacks.items():
+            if name.startswith(("lane", "bystander", "MainThread")) or "envfactory" in st:
+                print(f"  -- {name}:\n" + "\n".join(st.splitlines()[-6:]), file=sys.stderr, flush=True)
 
 
 def _step(ep: Any, action: Any) -> tuple[Any, float, BaseException | None]:
@@ -328,9 +472,13 @@ def lane(k: int, name: str, task: Any, seed: int, quota: int, stop_at: float, de
             if ja != jb:
                 tally.bad("differences", seed=s, local=ja, docker=jb)
             if a.done or b.done:
-                sa, sb = canonical_json(local.state), canonical_json(dock.state)
-                if sa != sb:
-                    tally.bad("state_differences", seed=s, local=sa, docker=sb)
+                if dock.ended_by in ("timeout", "world_lost"):  # its state went with the world
+                    with tally.lock:
+                        tally.gone_states += 1
+                else:
+                    sa, sb = canonical_json(local.state), canonical_json(dock.state)
+                    if sa != sb:
+                        tally.bad("state_differences", seed=s, local=sa, docker=sb)
                 local.reset(task)
                 dock.reset(task)
     finally:
@@ -386,13 +534,18 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
     per = [n // lanes + (1 if k < n % lanes else 0) for k in range(lanes)]
     t0 = time.monotonic()
     try:
-        bys = [threading.Thread(target=bystander, args=(k, name, task_id, stop, pool, tally), daemon=True)
+        bys = [threading.Thread(target=bystander, args=(k, name, task_id, stop, pool, tally), daemon=True,
+                                name=f"bystander-{k}")
                for k in range(bystanders)]
         workers = [threading.Thread(target=lane, args=(k, name, task_id, seed, per[k], stop_at, deadline, pool,
-                                                       tally, max_turns, step_timeout, skip_known), daemon=True)
+                                                       tally, max_turns, step_timeout, skip_known), daemon=True,
+                                    name=f"lane-{k}")
                    for k in range(lanes)]
         for t in bys + workers:
             t.start()
+        _gc_watch(tally)
+        threading.Thread(target=_watchdog, args=(tally, pool, min(deadline, 3.0), stop), daemon=True,
+                         name="watchdog").start()
         last = time.monotonic()
         while any(t.is_alive() for t in workers):
             for t in workers:
@@ -423,6 +576,7 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
         **tally.counts, "docker_step_timeouts": tally.steps_docker_timeout,
         "resumed_steps": tally.resumed_steps, "resumed_step_max_s": round(tally.resumed_seconds, 2),
         "bystander_steps": tally.bystander_steps, "escaped_by_type": tally.errors,
+        "docker_episodes_gone": tally.gone_states, "slow_steps": tally.slow_reports, "host_gc_over_0_1s": tally.gc_slow,
         "stuck_at_end": stuck, "containers_at_end": len(containers), "resume_stats": stats(),
         "examples": tally.examples,
     }
