@@ -156,16 +156,26 @@ def _call_json(rng: random.Random, names: list[str], fns: dict[str, Any]) -> str
     return s if rng.random() < 0.8 else _bad_json(rng, s)
 
 
+_MAX_TEXT = 3 << 20
+"""The generator stops adding calls to a text past this many characters (3x the parser's 1 MiB cap).
+Unbounded, it built texts of up to 600 MB, holding the GIL for seconds while other lanes' steps were
+being timed: the harness's own work read as multi-second Docker steps (see ``slow_steps``)."""
+
+
 def _hermes(rng: random.Random, names: list[str], fns: dict[str, Any]) -> str:
     n = rng.choice((0, 1, 1, 1, 2, 3, 5, 20, 200)) if rng.random() < 0.97 else rng.randint(200, 2000)
     parts = []
     if rng.random() < 0.4:
         parts.append(_text(rng))
     made: list[str] = []
+    size = 0
     for i in range(n):
         # many calls: a few distinct ones, repeated (as a model that loops would)
         call = _call_json(rng, names, fns) if i < 8 else rng.choice(made)
         made.append(call)
+        size += len(call)
+        if size > _MAX_TEXT:  # over the action cap already: more tests nothing, and costs the harness seconds
+            break
         r = rng.random()
         if r < 0.85:
             parts.append(f"<tool_call>{call}</tool_call>")
