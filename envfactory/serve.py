@@ -27,6 +27,12 @@ Configuration (environment variables, set by the host):
 * ``ENVF_MAX_LIFETIME_S``: the server exits after this many seconds (the container
   stops with it), whoever still holds it: a container whose host process was killed
   does not run forever;
+* ``ENVF_WORK_DIR`` (``/tmp`` in containers of ``isolation="container"`` environments):
+  the folder agent code writes in. A new episode (``start``) empties it; a ``run`` asked
+  for a ``snapshot`` answers the state and a tar.gz of the folder (folders and regular
+  files, at most ``ENVF_WORK_ARCHIVE_MAX`` bytes, else an error saying so), and a ``load``
+  with ``files`` restores them with the state, so a world resumed on a fresh container
+  has its files back;
 * ``ENVF_REAP_AGENT_PROCESSES=1`` (containers of ``isolation="container"``
   environments, which run agent code in child processes): after each request on the
   session's channel (each ``run`` above all) every other process in the container is
@@ -53,13 +59,17 @@ from __future__ import annotations
 import ctypes
 import hmac
 import importlib
+import base64
+import io
 import json
 import os
 import secrets
 import selectors
 import signal
 import socket
+import shutil
 import sys
+import tarfile
 import threading
 import time
 from typing import Any
@@ -104,8 +114,11 @@ class Server:
     """
 
     def __init__(self, spec: ToolEnvSpec, token: str, max_sessions: int = 256, *,
-                 max_connections: int | None = None, reap: bool = False) -> None:
+                 max_connections: int | None = None, reap: bool = False, work_dir: str | None = None,
+                 work_archive_max: int = 8 << 20) -> None:
         self.spec = spec
+        self.work_dir = work_dir  # agent code's writable folder: archived with each snapshot
+        self.work_archive_max = work_archive_max
         self._token = token.encode()
         self.max_sessions = max_sessions
         self.max_connections = max_connections or _default_max_connections(max_sessions)
@@ -258,17 +271,39 @@ class Server:
                              "error": f"the reply could not be sent ({err}); this session's world may have "
                                       "changed: start it again"})
 
+    def _archive_work(self, world: LocalWorld) -> dict[str, Any]:
+        """The work folder for a snapshot: ``{"files_same": True}`` when no file or folder changed
+        (names, sizes, mtimes) since the last one this session sent, else :func:`_archive`."""
+        assert self.work_dir is not None
+        fp = _fingerprint(self.work_dir)
+        if fp is not None and fp == getattr(world, "_work_fp", None):
+            return {"files_same": True}
+        out = _archive(self.work_dir, self.work_archive_max)
+        world._work_fp = fp if "files" in out else None  # type: ignore[attr-defined]
+        return out
+
     def _op(self, world: LocalWorld, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")
         if op == "run":
             outs = world.run(req["agent"], req["round"], [ToolCall(c["name"], c["arguments"]) for c in req["calls"]])
             reply = {"ok": True, "outcomes": [{"content": o.content, "ok": o.ok, "kind": o.kind} for o in outs]}
+            if req.get("snapshot") and self.work_dir:  # the step boundary: state and files, one reply
+                reply["snapshot"] = {"state": world.dump(), **self._archive_work(world)}
         elif op == "start":
+            if self.work_dir:  # a new episode starts with an empty work folder
+                _clear(self.work_dir)
+                world._work_fp = None  # type: ignore[attr-defined]
             world.start(self.spec.task(req["task"]))
             reply = {"ok": True}
         elif op == "state":
             return {"ok": True, "state": world.dump()}
         elif op == "load":
+            files = req.get("files")
+            if self.work_dir:  # the files go with the state they were archived with (none: empty)
+                _clear(self.work_dir)
+                world._work_fp = None  # type: ignore[attr-defined]
+                if files is not None:
+                    _restore(self.work_dir, files)
             world.load(self.spec.task(req["task"]), req["state"])
             return {"ok": True}
         else:
@@ -381,6 +416,71 @@ _REFUSE_WAIT_S = 2.0
 _MAX_PENDING_REFUSALS = 256
 
 
+# -- the work folder of agent code (isolation="container"), archived with each snapshot ----------
+def _clear(root: str) -> None:
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def _fingerprint(root: str) -> tuple[Any, ...] | None:
+    """Every entry under ``root`` with its type, size and mtime (ns), or None if unreadable."""
+    out = []
+    try:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames) + dirnames:
+                st = os.lstat(os.path.join(dirpath, name))
+                out.append((dirpath, name, st.st_mode, st.st_size, st.st_mtime_ns))
+    except OSError:
+        return None
+    return tuple(out)
+
+
+def _regular(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """Folders and regular files only (no links, devices, fifos, sockets), owned by nobody in particular."""
+    if not (member.isfile() or member.isdir()):
+        return None
+    member.uid = member.gid = 0
+    member.uname = member.gname = ""
+    return member
+
+
+def _archive(root: str, cap: int) -> dict[str, Any]:
+    """``{"files": base64 of a tar.gz of root}``, or ``{"error": why}`` (over ``cap`` bytes, or unreadable)."""
+    buf = io.BytesIO()
+    try:
+        with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+            for name in sorted(os.listdir(root)):
+                tar.add(os.path.join(root, name), arcname=name, filter=_regular)
+                if buf.tell() > cap:
+                    break
+    except OSError as exc:
+        return {"error": f"the work folder {root} could not be archived ({type(exc).__name__}: {exc})"}
+    data = buf.getvalue()
+    if len(data) > cap:
+        return {"error": f"the work folder {root} archives to more than the {cap}-byte cap "
+                         "(Limits.work_archive_mb)"}
+    return {"files": base64.b64encode(data).decode("ascii")}
+
+
+def _restore(root: str, files: str) -> None:
+    """Unpack an archive made by :func:`_archive` into ``root`` (its folders and regular files only,
+    each inside ``root``)."""
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(files, validate=True)), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            parts = member.name.split("/")
+            if member.name.startswith("/") or ".." in parts or _regular(member) is None:
+                raise ValueError(f"unsafe archive member {member.name!r}")
+            tar.extract(member, root, set_attrs=member.isfile())
+
+
 def _default_max_connections(max_sessions: int) -> int:
     """The sessions plus 64, at most half the container's pid limit (each connection is a thread)."""
     n = max_sessions + 64
@@ -463,8 +563,11 @@ def main() -> None:
     # Killing every other process is only right inside the container, where this server is
     # the child of its init (pid 1) and everything else is agent code.
     reap = os.environ.get("ENVF_REAP_AGENT_PROCESSES") == "1" and os.getppid() == 1
+    cap = os.environ.get("ENVF_WORK_ARCHIVE_MAX", "")
     Server(spec, token, int(os.environ.get("ENVF_MAX_SESSIONS", "256")),
-           max_connections=int(max_conn) if max_conn.isdigit() else None, reap=reap).serve_forever(
+           max_connections=int(max_conn) if max_conn.isdigit() else None, reap=reap,
+           work_dir=os.environ.get("ENVF_WORK_DIR") or None,
+           work_archive_max=int(cap) if cap.isdigit() else 8 << 20).serve_forever(
         os.environ.get("ENVF_SOCKET", "/run/envf/s")
     )
 

@@ -246,9 +246,47 @@ def bench_docker(n: int = 4000) -> dict[str, Any]:
     return out
 
 
+def bench_work_snapshots(n: int = 200, files_kb: int = 64, module: str = "docker_attack_env") -> dict[str, Any]:
+    """The cost of the per-step snapshot of a world that runs agent code (``isolation="container"``):
+    the same step (a cheap tool call) on two episodes of ``CodeSandbox-v0`` (registered by
+    ``module``, the test environment; its work folder holding ``files_kb`` KiB of files), one
+    snapshotting every step (``resume=True``, the default: state + tar.gz of ``/tmp`` in each
+    reply) and one not (``resume=False``), steps interleaved; p50s and their ratio."""
+    import importlib
+
+    from ..registry import make
+    from ..task import ToolCall
+
+    importlib.import_module(module)
+    eps = [make("CodeSandbox-v0", runtime="docker", resume=flag, step_timeout=30) for flag in (True, False)]
+    fill = ToolCall("run_python", {"code": f"import os\nopen('/tmp/f', 'wb').write(os.urandom({files_kb} << 10))"})
+    try:
+        act = ToolCall("write_file", {"path": "/x", "content": "1"})
+        times: list[list[float]] = [[], []]
+        for i in range(n):
+            for k, ep in enumerate(eps):
+                if ep.done or i == 0:  # a new episode empties the work folder: fill it again
+                    ep.reset(0)
+                    ep.step(fill)
+                t = time.perf_counter_ns()
+                ep.step(act)
+                times[k].append(time.perf_counter_ns() - t)
+        with_snap, without = _pct(times[0], 0.5), _pct(times[1], 0.5)
+        return {"work_snapshot_step_p50_us": round(with_snap, 1), "no_snapshot_step_p50_us": round(without, 1),
+                "work_snapshot_vs_none_ratio": round(with_snap / without, 2), "work_folder_kb": files_kb,
+                "steps": n}
+    finally:
+        for ep in eps:
+            ep.close()
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if args[:1] == ["sessions"]:
+    if args[:1] == ["snapshots"]:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+        kw = dict(a.split("=", 1) for a in args[1:])
+        print(json.dumps(bench_work_snapshots(**{k: int(v) for k, v in kw.items()}), indent=1))
+    elif args[:1] == ["sessions"]:
         kw = dict(a.split("=", 1) for a in args[1:])
         print(json.dumps(bench_shared_sessions(**{k: (float(v) if k == "seconds" else int(v))
                                                  for k, v in kw.items()}), indent=1))

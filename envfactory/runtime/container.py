@@ -80,6 +80,10 @@ class Limits:
     tmpfs_mb: int = 64
     shm_mb: int = 16
     max_lifetime_s: float | None = 24 * 3600.0
+    work_archive_mb: int = 8
+    """``isolation="container"``: the most a snapshot's archive of the work folder (``/tmp``, where
+    agent code writes) may take; a world whose folder archives to more cannot be resumed
+    after its container dies (its episode then ends as truncated, saying so)."""
 
 
 def owner_label() -> str:
@@ -215,6 +219,9 @@ class Container:
                     # agent code runs in child processes: none outlives the call that started it
                     "ENVF_REAP_AGENT_PROCESSES": "1" if spec.isolation == "container" else "0",
                     "ENVF_MAX_LIFETIME_S": str(float(life)) if life else "",
+                    # agent code's files travel with each snapshot (crash resume, fork)
+                    "ENVF_WORK_DIR": "/tmp" if spec.isolation == "container" else "",
+                    "ENVF_WORK_ARCHIVE_MAX": str(limits.work_archive_mb << 20),
                 },
                 labels={
                     LABEL: "1",

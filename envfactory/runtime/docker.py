@@ -19,6 +19,15 @@ is that call's ``invalid_arguments`` outcome, and the other calls of the batch
 run (in order, in as many requests as the frame cap needs); it is never a
 container fault.
 
+A world that runs agent code (``isolation="container"``) is snapshotted at every
+step boundary instead of journaled (agent code need not be deterministic, and its
+files are not in the state): each ``run`` reply carries the state and a tar.gz of
+the container's work folder (``/tmp``: folders and regular files; "unchanged" when
+nothing in it changed since the last one), capped at ``Limits.work_archive_mb``. Its
+resume loads the last snapshot, files included, on a fresh container and re-sends
+the lost batch; a fork gets the files too, and a new episode starts with an empty
+folder. A folder over the cap makes the world unresumable, and its resume says so.
+
 Faults: a container that dies mid-episode (killed, crashed, its channel reset or
 closed) is removed, and the world is **resumed** on a fresh session from the
 pool, once per failed request: the world keeps its origin (the task, or the
@@ -178,6 +187,12 @@ class ContainerWorld(World):
         self._origin: Any = None
         self._journal: list[tuple[dict[str, Any], bytes]] = []
         self._journal_bytes = 0
+        # Agent code (isolation="container") writes files that no journal replays faithfully:
+        # such a world is snapshotted at every step boundary instead, state and work folder
+        # together (one reply), and resumes from the last snapshot alone.
+        self._files = spec.isolation == "container"
+        self._origin_files: str | None = None  # the work folder archived with the origin
+        self._unresumable: str | None = None  # why the last snapshot failed (over the cap)
 
     # -- the World interface ----------------------------------------------
     def start(self, task: Task) -> None:
@@ -188,6 +203,7 @@ class ContainerWorld(World):
             req["state"] = True
         reply = self._link.request_with_retry(req)
         self._task, self._origin, self._journal, self._journal_bytes = task, None, [], 0
+        self._origin_files = self._unresumable = None
         if self._with_state:
             self._state = self._checked_state(reply)
 
@@ -237,6 +253,8 @@ class ContainerWorld(World):
                "calls": [{"name": c.name, "arguments": c.arguments} for c in calls]}
         if self._with_state:
             req["state"] = True
+        if self._files and self.resume:
+            req["snapshot"] = True
         try:
             reply = self._request(req, overrun=WorldTimeout)
         except FrameEncodeError as exc:  # nothing was sent: find the calls at fault
@@ -267,7 +285,9 @@ class ContainerWorld(World):
             result.append(ToolOutcome(content, ok, kind))
         if self._with_state:
             self._state = self._checked_state(reply)
-        if self.resume:
+        if self._files and self.resume:
+            self._take_snapshot(reply.get("snapshot"))
+        elif self.resume:
             self._journal.append(({"op": "run", "agent": agent, "round": round, "calls": req["calls"]},
                                   _digest(outs)))
             self._journal_bytes += self._link.sent_bytes
@@ -325,21 +345,29 @@ class ContainerWorld(World):
             child._task, child._origin, child._journal = self._task, self._origin, list(self._journal)
             child._journal_bytes = self._journal_bytes
             child._state = None if self._state is None else copy_state(self._state)
-        else:
-            child.load(self._task, self.dump())
+        else:  # a container of its own: this state, and the work folder as of the last step
+            child._load(self._task, self.dump(), self._origin_files if self._files else None)
         return child
 
     def dump(self) -> Any:
         return state_json(self.state())
 
     def load(self, task: Task, state: Any) -> None:
+        self._load(task, state, None)
+
+    def _load(self, task: Task, state: Any, files: str | None) -> None:
+        """Load ``state`` (and, with ``files``, a work folder the server archived)."""
         self._check_registered(task)
         checked = self._validate(state)  # a ValidationError (ValueError) before anything moves
         self._state = None
         dumped = state_json(checked)
-        self._link.request_with_retry({"op": "load", "task": task.id, "state": dumped})
+        req: dict[str, Any] = {"op": "load", "task": task.id, "state": dumped}
+        if files is not None:
+            req["files"] = files
+        self._link.request_with_retry(req)
         self._task, self._state, self._origin, self._journal = task, checked, dumped, []
         self._journal_bytes = 0
+        self._origin_files, self._unresumable = files, None
 
     def close(self) -> None:
         self._link.drop()
@@ -366,9 +394,13 @@ class ContainerWorld(World):
         link, task = self._link, self._task
         assert task is not None
         try:
+            if self._unresumable is not None:
+                raise RuntimeError(f"its last snapshot failed: {self._unresumable}")
             link.ensure()
             if self._origin is None:
                 link.request({"op": "start", "task": task.id})
+            elif self._origin_files is not None:
+                link.request({"op": "load", "task": task.id, "state": self._origin, "files": self._origin_files})
             else:
                 link.request({"op": "load", "task": task.id, "state": self._origin})
             for i, (req, digest) in enumerate(self._journal):
@@ -390,6 +422,21 @@ class ContainerWorld(World):
         log.warning("%s: its container died mid-episode (%s); the world was resumed on %s "
                     "(%d batches replayed in %.2fs)", self.spec.name, exc.detail or str(exc)[:300], link.where(),
                     len(self._journal), time.monotonic() - t0)
+
+    def _take_snapshot(self, snap: Any) -> None:
+        """The step boundary's snapshot of a world running agent code: its state and work folder
+        become the origin (nothing to replay); one over the archive cap makes it unresumable."""
+        if snap.__class__ is not dict or "state" not in snap or not (
+                snap.get("files").__class__ is str or snap.get("error").__class__ is str
+                or (snap.get("files_same") is True and self._origin_files is not None)):
+            raise self._link.untrustworthy(f"a run reply without a valid snapshot ({str(snap)[:200]})")
+        self._journal, self._journal_bytes = [], 0
+        if "files" in snap or "files_same" in snap:  # unchanged: the files last sent
+            self._origin, self._unresumable = snap["state"], None
+            self._origin_files = snap.get("files", self._origin_files)
+            _count("snapshots")
+        else:
+            self._origin, self._origin_files, self._unresumable = None, None, snap["error"]
 
     def _snapshot(self) -> None:
         """Restart the journal from the current state (it bounds the journal)."""
