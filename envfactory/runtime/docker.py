@@ -346,6 +346,9 @@ class ContainerWorld(World):
             child._journal_bytes = self._journal_bytes
             child._state = None if self._state is None else copy_state(self._state)
         else:  # a container of its own: this state, and the work folder as of the last step
+            if self._files and self._unresumable is not None:  # its files could not be archived
+                child.close()
+                raise EpisodeError(f"{self.spec.name}: cannot fork this world: {self._unresumable}")
             child._load(self._task, self.dump(), self._origin_files if self._files else None)
         return child
 

@@ -110,14 +110,16 @@ def test_a_fork_sees_the_parents_files_and_its_writes_stay_its_own() -> None:
 
 def test_a_work_folder_over_the_archive_cap_is_named_when_the_resume_fails() -> None:
     """1 MiB cap; 3 MiB of random bytes (incompressible): the snapshot says it is over the cap,
-    and when the container dies the episode ends as truncated, naming the cap (never a silent
-    loss of files, never a hang)."""
+    a fork is refused, and when the container dies the episode ends as truncated, naming the cap
+    (never a silent loss of files, never a hang)."""
     spec = envfactory.spec(NAME)
     pool = Pool(spec, warm=0, limits=Limits(work_archive_mb=1))
     ep = envfactory.make(NAME, runtime="docker", pool=pool, step_timeout=30)
     try:
         ep.reset(0)
         _run(ep, "import os\nopen('/tmp/big', 'wb').write(os.urandom(3 << 20))\nprint('ok')")
+        with pytest.raises(envfactory.EpisodeError, match="work_archive_mb"):  # a fork would lose the files
+            ep.fork()
         _kill9(ep)
         r = ep.step(call("run_python", code=READ))
         said = r.messages[0]["content"]
