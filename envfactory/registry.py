@@ -311,24 +311,30 @@ def _world_factory(runtime: str) -> Any:
         raise RuntimeError(f"the {runtime} runtime is not available: {exc}") from exc
 
 
-def make(name: str, runtime: str = "local", *, max_turns: int | None = None, **world_options: Any) -> Episode:
+def make(name: str, runtime: str | None = None, *, max_turns: int | None = None, **world_options: Any) -> Episode:
     """Create a live episode of a registered environment, for one agent or a team.
 
     Args:
         name: Registered name, e.g. ``"FileSystem-v0"`` or ``"MultiRecords-v0"``.
-        runtime: Where the world runs: ``"local"`` (in-process), ``"docker"``
+        runtime: Where the world runs: ``"local"`` (in-process; the default), ``"docker"``
             (a hardened container) or ``"ray"`` (a Ray actor; ``workers=N``, and
             ``world_runtime="docker"`` for containers driven from the actors); the
-            referee always runs here.
+            referee always runs here. A spec with a ``make_world(runtime, **options)``
+            method builds its own world (a generated module: in a container only, see
+            :mod:`envfactory.factory.contained`; it gets ``None`` when no runtime was asked).
         max_turns: Overrides the environment's turn (round) limit.
         **world_options: Passed to the world (e.g. ``step_timeout`` for docker).
     """
     s = spec(name)
-    world = _world_factory(runtime)(s, **world_options)
+    own = getattr(s, "make_world", None)
+    if own is not None:
+        world = own(runtime, **world_options)
+    else:
+        world = _world_factory(runtime or "local")(s, **world_options)
     return Episode(s, world, max_turns=max_turns)
 
 
-def make_multi(name: str, runtime: str = "local", **kwargs: Any) -> Episode:
+def make_multi(name: str, runtime: str | None = None, **kwargs: Any) -> Episode:
     """:func:`make` for a team environment (it refuses a single-agent one)."""
     s = spec(name)
     if not s.multi_agent:

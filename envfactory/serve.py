@@ -29,10 +29,14 @@ Configuration (environment variables, set by the host):
   does not run forever;
 * ``ENVF_WORK_DIR`` (``/tmp`` in containers of ``isolation="container"`` environments):
   the folder agent code writes in. A new episode (``start``) empties it; a ``run`` asked
-  for a ``snapshot`` answers the state and a tar.gz of the folder (folders and regular
-  files, at most ``ENVF_WORK_ARCHIVE_MAX`` bytes, else an error saying so), and a ``load``
-  with ``files`` restores them with the state, so a world resumed on a fresh container
-  has its files back;
+  for a ``snapshot`` (agent processes are reaped first, so the archive is final) answers
+  the state and a tar.gz of the folder (folders, regular files, symbolic and hard links;
+  ``files_same`` when no entry changed since the last archive of the session, see
+  :meth:`Server._archive_work`), at most ``ENVF_WORK_ARCHIVE_MAX`` bytes (and half a frame),
+  else an error naming the cap; the ``snapshot`` op answers the same, with the whole
+  archive, at any time (a fork, a dump); a ``load`` with ``files`` restores them with the
+  state (nothing is unpacked outside the folder or through a link), so a world resumed or
+  forked on a fresh container has its files back;
 * ``ENVF_REAP_AGENT_PROCESSES=1`` (containers of ``isolation="container"``
   environments, which run agent code in child processes): after each request on the
   session's channel (each ``run`` above all) every other process in the container is
@@ -43,6 +47,11 @@ Configuration (environment variables, set by the host):
 
 A session ends when its framed channel closes (the host holds one channel per
 session and never reopens it), as well as on ``DELETE /sessions/{id}``.
+
+A generated module (:mod:`envfactory.factory.contained`) also has a *judge* container,
+whose one session never starts a world and answers the ops ``manifest``, ``judge``,
+``terminal`` and ``payoff`` (the module's code the referee needs, on a final state the
+host sends as JSON); they are refused on a session that holds a world.
 
 Hostile input stays with the session that sent it: a request frame that is not
 JSON, or a request that fails, gets an error reply on that session's channel,
@@ -118,7 +127,8 @@ class Server:
                  work_archive_max: int = 8 << 20) -> None:
         self.spec = spec
         self.work_dir = work_dir  # agent code's writable folder: archived with each snapshot
-        self.work_archive_max = work_archive_max
+        # base64 of the archive takes at most half a frame, whatever the setting (room for the rest)
+        self.work_archive_max = min(work_archive_max, wire.MAX_FRAME // 2 // 4 * 3)
         self._token = token.encode()
         self.max_sessions = max_sessions
         self.max_connections = max_connections or _default_max_connections(max_sessions)
@@ -242,17 +252,31 @@ class Server:
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": "internal"}
             try:
                 frame = encode_frame(reply)
-                if "state" in reply and b"\xef\xbf\xbd" in frame and s is not None:  # U+FFFD: keys to repair
-                    reply["state"] = wire.repair_state_keys(s.world._state, reply["state"])
+                if b"\xef\xbf\xbd" in frame and s is not None:  # U+FFFD: keys to repair
+                    if "state" in reply:
+                        reply["state"] = wire.repair_state_keys(s.world._state, reply["state"])
+                    snap = reply.get("snapshot")
+                    if isinstance(snap, dict) and "state" in snap:
+                        snap["state"] = wire.repair_state_keys(s.world._state, snap["state"])
                     frame = encode_frame(reply)
             except FrameEncodeError as exc:
+                if "snapshot" in reply and s is not None:  # the host will not hold what was archived
+                    self._forget_work(s.world)
                 frame = self._fallback(reply, exc)
             conn.sendall(frame)
 
     @staticmethod
     def _fallback(reply: dict[str, Any], err: FrameEncodeError) -> bytes:
-        """A reply that could not be encoded: a ``run``'s observations cut to fit the frame
+        """A reply that could not be encoded: a ``run``'s snapshot replaced by an error saying so
+        (the world stays as it is, only unresumable), then its observations cut to fit the frame
         cap, else an error for this session (its channel and every other go on)."""
+        snap = reply.get("snapshot")
+        if isinstance(snap, dict) and "error" not in snap:
+            reply["snapshot"] = {"error": f"the snapshot (state and work folder) does not fit in a reply ({err})"}
+            try:
+                return encode_frame(reply)
+            except FrameEncodeError as exc:
+                err = exc
         outs = reply.get("outcomes")
         if isinstance(outs, list) and outs:
             cap = wire.MAX_FRAME
@@ -271,16 +295,31 @@ class Server:
                              "error": f"the reply could not be sent ({err}); this session's world may have "
                                       "changed: start it again"})
 
-    def _archive_work(self, world: LocalWorld) -> dict[str, Any]:
-        """The work folder for a snapshot: ``{"files_same": True}`` when no file or folder changed
-        (names, sizes, mtimes) since the last one this session sent, else :func:`_archive`."""
+    def _archive_work(self, world: LocalWorld, full: bool = False) -> dict[str, Any]:
+        """The work folder for a snapshot: ``{"files_same": True}`` when nothing in it changed since
+        the last archive this session sent (and ``full`` is false), the same error when it is still
+        the folder that was over the cap, else :func:`_archive`. "Changed" is judged from every
+        entry's name, type, inode, size, mtime and ctime (ctime: no ``utime`` hides a rewrite), and
+        only against a fingerprint taken when its newest change was older than :data:`_RACY_NS`
+        (a coarse file clock may stamp two writes alike: then the folder is archived again)."""
         assert self.work_dir is not None
+        taken = time.time_ns()
         fp = _fingerprint(self.work_dir)
-        if fp is not None and fp == getattr(world, "_work_fp", None):
-            return {"files_same": True}
+        last = getattr(world, "_work_last", None)  # (fingerprint, answer) of the last settled archive
+        if fp is not None and last is not None and last[0] == fp:
+            if "error" in last[1]:
+                return dict(last[1])
+            if not full:
+                return {"files_same": True}
         out = _archive(self.work_dir, self.work_archive_max)
-        world._work_fp = fp if "files" in out else None  # type: ignore[attr-defined]
+        settled = fp is not None and fp[0] < taken - _RACY_NS
+        remembered = (fp, {"error": out["error"]} if "error" in out else {}) if settled else None
+        world._work_last = remembered  # type: ignore[attr-defined]
         return out
+
+    @staticmethod
+    def _forget_work(world: LocalWorld) -> None:
+        world._work_last = None  # type: ignore[attr-defined]
 
     def _op(self, world: LocalWorld, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")
@@ -288,11 +327,17 @@ class Server:
             outs = world.run(req["agent"], req["round"], [ToolCall(c["name"], c["arguments"]) for c in req["calls"]])
             reply = {"ok": True, "outcomes": [{"content": o.content, "ok": o.ok, "kind": o.kind} for o in outs]}
             if req.get("snapshot") and self.work_dir:  # the step boundary: state and files, one reply
+                if self.reap:  # what agent code left running writes no more (the archive is final)
+                    _kill_other_processes()
                 reply["snapshot"] = {"state": world.dump(), **self._archive_work(world)}
+        elif op == "snapshot":  # the state and the whole work folder, now (a fork, a dump)
+            if not self.work_dir:
+                raise ValueError("this container has no work folder (isolation is not 'container')")
+            return {"ok": True, "snapshot": {"state": world.dump(), **self._archive_work(world, full=True)}}
         elif op == "start":
             if self.work_dir:  # a new episode starts with an empty work folder
                 _clear(self.work_dir)
-                world._work_fp = None  # type: ignore[attr-defined]
+                self._forget_work(world)
             world.start(self.spec.task(req["task"]))
             reply = {"ok": True}
         elif op == "state":
@@ -301,11 +346,16 @@ class Server:
             files = req.get("files")
             if self.work_dir:  # the files go with the state they were archived with (none: empty)
                 _clear(self.work_dir)
-                world._work_fp = None  # type: ignore[attr-defined]
-                if files is not None:
+                self._forget_work(world)
+                if files:
                     _restore(self.work_dir, files)
+            elif files:
+                raise ValueError("this container has no work folder to restore files into "
+                                 "(isolation is not 'container')")
             world.load(self.spec.task(req["task"]), req["state"])
             return {"ok": True}
+        elif op in _JUDGE_OPS:  # a generated module's judge session (envfactory.factory.contained)
+            return _judge(self.spec, world, req)
         else:
             raise ValueError(f"unknown op {op!r}")
         if req.get("state"):
@@ -412,12 +462,39 @@ class Server:
             conn.close()
 
 
+_JUDGE_OPS = frozenset(("manifest", "judge", "terminal", "payoff"))
+
+
+def _judge(spec: ToolEnvSpec, world: LocalWorld, req: dict[str, Any]) -> dict[str, Any]:
+    """The judge ops of a generated module (:func:`envfactory.factory.contained.judge_op`): its
+    manifest, and the success / ``terminal`` / payoff of a final state the host sends as JSON.
+    They run only on a session of their own, one that never started a world, so nothing an
+    agent's tool calls did in a session is part of a judgement."""
+    if world._state is not None:
+        raise ValueError(f"op {req.get('op')!r} runs on a judge session of its own, never on a world's session")
+    from .factory.contained import judge_op
+
+    return judge_op(spec, req)
+
+
 _REFUSE_WAIT_S = 2.0
 _MAX_PENDING_REFUSALS = 256
 
 
 # -- the work folder of agent code (isolation="container"), archived with each snapshot ----------
+_RACY_NS = 100_000_000
+"""A fingerprint whose newest change is younger than this (ns) does not prove a later one unchanged:
+file clocks may be as coarse as a scheduler tick, so two writes can carry the same times."""
+
+
 def _clear(root: str) -> None:
+    """Empty ``root`` (folders agent code made read-only included: it owns nothing the server cannot)."""
+    for dirpath, dirnames, _ in os.walk(root):
+        for d in dirnames:
+            try:
+                os.chmod(os.path.join(dirpath, d), 0o700)
+            except OSError:
+                pass
     for name in os.listdir(root):
         path = os.path.join(root, name)
         try:
@@ -430,55 +507,112 @@ def _clear(root: str) -> None:
 
 
 def _fingerprint(root: str) -> tuple[Any, ...] | None:
-    """Every entry under ``root`` with its type, size and mtime (ns), or None if unreadable."""
+    """``(newest change (ns), entries)``: every entry under ``root`` (``root`` included) with its
+    type, inode, size, mtime and ctime; None if unreadable."""
     out = []
+    newest = 0
     try:
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames.sort()
-            for name in sorted(filenames) + dirnames:
+            st = os.lstat(dirpath)
+            out.append((dirpath, st.st_mode, st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
+            newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
+            for name in sorted(filenames):
                 st = os.lstat(os.path.join(dirpath, name))
-                out.append((dirpath, name, st.st_mode, st.st_size, st.st_mtime_ns))
+                out.append((dirpath, name, st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+                newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
     except OSError:
         return None
-    return tuple(out)
+    return newest, tuple(out)
 
 
-def _regular(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    """Folders and regular files only (no links, devices, fifos, sockets), owned by nobody in particular."""
-    if not (member.isfile() or member.isdir()):
+def _carried(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """Folders, regular files, symbolic links and hard links (to a file archived before); not
+    fifos, sockets or devices, which hold no data. Owned by nobody in particular."""
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
         return None
     member.uid = member.gid = 0
     member.uname = member.gname = ""
     return member
 
 
+class _OverCap(Exception):
+    pass
+
+
+class _CappedBuffer(io.BytesIO):
+    """A buffer that refuses to grow past ``cap`` bytes (the archive stops there, not at the end)."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self.cap = cap
+
+    def write(self, b: Any) -> int:
+        if self.tell() + len(b) > self.cap:
+            raise _OverCap
+        return super().write(b)
+
+
 def _archive(root: str, cap: int) -> dict[str, Any]:
-    """``{"files": base64 of a tar.gz of root}``, or ``{"error": why}`` (over ``cap`` bytes, or unreadable)."""
-    buf = io.BytesIO()
+    """``{"files": base64 of a tar.gz of root}`` (``""``: root is empty), or ``{"error": why}``
+    (over ``cap`` bytes, or unreadable)."""
+    names = sorted(os.listdir(root))
+    if not names:
+        return {"files": ""}
+    buf = _CappedBuffer(cap)
     try:
-        with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
-            for name in sorted(os.listdir(root)):
-                tar.add(os.path.join(root, name), arcname=name, filter=_regular)
-                if buf.tell() > cap:
-                    break
+        with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
+            for name in names:
+                tar.add(os.path.join(root, name), arcname=name, filter=_carried)
+    except _OverCap:
+        return {"error": f"the work folder {root} archives to more than the {cap}-byte cap "
+                         f"(Limits.work_archive_mb = {cap / (1 << 20):g} MiB): its files could not be "
+                         "snapshotted, so this world cannot be resumed, forked or dumped until they shrink"}
     except OSError as exc:
         return {"error": f"the work folder {root} could not be archived ({type(exc).__name__}: {exc})"}
-    data = buf.getvalue()
-    if len(data) > cap:
-        return {"error": f"the work folder {root} archives to more than the {cap}-byte cap "
-                         "(Limits.work_archive_mb)"}
-    return {"files": base64.b64encode(data).decode("ascii")}
+    return {"files": base64.b64encode(buf.getvalue()).decode("ascii")}
+
+
+def _inside(name: str) -> bool:
+    parts = name.split("/")
+    return bool(name) and not name.startswith("/") and ".." not in parts and "" not in parts[:-1]
 
 
 def _restore(root: str, files: str) -> None:
-    """Unpack an archive made by :func:`_archive` into ``root`` (its folders and regular files only,
-    each inside ``root``)."""
+    """Unpack an archive made by :func:`_archive` into ``root``: folders, regular files and hard
+    links (to a file of the archive) each inside ``root``, never through a link; symbolic links
+    last, whatever they point at (nothing is unpacked through them)."""
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(files, validate=True)), mode="r:gz") as tar:
-        for member in tar.getmembers():
-            parts = member.name.split("/")
-            if member.name.startswith("/") or ".." in parts or _regular(member) is None:
-                raise ValueError(f"unsafe archive member {member.name!r}")
-            tar.extract(member, root, set_attrs=member.isfile())
+        members = tar.getmembers()
+        links = {m.name.rstrip("/") for m in members if m.issym()}
+        files_seen: set[str] = set()
+        for m in members:
+            name = m.name.rstrip("/")
+            parents = name.split("/")[:-1]
+            if (not _inside(name) or _carried(m) is None
+                    or any("/".join(parents[:i + 1]) in links for i in range(len(parents)))
+                    or (m.islnk() and m.linkname not in files_seen)):
+                raise ValueError(f"unsafe archive member {m.name!r}")
+            if m.isfile():
+                files_seen.add(name)
+        dirs = []
+        for m in members:
+            if m.issym():
+                continue
+            if m.isdir():
+                os.makedirs(os.path.join(root, m.name), exist_ok=True)
+                dirs.append(m)
+            else:
+                tar.extract(m, root)
+        for m in members:
+            if m.issym():
+                path = os.path.join(root, m.name.rstrip("/"))
+                os.symlink(m.linkname, path)
+                os.utime(path, (m.mtime, m.mtime), follow_symlinks=False)
+        for m in reversed(dirs):  # a folder's mode and times once its content is in
+            path = os.path.join(root, m.name)
+            os.chmod(path, m.mode & 0o7777)
+            os.utime(path, (m.mtime, m.mtime))
 
 
 def _default_max_connections(max_sessions: int) -> int:

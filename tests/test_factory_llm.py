@@ -1,4 +1,10 @@
-"""The LLM repair loop against a local OpenAI-compatible server that replays recorded answers."""
+"""The LLM repair loop against a local OpenAI-compatible server that replays recorded answers.
+
+Verification runs in a Docker container by default (the tests that use the default need an
+engine); ``sandbox="process"`` is the unsafe opt-in, used here where the sandbox is not what
+is tested. tests/adversarial/test_generated_contained.py proves that generated modules never
+run on the host.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,9 @@ import pytest
 
 from envfactory.cli import main
 from envfactory.factory.from_prompt import generate_from_prompt, load_generated
+from envfactory.factory.sandbox import SandboxUnavailable
+
+from conftest import require_docker
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llm"
 
@@ -62,7 +71,9 @@ def _answers(name: str) -> list[str]:
     return json.loads((FIXTURES / name).read_text())["answers"]
 
 
+@pytest.mark.docker
 def test_repair_loop_accepts_the_repaired_module(tmp_path):
+    require_docker()
     with ReplayServer(_answers("repair_then_pass.json")) as srv:
         res = generate_from_prompt("a thermostat environment", llm_url=srv.url, model="recorded",
                                    out_dir=tmp_path, max_rounds=3)
@@ -75,36 +86,45 @@ def test_repair_loop_accepts_the_repaired_module(tmp_path):
     prov = json.loads(res.provenance_path.read_text())
     assert prov["prompt"] == "a thermostat environment" and prov["model"] == "recorded"
     assert prov["rounds"] == 2 and prov["history"][0]["ok"] is False
-    # the kept module registers and plays
+    assert prov["sandbox"]["kind"] == "container"  # the default
+    # the kept module registers and plays (in a container: it is never imported here)
     (spec,) = load_generated(tmp_path)
     import envfactory
 
     env = envfactory.make("Thermostat-v0")
-    env.reset("thermo-0")
-    r = env.step('<tool_call>{"name": "set_target", "arguments": {"room": "kitchen", "celsius": 22}}</tool_call>')
-    assert env.step("done").reward == 1.0 and not r.done
+    try:
+        env.reset("thermo-0")
+        r = env.step('<tool_call>{"name": "set_target", "arguments": {"room": "kitchen", "celsius": 22}}</tool_call>')
+        assert env.step("done").reward == 1.0 and not r.done
+        env.reset("thermo-0")
+        assert env.step("done").reward == 0.0
+    finally:
+        env.close()
+        spec.close()
 
 
 def test_repair_loop_rejects_a_module_that_never_passes(tmp_path):
     with ReplayServer(_answers("never_passes.json")) as srv:
         res = generate_from_prompt("a thermostat environment", llm_url=srv.url, model="recorded",
-                                   out_dir=tmp_path / "out", max_rounds=3)
+                                   out_dir=tmp_path / "out", max_rounds=3, sandbox="process")
     assert not res.accepted and len(res.rounds) == 3 and len(srv.requests) == 3
     assert all(any(f["check"] == "noop" for f in r["failures"]) for r in res.rounds)
     assert not (tmp_path / "out").exists()  # nothing is kept
 
 
-def test_generated_module_that_hangs_is_stopped_by_the_sandbox(tmp_path):
+def test_generated_module_that_hangs_is_stopped_by_the_process_sandbox(tmp_path):
     hang = "```python\nwhile True:\n    pass\n```"
     from envfactory.factory.sandbox import SandboxLimits
 
     with ReplayServer([hang]) as srv:
         res = generate_from_prompt("x", llm_url=srv.url, model="m", out_dir=tmp_path, max_rounds=1,
-                                   limits=SandboxLimits(timeout_s=3))
+                                   limits=SandboxLimits(timeout_s=3), sandbox="process")
     assert not res.accepted and "timed out" in res.rounds[0]["error"]
 
 
+@pytest.mark.docker
 def test_cli_generate_from_prompt(tmp_path, capsys):
+    require_docker()
     with ReplayServer(_answers("repair_then_pass.json")) as srv:
         code = main(["generate", "--from-prompt", "a thermostat environment", "--llm-url", srv.url,
                      "--model", "recorded", "--out", str(tmp_path), "--json"])
@@ -116,3 +136,25 @@ def test_cli_generate_from_prompt(tmp_path, capsys):
 def test_cli_generate_needs_an_endpoint(capsys):
     assert main(["generate", "--from-prompt", "x"]) == 2
     assert "--llm-url" in capsys.readouterr().out
+
+
+def test_without_docker_the_default_sandbox_fails_naming_the_opt_in(tmp_path, monkeypatch):
+    import envfactory.runtime.pool as pool
+
+    monkeypatch.setattr(pool, "_client", None)  # forget the engine this process may have found
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    with ReplayServer(_answers("repair_then_pass.json")) as srv:
+        with pytest.raises(SandboxUnavailable, match="sandbox='process'.*UNSAFE"):
+            generate_from_prompt("a thermostat environment", llm_url=srv.url, model="recorded",
+                                 out_dir=tmp_path / "out")
+    assert srv.requests == []  # it failed before asking the model anything
+    # load_generated never falls back to importing on the host
+    (tmp_path / "g").mkdir()
+    import hashlib
+
+    code = "raise SystemExit('imported on the host')\n"
+    (tmp_path / "g" / "x_v0.py").write_text(code)
+    (tmp_path / "g" / "x_v0.provenance.json").write_text(json.dumps(
+        {"name": "X-v0", "sha256": hashlib.sha256(code.encode()).hexdigest()}))
+    with pytest.raises(RuntimeError, match="run only in containers.*no Docker engine answers"):
+        load_generated(tmp_path / "g")

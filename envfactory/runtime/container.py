@@ -82,8 +82,9 @@ class Limits:
     max_lifetime_s: float | None = 24 * 3600.0
     work_archive_mb: int = 8
     """``isolation="container"``: the most a snapshot's archive of the work folder (``/tmp``, where
-    agent code writes) may take; a world whose folder archives to more cannot be resumed
-    after its container dies (its episode then ends as truncated, saying so)."""
+    agent code writes; tar.gz, MiB; at most 24, half a reply frame) may take. While the folder
+    archives to more, the world cannot be resumed after its container dies (its episode then
+    ends as truncated, naming this cap), nor forked or dumped (:class:`EpisodeError`, naming it)."""
 
 
 def owner_label() -> str:

@@ -19,20 +19,37 @@ is that call's ``invalid_arguments`` outcome, and the other calls of the batch
 run (in order, in as many requests as the frame cap needs); it is never a
 container fault.
 
-A world that runs agent code (``isolation="container"``) is snapshotted at every
-step boundary instead of journaled (agent code need not be deterministic, and its
-files are not in the state): each ``run`` reply carries the state and a tar.gz of
-the container's work folder (``/tmp``: folders and regular files; "unchanged" when
-nothing in it changed since the last one), capped at ``Limits.work_archive_mb``. Its
-resume loads the last snapshot, files included, on a fresh container and re-sends
-the lost batch; a fork gets the files too, and a new episode starts with an empty
-folder. A folder over the cap makes the world unresumable, and its resume says so.
+A world that runs agent code (``isolation="container"``: one container per session) is
+**snapshotted at every step boundary** instead of journaled: agent code need not be
+deterministic, and the files it writes are not in the state. Each ``run`` reply carries the
+state and a tar.gz of the container's work folder, ``/tmp`` (its only writable folder but
+``/dev/shm``, which is not carried): folders, regular files, symbolic and hard links, with
+modes and times (fifos and sockets hold no data and are left out), or "unchanged" when no
+entry's name, inode, size, mtime or ctime changed since the last archive (one round trip;
+a folder changed within the last 0.1 s, where a coarse file clock could hide a rewrite, is
+archived again). The archive is capped at ``Limits.work_archive_mb`` (default 8 MiB,
+compressed; 24 MiB at most, half a reply frame); a new episode (``start``) starts with an
+empty folder. Resuming such a world is: a fresh container, the last snapshot loaded there
+(state and files), and the lost batch re-sent once; nothing is replayed. :meth:`ContainerWorld.fork`
+gives the fork the parent's files (in a container of its own: later writes on either side stay
+there), and :meth:`~ContainerWorld.dump_with_files` holds them (``{"state": ..., WORK_FILES:
+...}`` when the folder is not empty, else the plain state), which :meth:`~ContainerWorld.load`
+takes back (``dump()`` stays the plain state: the referee and the Ray runtime read it as the
+state, so ``Episode.snapshot`` does not carry the files); so does a world with ``resume=False``,
+whose snapshot is then taken when asked for. A folder over the cap is never dropped silently:
+the world cannot be resumed while it is over (a resume then ends the episode as lost, the
+message naming the cap), and ``fork`` and ``dump_with_files`` raise
+:class:`~envfactory.env.EpisodeError` naming it; once a later step's folder fits again, all
+three work again. Cost (``python -m envfactory.runtime.bench_docker snapshots``): a
+step that leaves the folder unchanged, about 50 us; one that rewrote it, the archive (zlib level
+1: about 1 ms per MiB of text, 16 ms per MiB of incompressible data, plus about 3 ms per MiB sent).
 
 Faults: a container that dies mid-episode (killed, crashed, its channel reset or
 closed) is removed, and the world is **resumed** on a fresh session from the
 pool, once per failed request: the world keeps its origin (the task, or the
 last state loaded or snapshotted) and a journal of every batch of calls sent
-since, starts (or loads) the origin there, replays the journal (checking that
+since (a world that runs agent code: its last step boundary's snapshot, files
+included, and no journal, see above), starts (or loads) the origin there, replays the journal (checking that
 every replayed batch gives the outcomes it gave the first time: tools are
 deterministic given the state, whose RNG lives in the state), and re-sends the
 request that failed. A batch whose reply was lost died with its container's
@@ -77,7 +94,8 @@ from .pool import Pool, get_pool, in_background
 from . import wire
 from .wire import FrameEncodeError, encode_frame, state_json
 
-__all__ = ["ContainerWorld", "ContainerError", "ContainerLost", "ContainerDied", "Limits", "SNAPSHOT_EVERY", "stats"]
+__all__ = ["ContainerWorld", "ContainerError", "ContainerLost", "ContainerDied", "Limits", "SNAPSHOT_EVERY",
+           "WORK_FILES", "stats"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +103,9 @@ SNAPSHOT_EVERY = 64
 """Batches journaled before the world's state is snapshotted and the journal restarted from it."""
 SNAPSHOT_BYTES = 8 << 20
 """Bytes of journaled requests (their frames) past which the state is snapshotted too."""
+WORK_FILES = "_envf_work_files"
+"""The key of a work folder's archive in :meth:`ContainerWorld.dump_with_files` (no state field can
+start with ``_``)."""
 
 _stats = {"resumed": 0, "resume_failed": 0, "replayed_batches": 0, "snapshots": 0}
 _stats_lock = threading.Lock()
@@ -191,8 +212,9 @@ class ContainerWorld(World):
         # such a world is snapshotted at every step boundary instead, state and work folder
         # together (one reply), and resumes from the last snapshot alone.
         self._files = spec.isolation == "container"
-        self._origin_files: str | None = None  # the work folder archived with the origin
+        self._origin_files: str | None = None  # the work folder archived with the origin (None, "": empty)
         self._unresumable: str | None = None  # why the last snapshot failed (over the cap)
+        self._last_snap = False  # whether the origin is the world as of now (files included)
 
     # -- the World interface ----------------------------------------------
     def start(self, task: Task) -> None:
@@ -204,6 +226,7 @@ class ContainerWorld(World):
         reply = self._link.request_with_retry(req)
         self._task, self._origin, self._journal, self._journal_bytes = task, None, [], 0
         self._origin_files = self._unresumable = None
+        self._last_snap = True  # an empty folder
         if self._with_state:
             self._state = self._checked_state(reply)
 
@@ -253,8 +276,10 @@ class ContainerWorld(World):
                "calls": [{"name": c.name, "arguments": c.arguments} for c in calls]}
         if self._with_state:
             req["state"] = True
-        if self._files and self.resume:
-            req["snapshot"] = True
+        if self._files:
+            self._last_snap = False  # until this batch's snapshot is in
+            if self.resume:
+                req["snapshot"] = True
         try:
             reply = self._request(req, overrun=WorldTimeout)
         except FrameEncodeError as exc:  # nothing was sent: find the calls at fault
@@ -267,6 +292,7 @@ class ContainerWorld(World):
             raise
         except BaseException:
             self._state = None
+            self._last_snap = False
             raise
         self._state = None
         outs = reply.get("outcomes")
@@ -344,19 +370,64 @@ class ContainerWorld(World):
         if self._link.fork_into(child._link):
             child._task, child._origin, child._journal = self._task, self._origin, list(self._journal)
             child._journal_bytes = self._journal_bytes
+            child._origin_files, child._unresumable = self._origin_files, self._unresumable
+            child._last_snap = self._last_snap
             child._state = None if self._state is None else copy_state(self._state)
-        else:  # a container of its own: this state, and the work folder as of the last step
-            if self._files and self._unresumable is not None:  # its files could not be archived
+        else:  # a container of its own: this state, and the work folder as of now
+            try:
+                state, files = self._dump_parts("fork")
+                child._load(self._task, state, files)
+            except BaseException:
                 child.close()
-                raise EpisodeError(f"{self.spec.name}: cannot fork this world: {self._unresumable}")
-            child._load(self._task, self.dump(), self._origin_files if self._files else None)
+                raise
         return child
 
     def dump(self) -> Any:
+        """The state as JSON (the :class:`~envfactory.world.World` contract: what the referee,
+        the Ray runtime and ``Episode.snapshot`` read as the state); the work folder of a world
+        that runs agent code is in :meth:`dump_with_files`."""
         return state_json(self.state())
 
+    def dump_with_files(self) -> Any:
+        """:meth:`dump`, and for a world that runs agent code whose work folder holds files,
+        ``{"state": <the state>, WORK_FILES: <a tar.gz of the folder, base64>}`` (JSON; what
+        :meth:`load` takes back, here or on any container). :class:`EpisodeError` when the folder
+        could not be archived (over ``Limits.work_archive_mb``): its files are never left out."""
+        state, files = self._dump_parts("dump")
+        return state if files is None else {"state": state, WORK_FILES: files}
+
+    def _dump_parts(self, why: str) -> tuple[Any, str | None]:
+        """The state (as JSON) and the work folder (``None``: empty, or not a world with files)."""
+        if not self._files:
+            return state_json(self.state()), None
+        if self._task is None:
+            raise EpisodeError(f"{self.spec.name}: no state before reset()")
+        if self.resume and self._last_snap:  # the snapshot of the last step boundary is current
+            if self._unresumable is not None:
+                raise EpisodeError(f"{self.spec.name}: cannot {why} this world: {self._unresumable}")
+            return state_json(self.state()), self._origin_files or None
+        snap = self._request({"op": "snapshot"}).get("snapshot")
+        if snap.__class__ is not dict or not (snap.get("error").__class__ is str or (
+                snap.get("files").__class__ is str and "state" in snap)):
+            raise self._link.untrustworthy(f"a snapshot reply without a valid snapshot ({str(snap)[:200]})")
+        if "error" in snap:
+            raise EpisodeError(f"{self.spec.name}: cannot {why} this world: {snap['error']}")
+        self._state = self._checked_state(snap)
+        return state_json(self._state), snap["files"] or None
+
     def load(self, task: Task, state: Any) -> None:
-        self._load(task, state, None)
+        """Continue from ``state`` (from :meth:`dump_with_files`: a world's files come back too;
+        a plain state, from :meth:`dump`, leaves the work folder empty)."""
+        files = None
+        if state.__class__ is dict and WORK_FILES in state:
+            if not self._files:
+                raise ValueError(f"{self.spec.name}: this dump carries a work folder's files, which only "
+                                 "an environment with isolation='container' can hold")
+            files = state[WORK_FILES]
+            if files.__class__ is not str or "state" not in state:
+                raise ValueError(f"{self.spec.name}: a malformed dump ({WORK_FILES} is not an archive)")
+            state = state["state"]
+        self._load(task, state, files or None)
 
     def _load(self, task: Task, state: Any, files: str | None) -> None:
         """Load ``state`` (and, with ``files``, a work folder the server archived)."""
@@ -370,7 +441,7 @@ class ContainerWorld(World):
         self._link.request_with_retry(req)
         self._task, self._state, self._origin, self._journal = task, checked, dumped, []
         self._journal_bytes = 0
-        self._origin_files, self._unresumable = files, None
+        self._origin_files, self._unresumable, self._last_snap = files, None, True
 
     def close(self) -> None:
         self._link.drop()
@@ -402,7 +473,7 @@ class ContainerWorld(World):
             link.ensure()
             if self._origin is None:
                 link.request({"op": "start", "task": task.id})
-            elif self._origin_files is not None:
+            elif self._origin_files:
                 link.request({"op": "load", "task": task.id, "state": self._origin, "files": self._origin_files})
             else:
                 link.request({"op": "load", "task": task.id, "state": self._origin})
@@ -428,18 +499,20 @@ class ContainerWorld(World):
 
     def _take_snapshot(self, snap: Any) -> None:
         """The step boundary's snapshot of a world running agent code: its state and work folder
-        become the origin (nothing to replay); one over the archive cap makes it unresumable."""
-        if snap.__class__ is not dict or "state" not in snap or not (
-                snap.get("files").__class__ is str or snap.get("error").__class__ is str
-                or (snap.get("files_same") is True and self._origin_files is not None)):
+        become the origin (nothing to replay); one over the archive cap makes it unresumable
+        (until a later step's folder fits again)."""
+        if snap.__class__ is not dict or not (snap.get("error").__class__ is str or ("state" in snap and (
+                snap.get("files").__class__ is str
+                or (snap.get("files_same") is True and self._origin_files is not None)))):
             raise self._link.untrustworthy(f"a run reply without a valid snapshot ({str(snap)[:200]})")
         self._journal, self._journal_bytes = [], 0
-        if "files" in snap or "files_same" in snap:  # unchanged: the files last sent
+        self._last_snap = True
+        if "error" in snap:
+            self._origin, self._origin_files, self._unresumable = None, None, snap["error"]
+        else:  # unchanged: the files last sent
             self._origin, self._unresumable = snap["state"], None
             self._origin_files = snap.get("files", self._origin_files)
             _count("snapshots")
-        else:
-            self._origin, self._origin_files, self._unresumable = None, None, snap["error"]
 
     def _snapshot(self) -> None:
         """Restart the journal from the current state (it bounds the journal)."""
