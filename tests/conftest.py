@@ -128,3 +128,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     message = _missing_message(report)
     if message is not None:
         report.outcome, report.longrepr = "failed", message
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_contained_specs():
+    """Generated modules registered by a test module (container-only specs, which the in-process
+    `verify --all` of later tests cannot play) are unregistered when it ends."""
+    yield
+    from envfactory import registry
+
+    for name, s in list(registry._REGISTRY.items()):
+        if getattr(s, "make_world", None) is not None:
+            del registry._REGISTRY[name]
