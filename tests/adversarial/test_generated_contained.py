@@ -27,9 +27,7 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -40,6 +38,7 @@ from envfactory.factory.sandbox import SandboxLimits, verify_in_sandbox
 from envfactory.runtime.container import LABEL, owner_label
 
 from conftest import require_docker
+from test_factory_llm import ReplayServer  # noqa: E402
 
 pytestmark = pytest.mark.docker
 
@@ -157,36 +156,6 @@ def module_code(marker: Path) -> str:
         ''')
 
 
-class FakeLLM:
-    """``POST /v1/chat/completions`` answers with the next of ``answers`` (an OpenAI chat completion)."""
-
-    def __init__(self, answers: list[str]) -> None:
-        self.answers = list(answers)
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                data = json.dumps({"choices": [{"index": 0, "message": {
-                    "role": "assistant", "content": outer.answers.pop(0)}}], "model": body["model"]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def _host_imported(directory: Path) -> list[str]:
     """Modules of this process that came from ``directory`` or bear a generated module's name."""
     out = []
@@ -210,14 +179,11 @@ def generated(tmp_path_factory):
     base = tmp_path_factory.mktemp("generated")
     marker = base / "marker.txt"  # a host path: only an import on this host can write it
     out = base / "out"
-    llm = FakeLLM(["```python\n" + module_code(marker) + "```"])
-    try:
+    with ReplayServer(["```python\n" + module_code(marker) + "```"]) as llm:
         t0 = time.perf_counter()
         res = generate_from_prompt("a notes environment", llm_url=llm.url, model="fake", out_dir=out,
                                    max_rounds=1)  # the default sandbox
         res.seconds = time.perf_counter() - t0
-    finally:
-        llm.close()
     assert res.accepted, res.rounds
     return res, out.resolve(), marker
 
@@ -361,12 +327,9 @@ def test_a_module_changed_after_verification_is_refused(generated, tmp_path):
 
 def test_a_hanging_module_is_stopped_in_its_container(tmp_path):
     require_docker()
-    llm = FakeLLM(["```python\nwhile True:\n    pass\n```"])
-    try:
+    with ReplayServer(["```python\nwhile True:\n    pass\n```"]) as llm:
         res = generate_from_prompt("x", llm_url=llm.url, model="m", out_dir=tmp_path, max_rounds=1,
                                    limits=SandboxLimits(timeout_s=3))
-    finally:
-        llm.close()
     assert not res.accepted and "timed out" in res.rounds[0]["error"]
     from envfactory.runtime.pool import docker_client
 
