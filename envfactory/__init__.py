@@ -21,7 +21,7 @@ from .env import Environment, EpisodeError, StepResult
 from .episode import Episode
 from .mail import ConflictError, MultiState
 from .parsing import ActionTypeError, parse_action
-from .registry import ENTRY_POINT_GROUP, discover, make, make_multi, register, spec, specs
+from .registry import ENTRY_POINT_GROUP, discover, make, make_multi, register, spec, specs, task_supply
 from .state import State, copy_state, state_hash
 from .task import Task, ToolCall, by, call
 from .tooling import Tool, ToolError, tool
@@ -56,6 +56,7 @@ __all__ = [
     "spec",
     "specs",
     "state_hash",
+    "task_supply",
     "tool",
 ]
 

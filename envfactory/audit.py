@@ -462,6 +462,7 @@ def transcriber_rate(spec: ToolEnvSpec, tasks: list[Task]) -> dict[str, Any]:
     policy = TranscriberPolicy()
     tools = spec.tools_of(None)
     solved = lookup = lookup_solved = 0
+    by_kind: dict[str, dict[str, int]] = {}
     for task in tasks:
         state = spec.start_state(task)
         actions = policy.plan(task, spec.tool_schemas(), {n for n, t in tools.items() if t.read_only})
@@ -471,13 +472,17 @@ def transcriber_rate(spec: ToolEnvSpec, tasks: list[Task]) -> dict[str, Any]:
                 t.invoke(state, c.arguments)
         ok = task.success(state, "Done.")
         solved += ok
+        k = by_kind.setdefault(task.metadata.get("kind", "original"), {"tasks": 0, "solved": 0})
+        k["tasks"] += 1
+        k["solved"] += ok
         if _needs_lookup(task, tools):
             lookup += 1
             lookup_solved += ok
     n = len(tasks)
     return {"tasks": n, "solved": solved, "rate": round(solved / n, 3) if n else 0.0,
             "needs_lookup": lookup, "needs_lookup_solved": lookup_solved,
-            "needs_lookup_rate": round(lookup_solved / lookup, 3) if lookup else None}
+            "needs_lookup_rate": round(lookup_solved / lookup, 3) if lookup else None,
+            "by_kind": dict(sorted(by_kind.items()))}
 
 
 def _needs_lookup(task: Task, tools: dict[str, Any]) -> bool:

@@ -74,6 +74,8 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
                    help="the full reward-hacking audit (every task; default: a quick one on a few tasks)")
     p.add_argument("--no-audit", action="store_true", help="skip the reward-hacking audit")
     p.add_argument("--fail-on-hack", action="store_true", help="a hack the audit finds fails verification")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes verifying side by side (default: one per core; 1: in order, here)")
 
 
 def _verify_run(args: argparse.Namespace) -> Result:
@@ -85,7 +87,8 @@ def _verify_run(args: argparse.Namespace) -> Result:
     except KeyError as exc:
         return 2, {"error": str(exc.args[0])}, f"error: {exc.args[0]}"
     audit = None if args.no_audit else "full" if args.audit else "quick"
-    doc = verify_many(chosen, runtime=args.runtime, audit=audit, audit_fails=args.fail_on_hack)
+    doc = verify_many(chosen, runtime=args.runtime, audit=audit, audit_fails=args.fail_on_hack,
+                      workers=args.workers)
     lines = []
     for r in doc["environments"]:
         mark = "PASS" if r["verified"] else "FAIL"

@@ -43,6 +43,7 @@ from .parsing import ParsedAction, parse_action, parse_text
 from .state import State
 from .task import Task, ToolCall
 from .tooling import ToolOutcome
+from .users import USER_TOOL, UserResponder, host_reply, user_facts
 from .world import LocalWorld, World, WorldGone, WorldLost
 
 __all__ = ["Episode", "SNAPSHOT_FORMAT", "task_for_seed"]
@@ -67,7 +68,8 @@ class Episode(Environment):
         max_turns: Overrides ``spec.max_turns`` (rounds, for a team).
     """
 
-    def __init__(self, spec: ToolEnvSpec, world: World | None = None, *, max_turns: int | None = None) -> None:
+    def __init__(self, spec: ToolEnvSpec, world: World | None = None, *, max_turns: int | None = None,
+                 user: UserResponder | None = None) -> None:
         self.spec = spec
         self.world = world if world is not None else LocalWorld(spec)
         self.agents: list[str] = list(spec.agent_ids)
@@ -78,7 +80,9 @@ class Episode(Environment):
         self._tools_of = {a: spec.tools_of(a) for a in self.agents}
         # per agent, the tools that run in the world (everything but finish): a call
         # batch made only of these goes to the world in one piece
-        self._world_tools = {a: {n: t for n, t in tools.items() if not t.finish}
+        # (with a host-side user, ask_user is answered here too: an LLM user needs the host)
+        self._user = user
+        self._world_tools = {a: {n: t for n, t in tools.items() if not t.finish and not (user and n == USER_TOOL)}
                              for a, tools in self._tools_of.items()}
         self._solo_agent = self.agents[0]
         self._solo_tools = self._world_tools[self._solo_agent]
@@ -345,6 +349,8 @@ class Episode(Environment):
                     outcomes.append(ToolOutcome(_IGNORED, False, "ignored"))
                 elif t is None:
                     outcomes.append(self._refused(agent, c.name, tools))
+                elif self._user is not None and c.name == USER_TOOL:
+                    outcomes.append(self._ask_user(agent, c.arguments))
                 elif t.finish:
                     out = t.invoke(None, c.arguments)  # finish touches no state
                     outcomes.append(out)
@@ -397,6 +403,24 @@ class Episode(Environment):
         self._timed_out = f"Error: {exc}"
         self._gone = "world_lost" if isinstance(exc, WorldLost) else "timeout"
         return [ToolOutcome(self._timed_out, False, "timeout") for _ in range(n)]
+
+    def _ask_user(self, agent: str, arguments: dict[str, Any]) -> ToolOutcome:
+        """``ask_user`` answered by the episode's host-side user (an LLM user): the same
+        argument validation as the tool, the task's user facts, the questions asked so far."""
+        checked = self._tools_of[agent][USER_TOOL].invoke(None, arguments)  # the tool's own validation
+        if not checked.ok:
+            return checked
+        question = str(arguments["question"])
+        history = []
+        asked = {}
+        for m in self._transcripts[agent]:
+            for c in m.get("tool_calls") or ():
+                if c["function"]["name"] == USER_TOOL:
+                    asked[c["id"]] = str(c["function"]["arguments"].get("question", ""))
+            if m["role"] == "tool" and m.get("name") == USER_TOOL and m["tool_call_id"] in asked:
+                history.append((asked[m["tool_call_id"]], m["content"]))
+        reply = host_reply(self._user, question, user_facts(self._task.initial_state), history)
+        return ToolOutcome(reply, not reply.startswith("Error"), "ok" if not reply.startswith("Error") else "tool_error")
 
     def _refused(self, agent: str, name: str, tools: dict[str, Any]) -> ToolOutcome:
         owners = self.spec.owners(name)

@@ -26,11 +26,12 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .definition import SpecError
 from .episode import Episode
+from .task import Task
 
 __all__ = ["register", "register_lazy", "names", "make", "make_multi", "spec", "specs", "discover", "ENTRY_POINT_GROUP",
            "RUNTIMES"]
@@ -311,7 +312,8 @@ def _world_factory(runtime: str) -> Any:
         raise RuntimeError(f"the {runtime} runtime is not available: {exc}") from exc
 
 
-def make(name: str, runtime: str | None = None, *, max_turns: int | None = None, **world_options: Any) -> Episode:
+def make(name: str, runtime: str | None = None, *, max_turns: int | None = None, user: Any = None,
+         **world_options: Any) -> Episode:
     """Create a live episode of a registered environment, for one agent or a team.
 
     Args:
@@ -323,6 +325,9 @@ def make(name: str, runtime: str | None = None, *, max_turns: int | None = None,
             method builds its own world (a generated module: in a container only, see
             :mod:`envfactory.factory.contained`; it gets ``None`` when no runtime was asked).
         max_turns: Overrides the environment's turn (round) limit.
+        user: For environments with a simulated user, a host-side responder that answers
+            ``ask_user`` instead of the scripted user (``responder(question, facts, history)``;
+            e.g. ``agents.users.LLMUser(policy)``; see :mod:`envfactory.users`).
         **world_options: Passed to the world (e.g. ``step_timeout`` for docker).
     """
     s = spec(name)
@@ -331,7 +336,30 @@ def make(name: str, runtime: str | None = None, *, max_turns: int | None = None,
         world = own(runtime, **world_options)
     else:
         world = _world_factory(runtime or "local")(s, **world_options)
-    return Episode(s, world, max_turns=max_turns)
+    return Episode(s, world, max_turns=max_turns, user=user)
+
+
+def task_supply(name: str, difficulty: int = 1, seed: int = 0, kinds: list[str] | None = None) -> Iterator[Task]:
+    """An endless, seeded stream of fresh tasks of a registered family at one difficulty (1-5),
+    for curricula that never run out of tasks: more rows (so more distractors), more rows per
+    goal and longer walks as the difficulty grows. The same arguments give the same tasks.
+
+    Args:
+        name: A table-backed family with the goal-level task kinds (``RetailOrders-v1``, every
+            spec file that does not pin ``kinds: [steps]``, composed files).
+        difficulty: 1 (small tables, one row per goal) to 5.
+        seed: Which stream.
+        kinds: Only these task kinds (default: every kind the family makes), cycled in order.
+
+    Raises:
+        ValueError: the environment has no task supply, or a difficulty or kind it cannot make.
+    """
+    s = spec(name)
+    supply = s.metadata.get("supply") if isinstance(getattr(s, "metadata", None), dict) else None
+    if supply is None:
+        raise ValueError(f"{name} has no procedural task supply; the table-backed families with goal-level "
+                         "task kinds have one (e.g. RetailOrders-v1; see envfactory list)")
+    return supply(difficulty, seed, kinds)
 
 
 def make_multi(name: str, runtime: str | None = None, **kwargs: Any) -> Episode:

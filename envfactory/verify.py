@@ -26,6 +26,9 @@ Checks (each failure names the check and, where it applies, the task):
   ``parallel_seed_test`` on the runtime verified;
 * ``parity`` (``runtime="docker"``): identical episodes in the local and Docker
   runtimes (:func:`envfactory.runtime.parity.parity_failures`);
+* ``user`` (tasks with a simulated user): the task's twin (other user facts, the same
+  instruction and tables) has a success check that contradicts the task's on some leaf, and
+  each reference fails the other's check: an agent that never asks cannot solve both;
 * ``audit`` (one role, when everything else passed): the reward-hacking audit and the
   transcriber baseline of :mod:`envfactory.audit`, within a budget (quick by default);
   reported in ``report.audit``; hacks become failures only with ``audit_fails=True``.
@@ -80,6 +83,7 @@ class Report:
     seconds: float = 0.0
     mean_solution_length: float = 0.0
     audit: dict[str, Any] | None = None
+    kinds: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def verified(self) -> bool:
@@ -95,6 +99,7 @@ class Report:
             "checks": self.checks,
             "failures": [f.to_json() for f in self.failures],
             "mean_solution_length": round(self.mean_solution_length, 2),
+            "kinds": self.kinds,
             "seconds": round(self.seconds, 3),
             **({"audit": self.audit} if self.audit is not None else {}),
         }
@@ -144,10 +149,14 @@ def verify_spec(
         return report
     report.tasks = len(tasks)
     report.mean_solution_length = sum(len(t.solution) for t in tasks) / len(tasks)
+    report.kinds = kind_mix(tasks)
     for tid, errs in spec.replay_errors.items():
         fail.append(Failure("tasks", "reference solution has tool errors: " + "; ".join(errs), tid))
     report.checks.append("tool_determinism")
     fail.extend(_tool_determinism(spec, tasks))
+    if any("user_twin" in t.metadata for t in tasks):
+        report.checks.append("user")
+        fail.extend(_user_twins(spec, tasks))
 
     team = spec.multi_agent
     agents = spec.agent_ids
@@ -228,6 +237,61 @@ def verify_spec(
             fail.append(Failure("parity", detail, task_id))
     report.seconds = time.perf_counter() - start
     return report
+
+
+def task_kind(task: Any) -> str:
+    """A task's kind (``metadata["kind"]``; ``original`` for tasks written before kinds)."""
+    return task.metadata.get("kind", "original")
+
+
+def kind_mix(tasks: list[Any]) -> dict[str, dict[str, Any]]:
+    """Per task kind: how many tasks, and the mean and longest reference solution."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in tasks:
+        k = out.setdefault(task_kind(t), {"tasks": 0, "calls": 0, "max_len": 0})
+        k["tasks"] += 1
+        k["calls"] += len(t.solution)
+        k["max_len"] = max(k["max_len"], len(t.solution))
+    return {name: {"tasks": k["tasks"], "mean_len": round(k["calls"] / k["tasks"], 2), "max_len": k["max_len"]}
+            for name, k in sorted(out.items())}
+
+
+def _user_twins(spec: ToolEnvSpec, tasks: list[Any]) -> list[Failure]:
+    """A user task needs the asking: its twin (other user facts; the same instruction and the
+    same tables, so everything an agent sees without asking is equal) requires a different
+    value on some leaf the task also pins, and each reference fails the other's check."""
+    from .users import user_facts
+
+    fail = []
+    for t in tasks:
+        twin_facts = t.metadata.get("user_twin")
+        if twin_facts is None:
+            continue
+        facts = user_facts(t.initial_state)
+        if not facts or twin_facts == facts:
+            fail.append(Failure("user", "a user task without user facts, or a twin with the same facts", t.id))
+            continue
+        twin_state = t.initial_state.model_copy(update={"user": dict(twin_facts)})
+        # the twin's reference: the same calls with the twin's answers (its own rows)
+        twin = _twin_task(spec, t, twin_state)
+        if twin is None:
+            fail.append(Failure("user", "the twin task could not be built from the family", t.id))
+            continue
+        ours = dict(t.check.expected)
+        clash = any(p in ours and ours[p] != v for p, v in twin.check.expected)
+        a_final, b_final = spec.start_state(t), spec.start_state(twin)
+        spec.replay(a_final, t.solution)
+        spec.replay(b_final, twin.solution)
+        if not clash or twin.state_ok(a_final) or t.state_ok(b_final):
+            fail.append(Failure("user", "the task and its twin (other user facts) can both be solved by one "
+                                "final state: the task does not need what only the user knows", t.id))
+    return fail
+
+
+def _twin_task(spec: ToolEnvSpec, task: Any, twin_state: Any) -> Any:
+    """The task the family makes for the twin's user: the same request, replayed for them."""
+    rebuild = spec.metadata.get("user_task")
+    return None if rebuild is None else rebuild(task, twin_state)
 
 
 def _rewards(rewards: dict[str, float]) -> Any:
@@ -433,10 +497,36 @@ def _stable_seed(task_id: str, k: int) -> int:
 
 
 def verify_many(specs: list[Any], *, runtime: str = "local", audit: Any = "quick",
-                audit_fails: bool = False) -> dict[str, Any]:
-    """Verify several environments; the ``envfactory verify --json`` document."""
+                audit_fails: bool = False, workers: int | None = None) -> dict[str, Any]:
+    """Verify several environments; the ``envfactory verify --json`` document.
+
+    ``workers``: processes verifying registered environments side by side on the local
+    runtime (default: one per core; 1 verifies here, in order). The reports come back in
+    the order of ``specs`` either way."""
     start = time.perf_counter()
-    reports = [verify_spec(s, runtime=runtime, audit=audit, audit_fails=audit_fails).to_json() for s in specs]
+    import os
+
+    from .registry import spec as registered
+
+    def _is_registered(s: Any) -> bool:
+        try:
+            return registered(s.name) is s
+        except KeyError:
+            return False
+
+    n = workers if workers is not None else min(os.cpu_count() or 1, len(specs))
+    if n > 1 and runtime == "local" and len(specs) > 1 and all(_is_registered(s) for s in specs):
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        jobs = [(s.name, audit, audit_fails) for s in specs]
+        # biggest first, so no worker is left with one long environment at the end
+        order = sorted(range(len(jobs)), key=lambda i: -_weight(specs[i]))
+        with ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as pool:
+            done = dict(zip(order, pool.map(_verify_registered, [jobs[i] for i in order])))
+        reports = [done[i] for i in range(len(jobs))]
+    else:
+        reports = [verify_spec(s, runtime=runtime, audit=audit, audit_fails=audit_fails).to_json() for s in specs]
     n_tasks = sum(r["tasks"] for r in reports)
     lengths = [r["mean_solution_length"] * r["tasks"] for r in reports]
     return {
@@ -447,11 +537,59 @@ def verify_many(specs: list[Any], *, runtime: str = "local", audit: Any = "quick
             "domains": len({r["domain"] for r in reports}),
             "tasks": n_tasks,
             "mean_solution_length": round(sum(lengths) / n_tasks, 2) if n_tasks else 0.0,
+            "kinds": _kind_totals(reports),
             "runtime": runtime,
             "seconds": round(time.perf_counter() - start, 3),
         },
         **({"audit": _audit_totals(reports)} if audit is not None else {}),
     }
+
+
+def _sum_by_kind(transcribed: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, dict[str, Any]] = {}
+    for t in transcribed:
+        for k, v in t.get("by_kind", {}).items():
+            o = out.setdefault(k, {"tasks": 0, "solved": 0})
+            o["tasks"] += v["tasks"]
+            o["solved"] += v["solved"]
+    new = [v for k, v in out.items() if k not in ("steps", "original")]
+    out["goal_level"] = {"tasks": sum(v["tasks"] for v in new), "solved": sum(v["solved"] for v in new)}
+    for v in out.values():
+        v["rate"] = round(v["solved"] / v["tasks"], 3) if v["tasks"] else None
+    return dict(sorted(out.items()))
+
+
+def _kind_totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tasks per kind over every environment, their reference lengths, and the same over the
+    goal-level kinds together (every kind but ``steps`` and ``original``)."""
+    per: dict[str, dict[str, Any]] = {}
+    for r in reports:
+        for name, k in r.get("kinds", {}).items():
+            p = per.setdefault(name, {"tasks": 0, "calls": 0.0, "max_len": 0, "environments": 0})
+            p["tasks"] += k["tasks"]
+            p["calls"] += k["mean_len"] * k["tasks"]
+            p["max_len"] = max(p["max_len"], k["max_len"])
+            p["environments"] += 1
+    new = {n: p for n, p in per.items() if n not in ("steps", "original")}
+    n_new = sum(p["tasks"] for p in new.values())
+    out = {n: {"tasks": p["tasks"], "environments": p["environments"], "mean_len": round(p["calls"] / p["tasks"], 2),
+               "max_len": p["max_len"]} for n, p in sorted(per.items())}
+    out["goal_level"] = {"tasks": n_new,
+                         "mean_len": round(sum(p["calls"] for p in new.values()) / n_new, 2) if n_new else 0.0,
+                         "max_len": max((p["max_len"] for p in new.values()), default=0)}
+    return out
+
+
+def _verify_registered(job: tuple[str, Any, bool]) -> dict[str, Any]:
+    from .registry import spec
+
+    name, audit, audit_fails = job
+    return verify_spec(spec(name), audit=audit, audit_fails=audit_fails).to_json()
+
+
+def _weight(spec: Any) -> int:
+    """A rough cost: team environments play every mode and every role alone."""
+    return 3 if spec.multi_agent else 1
 
 
 def _audit_totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -466,6 +604,7 @@ def _audit_totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "hacked_environments": sorted(r["name"] for r in reports if r.get("audit", {}).get("hacks")),
         "transcriber": {"tasks": sum(t["tasks"] for t in tr), "solved": sum(t["solved"] for t in tr),
                         "needs_lookup": sum(t["needs_lookup"] for t in tr),
-                        "needs_lookup_solved": sum(t["needs_lookup_solved"] for t in tr)},
+                        "needs_lookup_solved": sum(t["needs_lookup_solved"] for t in tr),
+                        "by_kind": _sum_by_kind(tr)},
         "seconds": round(sum(a["seconds"] for a in audited), 3),
     }

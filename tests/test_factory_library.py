@@ -31,7 +31,7 @@ import sys, envfactory
 mods = lambda: sorted(m for m in sys.modules if m.split(".")[0] == "environments" and m != "environments")
 assert mods() == [], mods()                       # import envfactory imports no environment
 spec = envfactory.spec("Warehouse-v0")
-assert mods() == ["environments.spec_envs"], mods()  # only the module that registers it
+assert mods() == ["environments.spec_envs", "environments.spec_envs.warehouse"], mods()  # only its file
 assert spec._tasks is None and callable(spec.tasks)  # its tasks are not built yet
 n = len(spec.get_tasks())
 assert spec._tasks is not None and n >= 50, n     # built on first use

@@ -2,9 +2,12 @@
 
 ``from_spec(path)`` validates the file against :class:`.spec_file.EnvFile`,
 and builds: a :class:`tools.tables.TableState` subclass, seeded initial states
-(the entities' ``seed`` rules), one tool per operation (schema from the field
-types, docstring from the operation's description), and tasks synthesized by
-walking those tools. Errors name the file and what to fix.
+(the entities' ``seed`` rules, scaled by a difficulty), one tool per operation (schema
+from the field types, docstring from the operation's description), and tasks of the
+file's kinds (:mod:`.task_kinds`: step-by-step walks, look-up-then-act, conditional,
+policy-bound, answer, simulated-user and multi-service tasks). ``specs_from_file(path)``
+also builds the file's ``variants`` and reads composed files (several services in one
+environment). Errors name the file and what to fix.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from . import _callable
 import inspect
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional
 
@@ -22,15 +26,25 @@ from pydantic import ValidationError, create_model
 from ..definition import ToolEnvSpec, SpecError
 from ..tooling import Tool, ToolError, make_tool
 from .arguments import FRESH_WORDS
-from .spec_file import EntitySpec, EnvFile, FieldSpec, OperationSpec
-from .tasks_synth import SynthConfig, synthesize
+from ..definition import DEFAULT_SYSTEM_PROMPT
+from ..users import user_tool
+from .spec_file import ComposedFile, EntitySpec, EnvFile, FieldSpec, OperationSpec, TaskRules
+from .task_kinds import KindSynth, default_policies, policy_text, with_finders
+from .tasks_synth import (BANNED_ANSWERS, SynthConfig, _anchored, _blindly_reachable, _change_task,
+                          _guessable_calls, _random_solves, _seeds, synthesize)
 
-__all__ = ["from_spec", "load_spec_file"]
+__all__ = ["from_spec", "specs_from_file", "load_spec_file", "compose"]
 
 
 def load_spec_file(path: str | Path) -> EnvFile:
     """Parse and validate a spec file; raise :class:`SpecError` naming the problems."""
-    path = Path(path)
+    out = _load(Path(path))
+    if isinstance(out, ComposedFile):
+        raise SpecError(f"{path}: a composed file (services: ...); build it with specs_from_file")
+    return out
+
+
+def _load(path: Path) -> EnvFile | ComposedFile:
     text = path.read_text()
     try:
         if path.suffix in (".yaml", ".yml"):
@@ -43,6 +57,8 @@ def load_spec_file(path: str | Path) -> EnvFile:
     except Exception as exc:
         raise SpecError(f"{path}: not valid {path.suffix.lstrip('.').upper()}: {exc}") from exc
     try:
+        if isinstance(data, dict) and "services" in data:
+            return ComposedFile.model_validate(data)
         return EnvFile.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}"
@@ -94,14 +110,20 @@ def _gen_value(f: FieldSpec, gen: Any, n: int, rng: random.Random, state: dict, 
     return f"{f.description or 'item'} {n}"
 
 
-def seed_state(env: EnvFile, rng: random.Random) -> dict[str, Any]:
-    """A sampled initial state (JSON form) from the entities' seed rules."""
+def seed_state(env: EnvFile, rng: random.Random, scale: float = 1.0) -> dict[str, Any]:
+    """A sampled initial state (JSON form) from the entities' seed rules; ``scale`` multiplies
+    the generated row counts (capped where a unique choice runs out of values)."""
     state: dict[str, Any] = {"tables": {}, "counters": {}}
     for ename, ent in env.entities.items():
         rows: dict[str, dict[str, Any]] = {}
         state["tables"][ename] = rows
         count = ent.seed.count
         extra = rng.randint(count[0], count[1]) if isinstance(count, (tuple, list)) else count
+        if scale != 1.0 and extra:
+            extra = round(extra * scale)
+            for fname, gen in ent.seed.fields.items():
+                if gen.unique and gen.choice:
+                    extra = min(extra, max(len(gen.choice) - len(ent.seed.rows), 0))
         used: dict[str, set] = {k: set() for k in ent.fields}
         for i in range(len(ent.seed.rows) + extra):
             n = i + 1
@@ -256,24 +278,126 @@ def _sources(env: EnvFile) -> dict[str, Any]:
 
 
 def from_spec(path: str | Path) -> ToolEnvSpec:
-    """Build the environment a spec file declares (tasks synthesized lazily)."""
+    """Build the environment a spec file declares (tasks synthesized lazily); a composed file
+    builds its one environment. See :func:`specs_from_file` for the file's variants too."""
+    return specs_from_file(path)[0]
+
+
+def specs_from_file(path: str | Path) -> list[ToolEnvSpec]:
+    """Every environment a spec file declares: the file's own, then each of its ``variants``
+    (the same world, other task rules); a composed file declares one."""
+    path = Path(path)
+    loaded = _load(path)
+    if isinstance(loaded, ComposedFile):
+        env, services = compose(loaded, path.parent)
+        return [_build(env, env.tasks, env.name, env.description, path, services)]
+    out = [_build(loaded, loaded.tasks, loaded.name, loaded.description, path)]
+    for v in loaded.variants:
+        out.append(_build(loaded, v.tasks, v.name, v.description or loaded.description, path))
+    return out
+
+
+def compose(cf: ComposedFile, base: Path) -> tuple[EnvFile, dict[str, str]]:
+    """One :class:`EnvFile` holding every service of ``cf``, and ``{entity: service domain}``.
+    A name that an earlier service already uses gets the later service's domain as a prefix
+    (its references and instruction templates follow)."""
+    entities: dict[str, Any] = {}
+    operations: list[Any] = []
+    services: dict[str, str] = {}
+    for rel in cf.services:
+        f = _load((base / rel).resolve())
+        if isinstance(f, ComposedFile):
+            raise SpecError(f"{cf.name}: service {rel} is itself composed; name plain spec files")
+        dom = re.sub(r"[^a-z0-9_]", "_", f.domain.lower())
+        rename = {e: (f"{dom}_{e}" if e in entities else e) for e in f.entities}
+        for e, ent in f.entities.items():
+            fields = {k: (fs.model_copy(update={"entity": rename[fs.entity]}) if fs.type == "ref" else fs)
+                      for k, fs in ent.fields.items()}
+            entities[rename[e]] = ent.model_copy(update={"fields": fields, "label": ent.label or e})
+            services[rename[e]] = f.domain
+        names = {op.name for op in operations}
+        for op in f.operations:
+            upd: dict[str, Any] = {"entity": rename[op.entity]}
+            if op.name in names:
+                upd["name"] = f"{dom}_{op.name}"
+            if op.instruction and rename[op.entity] != op.entity:
+                upd["instruction"] = op.instruction.replace("{" + f"{op.entity}_id" + "}",
+                                                            "{" + f"{rename[op.entity]}_id" + "}")
+            operations.append(op.model_copy(update=upd))
+    try:
+        env = EnvFile.model_validate({"name": cf.name, "domain": cf.domain, "description": cf.description,
+                                      "max_turns": cf.max_turns, "entities": entities,
+                                      "operations": operations, "tasks": cf.tasks})
+    except ValidationError as exc:
+        raise SpecError(f"{cf.name}: the services do not compose: {exc}") from None
+    return env, services
+
+
+def _build(env: EnvFile, rules: TaskRules, name: str, description: str, path: Path,
+           services: dict[str, str] | None = None) -> ToolEnvSpec:
     from tools.tables import TableState
 
-    env = load_spec_file(path)
-    state_type = create_model(env.name.split("-")[0] + "State", __base__=TableState)
+    kinds = rules.kind_list()
+    legacy = kinds == ["steps"]
+    if not legacy:
+        env = with_finders(env)
+    fields: dict[str, Any] = {} if legacy else {"user": (dict[str, str], {})}
+    state_type = create_model(name.split("-")[0] + "State", __base__=TableState, **fields)
     tools = [_build_tool(env, op) for op in env.operations]
+    if "user" in kinds:
+        tools.append(user_tool())
+    policies = [] if legacy or "policy" not in kinds else (env.policies if env.policies is not None
+                                                          else default_policies(env))
 
-    def sample(rng: random.Random) -> Any:
-        return state_type.model_validate(seed_state(env, rng))
+    def sample(rng: random.Random, difficulty: int = 1) -> Any:
+        return state_type.model_validate(seed_state(env, rng, 1.0 + 0.5 * (difficulty - 1)))
 
     templates = {op.name: op.instruction for op in env.operations if op.instruction}
+    prefix = name.split("-")[0].lower()
     synth = SynthConfig(sample_state=sample, arguments=_sources(env), templates=templates,
-                        lengths=tuple(env.tasks.lengths), read_share=env.tasks.read_share,
-                        prefix=env.name.split("-")[0].lower())
-    spec = ToolEnvSpec(name=env.name, domain=env.domain, state_type=state_type, tools=tools, tasks=[],
-                       description=env.description, max_turns=env.max_turns,
-                       metadata={"synth": synth, "source": f"spec file {Path(path).name}"})
-    spec.tasks = lambda: synthesize(spec.all_tools, synth, env.tasks.n, env.tasks.seed)
+                        lengths=tuple(rules.lengths), read_share=rules.read_share, prefix=prefix)
+    prompt = None
+    if policies or "user" in kinds:
+        prompt = DEFAULT_SYSTEM_PROMPT
+        if "user" in kinds:
+            prompt += (" The user may hold details you need (who they are, what they want); ask them with "
+                       "ask_user instead of guessing.")
+        if policies:
+            prompt += "\n\nPolicy (follow it whatever a request says):\n" + "\n".join(
+                "- " + policy_text(env, r) for r in policies)
+    spec = ToolEnvSpec(name=name, domain=env.domain, state_type=state_type, tools=tools, tasks=[],
+                       description=description, max_turns=max(env.max_turns, 24 if not legacy else 0),
+                       system_prompt=prompt,
+                       metadata={"synth": synth, "source": f"spec file {path.name}", "kinds": kinds,
+                                 **({"policies": [policy_text(env, r) for r in policies]} if policies else {})})
+    if legacy:
+        spec.tasks = lambda: synthesize(spec.all_tools, synth, rules.n, rules.seed)
+        return spec
+    tool_map = spec.all_tools
+    work = [t for n, t in tool_map.items() if not t.finish and n != "ask_user"]
+    guessable = _guessable_calls(tool_map)
+
+    def steps(initial: Any, length: int, rng: random.Random) -> Any:
+        made = _change_task(work, initial, length, synth, rng)
+        if made is None:
+            return None
+        instruction, calls, check, _ = made
+        if not _anchored(calls, tool_map, check):
+            return None
+        return instruction, calls, check
+
+    def accept(task: Any) -> bool:
+        if task.success(task.initial_state, BANNED_ANSWERS) or _random_solves(task, tool_map, _seeds(task.id)):
+            return False
+        if task.metadata.get("kind") == "steps" and _blindly_reachable(task, tool_map, guessable):
+            return False
+        return True
+
+    kinder = KindSynth(env, tool_map, sample, kinds, policies, prefix=prefix, services=services,
+                       steps=steps, accept=accept)
+    spec.metadata["supply"] = kinder.supply
+    spec.metadata["user_task"] = kinder.twin_task
+    spec.tasks = lambda: kinder.tasks(rules.n, rules.seed, rules.difficulties)
     return spec
 
 

@@ -12,7 +12,17 @@ A spec file (YAML or JSON) names an environment and declares:
   ``effects`` (add a parameter to a numeric field of the row or of a referenced
   row) and ``preconditions`` (``equals``, ``not_equals``, ``in``, ``not_in``,
   ``min``, ``max``, ``min_param``, ``max_param`` on the row or a referenced row);
-* ``tasks``: how many to synthesize and with which seed.
+* ``tasks``: how many to synthesize, with which seed, and of which *kinds*
+  (:data:`TASK_KINDS`; see :mod:`.task_kinds`): step-by-step walks (``steps``),
+  look-up-then-act, conditional, policy-bound, answer and simulated-user tasks;
+* ``policies`` (optional): rules written into the system prompt that policy-bound
+  tasks test (derived from the operations when omitted);
+* ``variants`` (optional): further versions of the same world with other task rules
+  (``RetailOrders-v1``: the goal-level task kinds over ``RetailOrders-v0``'s tables).
+
+A *composed* file names ``services`` (two or more spec files) instead of entities and
+operations: one environment whose state holds every service's tables and whose tools
+are every service's operations, for tasks that span services (``multi_service``).
 
 See ``environments/specs/`` for examples.
 """
@@ -25,7 +35,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["FieldSpec", "SeedRule", "EntitySpec", "Precondition", "Effect", "OperationSpec",
-           "TaskRules", "EnvFile"]
+           "TaskRules", "PolicyRule", "Variant", "EnvFile", "ComposedFile", "TASK_KINDS"]
+
+TASK_KINDS = ("steps", "lookup", "conditional", "policy", "answer", "user", "multi_service")
+"""Task kinds a spec family can synthesize (:mod:`.task_kinds`): ``steps`` (the instruction
+lists the calls), ``lookup`` (a goal over rows named by their attributes, found before acting),
+``conditional`` (the action on each row depends on a value a tool shows), ``policy`` (a request
+part of which the system prompt's policy forbids), ``answer`` (a question about the state,
+judged on the answer), ``user`` (a simulated user holds the facts the agent must ask for) and
+``multi_service`` (look up in one service, act in another; composed files)."""
 
 _IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -125,6 +143,49 @@ class TaskRules(_Strict):
     seed: int = 0
     lengths: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5])
     read_share: float = 0.2
+    # "all" (every kind the spec supports) or a list of TASK_KINDS; ["steps"] is the
+    # original step-by-step synthesis, kept by the first-published (v0) families
+    kinds: Literal["all"] | list[str] = "all"
+    # the difficulties (1-5) the registered tasks cycle through (see TaskSupply for more)
+    difficulties: list[int] = Field(default_factory=lambda: [2, 3, 4, 5])
+
+    @model_validator(mode="after")
+    def _known_kinds(self) -> "TaskRules":
+        if self.kinds != "all":
+            unknown = [k for k in self.kinds if k not in TASK_KINDS]
+            if unknown or not self.kinds:
+                raise ValueError(f"unknown task kinds {unknown}; choose from {list(TASK_KINDS)}")
+        if not self.difficulties or not all(1 <= d <= 5 for d in self.difficulties):
+            raise ValueError("difficulties must be a non-empty list of integers from 1 to 5")
+        return self
+
+    def kind_list(self) -> list[str]:
+        return list(TASK_KINDS) if self.kinds == "all" else list(self.kinds)
+
+
+class PolicyRule(_Strict):
+    """``operation`` must never be applied to a row whose ``field`` is above ``above``
+    (or equals ``equals``); ``text`` is the sentence written into the system prompt."""
+
+    operation: str
+    field: str
+    above: float | None = None
+    equals: Any = None
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "PolicyRule":
+        if (self.above is None) == (self.equals is None):
+            raise ValueError("a policy rule states exactly one of 'above' or 'equals'")
+        return self
+
+
+class Variant(_Strict):
+    """Another version of the same world: its own name, description and task rules."""
+
+    name: str = Field(pattern=r"^[A-Z][A-Za-z0-9]*-v\d+$")
+    description: str | None = None
+    tasks: TaskRules = Field(default_factory=TaskRules)
 
 
 class EnvFile(_Strict):
@@ -137,6 +198,8 @@ class EnvFile(_Strict):
     entities: dict[str, EntitySpec]
     operations: list[OperationSpec]
     tasks: TaskRules = Field(default_factory=TaskRules)
+    policies: list[PolicyRule] | None = None
+    variants: list[Variant] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _references(self) -> "EnvFile":
@@ -190,6 +253,26 @@ class EnvFile(_Strict):
                                       "(add it to params or set, or give it a default)")
             if op.kind == "update" and not (op.params or op.set or op.effects):
                 errors.append(f"{where}: an update must change something (params, set or effects)")
+        ops = {op.name: op for op in self.operations}
+        for rule in self.policies or ():
+            op = ops.get(rule.operation)
+            if op is None or op.kind not in ("update", "delete"):
+                errors.append(f"policy on {rule.operation!r}: not an update or delete operation")
+            elif rule.field not in self.entities[op.entity].fields:
+                errors.append(f"policy on {rule.operation!r}: {rule.field!r} is not a field of {op.entity}")
         if errors:
             raise ValueError("; ".join(errors))
         return self
+
+
+class ComposedFile(_Strict):
+    """Several services in one environment: each ``services`` entry is a spec file (relative
+    to this one) whose entities and operations join the environment's (a name two services
+    share gets the later service's domain as a prefix)."""
+
+    name: str = Field(pattern=r"^[A-Z][A-Za-z0-9]*-v\d+$")
+    domain: str
+    description: str = ""
+    max_turns: int = 24
+    services: list[str] = Field(min_length=2)
+    tasks: TaskRules = Field(default_factory=TaskRules)

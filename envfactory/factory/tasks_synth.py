@@ -80,14 +80,14 @@ def _join_steps(steps: list[str]) -> str:
     return "Do the following, in this order:\n" + body
 
 
-_BANNED_ANSWERS = "I can't do that. " + CLAIM + " task complete done"
+BANNED_ANSWERS = "I can't do that. " + CLAIM + " task complete done"
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 def _fact(output: str, leaves: dict, instruction: str) -> tuple[str, str] | None:
     """A (question, fact) pair the look-up's output answers, not given away by the text."""
     inst = normalize_answer(instruction)
-    banned = normalize_answer(_BANNED_ANSWERS)
+    banned = normalize_answer(BANNED_ANSWERS)
     out_norm = normalize_answer(output)
 
     def usable(fact: str) -> bool:
@@ -186,7 +186,7 @@ def synthesize(
         t = Task(id=f"{cfg.prefix}-{seed}-{len(out):03d}", instruction=instruction,
                  initial_state=initial, solution=solution, answer_facts=facts, check=check,
                  difficulty=len(solution))
-        if t.success(initial, _BANNED_ANSWERS) or _random_solves(t, tools, _seeds(t.id)):
+        if t.success(initial, BANNED_ANSWERS) or _random_solves(t, tools, _seeds(t.id)):
             continue
         if not facts and (not _anchored(solution, tools, check) or _blindly_reachable(t, tools, guessable)):
             continue

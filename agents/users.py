@@ -1,0 +1,59 @@
+"""An LLM as the simulated user of an environment (see :mod:`envfactory.users`).
+
+``envfactory.make(name, user=LLMUser(policy))`` has every ``ask_user`` call answered by a
+language model playing the user: it sees a system prompt with the user's private facts and
+the request, then the agent's questions so far with its own earlier replies, and writes one
+short reply. Any :class:`agents.policy.Policy` backend serves (HF transformers, vLLM,
+OpenAI-compatible HTTP); the scripted user stays the default for tests and CPU training.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from .policy import Policy
+
+__all__ = ["LLMUser", "USER_PROMPT"]
+
+USER_PROMPT = (
+    "You are a customer talking to a support agent. What you know about yourself:\n{facts}\n"
+    "Answer the agent's question in one short sentence, truthfully, using only these facts. "
+    "If the question asks for none of them, say what you can tell instead. Never make up facts."
+)
+
+
+class LLMUser:
+    """A :class:`Policy` as the user: ``user(question, facts, history) -> reply``.
+
+    Args:
+        policy: Any policy backend with a tokenizer that has a chat template.
+        max_new_tokens: The longest reply.
+        temperature: Sampling temperature (0 for greedy).
+        seed: Base seed; each reply's seed also depends on the question and the history, so a
+            replayed conversation gets the same replies.
+    """
+
+    def __init__(self, policy: Policy, *, max_new_tokens: int = 48, temperature: float = 0.7, seed: int = 0) -> None:
+        self.policy, self.max_new_tokens, self.temperature, self.seed = policy, max_new_tokens, temperature, seed
+
+    def messages(self, question: str, facts: dict[str, str], history: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        """The user model's conversation: its facts, then the agent's questions and its replies."""
+        lines = "\n".join(f"- {k}: {v}" for k, v in facts.items()) or "- (nothing in particular)"
+        out: list[dict[str, Any]] = [{"role": "system", "content": USER_PROMPT.format(facts=lines)}]
+        for q, a in history:
+            out += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+        out.append({"role": "user", "content": question})
+        return out
+
+    def __call__(self, question: str, facts: dict[str, str], history: list[tuple[str, str]]) -> str:
+        tok = self.policy.tokenizer
+        ids = tok.apply_chat_template(self.messages(question, facts, history), add_generation_prompt=True,
+                                      tokenize=True)
+        if isinstance(ids, dict):  # transformers >= 5 returns a BatchEncoding
+            ids = ids["input_ids"]
+        seed = zlib.crc32(f"{self.seed}/{question}/{len(history)}".encode()) & 0x7FFFFFFF
+        gen = self.policy.generate([list(ids)], max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                                   seed=seed)[0]
+        tokens = gen.token_ids[:-1] if gen.finish_reason == "stop" else gen.token_ids
+        return tok.decode(tokens, skip_special_tokens=True).strip()

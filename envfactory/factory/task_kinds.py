@@ -1,0 +1,738 @@
+"""Task kinds beyond transcription, for table-backed spec families.
+
+A step-by-step task ("Do the following: 1. cancel order O-3 ...") tests whether an agent
+can copy ids into calls. The kinds here name *goals*, so the right calls depend on what
+the tools show (:data:`.spec_file.TASK_KINDS`):
+
+* ``lookup``: act on every row that matches a description by attributes ("cancel every
+  order of the customer named Kim whose status is placed"): find the customer, list the
+  orders, act on each; the rows that do not match must stay as they are.
+* ``conditional``: the action on each matching row depends on a value only a tool shows
+  ("if its quantity is at least 2, ship it; otherwise cancel it").
+* ``policy``: a request part of which the written policy in the system prompt forbids
+  (``PolicyRule``: never cancel an order whose quantity is above 2): the reference acts
+  only on the rows the policy allows, and the check fails a violation.
+* ``answer``: a question about the state (a count, a total, which row has the most of
+  something, possibly across a reference), judged on the answer with the state unchanged;
+  a list of candidates earns nothing (the other ids, or the other small numbers, are the
+  answer's rivals).
+* ``user``: the request comes from a simulated user who holds the fact that identifies
+  them (their name); the agent must ``ask_user`` (:mod:`envfactory.users`). Each task
+  carries a twin (other user facts, same instruction and tables) whose check contradicts it.
+* ``multi_service`` (composed files): read a value in one service and write it in another.
+* ``steps``: the original step-by-step walk (:mod:`.tasks_synth`), of length ``difficulty``.
+
+Every task ships with its reference solution (replayed without errors), a check over the
+final state (every leaf the reference changed, plus every row of the acted-on table, so
+collateral writes fail), ``metadata["kind"]`` and ``metadata["difficulty"]``. The
+**difficulty knob** (1-5) scales the tables (more rows, so more distractors), the number
+of rows a goal covers, and the walk length; :class:`KindSynth.supply` draws an endless,
+seeded stream at one difficulty for curricula.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from ..state import State, copy_state, diff_leaves, state_hash, state_leaves
+from ..task import Task, ToolCall
+from ..tooling import Tool
+from ..users import USER_TOOL
+from .checks import ChangeCheck
+from .spec_file import TASK_KINDS, EnvFile, OperationSpec, PolicyRule
+
+__all__ = ["KindSynth", "default_policies", "policy_text", "with_finders", "NEW_KINDS"]
+
+NEW_KINDS = tuple(k for k in TASK_KINDS if k != "steps")
+_WORDS = ["harbor", "maple", "quartz", "lantern", "orbit", "meadow", "cobalt", "juniper", "summit", "falcon"]
+
+
+# -- reading the spec ----------------------------------------------------------
+def _label(env: EnvFile, e: str) -> str:
+    return (env.entities[e].label or e).replace("_", " ")
+
+
+def _finder(env: EnvFile, e: str) -> OperationSpec | None:
+    """A query on ``e`` that filters by name (how a row named in words is found)."""
+    ent = env.entities[e]
+    if "name" not in ent.fields or ent.fields["name"].type != "str":
+        return None
+    return next((op for op in env.operations if op.entity == e and op.kind == "query" and "name" in op.params), None)
+
+
+def _numeric(env: EnvFile, e: str) -> list[str]:
+    return [f for f, fs in env.entities[e].fields.items() if fs.type in ("int", "float")]
+
+
+def _fills(env: EnvFile, op: OperationSpec, rng: random.Random) -> dict[str, Any] | None:
+    """Values for an update's own parameters (the same for every row it is applied to)."""
+    ent = env.entities[op.entity]
+    args: dict[str, Any] = {}
+    for p in op.params:
+        f, gen = ent.fields[p], ent.seed.fields.get(p)
+        if f.type == "ref":
+            return None
+        if f.type == "enum":
+            args[p] = rng.choice(f.values)
+        elif f.type == "bool":
+            args[p] = rng.random() < 0.5
+        elif f.type == "str":
+            args[p] = rng.choice(list(gen.choice) if gen is not None and gen.choice else _WORDS)
+        else:
+            lo, hi = gen.range if gen is not None and gen.range else (f.min or 1, f.max or 10)
+            v = rng.randint(int(lo), int(hi))
+            args[p] = float(v) if f.type == "float" else v
+    return args
+
+
+def phrase(env: EnvFile, op: OperationSpec, target: str, args: dict[str, Any]) -> str:
+    """What applying ``op`` to ``target`` (words: "it", "every order whose ...") means, in
+    the words of the operation's instruction template (or its name)."""
+    label = _label(env, op.entity)
+    idp = "{" + f"{op.entity}_id" + "}"
+    values = {k: ("none" if v is None else v) for k, v in args.items()}
+    if op.instruction and idp in op.instruction:
+        text = re.sub(rf"(?:\b{re.escape(label)}\s+|\b{re.escape(op.entity)}\s+)?{re.escape(idp)}",
+                      target.replace("\\", "\\\\"), op.instruction)
+        try:
+            return text.format(**values)
+        except (KeyError, IndexError, ValueError):
+            pass
+    words = op.name.split("_")
+    out = " ".join(target if w == op.entity else w for w in words)
+    if op.entity not in words:
+        out += f" for {target}"
+    if args:
+        out += " (" + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in args.items()) + ")"
+    return out
+
+
+def with_finders(env: EnvFile) -> EnvFile:
+    """``env`` plus the look-ups a goal-level task needs: a ``find_<entity>s(name)`` query for
+    every entity with a ``name`` field and no query by name (rows named in words, as people
+    and products are, can be found), and a ``list_<entity>s`` query over the reference and
+    enum fields of every entity that operations change but no query lists."""
+    names = {op.name for op in env.operations}
+    extra = []
+    for e, ent in env.entities.items():
+        if _finder(env, e) is None and "name" in ent.fields and ent.fields["name"].type == "str":
+            if f"find_{e}s" not in names:
+                extra.append(OperationSpec(name=f"find_{e}s", kind="query", entity=e, params=["name"],
+                                           description=f"Find {_label(env, e)}s by name."))
+        changed = any(op.entity == e and op.kind == "update" for op in env.operations)
+        listed = any(op.entity == e and op.kind == "query" and set(op.params) - {"name"} for op in env.operations)
+        params = [f for f, fs in ent.fields.items() if fs.type in ("ref", "enum", "bool")][:3]
+        if changed and not listed and params and f"list_{e}s" not in names:
+            extra.append(OperationSpec(name=f"list_{e}s", kind="query", entity=e, params=params,
+                                       description=f"List {_label(env, e)}s matching the filters."))
+    return env.model_copy(update={"operations": list(env.operations) + extra}) if extra else env
+
+
+def default_policies(env: EnvFile) -> list[PolicyRule]:
+    """Up to two rules derived from the operations: an update with no parameters of its own,
+    on an entity with a number field, must not be applied to rows whose number is above the
+    middle of that field's seeded range."""
+    rules: list[PolicyRule] = []
+    used: set[str] = set()
+    for op in env.operations:
+        if op.kind != "update" or op.params or op.entity in used or not op.preconditions:
+            continue
+        ent = env.entities[op.entity]
+        for g in _numeric(env, op.entity):
+            if any(e.field == g for e in op.effects) or any(c.field == g for c in op.preconditions):
+                continue
+            gen = ent.seed.fields.get(g)
+            if gen is None or not gen.range:
+                continue
+            lo, hi = gen.range
+            if hi - lo < 2:
+                continue
+            rules.append(PolicyRule(operation=op.name, field=g, above=float(int((lo + hi) / 2))))
+            used.add(op.entity)
+            break
+        if len(rules) == 2:
+            break
+    return rules
+
+
+def policy_text(env: EnvFile, rule: PolicyRule) -> str:
+    if rule.text:
+        return rule.text
+    op = next(o for o in env.operations if o.name == rule.operation)
+    label = _label(env, op.entity)
+    cond = (f"whose {rule.field.replace('_', ' ')} is above {_num(rule.above)}" if rule.above is not None
+            else f"whose {rule.field.replace('_', ' ')} is {rule.equals}")
+    return f"Never {phrase(env, op, f'any {label} {cond}', {})}, even when asked: leave it as it is and say why."
+
+
+def _num(x: Any) -> str:
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
+
+
+def _violates(rule: PolicyRule, op: str, row: dict[str, Any]) -> bool:
+    if rule.operation != op:
+        return False
+    v = row.get(rule.field)
+    if rule.above is not None:
+        return isinstance(v, (int, float)) and v > rule.above
+    return v == rule.equals
+
+
+# -- building one task ---------------------------------------------------------
+@dataclass
+class _Draft:
+    kind: str
+    instruction: str
+    calls: list[ToolCall]
+    guard: list[str] = field(default_factory=list)     # tables whose every row the check pins
+    facts: list[str] = field(default_factory=list)
+    rivals: list[str] | None = None
+    seen: bool = True
+    user: dict[str, str] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _pin(final: dict, tables: list[str]) -> dict[tuple, Any]:
+    return {p: v for p, v in final.items() if len(p) >= 2 and p[0] == "tables" and p[1] in tables}
+
+
+class KindSynth:
+    """Tasks of every kind for one table-backed family (see the module docstring).
+
+    Args:
+        env: The (possibly composed) spec file.
+        tools: Every tool by name (``ask_user`` included when ``user`` tasks are wanted).
+        sample: ``sample(rng, difficulty) -> State``: a seeded initial state.
+        kinds: The kinds to make, in order.
+        policies: The rules written into the system prompt.
+        services: ``{entity: service}`` for composed files (``multi_service`` tasks).
+        steps: ``steps(initial, length, rng) -> (instruction, calls, check) | None``.
+        accept: ``accept(task) -> bool``: the family's last filter (e.g. no random agent solves it).
+    """
+
+    def __init__(self, env: EnvFile, tools: dict[str, Tool], sample: Callable[[random.Random, int], State],
+                 kinds: list[str], policies: list[PolicyRule], *, prefix: str,
+                 services: dict[str, str] | None = None,
+                 steps: Callable[..., Any] | None = None, accept: Callable[[Task], bool] | None = None) -> None:
+        self.env, self.tools, self.sample, self.prefix = env, tools, sample, prefix
+        self.policies, self.services = policies, services or {}
+        self.steps_fn, self.accept = steps, accept or (lambda t: True)
+        self.kinds = [k for k in kinds if k in TASK_KINDS and (k != "multi_service" or len(set(self.services.values())) > 1)
+                      and (k != "user" or USER_TOOL in tools) and (k != "steps" or steps is not None)
+                      and (k != "policy" or policies)]
+        self._ops = {op.name: op for op in env.operations}
+
+    # -- the public face --------------------------------------------------------
+    def tasks(self, n: int, seed: int, difficulties: list[int]) -> list[Task]:
+        """``n`` tasks cycling through the kinds and ``difficulties`` (fewer only when the
+        spec cannot give that many distinct ones); deterministic in ``seed``."""
+        rng = random.Random(f"{self.prefix}/{seed}")
+        out: list[Task] = []
+        seen: set[str] = set()
+        order = list(itertools.product(difficulties, self.kinds))
+        tries = 0
+        while len(out) < n and tries < 30 * n:
+            d, kind = order[tries % len(order)]
+            tries += 1
+            t = self.make(kind, d, rng, f"{self.prefix}-{kind}-{seed}-{len(out):03d}")
+            if t is None:
+                continue
+            key = state_hash(t.initial_state) + "|" + t.instruction
+            if key not in seen:
+                seen.add(key)
+                out.append(t)
+        return out
+
+    def supply(self, difficulty: int, seed: int = 0, kinds: list[str] | None = None) -> Iterator[Task]:
+        """An endless, seeded stream of fresh tasks at one difficulty (1-5): a curriculum's source."""
+        if not 1 <= difficulty <= 5:
+            raise ValueError(f"difficulty must be 1 to 5, got {difficulty}")
+        kinds = kinds or self.kinds
+        unknown = sorted(set(kinds) - set(self.kinds))
+        if unknown:
+            raise ValueError(f"this family makes no {unknown} tasks; it makes {self.kinds}")
+        return self._stream(difficulty, seed, kinds)
+
+    def _stream(self, difficulty: int, seed: int, kinds: list[str]) -> Iterator[Task]:
+        rng = random.Random(f"{self.prefix}/supply/{difficulty}/{seed}")
+        for k in itertools.count():
+            kind = kinds[k % len(kinds)]
+            for _ in range(50):
+                t = self.make(kind, difficulty, rng, f"{self.prefix}-d{difficulty}-s{seed}-{k:05d}")
+                if t is not None:
+                    yield t
+                    break
+
+    def make(self, kind: str, difficulty: int, rng: random.Random, task_id: str) -> Task | None:
+        """One task of ``kind`` at ``difficulty`` on a fresh sampled state, or ``None``."""
+        initial = self.sample(rng, difficulty)
+        if kind == "steps":
+            made = self.steps_fn(initial, difficulty, rng)
+            if made is None:
+                return None
+            instruction, calls, check = made
+            if not self._policy_ok(initial, calls):
+                return None
+            task = Task(id=task_id, instruction=instruction, initial_state=initial, solution=calls, check=check,
+                        difficulty=difficulty, metadata={"kind": "steps", "difficulty": difficulty})
+            return task if self.accept(task) else None
+        self._memo: dict[tuple, bool] = {}
+        draft = getattr(self, f"_{kind}")(json.loads(initial.model_dump_json()), difficulty, rng)
+        return None if draft is None else self._finish(draft, initial, difficulty, task_id)
+
+    # -- shared pieces ------------------------------------------------------------
+    def _run(self, initial: State, calls: list[ToolCall]) -> State | None:
+        s = copy_state(initial)
+        for c in calls:
+            if not self.tools[c.name].invoke(s, c.arguments).ok:
+                return None
+        return s
+
+    def _policy_ok(self, initial: State, calls: list[ToolCall]) -> bool:
+        if not self.policies:
+            return True
+        s = copy_state(initial)
+        for c in calls:
+            op = self._ops.get(c.name)
+            if op is not None and op.kind in ("update", "delete"):
+                row = s.tables.get(op.entity, {}).get(c.arguments.get(f"{op.entity}_id"), {})
+                if any(_violates(r, op.name, row) for r in self.policies):
+                    return False
+            self.tools[c.name].invoke(s, c.arguments)
+        return True
+
+    def _finish(self, d: _Draft, initial: State, difficulty: int, task_id: str, accept: bool = True) -> Task | None:
+        if d.user:
+            initial = initial.model_copy(update={"user": dict(d.user)})
+        final = self._run(initial, d.calls)
+        if final is None or not self._policy_ok(initial, d.calls):
+            return None
+        before, after = state_leaves(initial), state_leaves(final)
+        expected = {**_pin(after, d.guard), **diff_leaves(before, after)}
+        expected = {p: v for p, v in expected.items() if p[:1] != ("user",)}
+        if not expected:
+            return None
+        check = ChangeCheck(tuple(sorted(expected.items(), key=lambda kv: kv[0])))
+        if not d.facts and check(initial):
+            return None  # nothing to do: the state already passes
+        meta = {"kind": d.kind, "difficulty": difficulty, **d.meta}
+        task = Task(id=task_id, instruction=d.instruction, initial_state=initial, solution=d.calls, check=check,
+                    answer_facts=d.facts, answer_rivals=d.rivals, answer_seen=d.seen, difficulty=difficulty,
+                    metadata=meta)
+        return task if not accept or self.accept(task) else None
+
+    def _ref_text(self, tables: dict, entity: str, key: str) -> tuple[str, list[ToolCall]]:
+        """How to name a row in words, and the calls that find its id: by its (unique) name
+        through the entity's finder, else by id."""
+        finder = _finder(self.env, entity)
+        row = tables.get(entity, {}).get(key, {})
+        name = row.get("name")
+        if finder is not None and isinstance(name, str) and \
+                sum(1 for r in tables[entity].values() if str(r.get("name")).lower() == name.lower()) == 1:
+            return f"the {_label(self.env, entity)} named {name}", [ToolCall(finder.name, {"name": name})]
+        return f"{_label(self.env, entity)} {key}", []
+
+    def _selection(self, tables: dict, entity: str, want: int, rng: random.Random, *, need_ref: bool = False,
+                   ok: Callable[[str, dict], bool] = lambda k, r: True) -> dict[str, Any] | None:
+        """A query on ``entity`` and filter values that select about ``want`` rows (never all
+        of them), each passing ``ok``: ``{"op", "filters", "keys"}``."""
+        rows = tables.get(entity, {})
+        if len(rows) < 2:
+            return None
+        ent = self.env.entities[entity]
+        best = None
+        for q in [op for op in self.env.operations if op.entity == entity and op.kind == "query"]:
+            params = [p for p in q.params if p != "name" and ent.fields[p].type in ("ref", "enum", "str", "int", "bool")]
+            for size in (2, 1):
+                for combo in itertools.combinations(params, size):
+                    if need_ref and not any(ent.fields[p].type == "ref" for p in combo):
+                        continue
+                    for pivot in rng.sample(sorted(rows), min(len(rows), 4)):
+                        filt = {p: rows[pivot][p] for p in combo}
+                        if any(v is None for v in filt.values()):
+                            continue
+                        keys = sorted(k for k, r in rows.items()
+                                      if all(str(r.get(p)).lower() == str(v).lower() for p, v in filt.items()))
+                        if len(keys) == len(rows) or not all(ok(k, rows[k]) for k in keys):
+                            continue
+                        # a row named through another (an order of the customer named Kim) needs one
+                        # more look-up than a filter on the row's own fields: preferred
+                        has_ref = any(ent.fields[p].type == "ref" for p in combo)
+                        score = (abs(len(keys) - want) + (0 if has_ref else 0.75), rng.random())
+                        if best is None or score < best[0]:
+                            best = (score, {"op": q, "filters": filt, "keys": keys})
+        return None if best is None else best[1]
+
+    def _describe(self, tables: dict, entity: str, filters: dict[str, Any], *, mine: str | None = None
+                  ) -> tuple[str, list[ToolCall], dict[str, Any]]:
+        """``every <label> of <ref> whose <field> is <value>``, the calls that resolve the refs,
+        and the query's arguments; the reference field ``mine`` reads "of mine" (the user's)."""
+        ent = self.env.entities[entity]
+        of, whose, calls = [], [], []
+        for p, v in filters.items():
+            if ent.fields[p].type == "ref":
+                if p == mine:
+                    of.append("of mine")
+                    continue
+                text, found = self._ref_text(tables, ent.fields[p].entity, v)
+                of.append(f"of {text}")
+                calls += found
+            else:
+                whose.append(f"{p.replace('_', ' ')} is {v}")
+        text = f"every {_label(self.env, entity)}" + "".join(" " + o for o in of)
+        if whose:
+            text += " whose " + " and ".join(whose)
+        return text, calls, dict(filters)
+
+    def _acts(self, entity: str) -> list[OperationSpec]:
+        return [op for op in self.env.operations if op.entity == entity and op.kind == "update"]
+
+    def _applies(self, tables: dict, op: OperationSpec, key: str, args: dict[str, Any]) -> bool:
+        """Whether ``op`` succeeds on row ``key`` and changes it (tried on a copy)."""
+        from tools.tables import TableState
+
+        memo = (op.name, key, json.dumps(args, sort_keys=True), id(tables))
+        if memo not in self._memo:
+            probe = TableState.model_construct(
+                tables={e: {k: dict(r) for k, r in rows.items()} for e, rows in tables.items()}, counters={})
+            before = dict(probe.tables[op.entity][key])
+            ok = self.tools[op.name].invoke(probe, {f"{op.entity}_id": key, **args}).ok
+            self._memo[memo] = ok and probe.tables[op.entity][key] != before
+        return self._memo[memo]
+
+    def _entities(self, rng: random.Random) -> list[str]:
+        es = [e for e in self.env.entities if self._acts(e)]
+        rng.shuffle(es)
+        return es
+
+    # -- the kinds ------------------------------------------------------------------
+    def _lookup(self, s: dict, d: int, rng: random.Random) -> _Draft | None:
+        tables = s["tables"]
+        for e in self._entities(rng):
+            for op in rng.sample(self._acts(e), len(self._acts(e))):
+                args = _fills(self.env, op, rng)
+                if args is None:
+                    continue
+                sel = self._selection(tables, e, d, rng, ok=lambda k, r: self._applies(tables, op, k, args) and
+                                      not any(_violates(p, op.name, r) for p in self.policies))
+                if sel is None:
+                    continue
+                text, calls, qargs = self._describe(tables, e, sel["filters"])
+                calls.append(ToolCall(sel["op"].name, qargs))
+                calls += [ToolCall(op.name, {f"{e}_id": k, **args}) for k in sel["keys"]]
+                return _Draft("lookup", _sentence(phrase(self.env, op, text, args)), calls, guard=[e])
+        return None
+
+    def _measures(self, e: str) -> list[tuple[str | None, OperationSpec | None, str]]:
+        """What a condition on a row of ``e`` can read: its own numbers ``(None, None, g)``, or a
+        number of the row it refers to ``(ref, read op, h)`` (one more read per row)."""
+        out: list[tuple[str | None, OperationSpec | None, str]] = [(None, None, g) for g in _numeric(self.env, e)]
+        for ref, fs in self.env.entities[e].fields.items():
+            if fs.type != "ref":
+                continue
+            read = next((op for op in self.env.operations if op.entity == fs.entity and op.kind == "read"), None)
+            if read is not None:
+                out += [(ref, read, h) for h in _numeric(self.env, fs.entity)]
+        return out
+
+    def _conditional(self, s: dict, d: int, rng: random.Random) -> _Draft | None:
+        tables = s["tables"]
+        for e in self._entities(rng):
+            acts, measures = self._acts(e), self._measures(e)
+            if len(acts) < 2 or not measures:
+                continue
+            for a, b in rng.sample(list(itertools.permutations(acts, 2)), min(6, len(acts) * (len(acts) - 1))):
+                fa, fb = _fills(self.env, a, rng), _fills(self.env, b, rng)
+                if fa is None or fb is None:
+                    continue
+                sel = self._selection(tables, e, max(2, d), rng, ok=lambda k, r: (
+                    self._applies(tables, a, k, fa) and self._applies(tables, b, k, fb)
+                    and not any(_violates(p, a.name, r) or _violates(p, b.name, r) for p in self.policies)))
+                if sel is None:
+                    continue
+                ref, read, g = rng.choice(measures)
+
+                def value(k: str) -> Any:
+                    row = tables[e][k]
+                    if ref is None:
+                        return row.get(g)
+                    return tables[self.env.entities[e].fields[ref].entity].get(row.get(ref), {}).get(g)
+
+                got = {k: value(k) for k in sel["keys"]}
+                values = sorted({v for v in got.values() if isinstance(v, (int, float))})
+                if len(values) < 2 or len(values) != len(set(got.values())):
+                    continue  # both branches must occur, decided by values a tool shows
+                threshold = values[rng.randrange(1, len(values))]
+                text, calls, qargs = self._describe(tables, e, sel["filters"])
+                calls.append(ToolCall(sel["op"].name, qargs))
+                for k in sel["keys"]:
+                    if read is not None:
+                        calls.append(ToolCall(read.name, {f"{read.entity}_id": tables[e][k][ref]}))
+                    op, args = (a, fa) if got[k] >= threshold else (b, fb)
+                    calls.append(ToolCall(op.name, {f"{e}_id": k, **args}))
+                what = g.replace("_", " ") if ref is None else \
+                    f"{_label(self.env, self.env.entities[e].fields[ref].entity)}'s {g.replace('_', ' ')}"
+                instruction = (f"For {text}: if its {what} is at least {_num(threshold)}, "
+                               f"{phrase(self.env, a, 'it', fa)}; otherwise {phrase(self.env, b, 'it', fb)}.")
+                return _Draft("conditional", instruction, calls, guard=[e])
+        return None
+
+    def _policy(self, s: dict, d: int, rng: random.Random) -> _Draft | None:
+        tables = s["tables"]
+        for rule in rng.sample(self.policies, len(self.policies)):
+            op = self._ops[rule.operation]
+            e = op.entity
+            args = _fills(self.env, op, rng)
+            if args is None:
+                continue
+            sel = self._selection(tables, e, max(3, d), rng, ok=lambda k, r: self._applies(tables, op, k, args))
+            if sel is None:
+                continue
+            keys = sel["keys"]
+            allowed = [k for k in keys if not _violates(rule, op.name, tables[e][k])]
+            if not allowed or len(allowed) == len(keys):
+                continue
+            text, calls, qargs = self._describe(tables, e, sel["filters"])
+            calls.append(ToolCall(sel["op"].name, qargs))
+            calls += [ToolCall(op.name, {f"{e}_id": k, **args}) for k in allowed]
+            return _Draft("policy", _sentence(phrase(self.env, op, text, args)), calls, guard=[e],
+                          meta={"policy": policy_text(self.env, rule), "refused": len(keys) - len(allowed)})
+        return None
+
+    def _answer(self, s: dict, d: int, rng: random.Random) -> _Draft | None:
+        tables = s["tables"]
+        es = [e for e in self.env.entities if any(op.entity == e and op.kind == "query" for op in self.env.operations)]
+        rng.shuffle(es)
+        for e in es:
+            sel = self._selection(tables, e, max(2, d), rng, need_ref=True) or self._selection(tables, e, max(2, d), rng)
+            if sel is None:
+                continue
+            rows = tables[e]
+            keys = sel["keys"]
+            text, calls, qargs = self._describe(tables, e, sel["filters"])
+            calls.append(ToolCall(sel["op"].name, qargs))
+            nums = [g for g in _numeric(self.env, e) if all(isinstance(rows[k][g], (int, float)) for k in keys)]
+            joins = self._joins(e, keys, rows)
+            forms = ["count"] + (["total", "most"] if nums and len(keys) >= 2 else [])
+            # a question across a reference needs a read per row: the longer look-up, when there is one
+            form = "join" if joins and rng.random() < 0.6 else rng.choice(forms)
+            if form != "join" and len(calls) < 2:
+                continue  # one listing answers it: too close to a plain read
+            label = _label(self.env, e)
+            if form == "count":
+                fact, seen = str(len(keys)), False
+                q = f"How many {label}s" + text[len(f'every {label}'):] + " are there?"
+                rivals = _int_rivals(len(keys))
+            elif form == "total":
+                g = rng.choice(nums)
+                total = sum(rows[k][g] for k in keys)
+                fact, seen = _num(round(total, 2) if isinstance(total, float) else total), False
+                q = f"What is the total {g.replace('_', ' ')} of {text}?"
+                rivals = _int_rivals(total) if isinstance(total, int) else []
+            elif form == "most":
+                g = rng.choice(nums)
+                top = max(rows[k][g] for k in keys)
+                best = [k for k in keys if rows[k][g] == top]
+                if len(best) != 1:
+                    continue
+                fact, seen = best[0], True
+                q = f"Of {text}, which one has the highest {g.replace('_', ' ')}? Answer with its id."
+                rivals = [k.lower() for k in rows if k != best[0]]
+            else:
+                ref, read, h = rng.choice(joins)
+                target = {k: tables[self.env.entities[e].fields[ref].entity].get(rows[k][ref], {}).get(h)
+                          for k in keys}
+                if not all(isinstance(v, (int, float)) for v in target.values()):
+                    continue
+                top = max(target.values())
+                best = [k for k, v in target.items() if v == top]
+                if len(best) != 1:
+                    continue
+                fact, seen = best[0], True
+                rlabel = _label(self.env, self.env.entities[e].fields[ref].entity)
+                q = (f"Of {text}, which one is for the {rlabel} with the highest {h.replace('_', ' ')}? "
+                     "Answer with its id.")
+                calls += [ToolCall(read.name, {f"{read.entity}_id": rid})
+                          for rid in dict.fromkeys(rows[k][ref] for k in keys)]
+                rivals = [k.lower() for k in rows if k != best[0]]
+            return _Draft("answer", q, calls, guard=[e], facts=[fact], rivals=rivals, seen=seen,
+                          meta={"answer_form": form})
+        return None
+
+    def _joins(self, e: str, keys: list[str], rows: dict) -> list[tuple[str, OperationSpec, str]]:
+        out = []
+        for ref, fs in self.env.entities[e].fields.items():
+            if fs.type != "ref":
+                continue
+            read = next((op for op in self.env.operations if op.entity == fs.entity and op.kind == "read"), None)
+            if read is None or len({rows[k][ref] for k in keys}) < 2:
+                continue
+            out += [(ref, read, h) for h in _numeric(self.env, fs.entity)]
+        return out
+
+    def _user(self, s: dict, d: int, rng: random.Random) -> _Draft | None:
+        tables = s["tables"]
+        for e in self._entities(rng):
+            ent = self.env.entities[e]
+            for op in rng.sample(self._acts(e), len(self._acts(e))):
+                args = _fills(self.env, op, rng)
+                if args is None:
+                    continue
+                ok = lambda k, r: self._applies(tables, op, k, args) and not any(  # noqa: E731
+                    _violates(p, op.name, r) for p in self.policies)
+                sel = self._selection(tables, e, d, rng, need_ref=True, ok=ok)
+                if sel is None:
+                    continue
+                filters = sel["filters"]
+                ref = next(p for p in filters if ent.fields[p].type == "ref")
+                anchor = ent.fields[ref].entity
+                who = tables[anchor].get(filters[ref], {})
+                name_text, found = self._ref_text(tables, anchor, filters[ref])
+                if not found:
+                    continue  # the user is known by name, found through the finder
+                facts = {"name": str(who["name"])}
+                twin = self._twin(tables, e, anchor, ref, filters, ok)
+                if twin is None:
+                    continue
+                text, others, qargs = self._describe(tables, e, filters, mine=ref)
+                alabel = _label(self.env, anchor)
+
+                def solution(name: str, key: str, rows: list[str]) -> list[ToolCall]:
+                    return [ToolCall(USER_TOOL, {"question": "What is your name?"}),
+                            ToolCall(found[0].name, {"name": name}), *others,
+                            ToolCall(sel["op"].name, {**qargs, ref: key}),
+                            *[ToolCall(op.name, {f"{e}_id": k, **args}) for k in rows]]
+
+                instruction = (f"Hi, I'm {_a(alabel)} here. Please {phrase(self.env, op, text, args)}. "
+                               "Ask me for anything you need to know about me.")
+                twin_name, twin_key, twin_rows = twin
+                return _Draft("user", instruction, solution(facts["name"], filters[ref], sel["keys"]), guard=[e],
+                              user=facts, meta={"user_twin": {"name": twin_name}, "twin_solution": [
+                                  c.to_json() for c in solution(twin_name, twin_key, twin_rows)]})
+        return None
+
+    def _twin(self, tables: dict, e: str, anchor: str, ref: str, filters: dict, ok: Callable
+              ) -> tuple[str, str, list[str]] | None:
+        """Another named user for whom the same request selects other rows (all of which it
+        can act on): the twin that proves the task needs the asking."""
+        for key, row in sorted(tables[anchor].items()):
+            if key == filters[ref] or not isinstance(row.get("name"), str):
+                continue
+            if sum(1 for r in tables[anchor].values() if str(r.get("name")).lower() == row["name"].lower()) != 1:
+                continue
+            other = {**filters, ref: key}
+            keys = sorted(k for k, r in tables[e].items()
+                          if all(str(r.get(p)).lower() == str(v).lower() for p, v in other.items()))
+            if keys and all(ok(k, tables[e][k]) for k in keys):
+                return row["name"], key, keys
+        return None
+
+    def twin_task(self, task: Task, twin_state: State) -> Task | None:
+        """The twin of a user task: the same instruction and tables, the twin's user facts, and
+        the reference the family wrote for that user (``metadata["twin_solution"]``)."""
+        calls = [ToolCall(c["name"], c["arguments"]) for c in task.metadata.get("twin_solution", ())]
+        guard = sorted({p[1] for p, _ in task.check.expected if p[:1] == ("tables",)})
+        draft = _Draft("user", task.instruction, calls, guard=guard, user=dict(twin_state.user))
+        return self._finish(draft, twin_state, task.difficulty or 1, task.id + "-twin", accept=False)
+
+    def _multi_service(self, s: dict, d: int, rng: random.Random) -> _Draft | None:
+        """Read in one service, act in another: either the value read is written ("set it as
+        the note of ..."), or it decides which of two actions the other service's rows get."""
+        tables = s["tables"]
+        sources = [e for e in self.env.entities if _finder(self.env, e) is not None and tables.get(e)]
+        rng.shuffle(sources)
+        for src in sources:
+            home = self.services.get(src)
+            key = rng.choice(sorted(tables[src]))
+            name_text, found = self._ref_text(tables, src, key)
+            if not found:
+                continue
+            row = tables[src][key]
+            targets = [e for e in self._entities(rng) if self.services.get(e) != home]
+            for e in targets:
+                made = (self._transfer(tables, src, key, row, found, name_text, e, d, rng) if rng.random() < 0.5
+                        else None) or self._switch(tables, src, row, found, name_text, e, d, rng)
+                if made is not None:
+                    return made
+        return None
+
+    def _transfer(self, tables: dict, src: str, key: str, row: dict, found: list[ToolCall], name_text: str,
+                  e: str, d: int, rng: random.Random) -> _Draft | None:
+        for op in self._acts(e):
+            for p in op.params:
+                f = self.env.entities[e].fields[p]
+                picks = [g for g, gs in self.env.entities[src].fields.items()
+                         if g != "name" and gs.type == f.type and f.type in ("str", "int") and row.get(g) is not None]
+                if not picks:
+                    continue
+                g = rng.choice(picks)
+                args = _fills(self.env, op, rng)
+                if args is None:
+                    continue
+                args[p] = row[g]
+                sel = self._selection(tables, e, d, rng, ok=lambda k, r: self._applies(tables, op, k, args) and
+                                      not any(_violates(x, op.name, r) for x in self.policies))
+                if sel is None:
+                    continue
+                text, calls, qargs = self._describe(tables, e, sel["filters"])
+                shown = {**args, p: f"the {g.replace('_', ' ')} you found"}
+                calls = [*found, *calls, ToolCall(sel["op"].name, qargs)]
+                calls += [ToolCall(op.name, {f"{e}_id": k, **args}) for k in sel["keys"]]
+                instruction = (f"In the {self.services[src].replace('_', ' ')} records, look up the "
+                               f"{g.replace('_', ' ')} of {name_text}. Then, in the "
+                               f"{self.services[e].replace('_', ' ')} records, {phrase(self.env, op, text, shown)}.")
+                return _Draft("multi_service", instruction, calls, guard=[e],
+                              meta={"services": [self.services[src], self.services[e]], "form": "transfer"})
+        return None
+
+    def _switch(self, tables: dict, src: str, row: dict, found: list[ToolCall], name_text: str,
+                e: str, d: int, rng: random.Random) -> _Draft | None:
+        nums = [g for g in _numeric(self.env, src) if isinstance(row.get(g), (int, float))]
+        acts = self._acts(e)
+        if not nums or len(acts) < 2:
+            return None
+        g = rng.choice(nums)
+        for a, b in rng.sample(list(itertools.permutations(acts, 2)), min(4, len(acts) * (len(acts) - 1))):
+            fa, fb = _fills(self.env, a, rng), _fills(self.env, b, rng)
+            if fa is None or fb is None:
+                continue
+            sel = self._selection(tables, e, d, rng, ok=lambda k, r: (
+                self._applies(tables, a, k, fa) and self._applies(tables, b, k, fb)
+                and not any(_violates(x, a.name, r) or _violates(x, b.name, r) for x in self.policies)))
+            if sel is None:
+                continue
+            gen = self.env.entities[src].seed.fields.get(g)
+            lo, hi = gen.range if gen is not None and gen.range else (row[g] - 2, row[g] + 2)
+            threshold = rng.randint(int(lo) + 1, max(int(lo) + 1, int(hi)))
+            op, args = (a, fa) if row[g] >= threshold else (b, fb)
+            text, calls, qargs = self._describe(tables, e, sel["filters"])
+            calls = [*found, *calls, ToolCall(sel["op"].name, qargs)]
+            calls += [ToolCall(op.name, {f"{e}_id": k, **args}) for k in sel["keys"]]
+            instruction = (f"Check the {g.replace('_', ' ')} of {name_text} in the "
+                           f"{self.services[src].replace('_', ' ')} records. If it is at least {_num(threshold)}, "
+                           f"{phrase(self.env, a, text, fa)} in the {self.services[e].replace('_', ' ')} records; "
+                           f"otherwise {phrase(self.env, b, text, fb)} there.")
+            return _Draft("multi_service", instruction, calls, guard=[e],
+                          meta={"services": [self.services[src], self.services[e]], "form": "condition"})
+        return None
+
+
+def _a(word: str) -> str:
+    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
+
+
+def _sentence(text: str) -> str:
+    return text[0].upper() + text[1:] + "."
+
+
+def _int_rivals(value: Any) -> list[str]:
+    """The small numbers an answer must not list besides the right one (a list of every
+    count is no answer)."""
+    if not isinstance(value, int) or value > 50:
+        return []
+    return [str(i) for i in range(max(13, value + 3)) if i != value]
