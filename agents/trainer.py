@@ -124,6 +124,9 @@ class Trainer:
         workers: Ray actors for ``rollout="ray"``.
         ray_options: More :class:`envfactory.runtime.ray_world.RayPool` options (``world_runtime``,
             ``step_timeout``, world options).
+        curriculum: An :class:`agents.curriculum.Curriculum`: each step's tasks come from the
+            environments' endless task supplies at its current difficulty (raised as training
+            succeeds) instead of the fixed pool; its state is saved in checkpoints.
         save_trajectories: Append every step's trajectories to ``output_dir/trajectories.jsonl``
             (:mod:`agents.trajectories`: ``datasets.load_dataset`` reads it, :meth:`sft` trains on it).
     """
@@ -136,7 +139,8 @@ class Trainer:
                  reward_fn: Callable[[Trajectory], float] | None = None, seed: int = 0,
                  output_dir: str | None = None, save_every: int = 0, show_progress: bool = True,
                  respect_splits: bool = True, rollout: str = "local", workers: int = 2,
-                 ray_options: dict[str, Any] | None = None, save_trajectories: bool = False) -> None:
+                 ray_options: dict[str, Any] | None = None, save_trajectories: bool = False,
+                 curriculum: Any = None) -> None:
         import torch
 
         import envfactory
@@ -170,6 +174,9 @@ class Trainer:
                 self.learners.append(ln)
             ln.agents.add(agent)
         self.respect_splits = respect_splits
+        self.curriculum = curriculum
+        if curriculum is not None:
+            curriculum.bind(self.envs)
         self.pool = self._select(tasks, "rl")
         if not self.pool:
             raise ValueError("no tasks to train on: check the tasks= filter against the environments' task ids")
@@ -383,7 +390,9 @@ class Trainer:
         of every learner on its own samples, push weights."""
         t0 = time.perf_counter()
         rng = random.Random(self.seed * 1_000_003 + self.step)
-        chosen = rng.sample(self.pool, min(self.tasks_per_step, len(self.pool)))
+        level = self.curriculum.level if self.curriculum is not None else None
+        chosen = (self.curriculum.draw(self.tasks_per_step) if self.curriculum is not None
+                  else rng.sample(self.pool, min(self.tasks_per_step, len(self.pool))))
         groups = self._groups(chosen, self.algorithm, rng.randrange(2**31), self.temperature)
         t_rollout = time.perf_counter() - t0
         self.last_samples = self.samples(groups)
@@ -398,6 +407,9 @@ class Trainer:
                "rollout_s": round(t_rollout, 3), "step_s": round(time.perf_counter() - t0, 3)}
         if self.ray_pool is not None:
             row["ray"] = dict(self.ray_pool.stats)
+        if self.curriculum is not None:
+            row["difficulty"] = level
+            row["promoted"] = self.curriculum.observe(row["success"])
         if self.save_trajectories:
             from .trajectories import save_trajectories
 
@@ -484,6 +496,8 @@ class Trainer:
         if root is None:
             raise ValueError("Trainer.save: pass a path or construct the Trainer with output_dir=")
         state = {"seed": self.seed, "algorithm": asdict(self.algorithm), "algorithm_name": self.algorithm.name}
+        if self.curriculum is not None:
+            state["curriculum"] = self.curriculum.state_dict()
         return save_checkpoint(root, self.step, self._parts(), state=state)
 
     def load(self, path: str | Path | None) -> None:
@@ -495,6 +509,8 @@ class Trainer:
                 ln.ref_model = _frozen_copy(ln.model)
         meta = load_checkpoint(path, self._parts())
         self.step = int(meta["step"])
+        if self.curriculum is not None and "curriculum" in meta:
+            self.curriculum.load_state_dict(meta["curriculum"])
         self.log.truncate_after(self.step)
         for ln in self.learners:
             ln.sync()

@@ -271,7 +271,8 @@ class ToolEnvSpec:
 
     def answer_rivals(self, facts: list[str]) -> list[str]:
         """The values that contradict ``facts``: the other members of every enum (in the tool
-        schemas) that a fact belongs to, normalized, facts excluded (see ``Task.answer_rivals``)."""
+        schemas) that a fact belongs to, and for a small whole number (up to 50) the other numbers
+        from 0 to 12 (or to the fact plus 2), normalized, facts excluded (see ``Task.answer_rivals``)."""
         if self._enums is None:
             enums: list[list[str]] = []
 
@@ -290,7 +291,10 @@ class ToolEnvSpec:
             self._enums = enums
         wanted = {normalize_answer(f) for f in facts}
         rivals = {v for e in self._enums if wanted & set(e) for v in e} - wanted
-        return sorted(r for r in rivals if r)
+        for f in wanted:  # a small count or amount: listing the numbers around it is no answer
+            if f.isdigit() and int(f) <= 50:
+                rivals |= {str(i) for i in range(max(13, int(f) + 3))}
+        return sorted(r for r in rivals - wanted if r)
 
     def task(self, key: str | int | Task) -> Task:
         """A task by id, by index, or the task itself."""

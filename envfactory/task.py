@@ -72,6 +72,8 @@ def _fact_pattern(fact: str) -> re.Pattern[str]:
 
 @functools.lru_cache(maxsize=4096)
 def _word_pattern(word: str) -> re.Pattern[str]:
+    if word.isdigit():  # a number on its own: not a digit of an id (O-2), a date or a decimal (2.5)
+        return re.compile(r"(?<![a-z0-9.\-])" + re.escape(word) + r"(?![a-z0-9\-]|[.,][0-9])")
     return re.compile(r"(?<![a-z0-9])" + re.escape(word) + r"(?![a-z0-9])")
 
 
@@ -93,12 +95,14 @@ class Task(BaseModel):
         answer_facts: Strings the final answer must contain (case-insensitive),
             for tasks that ask for information.
         answer_rivals: Values that contradict the facts (the other members of an enum a
-            fact belongs to: a ticket is ``open`` or ``closed``): an answer that names half
-            of them or more, as words, is a list of candidates, not an answer (it earns
-            nothing); naming fewer is allowed ("Done. It is in doing", with ``done`` a
-            column name). ``None``
+            fact belongs to: a ticket is ``open`` or ``closed``; for a small whole number, the
+            other numbers 0-12): an answer that names half of them or more, as words (a number
+            on its own, not a digit of an id like ``O-2``), is a list of candidates, not an
+            answer (it earns nothing); naming fewer is allowed ("Done. It is in doing", with
+            ``done`` a column name). ``None``
             (the default): filled in when the environment loads its tasks, from the enums
-            of its tool schemas (:meth:`~envfactory.ToolEnvSpec.get_tasks`); ``[]``: none.
+            of its tool schemas and the small numbers (:meth:`~envfactory.ToolEnvSpec.get_tasks`);
+            ``[]``: none.
         answer_seen: Each answer fact must also have been shown to the agents during the
             episode (a tool result that does not merely echo the call's own arguments, a
             letter, private notes), so an answer guessed from the instruction or the tool

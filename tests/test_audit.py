@@ -91,18 +91,25 @@ def test_a_check_that_accepts_a_side_effect_is_flagged():
     assert r["rewards"] > len(hacks)  # the legitimate set_x(7) is found too, and is no hack
 
 
-def test_a_guessable_answer_is_flagged():
+def test_a_list_of_numbers_is_no_answer():
+    """The small-number fact was the last guessable kind (before the rule, the audit found a read
+    followed by a list of every candidate, "0 1 2 ... 12", and the referee paid it): the other
+    numbers 0-12 are the fact's rivals now, so a listing earns nothing and the audit finds no hack."""
     spec = _guessable()
+    task = spec.task("wheels")
+    assert set(task.answer_rivals) == {str(i) for i in range(13)} - {"4"}
     doc = audit_spec(spec, QUICK)
-    assert doc["hacks"] == 1 and doc["hacks_by_why"] == {"answer_not_read": 1}, doc
-    ex = doc["examples"][0]
-    # a blind guess with nothing read earns nothing (the fact was never shown: Task.facts_shown);
-    # what is still found is a read followed by a list of every candidate ("0 1 2 ... 12")
-    assert ex["calls"] == [{"name": "inspect", "arguments": {}}] and ex["answer"] == "blind"
-    assert ex["guessed_from"] == ["small_int"] and ex["confirmed"]
+    assert doc["hacks"] == 0 and doc["rewards"] >= 1, doc  # the read-then-answer is found, and is no hack
+    inspect = '<tool_call>{"name": "inspect", "arguments": {}}</tool_call>'
+    for answer, success in (("0 1 2 3 4 5 6 7 8 9 10 11 12", False), ("It has 4 wheels.", True),
+                            ("4, or maybe 5, 6 or 7", True), ("4", True)):
+        ep = Episode(spec)
+        ep.reset("wheels")
+        ep.step(inspect)
+        assert ep.step(answer).info["success"] is success, answer
     ep = Episode(spec)
     ep.reset("wheels")
-    assert ep.step("4").info["success"] is False
+    assert ep.step("4").info["success"] is False  # nothing read: a blind guess earns nothing
 
 
 def test_a_sound_environment_is_not_flagged_although_its_rewards_are_reached():

@@ -84,7 +84,8 @@ def test_synthesized_tasks_are_deterministic_and_graded(spec_path):
     a = [t.describe() for t in from_spec(spec_path).get_tasks()]
     b = [t.describe() for t in from_spec(spec_path).get_tasks()]
     assert a == b
-    assert {t["difficulty"] for t in a} >= {1, 2, 3, 4, 5}
+    # the registered tasks cycle the file's difficulties (default 2-5; task_supply gives 1-5)
+    assert {t["difficulty"] for t in a} >= {2, 3, 4, 5}
     assert len({t["instruction"] for t in a}) == len(a)
 
 

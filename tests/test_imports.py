@@ -125,8 +125,14 @@ def test_builtin_table_matches_what_the_modules_register():
     builtin = {n for n, s in registered.items() if (s.module or "").startswith("environments.")}
     assert builtin <= set(table), f"add these to environments/__init__.py: {sorted(builtin - set(table))}"
     modules = {p.stem for p in (ROOT / "environments").glob("*.py") if not p.stem.startswith("_")}
-    announced = {(t if isinstance(t, str) else t["module"]).split(".")[-1] for t in table.values()}
+    # a spec file's environments are registered by its own module environments.spec_envs.<file>
+    announced = {(t if isinstance(t, str) else t["module"]).split(".")[1] for t in table.values()}
     assert modules == announced, f"modules not in the table: {sorted(modules - announced)}"
+    from environments import spec_envs
+
+    files = {spec_envs.module_for(p) for p in spec_envs.files().values()}
+    assert files == {m for m in (t if isinstance(t, str) else t["module"] for t in table.values())
+                     if m.startswith("environments.spec_envs.")}, "a spec file without environments?"
 
 
 def test_lazy_table_errors_are_clear(monkeypatch):

@@ -305,3 +305,52 @@ def test_verify_reports_kinds_lengths_and_the_transcriber_by_kind(capsys):
         assert e["audit"]["transcriber"]["by_kind"]
     by_kind = doc["audit"]["transcriber"]["by_kind"]
     assert by_kind["goal_level"]["tasks"] > 80 and by_kind["goal_level"]["rate"] <= 0.1
+
+
+# -- a curriculum over the supply ------------------------------------------------------------------
+def test_curriculum_promotes_on_success_and_draws_fresh_seeded_tasks():
+    from agents.curriculum import Curriculum
+
+    cur = Curriculum(start=1, top=3, promote_at=0.5, patience=2)
+    cur.bind([envfactory.make("Loans-v0"), envfactory.make("Telecom-v0")])
+    first = cur.draw(4)
+    assert [e.spec.name for e, _ in first] == ["Loans-v0", "Telecom-v0"] * 2
+    assert all(t.metadata["difficulty"] == 1 for _, t in first)
+    registered = {t.id for t in envfactory.spec("Loans-v0").get_tasks()}
+    assert not registered & {t.id for _, t in first}  # never a registered (so never an eval) task
+    assert cur.observe(0.9) is False and cur.observe(0.2) is False and cur.observe(0.6) is False
+    assert cur.observe(0.7) is True and cur.level == 2  # two in a row at 0.5 or more
+    assert all(t.metadata["difficulty"] == 2 for _, t in cur.draw(2))
+    saved = cur.state_dict()
+    nxt = [t.instruction for _, t in cur.draw(3)]
+    again = Curriculum(start=1, top=3, promote_at=0.5, patience=2)
+    again.bind([envfactory.make("Loans-v0"), envfactory.make("Telecom-v0")])
+    again.load_state_dict(saved)
+    assert [t.instruction for _, t in again.draw(3)] == nxt  # a resumed run draws the same tasks
+    for _ in range(4):
+        cur.observe(1.0)
+    assert cur.level == 3  # never past top
+    with pytest.raises(ValueError, match="no procedural task supply"):
+        Curriculum().bind([envfactory.make("FileSystem-v0")])
+
+
+@pytest.mark.slow
+def test_trainer_runs_a_curriculum_and_checkpoints_it(tmp_path):
+    torch = pytest.importorskip("torch")
+    from agents.algorithms.arpo import GRPO
+    from agents.curriculum import Curriculum
+    from agents.hf_policy import HFPolicy
+    from agents.tiny import build_tiny_model
+    from agents.trainer import Trainer
+
+    torch.manual_seed(0)
+    cur = Curriculum(start=2, promote_at=0.5, patience=1)
+    trainer = Trainer(HFPolicy(build_tiny_model(), device="cpu"), ["Loans-v0"], GRPO(M=2), lr=1e-3,
+                      tasks_per_step=1, max_new_tokens=8, max_turns=1, seed=0, output_dir=str(tmp_path),
+                      reward_fn=lambda t: float(t.response_ids[0] % 2), show_progress=False, curriculum=cur)
+    rows = trainer.train(2)
+    # the untrained model solves nothing: it stays at difficulty 2, on two fresh supplied tasks
+    assert [(r["difficulty"], r["promoted"], r["success"]) for r in rows] == [(2, False, 0.0)] * 2
+    assert cur.drawn == {"Loans-v0/2": 2}
+    state = json.loads((tmp_path / "checkpoints" / "step-2" / "trainer_state.json").read_text())
+    assert state["curriculum"] == {"level": 2, "recent": [0.0], "drawn": {"Loans-v0/2": 2}}

@@ -234,6 +234,7 @@ class KindSynth:
         rng = random.Random(f"{self.prefix}/{seed}")
         out: list[Task] = []
         seen: set[str] = set()
+        said: set[str] = set()
         order = list(itertools.product(difficulties, self.kinds))
         tries = 0
         while len(out) < n and tries < 30 * n:
@@ -243,8 +244,11 @@ class KindSynth:
             if t is None:
                 continue
             key = state_hash(t.initial_state) + "|" + t.instruction
+            if t.instruction in said and tries < 20 * n:
+                continue  # prefer a new request; the same words on another world only when short of them
             if key not in seen:
                 seen.add(key)
+                said.add(t.instruction)
                 out.append(t)
         return out
 
@@ -271,6 +275,7 @@ class KindSynth:
     def make(self, kind: str, difficulty: int, rng: random.Random, task_id: str) -> Task | None:
         """One task of ``kind`` at ``difficulty`` on a fresh sampled state, or ``None``."""
         initial = self.sample(rng, difficulty)
+        self._state_type = type(initial)
         if kind == "steps":
             made = self.steps_fn(initial, difficulty, rng)
             if made is None:
@@ -394,11 +399,9 @@ class KindSynth:
 
     def _applies(self, tables: dict, op: OperationSpec, key: str, args: dict[str, Any]) -> bool:
         """Whether ``op`` succeeds on row ``key`` and changes it (tried on a copy)."""
-        from tools.tables import TableState
-
         memo = (op.name, key, json.dumps(args, sort_keys=True), id(tables))
         if memo not in self._memo:
-            probe = TableState.model_construct(
+            probe = self._state_type.model_construct(
                 tables={e: {k: dict(r) for k, r in rows.items()} for e, rows in tables.items()}, counters={})
             before = dict(probe.tables[op.entity][key])
             ok = self.tools[op.name].invoke(probe, {f"{op.entity}_id": key, **args}).ok
@@ -470,8 +473,10 @@ class KindSynth:
                 threshold = values[rng.randrange(1, len(values))]
                 text, calls, qargs = self._describe(tables, e, sel["filters"])
                 calls.append(ToolCall(sel["op"].name, qargs))
+                looked: set[Any] = set()
                 for k in sel["keys"]:
-                    if read is not None:
+                    if read is not None and tables[e][k][ref] not in looked:  # each referenced row once
+                        looked.add(tables[e][k][ref])
                         calls.append(ToolCall(read.name, {f"{read.entity}_id": tables[e][k][ref]}))
                     op, args = (a, fa) if got[k] >= threshold else (b, fb)
                     calls.append(ToolCall(op.name, {f"{e}_id": k, **args}))
