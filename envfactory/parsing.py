@@ -89,11 +89,13 @@ def _too_long(text: str) -> ParsedAction:
         "Nothing in it was run; write a shorter message."], attempted=True)
 
 
-def _too_many(parsed: ParsedAction) -> ParsedAction:
+def _capped(parsed: ParsedAction) -> ParsedAction:
+    """``parsed``, or, when it makes more than :data:`MAX_CALLS_PER_TURN` calls, none of them and an error."""
     n = len(parsed.calls)
-    parsed.errors.insert(0, f"{n} tool calls in one message; at most {MAX_CALLS_PER_TURN} are allowed per turn. "
-                            "None of them was run; make fewer calls per message.")
-    parsed.calls = []
+    if n > MAX_CALLS_PER_TURN:
+        parsed.errors.insert(0, f"{n} tool calls in one message; at most {MAX_CALLS_PER_TURN} are allowed per "
+                                "turn. None of them was run; make fewer calls per message.")
+        parsed.calls = []
     return parsed
 
 
@@ -209,9 +211,7 @@ def parse_text(text: str) -> ParsedAction:
                 calls.append(call)
         if unclosed:
             errors.append(f"a <tool_call> block is not closed with </tool_call>. {_FORMAT_HINT}")
-        if len(calls) > MAX_CALLS_PER_TURN:
-            return _too_many(ParsedAction(text, calls, errors, True))
-        return ParsedAction(text, calls, errors, True)
+        return _capped(ParsedAction(text, calls, errors, True))
     stripped = text.strip()
     if stripped[:1] in ("{", "[") and '"name"' in stripped:
         try:
@@ -227,9 +227,7 @@ def parse_text(text: str) -> ParsedAction:
                     parsed.errors.append(err)
                 else:
                     parsed.calls.append(call)
-            if len(parsed.calls) > MAX_CALLS_PER_TURN:
-                return _too_many(parsed)
-            return parsed
+            return _capped(parsed)
     return ParsedAction(text, answer=stripped)
 
 
@@ -255,9 +253,7 @@ def _parse_openai_calls(raw_calls: Any, content: str) -> ParsedAction:
             parsed.errors.append(err)
         else:
             parsed.calls.append(call)
-    if len(parsed.calls) > MAX_CALLS_PER_TURN:
-        return _too_many(parsed)
-    return parsed
+    return _capped(parsed)
 
 
 def parse_action(action: Any) -> ParsedAction:
