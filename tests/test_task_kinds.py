@@ -238,6 +238,10 @@ def test_task_supply_is_endless_seeded_and_every_task_is_solvable():
         envfactory.task_supply("Loans-v0", 9)
     with pytest.raises(ValueError, match="no procedural task supply"):
         envfactory.task_supply("FileSystem-v0")
+    # a kind the family cannot make on its worlds (TravelDesk's policy never applies to a seeded
+    # row) is reported, never an endless search
+    with pytest.raises(RuntimeError, match="no policy task"):
+        next(envfactory.task_supply("TravelDesk-v0", 1, kinds=["policy"]))
 
 
 # -- composed files, spec errors, registration --------------------------------------------------

@@ -264,13 +264,20 @@ class KindSynth:
 
     def _stream(self, difficulty: int, seed: int, kinds: list[str]) -> Iterator[Task]:
         rng = random.Random(f"{self.prefix}/supply/{difficulty}/{seed}")
+        misses = 0
         for k in itertools.count():
             kind = kinds[k % len(kinds)]
             for _ in range(50):
                 t = self.make(kind, difficulty, rng, f"{self.prefix}-d{difficulty}-s{seed}-{k:05d}")
                 if t is not None:
+                    misses = 0
                     yield t
                     break
+            else:
+                misses += 1
+                if misses >= 4 * len(kinds):  # never hang: say which kinds this family cannot make here
+                    raise RuntimeError(f"{self.prefix}: no {'/'.join(kinds)} task at difficulty {difficulty} "
+                                       f"in {50 * misses} tries; ask for other kinds or another difficulty")
 
     def make(self, kind: str, difficulty: int, rng: random.Random, task_id: str) -> Task | None:
         """One task of ``kind`` at ``difficulty`` on a fresh sampled state, or ``None``."""
