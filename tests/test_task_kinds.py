@@ -358,3 +358,15 @@ def test_trainer_runs_a_curriculum_and_checkpoints_it(tmp_path):
     assert cur.drawn == {"Loans-v0/2": 2}
     state = json.loads((tmp_path / "checkpoints" / "step-2" / "trainer_state.json").read_text())
     assert state["curriculum"] == {"level": 2, "recent": [0.0], "drawn": {"Loans-v0/2": 2}}
+
+
+def test_cli_tasks_synth_draws_from_the_supply(capsys):
+    from envfactory.cli import main
+
+    assert main(["tasks", "synth", "Loans-v0", "--difficulty", "4", "--kinds", "lookup,user", "--n", "4",
+                 "--json"]) == 0
+    docs = json.loads(capsys.readouterr().out)
+    assert [d["kind"] for d in docs] == ["lookup", "user", "lookup", "user"]
+    assert {d["difficulty"] for d in docs} == {4}
+    assert main(["tasks", "synth", "Bank-v0", "--difficulty", "2", "--json"]) == 2
+    assert "no procedural task supply" in json.loads(capsys.readouterr().out)["error"]

@@ -78,6 +78,10 @@ def tasks_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--n", type=int, default=20, help="number of tasks")
     s.add_argument("--seed", type=int, default=0, help="seed (same seed, same tasks)")
     s.add_argument("--out", default=None, help="also write the tasks to this JSON file")
+    s.add_argument("--difficulty", type=int, default=None,
+                   help="1-5: draw goal-level tasks from the family's task supply at this difficulty "
+                        "(envfactory.task_supply) instead of step-by-step walks")
+    s.add_argument("--kinds", default=None, help="with --difficulty: only these kinds, comma separated")
 
 
 def tasks_run(args: argparse.Namespace) -> Result:
@@ -91,12 +95,24 @@ def tasks_run(args: argparse.Namespace) -> Result:
         spec = get_spec(args.name)
     except KeyError as exc:
         return 2, {"error": str(exc.args[0])}, f"error: {exc.args[0]}"
-    tasks = synthesize_for(spec, n=args.n, seed=args.seed)
+    if args.difficulty is not None:
+        import itertools
+
+        from ..registry import task_supply
+
+        try:
+            kinds = args.kinds.split(",") if args.kinds else None
+            tasks = list(itertools.islice(task_supply(spec.name, args.difficulty, args.seed, kinds), args.n))
+        except (ValueError, RuntimeError) as exc:
+            return 2, {"error": str(exc)}, f"error: {exc}"
+    else:
+        tasks = synthesize_for(spec, n=args.n, seed=args.seed)
     docs = []
     for t in tasks:
         d = t.describe()
         d["check"] = t.check.describe() if isinstance(t.check, ChangeCheck) else None
         d["initial_state_hash"] = t.initial_state.hash()
+        d["kind"] = t.metadata.get("kind")
         docs.append(d)
     if args.out:
         with open(args.out, "w") as fh:
