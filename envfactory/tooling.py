@@ -269,23 +269,17 @@ def make_tool(
     description: str | None = None,
     finish: bool = False,
     read_only: bool = False,
-    skip_first: bool = True,
 ) -> Tool:
-    """Build a :class:`Tool` from a function (see :func:`tool`).
-
-    ``skip_first`` drops the first parameter (the state); the factory passes
-    ``False`` for bound methods whose ``self`` is already gone.
-    """
+    """Build a :class:`Tool` from a function (see :func:`tool`); its first parameter is the state."""
     sig = inspect.signature(fn)
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:
         raise TypeError(f"tool {fn.__name__!r}: cannot resolve type hints: {exc}") from exc
     params = list(sig.parameters.values())
-    if skip_first:
-        if not params:
-            raise TypeError(f"tool {fn.__name__!r} must take the state as its first parameter")
-        params = params[1:]
+    if not params:
+        raise TypeError(f"tool {fn.__name__!r} must take the state as its first parameter")
+    params = params[1:]
     doc_description, doc_params = _parse_docstring(fn.__doc__)
     fields: dict[str, Any] = {}
     for p in params:
