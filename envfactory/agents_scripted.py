@@ -441,11 +441,8 @@ class Outcome:
         """The sole agent's reward (for a team: the first role's)."""
         return next(iter(self.rewards.values()), 0.0)
 
-    def to_json(self, *, with_log: bool = False) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k != "log"}
-        if with_log:
-            d["log"] = self.log
-        return d
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "log"}
 
 
 def redundant_calls(log: list[dict[str, Any]]) -> int:
