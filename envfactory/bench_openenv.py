@@ -25,7 +25,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -33,16 +32,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .runtime.bench_docker import ACTION, _pct, _timed
+
 __all__ = ["bench_openenv"]
 
-ACTION = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "benchmarks" / "openenv_counter.py"
-
-
-def _pct(samples: list[int], q: float) -> float:
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(len(s) * q))] / 1000.0
 
 
 def _free_port() -> int:
@@ -61,15 +56,6 @@ def _wait(proc: subprocess.Popen, port: int, what: str) -> None:
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise RuntimeError(f"the {what} server did not start")
             time.sleep(0.1)
-
-
-def _timed(step: Any, action: Any, n: int) -> list[int]:
-    clock, out = time.perf_counter_ns, []
-    for _ in range(n):
-        t0 = clock()
-        step(action)
-        out.append(clock() - t0)
-    return out
 
 
 def bench_openenv(n: int = 2000) -> dict[str, Any]:
