@@ -300,10 +300,12 @@ def specs_from_file(path: str | Path) -> list[ToolEnvSpec]:
 def compose(cf: ComposedFile, base: Path) -> tuple[EnvFile, dict[str, str]]:
     """One :class:`EnvFile` holding every service of ``cf``, and ``{entity: service domain}``.
     A name that an earlier service already uses gets the later service's domain as a prefix
-    (its references and instruction templates follow)."""
+    (its references, instruction templates and policies follow); the services' written
+    policies carry over."""
     entities: dict[str, Any] = {}
     operations: list[Any] = []
     services: dict[str, str] = {}
+    policies: list[Any] = []
     for rel in cf.services:
         f = _load((base / rel).resolve())
         if isinstance(f, ComposedFile):
@@ -316,6 +318,8 @@ def compose(cf: ComposedFile, base: Path) -> tuple[EnvFile, dict[str, str]]:
             entities[rename[e]] = ent.model_copy(update={"fields": fields, "label": ent.label or e})
             services[rename[e]] = f.domain
         names = {op.name for op in operations}
+        renamed_ops = {op.name: (f"{dom}_{op.name}" if op.name in names else op.name) for op in f.operations}
+        policies += [r.model_copy(update={"operation": renamed_ops[r.operation]}) for r in f.policies or ()]
         for op in f.operations:
             upd: dict[str, Any] = {"entity": rename[op.entity]}
             if op.name in names:
@@ -327,7 +331,9 @@ def compose(cf: ComposedFile, base: Path) -> tuple[EnvFile, dict[str, str]]:
     try:
         env = EnvFile.model_validate({"name": cf.name, "domain": cf.domain, "description": cf.description,
                                       "max_turns": cf.max_turns, "entities": entities,
-                                      "operations": operations, "tasks": cf.tasks})
+                                      "operations": operations, "tasks": cf.tasks,
+                                      # the services' written policies; derived ones when none wrote any
+                                      "policies": policies or None})
     except ValidationError as exc:
         raise SpecError(f"{cf.name}: the services do not compose: {exc}") from None
     return env, services

@@ -412,7 +412,7 @@ class KindSynth:
                 tables={e: {k: dict(r) for k, r in rows.items()} for e, rows in tables.items()}, counters={})
             before = dict(probe.tables[op.entity][key])
             ok = self.tools[op.name].invoke(probe, {f"{op.entity}_id": key, **args}).ok
-            self._memo[memo] = ok and probe.tables[op.entity][key] != before
+            self._memo[memo] = ok and probe.tables[op.entity].get(key) != before  # a delete removes it
         return self._memo[memo]
 
     def _entities(self, rng: random.Random) -> list[str]:
