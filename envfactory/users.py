@@ -46,12 +46,16 @@ def scripted_reply(question: str, facts: dict[str, str]) -> str:
     """The scripted user's answer: every fact whose name shares a word with the question."""
     if not facts:
         return "I have nothing to add; please go ahead."
-    asked = set(_WORD.findall(question.lower()))
+    asked = {_stem(w) for w in _WORD.findall(question.lower())}
     told = [f"My {key} is {value}." for key, value in facts.items()
-            if asked & {w for w in _WORD.findall(key.lower()) if len(w) > 2}]
+            if asked & {_stem(w) for w in _WORD.findall(key.lower()) if len(w) > 2}]
     if told:
         return " ".join(told)
     return "Sorry, I don't follow. I can tell you my " + " or my ".join(facts) + "."
+
+
+def _stem(word: str) -> str:
+    return word[:-1] if len(word) > 3 and word.endswith("s") else word  # "orders" asks for "order"
 
 
 def user_facts(state: Any) -> dict[str, str]:

@@ -238,10 +238,18 @@ def test_task_supply_is_endless_seeded_and_every_task_is_solvable():
         envfactory.task_supply("Loans-v0", 9)
     with pytest.raises(ValueError, match="no procedural task supply"):
         envfactory.task_supply("FileSystem-v0")
-    # a kind the family cannot make on its worlds (TravelDesk's policy never applies to a seeded
-    # row) is reported, never an endless search
+
+
+
+def test_a_kind_the_family_cannot_make_is_reported_not_searched_forever(tmp_path: Path):
+    base = (Path(__file__).parents[1] / "environments" / "specs" / "retail.yaml").read_text()
+    never = tmp_path / "never.yaml"  # a policy no seeded order can break: no policy task exists
+    never.write_text(base.replace("tasks: {kinds: [steps]}", "tasks: {kinds: all}").split("# the written")[0]
+                     + "policies: [{operation: ship_order, field: quantity, above: 100}]\n")
+    supply = specs_from_file(never)[0].metadata["supply"]
+    assert next(supply(2, 0, ["lookup"])).metadata["kind"] == "lookup"
     with pytest.raises(RuntimeError, match="no policy task"):
-        next(envfactory.task_supply("TravelDesk-v0", 1, kinds=["policy"]))
+        next(supply(2, 0, ["policy"]))
 
 
 # -- composed files, spec errors, registration --------------------------------------------------

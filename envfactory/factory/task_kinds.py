@@ -611,20 +611,30 @@ class KindSynth:
                 twin = self._twin(tables, e, anchor, ref, filters, ok)
                 if twin is None:
                     continue
-                text, others, qargs = self._describe(tables, e, filters, mine=ref)
+                # half the time the user also keeps which rows they mean (a preference): asked for too
+                kept = [p for p in filters if p != ref and ent.fields[p].type in ("enum", "str")]
+                hidden = kept[0] if kept and rng.random() < 0.5 else None
+                asks = [ToolCall(USER_TOOL, {"question": "What is your name?"})]
+                shown = dict(filters)
+                if hidden is not None:
+                    what = f"{_label(self.env, e)} {hidden.replace('_', ' ')}"
+                    facts[what] = str(filters.pop(hidden))
+                    asks.append(ToolCall(USER_TOOL, {"question": f"Which {what} do you mean?"}))
+                text, others, _ = self._describe(tables, e, filters, mine=ref)
+                if hidden is not None:
+                    text += f" with the {hidden.replace('_', ' ')} I have in mind"
                 alabel = _label(self.env, anchor)
 
                 def solution(name: str, key: str, rows: list[str]) -> list[ToolCall]:
-                    return [ToolCall(USER_TOOL, {"question": "What is your name?"}),
-                            ToolCall(found[0].name, {"name": name}), *others,
-                            ToolCall(sel["op"].name, {**qargs, ref: key}),
+                    return [*asks, ToolCall(found[0].name, {"name": name}), *others,
+                            ToolCall(sel["op"].name, {**shown, ref: key}),
                             *[ToolCall(op.name, {f"{e}_id": k, **args}) for k in rows]]
 
                 instruction = (f"Hi, I'm {_a(alabel)} here. Please {phrase(self.env, op, text, args)}. "
-                               "Ask me for anything you need to know about me.")
+                               "Ask me for anything you need to know.")
                 twin_name, twin_key, twin_rows = twin
-                return _Draft("user", instruction, solution(facts["name"], filters[ref], sel["keys"]), guard=[e],
-                              user=facts, meta={"user_twin": {"name": twin_name}, "twin_solution": [
+                return _Draft("user", instruction, solution(facts["name"], shown[ref], sel["keys"]), guard=[e],
+                              user=facts, meta={"user_twin": {**facts, "name": twin_name}, "twin_solution": [
                                   c.to_json() for c in solution(twin_name, twin_key, twin_rows)]})
         return None
 
