@@ -19,7 +19,7 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import ValidationError, create_model
 
