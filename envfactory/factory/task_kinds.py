@@ -103,6 +103,9 @@ def phrase(env: EnvFile, op: OperationSpec, target: str, args: dict[str, Any]) -
             return text.format(**values)
         except (KeyError, IndexError, ValueError):
             pass
+    verb, _, rest = op.name.partition("_")
+    if list(args) == [rest]:  # change_cabin(cabin=...): "change the cabin of <target> to <value>"
+        return f"{verb} the {rest.replace('_', ' ')} of {target} to {values[rest]}"
     words = op.name.split("_")
     out = " ".join(target if w == op.entity else w for w in words)
     if op.entity not in words:
