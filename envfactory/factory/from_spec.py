@@ -307,7 +307,10 @@ def compose(cf: ComposedFile, base: Path) -> tuple[EnvFile, dict[str, str]]:
     services: dict[str, str] = {}
     policies: list[Any] = []
     for rel in cf.services:
-        f = _load((base / rel).resolve())
+        where = (base / rel).resolve()
+        if not where.is_file():
+            raise SpecError(f"{cf.name}: service file {rel!r} not found (looked for {where})")
+        f = _load(where)
         if isinstance(f, ComposedFile):
             raise SpecError(f"{cf.name}: service {rel} is itself composed; name plain spec files")
         dom = re.sub(r"[^a-z0-9_]", "_", f.domain.lower())
