@@ -472,7 +472,7 @@ def transcriber_rate(spec: ToolEnvSpec, tasks: list[Task]) -> dict[str, Any]:
                 t.invoke(state, c.arguments)
         ok = task.success(state, "Done.")
         solved += ok
-        k = by_kind.setdefault(task.metadata.get("kind", "original"), {"tasks": 0, "solved": 0})
+        k = by_kind.setdefault(task.kind, {"tasks": 0, "solved": 0})
         k["tasks"] += 1
         k["solved"] += ok
         if _needs_lookup(task, tools):

@@ -142,6 +142,12 @@ class Task(BaseModel):
         if self.difficulty is None:
             self.difficulty = len(self.solution)
 
+    @property
+    def kind(self) -> str:
+        """The task's kind (``metadata["kind"]``, see ``envfactory.factory.spec_file.TASK_KINDS``);
+        ``original`` for tasks written before kinds."""
+        return self.metadata.get("kind", "original")
+
     def fresh_state(self) -> State:
         """An independent copy of the initial state."""
         return copy_state(self.initial_state)

@@ -239,16 +239,15 @@ def verify_spec(
     return report
 
 
-def task_kind(task: Any) -> str:
-    """A task's kind (``metadata["kind"]``; ``original`` for tasks written before kinds)."""
-    return task.metadata.get("kind", "original")
+STEP_KINDS = ("steps", "original")
+"""Kinds whose instruction spells out the calls; every other kind is *goal-level*."""
 
 
 def kind_mix(tasks: list[Any]) -> dict[str, dict[str, Any]]:
     """Per task kind: how many tasks, and the mean and longest reference solution."""
     out: dict[str, dict[str, Any]] = {}
     for t in tasks:
-        k = out.setdefault(task_kind(t), {"tasks": 0, "calls": 0, "max_len": 0})
+        k = out.setdefault(t.kind, {"tasks": 0, "calls": 0, "max_len": 0})
         k["tasks"] += 1
         k["calls"] += len(t.solution)
         k["max_len"] = max(k["max_len"], len(t.solution))
@@ -552,7 +551,7 @@ def _sum_by_kind(transcribed: list[dict[str, Any]]) -> dict[str, Any]:
             o = out.setdefault(k, {"tasks": 0, "solved": 0})
             o["tasks"] += v["tasks"]
             o["solved"] += v["solved"]
-    new = [v for k, v in out.items() if k not in ("steps", "original")]
+    new = [v for k, v in out.items() if k not in STEP_KINDS]
     out["goal_level"] = {"tasks": sum(v["tasks"] for v in new), "solved": sum(v["solved"] for v in new)}
     for v in out.values():
         v["rate"] = round(v["solved"] / v["tasks"], 3) if v["tasks"] else None
@@ -570,7 +569,7 @@ def _kind_totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
             p["calls"] += k["mean_len"] * k["tasks"]
             p["max_len"] = max(p["max_len"], k["max_len"])
             p["environments"] += 1
-    new = {n: p for n, p in per.items() if n not in ("steps", "original")}
+    new = {n: p for n, p in per.items() if n not in STEP_KINDS}
     n_new = sum(p["tasks"] for p in new.values())
     out = {n: {"tasks": p["tasks"], "environments": p["environments"], "mean_len": round(p["calls"] / p["tasks"], 2),
                "max_len": p["max_len"]} for n, p in sorted(per.items())}

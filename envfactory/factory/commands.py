@@ -112,7 +112,7 @@ def tasks_run(args: argparse.Namespace) -> Result:
         d = t.describe()
         d["check"] = t.check.describe() if isinstance(t.check, ChangeCheck) else None
         d["initial_state_hash"] = t.initial_state.hash()
-        d["kind"] = t.metadata.get("kind")
+        d["kind"] = t.kind
         docs.append(d)
     if args.out:
         with open(args.out, "w") as fh:

@@ -398,7 +398,7 @@ def _build(env: EnvFile, rules: TaskRules, name: str, description: str, path: Pa
     def accept(task: Any) -> bool:
         if task.success(task.initial_state, BANNED_ANSWERS) or _random_solves(task, tool_map, _seeds(task.id)):
             return False
-        if task.metadata.get("kind") == "steps" and _blindly_reachable(task, tool_map, guessable):
+        if task.kind == "steps" and _blindly_reachable(task, tool_map, guessable):
             return False
         return True
 
