@@ -513,9 +513,12 @@ def verify_many(specs: list[Any], *, runtime: str = "local", audit: Any = "quick
         except KeyError:
             return False
 
+    import multiprocessing as mp
+
     n = workers if workers is not None else min(os.cpu_count() or 1, len(specs))
-    if n > 1 and runtime == "local" and len(specs) > 1 and all(_is_registered(s) for s in specs):
-        import multiprocessing as mp
+    # workers are forked (they inherit every registered spec); where fork is not offered, verify here
+    if (n > 1 and runtime == "local" and len(specs) > 1 and "fork" in mp.get_all_start_methods()
+            and all(_is_registered(s) for s in specs)):
         from concurrent.futures import ProcessPoolExecutor
 
         jobs = [(s.name, audit, audit_fails) for s in specs]
