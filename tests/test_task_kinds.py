@@ -378,3 +378,22 @@ def test_cli_tasks_synth_draws_from_the_supply(capsys):
     assert {d["difficulty"] for d in docs} == {4}
     assert main(["tasks", "synth", "Bank-v0", "--difficulty", "2", "--json"]) == 2
     assert "no procedural task supply" in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_only_people_play_the_user(tmp_path: Path):
+    """A room or an event never says "Hi, I'm a room here": the user is a row of a person-like
+    entity (by name or label, or the spec's ``person:`` flag)."""
+    import re as _re
+
+    for name in ("Calendar-v1", "Recipes-v1", "Events-v1", "Mailbox-v1"):
+        for t in _tasks(name, "user"):
+            who = _re.match(r"Hi, I'm an? (.+?) here", t.instruction).group(1)
+            assert who not in ("room", "ingredient", "event", "folder", "department", "plan"), (name, who)
+    base = (Path(__file__).parents[1] / "environments" / "specs" / "retail.yaml").read_text()
+    nobody = tmp_path / "nobody.yaml"
+    nobody.write_text(base.replace("tasks: {kinds: [steps]}", "tasks: {kinds: all}")
+                      .replace("  customer:\n    id_prefix: C-", "  customer:\n    person: false\n    id_prefix: C-"))
+    supply = specs_from_file(nobody)[0].metadata["supply"]
+    with pytest.raises(RuntimeError, match="no user task"):
+        next(supply(2, 0, ["user"]))
+    assert next(supply(2, 0, ["lookup"])).kind == "lookup"

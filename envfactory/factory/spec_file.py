@@ -91,6 +91,9 @@ class EntitySpec(_Strict):
     id_prefix: str
     fields: dict[str, FieldSpec]
     seed: SeedRule = Field(default_factory=SeedRule)
+    # whether a row is a person who can be a simulated user ("Hi, I'm a customer here");
+    # None: decided by the entity's name or label (customer, patient, pet owner, ...)
+    person: bool | None = None
 
 
 class Precondition(_Strict):

@@ -65,6 +65,25 @@ def _finder(env: EnvFile, e: str) -> OperationSpec | None:
     return next((op for op in env.operations if op.entity == e and op.kind == "query" and "name" in op.params), None)
 
 
+_PEOPLE = frozenset("""
+    adopter agent applicant athlete attendee author backer borrower buyer caller camper client contact
+    courier customer developer diner doctor donor driver employee farmer guest homeowner landlord lawyer
+    learner member mechanic nurse operator owner parent participant passenger patient patron person
+    player policyholder reader renter resident rider seller shopper student subscriber teacher tenant
+    traveler traveller user visitor volunteer
+""".split())
+
+
+def _person(env: EnvFile, e: str) -> bool:
+    """Whether rows of ``e`` are people who can play the user: the spec's ``person`` flag, else its
+    name or label names a kind of person (a room or an event never says "Hi, I'm ...")."""
+    ent = env.entities[e]
+    if ent.person is not None:
+        return ent.person
+    words = set(e.lower().split("_")) | set((ent.label or "").lower().split())
+    return bool(words & _PEOPLE)
+
+
 def _numeric(env: EnvFile, e: str) -> list[str]:
     return [f for f, fs in env.entities[e].fields.items() if fs.type in ("int", "float")]
 
@@ -606,6 +625,8 @@ class KindSynth:
                 filters = sel["filters"]
                 ref = next(p for p in filters if ent.fields[p].type == "ref")
                 anchor = ent.fields[ref].entity
+                if not _person(self.env, anchor):
+                    continue  # only a person asks for their own rows
                 who = tables[anchor].get(filters[ref], {})
                 name_text, found = self._ref_text(tables, anchor, filters[ref])
                 if not found:
