@@ -43,7 +43,8 @@ SINGLE_AGENT: dict[str, str] = {
 def _spec_file_names() -> dict[str, str]:
     """``{environment: module}`` for what the spec files declare (their ``name:`` and variants'
     ``{name: ...}``), read with a regular expression: cheap, no YAML parsing, no import. Each
-    file is its own module (see :mod:`environments.spec_envs`)."""
+    file is its own module (see :mod:`environments.spec_envs`; its ``files``/``module_for`` say the
+    same, but announcing names must import no environment module, that one included)."""
     folder = Path(__file__).parent / "specs"
     found: dict[str, str] = {}
     for path in sorted(folder.glob("*.yaml")) + sorted((folder / "composed").glob("*.yaml")):
