@@ -29,7 +29,8 @@ from .arguments import FRESH_WORDS
 from ..definition import DEFAULT_SYSTEM_PROMPT
 from ..users import user_tool
 from .spec_file import ComposedFile, EntitySpec, EnvFile, FieldSpec, OperationSpec, TaskRules
-from .task_kinds import KindSynth, default_policies, policy_text, with_finders
+from .spec_words import default_policies, policy_text, with_finders
+from .task_kinds import KindSynth
 from .tasks_synth import (BANNED_ANSWERS, SynthConfig, _anchored, _blindly_reachable, _change_task,
                           _guessable_calls, _random_solves, _seeds, synthesize)
 
