@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
 from .state import State, copy_state, state_hash
-from .task import Task, ToolCall, normalize_answer
+from .task import Task, ToolCall, normalize_answer, number_rivals
 from .tooling import Tool, finish_tool
 
 __all__ = ["ToolEnvSpec", "Role", "SpecError", "SOLE_AGENT", "PERMISSION_PREFIX", "lookup_task", "SPLITS", "Split"]
@@ -292,8 +292,7 @@ class ToolEnvSpec:
         wanted = {normalize_answer(f) for f in facts}
         rivals = {v for e in self._enums if wanted & set(e) for v in e} - wanted
         for f in wanted:  # a small count or amount: listing the numbers around it is no answer
-            if f.isdigit() and int(f) <= 50:
-                rivals |= {str(i) for i in range(max(13, int(f) + 3))}
+            rivals.update(number_rivals(f))
         return sorted(r for r in rivals - wanted if r)
 
     def task(self, key: str | int | Task) -> Task:

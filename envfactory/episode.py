@@ -420,7 +420,8 @@ class Episode(Environment):
             if m["role"] == "tool" and m.get("name") == USER_TOOL and m["tool_call_id"] in asked:
                 history.append((asked[m["tool_call_id"]], m["content"]))
         reply = host_reply(self._user, question, user_facts(self._task.initial_state), history)
-        return ToolOutcome(reply, not reply.startswith("Error"), "ok" if not reply.startswith("Error") else "tool_error")
+        ok = not reply.startswith("Error")
+        return ToolOutcome(reply, ok, "ok" if ok else "tool_error")
 
     def _refused(self, agent: str, name: str, tools: dict[str, Any]) -> ToolOutcome:
         owners = self.spec.owners(name)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .state import State, copy_state, state_hash
 
-__all__ = ["ToolCall", "Task", "by", "call", "normalize_answer"]
+__all__ = ["ToolCall", "Task", "by", "call", "normalize_answer", "number_rivals"]
 
 
 @dataclass(slots=True)
@@ -75,6 +75,15 @@ def _word_pattern(word: str) -> re.Pattern[str]:
     if word.isdigit():  # a number on its own: not a digit of an id (O-2), a date or a decimal (2.5)
         return re.compile(r"(?<![a-z0-9.\-])" + re.escape(word) + r"(?![a-z0-9\-]|[.,][0-9])")
     return re.compile(r"(?<![a-z0-9])" + re.escape(word) + r"(?![a-z0-9])")
+
+
+def number_rivals(fact: str) -> list[str]:
+    """The numbers an answer must not list besides a small whole-number ``fact`` (up to 50): the
+    others from 0 to 12 (or to the fact plus 2), so a list of every count is no answer; none for
+    any other fact."""
+    if not fact.isdigit() or int(fact) > 50:
+        return []
+    return [str(i) for i in range(max(13, int(fact) + 3)) if i != int(fact)]
 
 
 def fact_in(fact: str, text: str) -> bool:

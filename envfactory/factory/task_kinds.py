@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from ..state import State, copy_state, diff_leaves, state_hash, state_leaves
-from ..task import Task, ToolCall
+from ..task import Task, ToolCall, number_rivals
 from ..tooling import Tool
 from ..users import USER_TOOL
 from .checks import ChangeCheck
@@ -407,13 +407,13 @@ class KindSynth:
             if form == "count":
                 fact, seen = str(len(keys)), False
                 q = f"How many {label}s" + text[len(f'every {label}'):] + " are there?"
-                rivals = _int_rivals(len(keys))
+                rivals = number_rivals(fact)
             elif form == "total":
                 g = rng.choice(nums)
                 total = sum(rows[k][g] for k in keys)
                 fact, seen = _num(round(total, 2) if isinstance(total, float) else total), False
                 q = f"What is the total {g.replace('_', ' ')} of {text}?"
-                rivals = _int_rivals(total) if isinstance(total, int) else []
+                rivals = number_rivals(fact)
             elif form == "most":
                 g = rng.choice(nums)
                 top = max(rows[k][g] for k in keys)
@@ -620,11 +620,3 @@ def _a(word: str) -> str:
 
 def _sentence(text: str) -> str:
     return text[0].upper() + text[1:] + "."
-
-
-def _int_rivals(value: Any) -> list[str]:
-    """The small numbers an answer must not list besides the right one (a list of every
-    count is no answer)."""
-    if not isinstance(value, int) or value > 50:
-        return []
-    return [str(i) for i in range(max(13, value + 3)) if i != value]
