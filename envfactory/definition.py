@@ -13,6 +13,7 @@ properties of the definition, never of a second code path.
 from __future__ import annotations
 
 import hashlib
+import random
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
@@ -21,7 +22,9 @@ from .state import State, copy_state, state_hash
 from .task import Task, ToolCall, normalize_answer, number_rivals
 from .tooling import Tool, finish_tool
 
-__all__ = ["ToolEnvSpec", "Role", "SpecError", "SOLE_AGENT", "PERMISSION_PREFIX", "lookup_task", "SPLITS", "Split"]
+__all__ = ["ToolEnvSpec", "Role", "SpecError", "SOLE_AGENT", "PERMISSION_PREFIX", "lookup_task", "SPLITS", "Split",
+           "DRAW_SPLITS", "DrawSplit", "DEFAULT_SPLIT", "split_members",
+           "served_tasks", "task_for_seed"]
 
 _NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]*-v\d+$")
 _AGENT_RE = re.compile(r"^[a-z][a-z0-9]*_[0-9]+$")
@@ -29,6 +32,12 @@ SOLE_AGENT = "agent_0"
 PERMISSION_PREFIX = "Error: permission denied: "
 SPLITS = ("sft", "rl", "eval")
 Split = Literal["sft", "rl", "eval"]
+# what an episode (and every face over it) may draw tasks from: one split, ``train`` (sft and rl:
+# everything but evaluation; the default everywhere) or ``all``. Evaluation tasks are drawn only
+# where ``eval`` (or ``all``) is asked for explicitly.
+DRAW_SPLITS = ("train", "sft", "rl", "eval", "all")
+DrawSplit = Literal["train", "sft", "rl", "eval", "all"]
+DEFAULT_SPLIT: DrawSplit = "train"
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are an agent that completes the user's task in a {domain} environment by calling tools. "
@@ -79,6 +88,34 @@ def lookup_task(env: str, tasks: list[Any], index: dict[str, Any], key: str | in
 
 
 Payoff = Callable[[Task, Any, bool], dict[str, float]]
+
+
+def task_for_seed(n_tasks: int, seed: int | None) -> int:
+    """The index, among a split's tasks, that ``reset(seed=seed)`` picks, for every face (make,
+    Gymnasium, PettingZoo, MCP, OpenEnv): the one seeding rule."""
+    return random.Random(seed).randrange(n_tasks)
+
+
+def split_members(split: str) -> tuple[str, ...]:
+    """The splits (of :data:`SPLITS`) that a draw split stands for; a clear error for any other name."""
+    if split == "train":
+        return ("sft", "rl")
+    if split == "all":
+        return SPLITS
+    if split in SPLITS:
+        return (split,)
+    raise ValueError(f"split must be one of {', '.join(DRAW_SPLITS)}, got {split!r}")
+
+
+def served_tasks(spec: "ToolEnvSpec", served: str, split: str | None = None) -> list[dict[str, Any]]:
+    """The tasks a server of ``served`` lists (every served face: MCP, OpenEnv): those of ``split``
+    when given, which must lie within ``served`` (``ValueError`` otherwise)."""
+    want = served if split is None else split
+    if not set(split_members(want)) <= set(split_members(served)):
+        raise ValueError(f"this server serves the {served!r} split; {want!r} tasks are not served "
+                         "(start it with --split all, or with that split)")
+    return [{"task_id": t.id, "split": spec.split(t), "kind": t.kind, "instruction": t.instruction}
+            for t in spec.tasks_in(want)]
 
 
 @dataclass(eq=False)
@@ -317,11 +354,33 @@ class ToolEnvSpec:
         bucket = hashlib.sha256(f"{self.name}/{t.id}".encode()).digest()[0] % 4
         return "eval" if bucket == 0 else "rl" if bucket == 1 else "sft"
 
-    def tasks_in(self, split: Split) -> list[Task]:
-        """The tasks of one split (see :meth:`split`), in task order."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        return [t for t in self.get_tasks() if self.split(t) == split]
+    def tasks_in(self, split: DrawSplit) -> list[Task]:
+        """The tasks of one split (see :meth:`split`), in task order: ``sft``, ``rl``, ``eval``,
+        ``train`` (sft and rl) or ``all``."""
+        if split == "all":
+            return list(self.get_tasks())
+        wanted = split_members(split)
+        return [t for t in self.get_tasks() if self.split(t) in wanted]
+
+    def draw_task(self, split: DrawSplit, seed: int | None = None, *, pool: list[Task] | None = None) -> Task:
+        """The task of ``split`` that ``reset(seed=seed)`` plays (:func:`task_for_seed`; at random
+        when ``seed`` is ``None``); ``pool``: ``tasks_in(split)`` when the caller keeps it."""
+        pool = self.tasks_in(split) if pool is None else pool
+        if not pool:
+            have = sorted({self.split(t) for t in self.get_tasks()})
+            raise SpecError(f"{self.name} has no task in the {split!r} split; name a task, or choose another "
+                            f"split ({', '.join(have)} have tasks; 'all' draws from every task)")
+        return pool[task_for_seed(len(pool), seed)]
+
+    def task_in_split(self, key: str | int | Task, split: DrawSplit) -> Task:
+        """The task ``key``, refused (``KeyError``, naming both splits) unless it belongs to ``split``:
+        what a served face does with a task a remote client names."""
+        t = self.task(key)
+        own = self.split(t)
+        if own not in split_members(split):
+            raise KeyError(f"task {t.id!r} of {self.name} is in the {own!r} split; this server serves the "
+                           f"{split!r} split (start it with --split {own} or --split all to play it)")
+        return t
 
     def start_state(self, task: Task) -> State:
         """A fresh copy of the task's world (with the team filled in, for teams)."""

@@ -33,10 +33,9 @@ The one-role case pays nothing for mail: it has no mailbox and no letters.
 from __future__ import annotations
 
 import json
-import random
 from typing import Any
 
-from .definition import PERMISSION_PREFIX, ToolEnvSpec
+from .definition import DEFAULT_SPLIT, PERMISSION_PREFIX, DrawSplit, ToolEnvSpec, split_members, task_for_seed
 from .env import Environment, EpisodeError, Message, StepResult
 from .mail import CONFLICT_PREFIX
 from .parsing import ParsedAction, parse_action, parse_text
@@ -54,11 +53,6 @@ _IGNORED = "Error: ignored; the episode was already finished by an earlier call.
 _CONFLICT = "Error: " + CONFLICT_PREFIX
 
 
-def task_for_seed(n_tasks: int, seed: int | None) -> int:
-    """The task index that ``reset(seed=seed)`` picks, for every face (make, Gymnasium, PettingZoo)."""
-    return random.Random(seed).randrange(n_tasks)
-
-
 class Episode(Environment):
     """A live episode of ``spec`` (see the module docstring).
 
@@ -66,10 +60,18 @@ class Episode(Environment):
         spec: The environment definition.
         world: Where the state lives (default: in this process).
         max_turns: Overrides ``spec.max_turns`` (rounds, for a team).
+        user: A host-side responder for ``ask_user`` (see :mod:`envfactory.users`).
+        split: Which tasks ``reset()`` draws from when it is not given one: ``train`` (the
+            ``sft`` and ``rl`` splits; the default), ``sft``, ``rl``, ``eval`` or ``all``.
+            Evaluation tasks are drawn only when asked for (``eval`` or ``all``); a task named
+            explicitly in ``reset(task)`` is always played.
     """
 
     def __init__(self, spec: ToolEnvSpec, world: World | None = None, *, max_turns: int | None = None,
-                 user: UserResponder | None = None) -> None:
+                 user: UserResponder | None = None, split: DrawSplit = DEFAULT_SPLIT) -> None:
+        split_members(split)  # a clear error for an unknown split
+        self.split = split
+        self._split_tasks: list[Task] | None = None
         self.spec = spec
         self.world = world if world is not None else LocalWorld(spec)
         self.agents: list[str] = list(spec.agent_ids)
@@ -97,19 +99,27 @@ class Episode(Environment):
         self._terminated = self._truncated = False
 
     # -- protocol -------------------------------------------------------------
+    @property
+    def tasks(self) -> list[Task]:
+        """The tasks ``reset()`` draws from: those of the episode's :attr:`split`, in task order."""
+        if self._split_tasks is None:
+            self._split_tasks = self.spec.tasks_in(self.split)
+        return self._split_tasks
+
     def reset(self, task: Any = None, *, seed: int | None = None) -> Any:
         """Start an episode.
 
         Args:
-            task: A task id, index or :class:`Task`. ``None`` picks one from
-                ``seed`` (:func:`task_for_seed`), or at random when ``seed`` is ``None``.
+            task: A task id, index or :class:`Task`. ``None`` draws one of the episode's
+                split (:attr:`tasks`) from ``seed`` (:func:`task_for_seed`), or at random
+                when ``seed`` is ``None``.
 
         Returns:
             For one agent, its opening messages (system, user instruction); for a
             team, each agent's opening observation (instruction and private notes).
         """
         if task is None:
-            task = task_for_seed(len(self.spec.get_tasks()), seed)
+            task = self.spec.draw_task(self.split, seed, pool=self.tasks)
         t = self.spec.task(task)
         self.world.start(t)
         self._task = t

@@ -15,10 +15,13 @@ at no cost with ``env.unwrapped.messages`` (the live list: copy it before
 changing it). Copying the whole conversation into every ``info`` would make an
 episode quadratic in its length.
 
-``reset(seed=s)`` picks the same task as ``envfactory.make(name).reset(seed=s)``
+Tasks come from one split: ``gymnasium.make("envfactory/NAME", split="eval")``
+(default ``"train"``: the sft and rl tasks; ``"sft"``, ``"rl"``, ``"eval"``, ``"all"``), so
+training through this face never meets an evaluation task unless it asks for one.
+``reset(seed=s)`` picks the same task as ``envfactory.make(name, split=...).reset(seed=s)``
 (:func:`envfactory.episode.task_for_seed`, the one seeding rule); ``reset()``
-without a seed draws the next task from the env's seeded ``np_random``;
-``options={"task": id_or_index}`` picks one explicitly.
+without a seed draws the next task of the split from the env's seeded ``np_random``;
+``options={"task": id_or_index}`` picks one explicitly (any split).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 import gymnasium
 from gymnasium import spaces
 
-from .episode import Episode, task_for_seed
+from .episode import Episode
 
 __all__ = ["ToolGymEnv", "TEXT_CHARSET", "MAX_TEXT_LENGTH"]
 
@@ -89,6 +92,8 @@ class ToolGymEnv(gymnasium.Env[str, str]):
         env_name: Registered name (used by ``gymnasium.make``).
         env: An existing one-agent :class:`~envfactory.Episode` to wrap instead.
         runtime: Runtime for ``env_name`` (``local`` or ``docker``).
+        split: The tasks ``reset`` draws from (``train``, the default: sft and rl; ``sft``,
+            ``rl``, ``eval``, ``all``); with ``env``, that episode's own split counts.
         render_mode: ``None`` or ``"ansi"`` (the transcript as text).
         **kwargs: Passed to :func:`envfactory.make`.
     """
@@ -120,7 +125,6 @@ class ToolGymEnv(gymnasium.Env[str, str]):
         self.observation_space = _text_space("obs")
         self.action_space = _text_space("act")
         self._tools = env.tool_schemas()
-        self._n_tasks = len(env.spec.get_tasks())
         self._seen = 0
 
     @property
@@ -133,11 +137,9 @@ class ToolGymEnv(gymnasium.Env[str, str]):
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         task = (options or {}).get("task")
-        if task is None:
-            if seed is not None:
-                task = task_for_seed(self._n_tasks, seed)
-            else:
-                task = int(self.np_random.integers(self._n_tasks))
+        if task is None:  # drawn from the episode's split (never eval unless it asked for eval)
+            draw = seed if seed is not None else int(self.np_random.integers(1 << 62))
+            task = self.env.spec.draw_task(self.env.split, draw, pool=self.env.tasks)
         messages = self.env.reset(task)
         self._seen = len(messages)
         info = {"task_id": self.env.task.id, "messages": messages, "tools": self._tools}

@@ -12,7 +12,11 @@ What a client sees:
   schemas; ``readOnlyHint`` from ``Tool.read_only``), ``finish`` included;
 * ``start_episode(task_id?, seed?)``: starts (or restarts) the session's episode and
   returns the task instruction (structured: ``episode``, ``task_id``,
-  ``instruction``, ``system_prompt``, ``tools``, ``max_turns``);
+  ``instruction``, ``system_prompt``, ``tools``, ``max_turns``); a seed draws from the
+  server's split (``--split``, default ``train``: sft and rl tasks), and a task of another
+  split is refused, so a client never meets an evaluation task unless the server serves them;
+* ``list_tasks(split?)``: the tasks the server serves (``task_id``, ``split``, ``kind``,
+  ``instruction``), optionally of one split within it;
 * ``episode_status()``: ``task_id, done, terminated, truncated, reward, success,
   ended_by, turns, tool_calls, tool_errors`` (also the resource
   ``envfactory://episode/status``; the instruction is ``envfactory://episode/task``);
@@ -43,7 +47,8 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from .episode import Episode, task_for_seed
+from .definition import DEFAULT_SPLIT, SpecError, served_tasks, split_members
+from .episode import Episode
 from .env import EpisodeError
 from .task import ToolCall
 
@@ -51,7 +56,7 @@ __all__ = ["EpisodeService", "build_server", "serve_stdio", "serve_http", "serve
            "CONTROL_TOOLS", "EPISODE_META"]
 
 EPISODE_META = "envfactory/episode"
-CONTROL_TOOLS = ("start_episode", "episode_status", "end_episode")
+CONTROL_TOOLS = ("start_episode", "episode_status", "end_episode", "list_tasks")
 TASK_URI = "envfactory://episode/task"
 STATUS_URI = "envfactory://episode/status"
 
@@ -60,8 +65,15 @@ _START_SCHEMA = {
     "properties": {
         "task_id": {"type": "string", "description": "The task to play (default: the server's --task, else "
                                                      "one drawn from seed)."},
-        "seed": {"type": "integer", "description": "Picks the task as envfactory.make(NAME).reset(seed=seed) does."},
+        "seed": {"type": "integer", "description": "Picks the task of the server's split as "
+                                                   "envfactory.make(NAME, split=...).reset(seed=seed) does."},
     },
+    "additionalProperties": False,
+}
+_LIST_SCHEMA = {
+    "type": "object",
+    "properties": {"split": {"type": "string", "description": "Only the tasks of this split (sft, rl, eval, train "
+                                                           "or all) within the server's split."}},
     "additionalProperties": False,
 }
 _EMPTY_SCHEMA = {"type": "object", "properties": {}, "additionalProperties": False}
@@ -82,10 +94,12 @@ class EpisodeService:
         seed: The default seed (picks a task, as ``reset(seed=...)`` does).
         max_turns: Overrides the environment's turn limit.
         max_episodes: Live episodes kept at once (the least recently used one is closed beyond it).
+        split: The tasks served: ``train`` (sft and rl; the default), ``sft``, ``rl``, ``eval`` or
+            ``all``. Seeds draw from it and a task outside it is refused.
     """
 
     def __init__(self, name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
-                 max_turns: int | None = None, max_episodes: int = 256) -> None:
+                 max_turns: int | None = None, max_episodes: int = 256, split: str = DEFAULT_SPLIT) -> None:
         from .registry import spec as get_spec
 
         self.spec = get_spec(name)
@@ -95,8 +109,10 @@ class EpisodeService:
         clash = sorted(set(CONTROL_TOOLS) & set(self.spec.all_tools))
         if clash:
             raise ValueError(f"{self.spec.name} has tools named {clash}, which the MCP server uses for episode control")
+        split_members(split)  # ValueError on an unknown split
+        self.split = split
         if task is not None:
-            self.spec.task(task)  # fail now on an unknown task
+            self.spec.task_in_split(task, split)  # fail now on an unknown task, or one the split does not hold
         self.name, self.runtime, self.max_turns = self.spec.name, runtime, max_turns
         self.default_task, self.default_seed = task, seed
         self.max_episodes = max_episodes
@@ -119,8 +135,14 @@ class EpisodeService:
              "and success, turns played.", "input_schema": _EMPTY_SCHEMA, "read_only": True},
             {"name": "end_episode", "description": "End the episode by giving a final answer without a tool "
              "call; the task is judged now.", "input_schema": _END_SCHEMA, "read_only": False},
+            {"name": "list_tasks", "description": f"The tasks this server serves (its {self.split!r} split): "
+             "task_id, split, kind and instruction.", "input_schema": _LIST_SCHEMA, "read_only": True},
         ]
         return out
+
+    def list_tasks(self, split: str | None = None) -> list[dict[str, Any]]:
+        """The served tasks (optionally those of ``split``, which must lie within the server's split)."""
+        return served_tasks(self.spec, self.split, split)
 
     # -- episodes ------------------------------------------------------------
     def start(self, key: str | None, task_id: str | None = None, seed: int | None = None) -> dict[str, Any]:
@@ -128,15 +150,16 @@ class EpisodeService:
         if task_id is None and seed is None:
             task_id, seed = self.default_task, self.default_seed
         if task_id is None:
-            task_id = self.spec.get_tasks()[task_for_seed(len(self.spec.get_tasks()), seed)].id
-        task = self.spec.task(task_id)  # KeyError on an unknown task
+            task = self.spec.draw_task(self.split, seed)
+        else:
+            task = self.spec.task_in_split(task_id, self.split)  # KeyError: unknown, or not served
         with self._lock:
             eid = self._by_key.get(key) if key is not None else None
             ep = self._episodes.get(eid) if eid is not None else None
             if ep is None:
                 from .registry import make
 
-                ep = make(self.name, self.runtime, max_turns=self.max_turns)
+                ep = make(self.name, self.runtime, max_turns=self.max_turns, split=self.split)
                 eid = key if key is not None and key.startswith("ep-") else "ep-" + secrets.token_hex(8)
                 self._episodes[eid] = ep
                 if key is not None:
@@ -262,6 +285,12 @@ def build_server(service: EpisodeService, *, stdio: bool) -> Any:
             if params.name == "episode_status":
                 st = service.status(key)
                 return text(json.dumps(st), structured=st)
+            if params.name == "list_tasks":
+                unknown = set(args) - {"split"}
+                if unknown:
+                    return text(f"Error: unexpected argument(s) {sorted(unknown)}", error=True)
+                rows = service.list_tasks(args.get("split"))
+                return text(json.dumps(rows), structured={"tasks": rows})
             if params.name == "end_episode":
                 st = service.end(key, str(args.get("answer", "")))
                 return text(json.dumps(st), structured=st)
@@ -275,7 +304,7 @@ def build_server(service: EpisodeService, *, stdio: bool) -> Any:
 
                 out, failed, meta = await anyio.to_thread.run_sync(service.play, key, params.name, args)
             return text(out, error=failed, meta=meta)
-        except (EpisodeError, KeyError) as exc:
+        except (EpisodeError, KeyError, ValueError, SpecError) as exc:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
             return text(f"Error: {msg}", error=True)
 
@@ -369,6 +398,8 @@ def serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", default="local", help="where worlds run: local or docker")
     p.add_argument("--task", default=None, help="default task of start_episode (and of a first tool call)")
     p.add_argument("--seed", type=int, default=None, help="default seed (picks the task as reset(seed=...) does)")
+    p.add_argument("--split", default=DEFAULT_SPLIT, choices=["train", "sft", "rl", "eval", "all"],
+                   help="the tasks served (default train: sft and rl; evaluation tasks only when asked for)")
     p.add_argument("--max-turns", type=int, default=None, help="override the environment's turn limit")
     p.add_argument("--max-episodes", type=int, default=256, help="live episodes kept at once")
 
@@ -376,7 +407,7 @@ def serve_args(p: argparse.ArgumentParser) -> None:
 def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
     try:
         service = EpisodeService(args.name, runtime=args.runtime, task=args.task, seed=args.seed,
-                                 max_turns=args.max_turns, max_episodes=args.max_episodes)
+                                 max_turns=args.max_turns, max_episodes=args.max_episodes, split=args.split)
     except (KeyError, ValueError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         return 2, {"error": msg}, f"error: {msg}"

@@ -10,9 +10,13 @@ or a typed ``EnvClient`` subclass built on :class:`EnvfactoryAction` / :class:`E
 
 * **Sessions.** Each WebSocket connection gets its own environment instance (its own
   :class:`~envfactory.episode.Episode`, local or Docker runtime); at most ``max_sessions`` at once.
+* **Splits.** The server serves one split (``--split``; default ``train``: the sft and rl tasks;
+  ``sft``, ``rl``, ``eval``, ``all``): seeds draw from it and a task outside it is refused, so a
+  client never meets an evaluation task unless the server was started for them. ``GET /tasks``
+  (``?split=``) lists the served tasks; :meth:`EnvfactoryClient.list_tasks` calls it.
 * **Reset.** ``reset(task_id=...)`` picks a task by id (``task`` is accepted too), ``reset(seed=...)``
-  picks one as ``envfactory.make(NAME).reset(seed=...)`` does; neither: the server's ``--task`` /
-  ``--seed``, else a random task. The observation's ``text`` is the instruction; ``messages`` the
+  picks one as ``envfactory.make(NAME, split=...).reset(seed=...)`` does; neither: the server's
+  ``--task`` / ``--seed``, else a random task of the split. The observation's ``text`` is the instruction; ``messages`` the
   opening messages (system prompt, instruction); ``tools`` the OpenAI tool schemas; ``task_id``,
   ``instruction``, ``system_prompt`` and ``max_turns`` say the rest.
 * **Step.** The action is ``{"text": model text}`` (Hermes ``<tool_call>`` blocks, several per
@@ -47,8 +51,8 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 from pydantic import Field
 
+from .definition import DEFAULT_SPLIT, served_tasks, split_members
 from .env import EpisodeError
-from .episode import task_for_seed
 
 __all__ = ["EnvfactoryAction", "EnvfactoryObservation", "EnvfactoryEnvironment", "EnvfactoryClient", "build_app",
            "serve_openenv", "BackgroundServer", "serve_run"]
@@ -85,13 +89,17 @@ class EnvfactoryEnvironment(Environment):
         runtime: ``local`` or ``docker`` (as for :func:`envfactory.make`).
         task / seed: The default task of a ``reset()`` that names none.
         max_turns: Overrides the environment's turn limit.
+        split: The tasks served (``train``, the default: sft and rl; ``sft``, ``rl``, ``eval``,
+            ``all``): seeds draw from it, a task outside it is refused.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # every instance owns its own Episode (and world)
 
     def __init__(self, name: str = "Counter-v0", runtime: str = "local", task: str | None = None,
-                 seed: int | None = None, max_turns: int | None = None) -> None:
+                 seed: int | None = None, max_turns: int | None = None, split: str = DEFAULT_SPLIT) -> None:
         super().__init__()
+        split_members(split)  # ValueError on an unknown split
+        self.split = split
         from .registry import spec as get_spec
 
         self.spec = get_spec(name)
@@ -113,13 +121,13 @@ class EnvfactoryEnvironment(Environment):
         if task_id is None and seed is None:
             task_id, seed = self.default_task, self.default_seed
         if task_id is None:
-            tasks = self.spec.get_tasks()
-            task_id = tasks[task_for_seed(len(tasks), seed)].id
-        task = self.spec.task(task_id)  # KeyError on an unknown task: an error reply, the session lives on
+            task = self.spec.draw_task(self.split, seed)
+        else:  # KeyError on an unknown task or one the split does not hold: an error reply, the session lives on
+            task = self.spec.task_in_split(task_id, self.split)
         if self._episode is None:
             from .registry import make
 
-            self._episode = make(self.name, self.runtime, max_turns=self.max_turns)
+            self._episode = make(self.name, self.runtime, max_turns=self.max_turns, split=self.split)
         ep = self._episode
         messages = ep.reset(task.id)
         self._episode_id = episode_id or "ep-" + uuid.uuid4().hex[:16]
@@ -209,6 +217,19 @@ class EnvfactoryClient(EnvClient[EnvfactoryAction, EnvfactoryObservation, State]
             r = env.step(EnvfactoryAction(text='<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'))
     """
 
+    def list_tasks(self, split: str | None = None) -> list[dict[str, Any]]:
+        """The tasks the server serves (``task_id``, ``split``, ``kind``, ``instruction``), optionally
+        those of one ``split`` within the server's (``GET /tasks``)."""
+        import httpx
+
+        ws = self._ws_url[: -len("/ws")]  # EnvClient keeps only the WebSocket URL
+        url = ws.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
+        r = httpx.get(url + "/tasks", params={} if split is None else {"split": split}, timeout=30)
+        if r.status_code != 200:
+            raise ValueError(r.json().get("detail", r.text) if r.headers.get("content-type", "").startswith(
+                "application/json") else r.text)
+        return r.json()["tasks"]
+
     def _step_payload(self, action: EnvfactoryAction) -> dict[str, Any]:
         return action.model_dump(exclude_defaults=True) if isinstance(action, EnvfactoryAction) else dict(action)
 
@@ -222,14 +243,25 @@ class EnvfactoryClient(EnvClient[EnvfactoryAction, EnvfactoryObservation, State]
 
 
 def build_app(name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
-              max_turns: int | None = None, max_sessions: int = 256) -> Any:
-    """The FastAPI app (``openenv-core``'s ``create_app``) serving ``name``."""
-    probe = EnvfactoryEnvironment(name, runtime, task, seed, max_turns)  # fail now: unknown env, team env
+              max_turns: int | None = None, max_sessions: int = 256, split: str = DEFAULT_SPLIT) -> Any:
+    """The FastAPI app (``openenv-core``'s ``create_app``) serving ``name``, plus ``GET /tasks``."""
+    from fastapi import HTTPException
+
+    probe = EnvfactoryEnvironment(name, runtime, task, seed, max_turns, split)  # fail now: unknown env, team env
     if task is not None:
-        probe.spec.task(task)  # unknown task
-    factory = functools.partial(EnvfactoryEnvironment, name, runtime, task, seed, max_turns)
-    return create_app(factory, EnvfactoryAction, EnvfactoryObservation, env_name=probe.name,
-                      max_concurrent_envs=max_sessions)
+        probe.spec.task_in_split(task, split)  # unknown task, or one the split does not hold
+    factory = functools.partial(EnvfactoryEnvironment, name, runtime, task, seed, max_turns, split)
+    app = create_app(factory, EnvfactoryAction, EnvfactoryObservation, env_name=probe.name,
+                     max_concurrent_envs=max_sessions)
+
+    @app.get("/tasks")
+    def list_tasks(split: Optional[str] = None) -> dict[str, Any]:
+        try:
+            return {"env": probe.name, "served_split": probe.split, "tasks": served_tasks(probe.spec, probe.split, split)}
+        except ValueError as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from None
+
+    return app
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -299,13 +331,13 @@ class BackgroundServer:
 def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
     try:
         build_app(args.name, runtime=args.runtime, task=args.task, seed=args.seed, max_turns=args.max_turns,
-                  max_sessions=args.max_episodes)
+                  max_sessions=args.max_episodes, split=args.split)
     except (KeyError, ValueError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         return 2, {"error": msg}, f"error: {msg}"
     try:
         serve_openenv(args.name, args.host, args.port, runtime=args.runtime, task=args.task, seed=args.seed,
-                      max_turns=args.max_turns, max_sessions=args.max_episodes)
+                      max_turns=args.max_turns, max_sessions=args.max_episodes, split=args.split)
     except KeyboardInterrupt:
         pass
     return 0, {"served": args.name, "protocol": "openenv"}, ""

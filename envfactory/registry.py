@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .definition import SpecError
+from .definition import DEFAULT_SPLIT, SpecError, split_members
 from .episode import Episode
 from .task import Task
 
@@ -313,7 +313,7 @@ def _world_factory(runtime: str) -> Any:
 
 
 def make(name: str, runtime: str | None = None, *, max_turns: int | None = None, user: Any = None,
-         **world_options: Any) -> Episode:
+         split: str = DEFAULT_SPLIT, **world_options: Any) -> Episode:
     """Create a live episode of a registered environment, for one agent or a team.
 
     Args:
@@ -328,15 +328,20 @@ def make(name: str, runtime: str | None = None, *, max_turns: int | None = None,
         user: For environments with a simulated user, a host-side responder that answers
             ``ask_user`` instead of the scripted user (``responder(question, facts, history)``;
             e.g. ``agents.users.LLMUser(policy)``; see :mod:`envfactory.users`).
+        split: The tasks ``reset()`` (and ``reset(seed=...)``) draws from: ``"train"`` (the sft
+            and rl splits; the default), ``"sft"``, ``"rl"``, ``"eval"`` or ``"all"``. Evaluation
+            tasks are drawn only where ``"eval"`` or ``"all"`` is asked for; a task named in
+            ``reset(task)`` is always played.
         **world_options: Passed to the world (e.g. ``step_timeout`` for docker).
     """
     s = spec(name)
+    split_members(split)  # an unknown split fails before any world starts
     own = getattr(s, "make_world", None)
     if own is not None:
         world = own(runtime, **world_options)
     else:
         world = _world_factory(runtime or "local")(s, **world_options)
-    return Episode(s, world, max_turns=max_turns, user=user)
+    return Episode(s, world, max_turns=max_turns, user=user, split=split)
 
 
 def task_supply(name: str, difficulty: int = 1, seed: int = 0, kinds: list[str] | None = None) -> Iterator[Task]:

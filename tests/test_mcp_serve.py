@@ -28,8 +28,8 @@ NAME = "FileSystem-v0"
 
 def _tasks():
     spec = envfactory.spec(NAME)
-    facts = next(t for t in spec.get_tasks() if t.answer_facts)        # a look-up: the answer matters
-    change = next(t for t in spec.get_tasks() if not t.answer_facts and len(t.solution) >= 2)  # a change
+    facts = next(t for t in spec.tasks_in("train") if t.answer_facts)        # a look-up: the answer matters
+    change = next(t for t in spec.tasks_in("train") if not t.answer_facts and len(t.solution) >= 2)  # a change
     return spec, facts, change
 
 

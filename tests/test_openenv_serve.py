@@ -36,10 +36,10 @@ def _plays():
     """(env, task, actions, expected final reward): reference solutions (text and structured tool calls,
     one call per turn and several in one turn) and wrong plays."""
     counter = envfactory.spec("Counter-v0")
-    multi = next(t for t in counter.get_tasks() if len(t.solution) >= 2)
+    multi = next(t for t in counter.tasks_in("train") if len(t.solution) >= 2)
     fs = envfactory.spec("FileSystem-v0")
-    change = next(t for t in fs.get_tasks() if not t.answer_facts and len(t.solution) >= 2)
-    facts = next(t for t in fs.get_tasks() if t.answer_facts)
+    change = next(t for t in fs.tasks_in("train") if not t.answer_facts and len(t.solution) >= 2)
+    facts = next(t for t in fs.tasks_in("train") if t.answer_facts)
     return [
         ("Counter-v0", multi, [{"text": _hermes([c])} for c in multi.solution] + [{"text": "Done."}], 1.0),
         ("Counter-v0", multi, [{"text": _hermes(multi.solution)}, {"text": "Done."}], 1.0),   # one turn, N calls
@@ -123,7 +123,7 @@ def test_openenv_client_plays_like_make():
 
 def test_sessions_are_independent():
     """One environment instance (one Episode) per WebSocket client: interleaved steps do not mix."""
-    task = next(t for t in envfactory.spec("Counter-v0").get_tasks() if len(t.solution) >= 2)
+    task = next(t for t in envfactory.spec("Counter-v0").tasks_in("train") if len(t.solution) >= 2)
     with BackgroundServer("Counter-v0") as url:
         a = GenericEnvClient(base_url=url).sync()
         b = GenericEnvClient(base_url=url).sync()
@@ -158,7 +158,7 @@ def test_cli_serve_protocol_openenv():
         assert url, "the server did not announce its URL"
         threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
         spec = envfactory.spec("Bank-v0")
-        task = next(t for t in spec.get_tasks() if not t.answer_facts)
+        task = next(t for t in spec.tasks_in("train") if not t.answer_facts)
         actions = [{"text": _hermes([c])} for c in task.solution] + [{"text": "Done."}]
         first, steps, state = _remote(url, task, actions)
         local, _ = _local("Bank-v0", task, actions)

@@ -14,9 +14,11 @@ into every info (that would cost time quadratic in the episode's length): read
 it when needed with ``env.transcript(agent)`` (or ``env.episode.transcript(agent)``),
 what an LLM playing ``agent`` is prompted with.
 
-``reset(seed=s)`` picks the same task as ``envfactory.make(name).reset(seed=s)``
-(:func:`envfactory.episode.task_for_seed`); ``options={"task": id_or_index}``
-picks it explicitly. The whole team terminates (or is truncated) together;
+Tasks come from one split: ``env(name, split="eval")`` (default ``"train"``: the sft
+and rl tasks; ``"sft"``, ``"rl"``, ``"eval"``, ``"all"``), so evaluation tasks are drawn
+only when asked for. ``reset(seed=s)`` picks the same task as
+``envfactory.make(name, split=...).reset(seed=s)`` (:func:`envfactory.episode.task_for_seed`);
+``options={"task": id_or_index}`` picks it explicitly (any split). The whole team terminates (or is truncated) together;
 rewards arrive at the end: the joint success for every agent, or each agent's
 payoff in mixed-motive games.
 
@@ -34,7 +36,7 @@ from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 
 from ..gym_env import _clean, _text_space
-from ..episode import Episode, task_for_seed
+from ..episode import Episode
 
 __all__ = ["TextObservation", "ToolAECEnv", "ToolParallelEnv", "env", "parallel_env"]
 
@@ -76,7 +78,6 @@ class _Base:
         self.observation_spaces = {a: _text_space("obs") for a in self.possible_agents}
         self.action_spaces = {a: _text_space("act") for a in self.possible_agents}
         self._schemas = {a: episode.tool_schemas(a) for a in self.possible_agents}
-        self._n_tasks = len(episode.spec.get_tasks())
         self._rng = np.random.default_rng()
 
     def observation_space(self, agent: str) -> spaces.Space:
@@ -89,10 +90,10 @@ class _Base:
         task = (options or {}).get("task")
         if seed is not None:
             self._rng = np.random.default_rng(seed)
-            if task is None:
-                task = task_for_seed(self._n_tasks, seed)  # the one seeding rule (make, Gymnasium, PettingZoo)
-        elif task is None:
-            task = int(self._rng.integers(self._n_tasks))
+        if task is None:  # drawn from the episode's split (never eval unless it asked for eval)
+            ep = self.episode  # the one seeding rule (make, Gymnasium, PettingZoo, MCP, OpenEnv)
+            task = ep.spec.draw_task(ep.split, seed if seed is not None else int(self._rng.integers(1 << 62)),
+                                     pool=ep.tasks)
         self.episode.reset(task)
         self.agents = list(self.possible_agents)
 

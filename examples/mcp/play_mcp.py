@@ -22,7 +22,7 @@ import envfactory
 async def play(name: str, episodes: int) -> list[dict]:
     server = StdioServerParameters(command=sys.executable,
                                    args=["-m", "envfactory.cli", "serve", name, "--protocol", "mcp"])
-    tasks = envfactory.spec(name).get_tasks()[:episodes]
+    tasks = envfactory.spec(name).tasks_in("train")[:episodes]  # the server serves the train split
     out = []
     async with stdio_client(server) as (read, write):
         async with ClientSession(read, write) as session:

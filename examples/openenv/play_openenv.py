@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--episodes", type=int, default=4)
     args = ap.parse_args(argv)
 
-    tasks = envfactory.spec(args.name).get_tasks()[: args.episodes]
+    tasks = envfactory.spec(args.name).tasks_in("train")[: args.episodes]  # a server serves the train split
     rewards, local_rewards = [], []
     with contextlib.ExitStack() as stack:
         url = args.url
