@@ -137,7 +137,7 @@ def _register_gym(name: str, multi_agent: bool) -> None:
         del gymnasium.registry[gym_id]
     gymnasium.register(
         id=gym_id,
-        entry_point="envfactory.gym_env:ToolGymEnv",
+        entry_point="envfactory.faces.gym_env:ToolGymEnv",
         kwargs={"env_name": name},
         disable_env_checker=False,
     )

@@ -21,7 +21,7 @@ from openenv.core.generic_client import GenericEnvClient  # noqa: E402
 
 import envfactory  # noqa: E402
 from envfactory import ToolCall  # noqa: E402
-from envfactory.openenv_server import BackgroundServer  # noqa: E402
+from envfactory.faces.openenv_server import BackgroundServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,8 +109,8 @@ def test_openenv_client_plays_like_make():
             with pytest.raises(RuntimeError, match="has ended"):
                 env.step({"text": "Done."})
             assert env.reset(task=plays[0][1].id).observation["task_id"] == plays[0][1].id  # reusable
-        # the typed client of envfactory.openenv_server: the same play, typed observations
-        from envfactory.openenv_server import EnvfactoryAction, EnvfactoryClient, EnvfactoryObservation
+        # the typed client of envfactory.faces.openenv_server: the same play, typed observations
+        from envfactory.faces.openenv_server import EnvfactoryAction, EnvfactoryClient, EnvfactoryObservation
 
         name, task, actions, expected = plays[3]
         with EnvfactoryClient(base_url=urls[name]).sync() as env:

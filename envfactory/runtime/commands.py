@@ -19,7 +19,7 @@ def image_args(p: argparse.ArgumentParser) -> None:
 
 def image_run(args: argparse.Namespace) -> Result:
     from .. import spec, specs
-    from ..images import ImageError, build_images
+    from .images import ImageError, build_images
 
     if not args.all and not args.names:
         return 2, {"error": "name environments or pass --all"}, "error: name environments or pass --all"

@@ -164,7 +164,7 @@ class Pool:
                  sessions_per_container: int = 64, limits: Limits | None = None,
                  docker_hosts: "str | list[str] | tuple[str, ...] | None" = None,
                  _cond: threading.Condition | None = None) -> None:
-        from ..images import image_for
+        from .images import image_for
 
         self.spec = spec
         self.warm = warm
@@ -195,7 +195,7 @@ class Pool:
 
     def _init_hosts(self, hosts: tuple[str, ...], image: str | None) -> None:
         """One sub-pool per engine, sharing this pool's lock; the image copied where missing."""
-        from ..images import image_for
+        from .images import image_for
 
         self.hosts = hosts
         subs: list[Pool] = []

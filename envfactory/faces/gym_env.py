@@ -33,7 +33,7 @@ from typing import Any
 import gymnasium
 from gymnasium import spaces
 
-from .episode import Episode
+from ..episode import Episode
 
 __all__ = ["ToolGymEnv", "TEXT_CHARSET", "MAX_TEXT_LENGTH"]
 
@@ -112,12 +112,12 @@ class ToolGymEnv(gymnasium.Env[str, str]):
         if env is None:
             if env_name is None:
                 raise TypeError("ToolGymEnv needs env_name or env")
-            from .registry import make
+            from ..registry import make
 
             env = make(env_name, runtime=runtime, **kwargs)
         if env.spec.multi_agent:
             raise TypeError(f"{env.spec.name} is a team environment; use its PettingZoo views "
-                            "(envfactory.multi.env / parallel_env)")
+                            "(envfactory.faces.pettingzoo_env.env / parallel_env)")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.env = env

@@ -51,8 +51,8 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 from pydantic import Field
 
-from .definition import DEFAULT_SPLIT, served_tasks, split_members
-from .env import EpisodeError
+from ..definition import DEFAULT_SPLIT, served_tasks, split_members
+from ..env import EpisodeError
 
 __all__ = ["EnvfactoryAction", "EnvfactoryObservation", "EnvfactoryEnvironment", "EnvfactoryClient", "build_app",
            "serve_openenv", "BackgroundServer", "serve_run"]
@@ -100,7 +100,7 @@ class EnvfactoryEnvironment(Environment):
         super().__init__()
         split_members(split)  # ValueError on an unknown split
         self.split = split
-        from .registry import spec as get_spec
+        from ..registry import spec as get_spec
 
         self.spec = get_spec(name)
         if self.spec.multi_agent:
@@ -125,7 +125,7 @@ class EnvfactoryEnvironment(Environment):
         else:  # KeyError on an unknown task or one the split does not hold: an error reply, the session lives on
             task = self.spec.task_in_split(task_id, self.split)
         if self._episode is None:
-            from .registry import make
+            from ..registry import make
 
             self._episode = make(self.name, self.runtime, max_turns=self.max_turns, split=self.split)
         ep = self._episode
@@ -327,7 +327,7 @@ class BackgroundServer:
         self._sock.close()
 
 
-# -- CLI: envfactory serve NAME --protocol openenv (arguments: envfactory.mcp_server.serve_args) ----
+# -- CLI: envfactory serve NAME --protocol openenv (arguments: envfactory.faces.mcp_server.serve_args) ----
 def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
     try:
         build_app(args.name, runtime=args.runtime, task=args.task, seed=args.seed, max_turns=args.max_turns,

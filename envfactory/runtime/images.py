@@ -55,7 +55,7 @@ ENV PYTHONPATH=/opt/envf-extra ENVFACTORY_NO_PLUGINS=1 PYTHONDONTWRITEBYTECODE=1
 LABEL org.envfactory.image="1" org.envfactory.hash="{hash}"
 USER 10001
 WORKDIR /tmp
-CMD ["python3", "-m", "envfactory.serve"]
+CMD ["python3", "-m", "envfactory.runtime.serve"]
 """
 
 _lock = threading.Lock()
