@@ -67,7 +67,7 @@ def _throughput(make: Any, sessions: int, seconds: float) -> float:
 
 
 def _openenv(n: int) -> dict[str, Any]:
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "openenv_counter.py"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "openenv_counter.py"
     try:
         import openenv  # noqa: F401
     except ImportError:
@@ -297,7 +297,7 @@ def bench_work_snapshots(n: int = 200, files_kb: int = 64, n_writing: int = 60,
 if __name__ == "__main__":
     args = sys.argv[1:]
     if args[:1] == ["snapshots"]:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
         kw = dict(a.split("=", 1) for a in args[1:])
         print(json.dumps(bench_work_snapshots(**{k: int(v) for k, v in kw.items()}), indent=1))
     elif args[:1] == ["sessions"]:

@@ -68,7 +68,7 @@ class ImageError(RuntimeError):
 
 def project_root() -> Path:
     """The source tree of this project (where ``pyproject.toml`` lives)."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # envfactory/runtime/images.py -> the checkout
     if not (root / "pyproject.toml").is_file():
         raise ImageError(
             f"no pyproject.toml next to the envfactory package ({root}); building images needs the "
