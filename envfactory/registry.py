@@ -138,6 +138,8 @@ def _register_gym(name: str, multi_agent: bool) -> None:
     gymnasium.register(
         id=gym_id,
         entry_point="envfactory.faces.gym_env:ToolGymEnv",
+        # gymnasium.make_vec(id, n): several episodes in worker processes, text passed by pipe
+        vector_entry_point="envfactory.faces.gym_env:make_vector_env",
         kwargs={"env_name": name},
         disable_env_checker=False,
     )
