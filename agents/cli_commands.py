@@ -49,7 +49,7 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
 
 
 def _eval_run(args: argparse.Namespace) -> Result:
-    from envfactory.multi.eval import run_and_report, team_names
+    from envfactory.evaluation.eval import run_and_report, team_names
 
     team = team_names(args.env)  # team environments (or "multi"): the team evaluation
     if team is not None:
@@ -84,7 +84,7 @@ def _eval_run(args: argparse.Namespace) -> Result:
                      f"{e['ci95'][0]:.2f}-{e['ci95'][1]:.2f}    {e['mean_turns']:>7}{e['mean_tool_calls']:>7}"
                      f"{e['mean_parse_errors']:>10}")
     if args.report:
-        from envfactory.multi.report import write_report
+        from envfactory.evaluation.report import write_report
 
         doc["report"] = write_report(doc, args.report)["markdown"]
         lines.append(f"report: {doc['report']}")

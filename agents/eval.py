@@ -5,10 +5,10 @@ by default ``eval``, the tasks training never sees; in order, cycling) and retur
 95% Wilson interval, mean turns, tool calls, tool errors and parse errors per
 episode, and episodes that failed (with their error); every episode's row is
 kept too. Scripted baselines (and any policy object with ``act(episode, agent,
-seed)``) play through :func:`envfactory.agents_scripted.play`, exactly as teams do;
+seed)``) play through :func:`envfactory.checks.scripted.play`, exactly as teams do;
 models play through the batched token-in/token-out :func:`agents.rollout.rollout`.
-The rows, their summary and the report (:func:`envfactory.multi.report.write_report`)
-are the team evaluation's (:mod:`envfactory.multi.eval`).
+The rows, their summary and the report (:func:`envfactory.evaluation.report.write_report`)
+are the team evaluation's (:mod:`envfactory.evaluation.eval`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 import envfactory
-from envfactory.multi.eval import episode_row, summarize
+from envfactory.evaluation.eval import episode_row, summarize
 
 from .policy_spec import load_policy
 from .rollout import Trajectory, rollout

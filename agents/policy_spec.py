@@ -14,14 +14,14 @@ and :class:`LLMRolePolicy`, a model as a team role policy (team evaluation).
 ``claim``                   scripted: claims success without acting
 ==========================  ==================================================
 
-The scripted ones are :mod:`envfactory.agents_scripted`'s policy objects.
+The scripted ones are :mod:`envfactory.checks.scripted`'s policy objects.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from envfactory.agents_scripted import SCRIPTED, scripted_policy
+from envfactory.checks.scripted import SCRIPTED, scripted_policy
 
 from .policy import Policy
 
@@ -34,7 +34,7 @@ class PolicySpecError(ValueError):
 
 def load_policy(spec: str, **kwargs: Any) -> Any:
     """The :class:`Policy` a spec names, or the scripted policy (``oracle``..., with
-    ``act(episode, agent, seed)``; :func:`envfactory.agents_scripted.scripted_policy`).
+    ``act(episode, agent, seed)``; :func:`envfactory.checks.scripted.scripted_policy`).
 
     Raises:
         PolicySpecError: the spec is malformed (the message lists the accepted forms).

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from envfactory.agents_scripted import random_value
+from envfactory.checks.scripted import random_value
 
 __all__ = ["PRETRAIN_CONFIG", "PRETRAIN_MODEL", "Play", "pretrain_corpus", "corpus_hash", "check_no_eval", "heldout",
            "pretrained_tiny_model", "pretrain", "lm_loss"]
@@ -171,7 +171,7 @@ def _perturbed(spec: Any, graph: dict[str, dict[str, list[Any]]], step: Any, rng
 
 def _actions(spec: Any, graph: dict[str, dict[str, list[Any]]], task: Any, kind: str, rng: random.Random,
              detour_p: float) -> list[str]:
-    from envfactory.agents_scripted import OraclePolicy
+    from envfactory.checks.scripted import OraclePolicy
 
     oracle = OraclePolicy.actions(task)
     if kind == "oracle":

@@ -130,7 +130,7 @@ def corpus() -> list[str]:
     (``spec.split(task) == "eval"``) are left out: nothing built before training may
     have seen them."""
     import envfactory
-    from envfactory.agents_scripted import OraclePolicy, play
+    from envfactory.checks.scripted import OraclePolicy, play
 
     texts: list[str] = []
     for s in corpus_specs():

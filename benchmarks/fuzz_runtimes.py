@@ -45,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import envfactory  # noqa: E402
-from envfactory.agents_scripted import OraclePolicy, random_value  # noqa: E402
+from envfactory.checks.scripted import OraclePolicy, random_value  # noqa: E402
 from envfactory.state import canonical_json  # noqa: E402
 
 _PRINTABLE = string.ascii_letters + string.digits + " /._-:{}[]\"'\\,<>"

@@ -20,7 +20,7 @@ import time
 def main() -> int:
     import torch
 
-    from agents.bench_rollout import _measure
+    from benchmarks.rollout import _measure
     from agents.hf_policy import HFPolicy
     from agents.rollout import rollout
     from agents.rollout_check import invariant_problems

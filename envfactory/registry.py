@@ -137,7 +137,9 @@ def _register_gym(name: str, multi_agent: bool) -> None:
         del gymnasium.registry[gym_id]
     gymnasium.register(
         id=gym_id,
-        entry_point="envfactory.gym_env:ToolGymEnv",
+        entry_point="envfactory.faces.gym_env:ToolGymEnv",
+        # gymnasium.make_vec(id, n): several episodes in worker processes, text passed by pipe
+        vector_entry_point="envfactory.faces.gym_env:make_vector_env",
         kwargs={"env_name": name},
         disable_env_checker=False,
     )

@@ -25,9 +25,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import envfactory.multi as multi
+import envfactory.faces.pettingzoo_env as multi
 from envfactory import ConflictError, MultiState, Role, Task, ToolEnvSpec, ToolError, by, register, tool
-from envfactory.agents_scripted import PASS
+from envfactory.checks.scripted import PASS
 from envfactory.task import ToolCall
 from tools.messaging import TOOLS as MESSAGING
 

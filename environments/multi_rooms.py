@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import envfactory.multi as multi
+import envfactory.faces.pettingzoo_env as multi
 from envfactory import ConflictError, MultiState, Role, Task, ToolEnvSpec, ToolError, by, register, tool
 from tools.messaging import TOOLS as MESSAGING
 

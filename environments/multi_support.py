@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-import envfactory.multi as multi
+import envfactory.faces.pettingzoo_env as multi
 from envfactory import ConflictError, MultiState, Role, Task, ToolEnvSpec, ToolError, by, register, tool
 from tools.messaging import TOOLS as MESSAGING
 

@@ -10,9 +10,9 @@ import pytest
 
 import envfactory
 from agents.eval import evaluate
-from envfactory.agents_scripted import OraclePolicy
+from envfactory.checks.scripted import OraclePolicy
 from envfactory.cli import main
-from envfactory.multi.eval import episode_row, wilson
+from envfactory.evaluation.eval import episode_row, wilson
 
 
 def test_wilson_interval_known_values() -> None:

@@ -8,9 +8,9 @@ import pytest
 
 import envfactory
 from envfactory import Episode, State, Task, ToolEnvSpec, ToolError, call, tool
-from envfactory.agents_scripted import TranscriberPolicy, play
-from envfactory.audit import FULL, QUICK, AuditBudget, audit_spec, audit_task, transcriber_rate
-from envfactory.verify import verify_spec
+from envfactory.checks.scripted import TranscriberPolicy, play
+from envfactory.checks.audit import FULL, QUICK, AuditBudget, audit_spec, audit_task, transcriber_rate
+from envfactory.checks.verify import verify_spec
 
 
 class Garage(State):

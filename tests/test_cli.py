@@ -209,3 +209,24 @@ def test_broken_plugins_give_clear_errors(monkeypatch, capfd):
     # the built-in command wins over a plugin of the same name
     assert cli.main(["list", "--json"]) == 0
     assert isinstance(json.loads(capfd.readouterr().out), list)
+
+
+def test_a_failing_bench_section_never_empties_the_report(monkeypatch):
+    """Each section runs on its own: one that raises reports ``<section>_error``; the others' figures stay."""
+    from envfactory import cli
+
+    sections = {"first": lambda: {"first_step_us": 1.5}, "broken": lambda: 1 / 0,
+                "last": lambda: {"last_ratio": 2.0}}
+    monkeypatch.setattr(cli, "installed_sections", lambda: sections)
+    doc = cli.run_bench()
+    assert doc["first_step_us"] == 1.5 and doc["last_ratio"] == 2.0
+    assert doc["broken_error"].startswith("ZeroDivisionError")
+    assert {"section_first_s", "section_broken_s", "section_last_s"} <= set(doc)
+    assert cli.run_bench(["last"]).keys() == {"last_ratio", "section_last_s"}
+
+
+def test_bench_sections_come_from_the_benchmarks_package():
+    from envfactory import cli
+
+    known = cli.installed_sections()
+    assert {"step", "fork", "bigstate", "docker", "scale", "rollout", "openenv"} <= set(known)

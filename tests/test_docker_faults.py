@@ -274,3 +274,22 @@ def test_a_reply_that_breaks_the_protocol_is_a_container_fault() -> None:
     env.step(INC)
     assert env.step("Done.").reward == 1.0
     env.close()
+
+
+def test_gc_leaves_other_hosts_containers_alone() -> None:
+    """gc removes only what it can prove dead: a container whose owner is a process of another host
+    (an engine shared between machines) stays unless told --all."""
+    from envfactory.runtime.pool import docker_client, gc
+
+    client = docker_client()
+    other = client.containers.create("envfactory-base:bookworm", ["sleep", "1"], network_mode="none",
+                                     labels={LABEL: "1", "org.envfactory.owner": "some-other-host:1",
+                                             "org.envfactory.env": "Counter-v0"})
+    try:
+        assert other.id[:12] not in {r["id"] for r in gc()}
+        assert _exists(other.id)
+        assert other.id[:12] in {r["id"] for r in gc(everything=True)}
+        assert not _exists(other.id)
+    finally:
+        if _exists(other.id):
+            other.remove(force=True)

@@ -28,7 +28,7 @@ import envfactory
 from envfactory.env import EpisodeError
 from envfactory.runtime.container import ContainerError
 from envfactory.runtime.docker import ContainerWorld
-from envfactory.agents_scripted import MODES, episode_trace, scripted_policy
+from envfactory.checks.scripted import MODES, episode_trace, scripted_policy
 
 from conftest import require_docker
 
@@ -70,7 +70,7 @@ def test_there_are_team_environments_to_serve() -> None:
 def test_pettingzoo_api_and_seed_tests_on_docker(name: str) -> None:
     from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
 
-    import envfactory.multi as multi
+    import envfactory.faces.pettingzoo_env as multi
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pettingzoo recommends Box/Discrete spaces; ours are Text
@@ -110,7 +110,7 @@ def test_parity_every_task(name: str) -> None:
 
 def test_verify_suite_on_docker() -> None:
     """Reference/noop/random/alone, determinism, fork and snapshot semantics, malformed input, parity."""
-    from envfactory.verify import verify_spec
+    from envfactory.checks.verify import verify_spec
 
     report = verify_spec(envfactory.spec("MultiSupport-v0"), runtime="docker", random_episodes=1,
                          api_checks=False)  # PettingZoo's tests run above

@@ -17,9 +17,9 @@ import gymnasium
 import pytest
 
 import envfactory
-from envfactory.agents_scripted import OraclePolicy, RandomPolicy, episode_trace
+from envfactory.checks.scripted import OraclePolicy, RandomPolicy, episode_trace
 from envfactory.runtime.docker import ContainerWorld
-from envfactory.verify import verify_spec
+from envfactory.checks.verify import verify_spec
 
 from conftest import require_docker
 

@@ -7,7 +7,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import envfactory
-from envfactory.agents_scripted import ClaimPolicy, NoopPolicy, OraclePolicy, play
+from envfactory.checks.scripted import ClaimPolicy, NoopPolicy, OraclePolicy, play
 
 SINGLE = [s for s in envfactory.specs() if not getattr(s, "multi_agent", False)]
 NAMES = [s.name for s in SINGLE]

@@ -6,7 +6,7 @@ import itertools
 
 from envfactory import ToolEnvSpec, State, Task, call, tool
 from envfactory import Episode
-from envfactory.verify import verify_spec
+from envfactory.checks.verify import verify_spec
 
 
 class Box(State):

@@ -8,7 +8,7 @@ import inspect
 import envfactory
 from envfactory.factory.from_class import from_class
 from envfactory import Episode
-from envfactory.verify import verify_spec
+from envfactory.checks.verify import verify_spec
 from environments.classes import brokerage
 from environments.classes.brokerage import Brokerage
 

@@ -10,7 +10,7 @@ from envfactory import SpecError
 from envfactory.cli import main
 from envfactory.factory.from_spec import from_spec
 from envfactory import Episode
-from envfactory.verify import verify_spec
+from envfactory.checks.verify import verify_spec
 
 SPEC = """
 name: Parking-v0

@@ -10,7 +10,7 @@ import pytest
 
 import envfactory
 from envfactory import SpecError, Task
-from envfactory.agents_scripted import OraclePolicy, play
+from envfactory.checks.scripted import OraclePolicy, play
 
 
 def _blind_success(name: str, seed: int = 0) -> float:

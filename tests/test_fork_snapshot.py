@@ -5,7 +5,7 @@ import json
 import pytest
 
 import envfactory
-from envfactory.agents_scripted import OraclePolicy
+from envfactory.checks.scripted import OraclePolicy
 
 
 def _mid_episode(name, task_id, k):

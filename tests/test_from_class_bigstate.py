@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from envfactory.bench import BenchCustomerDB, BenchTree
+from benchmarks.core import BenchCustomerDB, BenchTree
 from envfactory.episode import Episode
 from envfactory.factory.from_class import ClassTask, from_class
 from envfactory.state import copy_state, state_hash

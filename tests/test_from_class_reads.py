@@ -15,12 +15,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from envfactory import Episode  # noqa: E402
-from envfactory.agents_scripted import ScriptPolicy, play  # noqa: E402
+from envfactory.checks.scripted import ScriptPolicy, play  # noqa: E402
 from envfactory.factory.from_class import ClassTask, Service, from_class  # noqa: E402
 from envfactory.factory.pystate import seen_results  # noqa: E402
 from envfactory.state import copy_state, state_hash  # noqa: E402
 from envfactory.task import call  # noqa: E402
-from envfactory.verify import verify_spec  # noqa: E402
+from envfactory.checks.verify import verify_spec  # noqa: E402
 from fixtures.third_party.ticket_api import TicketAPI  # noqa: E402
 
 TICKETS = {"ticket_queue": [

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import envfactory
-from envfactory.agents_scripted import ScriptPolicy, play
+from envfactory.checks.scripted import ScriptPolicy, play
 from envfactory.factory.from_class import ReadsCheck
-from envfactory.verify import verify_spec
+from envfactory.checks.verify import verify_spec
 
 CLASSES = Path(__file__).resolve().parent.parent / "environments" / "classes"
 

@@ -23,7 +23,7 @@ from envfactory import Episode, SpecError  # noqa: E402
 from envfactory.factory.from_class import ClassTask, Service, from_class  # noqa: E402
 from envfactory.factory.pystate import encode  # noqa: E402
 from envfactory.task import call  # noqa: E402
-from envfactory.verify import verify_spec  # noqa: E402
+from envfactory.checks.verify import verify_spec  # noqa: E402
 from fixtures import third_party  # noqa: E402
 from fixtures.third_party import gorilla_fs, message_api, shop, ticket_api, trading_bot, twitter_api  # noqa: E402
 from fixtures.third_party.gorilla_fs import GorillaFileSystem  # noqa: E402

@@ -1,6 +1,6 @@
 """Competitive games for self-play (GameAuction-v0, GameBattleship-v0): zero-sum payoffs, the expert
 beats random and no-op players from either seat, the reference is expert self-play, the rules, and
-the Elo-scale rating of the team evaluation (envfactory.multi.rating)."""
+the Elo-scale rating of the team evaluation (envfactory.evaluation.rating)."""
 
 import json
 import random
@@ -8,11 +8,11 @@ import random
 import pytest
 
 import envfactory
-from envfactory.agents_scripted import NoopPolicy, OraclePolicy, RandomPolicy, play
-from envfactory.multi.eval import ExpertPolicy, competitive, evaluate
-from envfactory.multi.rating import (Match, expected_score, head_to_head, match_score, matches_from_head_to_head,
+from envfactory.checks.scripted import NoopPolicy, OraclePolicy, RandomPolicy, play
+from envfactory.evaluation.eval import ExpertPolicy, competitive, evaluate
+from envfactory.evaluation.rating import (Match, expected_score, head_to_head, match_score, matches_from_head_to_head,
                                      rate)
-from envfactory.multi.report import write_report
+from envfactory.evaluation.report import write_report
 from envfactory.task import ToolCall
 
 GAMES = ["GameAuction-v0", "GameBattleship-v0"]

@@ -3,9 +3,9 @@ and a missing torch is a failure under CI."""
 
 from __future__ import annotations
 
-import re
-
+import functools
 import importlib
+import re
 import os
 import shutil
 import subprocess
@@ -18,7 +18,7 @@ import pytest
 from conftest import require_module
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("envfactory", "environments", "tools", "agents")
+PACKAGES = ("envfactory", "environments", "tools", "agents", "benchmarks")
 _LINT = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
 
@@ -28,6 +28,10 @@ def _lint(cwd: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(cwd)}
     return subprocess.run([sys.executable, "-c", _LINT, "--no-cache", "--no-logo", *extra], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
+
+
+def _lint_tree(cwd: Path, contracts: tuple[str, ...]) -> subprocess.CompletedProcess:
+    return _lint(cwd, *(a for c in contracts for a in ("--contract", c)))
 
 
 def _copy_tree(dst: Path) -> Path:
@@ -53,6 +57,34 @@ def test_contracts_catch_a_forbidden_import(tmp_path):
     assert "envfactory.messages -> agents.policy" in r.stdout and "BROKEN" in r.stdout
 
 
+@pytest.mark.parametrize("module, line, arrow", [
+    ("episode.py", "from .faces import gym_env", "envfactory.episode -> envfactory.faces.gym_env"),
+    ("runtime/pool.py", "from ..checks import verify", "envfactory.runtime.pool -> envfactory.checks.verify"),
+    ("faces/gym_env.py", "from ..factory import from_class", "envfactory.faces.gym_env -> envfactory.factory.from_class"),
+])
+def test_rooms_contract_catches_an_upward_import(tmp_path, module, line, arrow):
+    """Inside envfactory, rooms import downward only (cli -> evaluation -> factory -> checks -> faces
+    -> runtime -> the engine at the root): one deliberate upward import and the check fails, naming it."""
+    tree = _copy_tree(tmp_path)
+    with open(tree / "envfactory" / module, "a") as f:
+        f.write(f"\n{line}  # deliberately upward\n")
+    r = _lint(tree, "--contract", "rooms")
+    assert r.returncode != 0, r.stdout
+    assert arrow in r.stdout and "BROKEN" in r.stdout, r.stdout[-3000:]
+
+
+def test_the_engine_sits_alone_at_the_root():
+    """envfactory/ holds the engine's modules and the rooms; no benchmark inside the library."""
+    root = {p.stem for p in (ROOT / "envfactory").glob("*.py")} - {"__init__"}
+    assert root == {"registry", "episode", "world", "users", "mail", "definition", "parsing", "tooling", "task",
+                    "state", "env", "messages"}, root
+    rooms = {p.name for p in (ROOT / "envfactory").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert rooms == {"cli", "faces", "checks", "evaluation", "factory", "runtime"}, rooms
+    benchy = [str(p.relative_to(ROOT)) for p in (ROOT / "envfactory").rglob("*.py")
+              if "bench" in p.stem or re.search(r"^def bench_", p.read_text(), re.M)]
+    assert not benchy, f"benchmarks live in benchmarks/, not in the library: {benchy}"
+
+
 def test_contracts_catch_a_cycle_inside_the_core(tmp_path):
     """A tiny project under the real configuration: clean it passes; one cycle or one upward
     import and it fails (so the passing check above can fail)."""
@@ -61,11 +93,14 @@ def test_contracts_catch_a_cycle_inside_the_core(tmp_path):
         "envfactory/runtime/__init__.py": "", "envfactory/runtime/docker.py": "from ..registry import x\n",
         "tools/__init__.py": "import envfactory\n", "environments/__init__.py": "import tools\n",
         "agents/__init__.py": "import environments\nimport envfactory.registry\n",
+        "benchmarks/__init__.py": "import agents\n",
     }
     for rel, src in pkgs.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(src)
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    # every contract but the rooms (whose layers this tiny tree does not have)
+    _lint = functools.partial(_lint_tree, contracts=("core-standalone", "no-agents-below", "one-way", "core-acyclic"))
     clean = _lint(tmp_path)
     assert clean.returncode == 0, clean.stdout
     (tmp_path / "envfactory/state.py").write_text("def f():\n    from .runtime import docker\n")  # a cycle

@@ -14,7 +14,7 @@ import pytest
 
 import envfactory
 from envfactory import Episode, ToolCall, call
-from envfactory.agents_scripted import NoopPolicy, OraclePolicy, play
+from envfactory.checks.scripted import NoopPolicy, OraclePolicy, play
 from envfactory.factory import from_mcp as fm
 from envfactory.factory.from_mcp import MCPState, MCPWorld, ReadCheck, from_mcp, list_server_tools, make_episode, mcp_task
 

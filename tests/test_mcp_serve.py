@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 import envfactory
 from envfactory import ToolCall
-from envfactory.mcp_server import EPISODE_META, EpisodeService
+from envfactory.faces.mcp_server import EPISODE_META, EpisodeService
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "FileSystem-v0"

@@ -6,7 +6,7 @@ import pytest
 
 import envfactory
 from envfactory import EpisodeError
-from envfactory.agents_scripted import OraclePolicy, RandomPolicy, episode_trace, play
+from envfactory.checks.scripted import OraclePolicy, RandomPolicy, episode_trace, play
 
 
 def call(name, /, **args):

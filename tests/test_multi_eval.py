@@ -8,9 +8,9 @@ import sys
 import pytest
 
 import envfactory
-from envfactory.agents_scripted import OraclePolicy, play
-from envfactory.multi import eval as team_eval
-from envfactory.multi.eval import POLICY_GROUP, build_policies, evaluate, summarize, wilson
+from envfactory.checks.scripted import OraclePolicy, play
+from envfactory.evaluation import eval as team_eval
+from envfactory.evaluation.eval import POLICY_GROUP, build_policies, evaluate, summarize, wilson
 
 
 def test_wilson_interval():

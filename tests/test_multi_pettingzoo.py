@@ -6,9 +6,9 @@ import pytest
 from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
 
 import envfactory
-import envfactory.multi as multi
-from envfactory.multi.pettingzoo_env import TextObservation, ToolAECEnv
-from envfactory.agents_scripted import OraclePolicy
+import envfactory.faces.pettingzoo_env as multi
+from envfactory.faces.pettingzoo_env import TextObservation, ToolAECEnv
+from envfactory.checks.scripted import OraclePolicy
 
 MULTI = sorted(s.name for s in envfactory.specs() if getattr(s, "multi_agent", False))
 
@@ -120,7 +120,7 @@ def test_render_and_module_level_entry_points():
         envfactory.make_multi("Counter-v0")
     with pytest.raises(TypeError, match="single-agent"):
         ToolAECEnv(episode=envfactory.make("Counter-v0"))
-    from envfactory.gym_env import ToolGymEnv
+    from envfactory.faces.gym_env import ToolGymEnv
 
     with pytest.raises(TypeError, match="team environment"):
         ToolGymEnv(env=envfactory.make("MultiRecords-v0"))

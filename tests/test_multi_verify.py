@@ -9,8 +9,8 @@ import pytest
 
 import envfactory
 from envfactory import MultiState, Role, State, Task, ToolEnvSpec, by, tool
-from envfactory.agents_scripted import MODES, ClaimPolicy, NoopPolicy, OraclePolicy, RandomPolicy, ScriptPolicy, play
-from envfactory.verify import verify_spec
+from envfactory.checks.scripted import MODES, ClaimPolicy, NoopPolicy, OraclePolicy, RandomPolicy, ScriptPolicy, play
+from envfactory.checks.verify import verify_spec
 
 MULTI = sorted(s.name for s in envfactory.specs() if getattr(s, "multi_agent", False))
 

@@ -21,7 +21,7 @@ from openenv.core.generic_client import GenericEnvClient  # noqa: E402
 
 import envfactory  # noqa: E402
 from envfactory import ToolCall  # noqa: E402
-from envfactory.openenv_server import BackgroundServer  # noqa: E402
+from envfactory.faces.openenv_server import BackgroundServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,8 +109,8 @@ def test_openenv_client_plays_like_make():
             with pytest.raises(RuntimeError, match="has ended"):
                 env.step({"text": "Done."})
             assert env.reset(task=plays[0][1].id).observation["task_id"] == plays[0][1].id  # reusable
-        # the typed client of envfactory.openenv_server: the same play, typed observations
-        from envfactory.openenv_server import EnvfactoryAction, EnvfactoryClient, EnvfactoryObservation
+        # the typed client of envfactory.faces.openenv_server: the same play, typed observations
+        from envfactory.faces.openenv_server import EnvfactoryAction, EnvfactoryClient, EnvfactoryObservation
 
         name, task, actions, expected = plays[3]
         with EnvfactoryClient(base_url=urls[name]).sync() as env:
@@ -185,3 +185,37 @@ def test_example_script():
         sys.path.pop(0)
     out = play_openenv.main(["Counter-v0", "--episodes", "2"])
     assert out["episodes"] == 2 and out["rewards"] == out["local_rewards"] and max(out["rewards"]) == 1.0
+
+
+def test_openenv_mcp_tool_client_plays_an_episode():
+    """openenv-core's own MCP tool interface (MCPToolClient: ListToolsAction / CallToolAction over /ws)
+    lists the environment's tools and plays a reference solution to reward 1."""
+    from openenv.core.env_server.mcp_types import CallToolAction
+    from openenv.core.mcp_client import MCPToolClient
+
+    spec = envfactory.spec("Counter-v0")
+    task = next(t for t in spec.tasks_in("train") if len(t.solution) >= 2)
+    local = envfactory.make("Counter-v0")
+    local.reset(task.id)
+    want = [local.step([c]).messages[0]["content"] for c in task.solution]
+    with BackgroundServer("Counter-v0") as url:
+        with MCPToolClient(base_url=url).sync() as env:
+            env.reset(task_id=task.id)
+            assert [t.name for t in env.list_tools()] == list(spec.tools_of())
+            assert [str(env.call_tool(c.name, **c.arguments)) for c in task.solution] == want
+            end = env.step(CallToolAction(tool_name="finish", arguments={"answer": "done"}))
+            assert end.done and end.reward == 1.0
+            with pytest.raises(RuntimeError, match="has ended"):
+                env.call_tool("increment", by=1)
+            with pytest.raises(RuntimeError, match="unknown tool 'nope'"):
+                env.call_tool("nope")
+
+
+def test_openenv_http_errors_are_4xx_with_the_message():
+    import httpx
+
+    with BackgroundServer("Counter-v0") as url:
+        r = httpx.post(url + "/step", json={"action": {"text": "hi"}}, timeout=30)
+        assert r.status_code == 409 and "call reset" in r.json()["detail"]
+        r = httpx.post(url + "/reset", json={"task_id": "no-such-task"}, timeout=30)
+        assert r.status_code == 400 and "no-such-task" in r.json()["detail"]

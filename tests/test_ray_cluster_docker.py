@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def engines():
     import envfactory
-    from envfactory.images import image_for
+    from envfactory.runtime.images import image_for
     from envfactory.runtime.pool import copy_image, docker_client
 
     with extra_engine(SECOND_DIR) as second:

@@ -10,8 +10,8 @@ import gymnasium
 import pytest
 
 import envfactory
-import envfactory.multi as multi
-from envfactory.mcp_server import EpisodeService
+import envfactory.faces.pettingzoo_env as multi
+from envfactory.faces.mcp_server import EpisodeService
 
 NAME = "Bank-v0"
 SEEDS = range(300)
@@ -164,7 +164,7 @@ def test_openenv_face_serves_only_its_split():
     pytest.importorskip("openenv")
     from openenv.core.generic_client import GenericEnvClient
 
-    from envfactory.openenv_server import BackgroundServer, EnvfactoryClient
+    from envfactory.faces.openenv_server import BackgroundServer, EnvfactoryClient
 
     splits = _split_of(NAME)
     eval_id = next(t for t, v in splits.items() if v == "eval")

@@ -13,11 +13,11 @@ import pytest
 
 import envfactory
 from envfactory import SpecError
-from envfactory.agents_scripted import OraclePolicy, TranscriberPolicy, play
+from envfactory.checks.scripted import OraclePolicy, TranscriberPolicy, play
 from envfactory.factory.from_spec import specs_from_file
 from envfactory.state import copy_state
 from envfactory.users import USER_TOOL, scripted_reply
-from envfactory.verify import verify_spec
+from envfactory.checks.verify import verify_spec
 
 GOAL_KINDS = ("lookup", "conditional", "policy", "answer", "user")
 
@@ -154,7 +154,7 @@ def test_a_user_task_is_unsolvable_without_asking_and_solvable_with_it():
     # and verify's user check holds for the family; a twin that is the task itself is caught
     report = verify_spec(spec, audit=None, api_checks=False, random_episodes=0)
     assert "user" in report.checks and report.verified, report.to_json()["failures"][:3]
-    from envfactory.verify import _user_twins
+    from envfactory.checks.verify import _user_twins
 
     broken = task.model_copy(update={"metadata": {**task.metadata, "user_twin": dict(facts)}})
     assert [f.check for f in _user_twins(spec, [broken])] == ["user"]

@@ -19,7 +19,7 @@ from agents.rollout import rollout  # noqa: E402
 from agents.rollout_check import invariant_problems  # noqa: E402
 from agents.scripted_policy import ScriptedPolicy  # noqa: E402
 from envfactory import Episode, MultiState, Role, Task, ToolEnvSpec, by, tool  # noqa: E402
-from envfactory.agents_scripted import OraclePolicy  # noqa: E402
+from envfactory.checks.scripted import OraclePolicy  # noqa: E402
 
 ENV = "MultiRecords-v0"
 TASK = "records-000"

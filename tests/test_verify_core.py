@@ -3,7 +3,7 @@
 import random
 
 from envfactory import Episode, ToolEnvSpec, State, Task, call, tool
-from envfactory.verify import verify_spec
+from envfactory.checks.verify import verify_spec
 
 
 class S(State):

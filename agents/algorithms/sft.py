@@ -1,6 +1,6 @@
 """Warm-start data: each task's verified reference solution played as a training episode.
 
-The scripted :class:`~envfactory.agents_scripted.OraclePolicy` plays the reference calls
+The scripted :class:`~envfactory.checks.scripted.OraclePolicy` plays the reference calls
 and the ordinary token-in/token-out rollout records them, for one agent or every role of
 a team. So an SFT sample has exactly the layout of an RL sample (the same opening,
 the same inserted observations, ``loss_mask`` 1 on the role's own turns only), and
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from envfactory.agents_scripted import OraclePolicy
+from envfactory.checks.scripted import OraclePolicy
 
 __all__ = ["reference_rollouts"]
 

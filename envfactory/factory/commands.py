@@ -32,7 +32,7 @@ def generate_args(p: argparse.ArgumentParser) -> None:
 def generate_run(args: argparse.Namespace) -> Result:
     if args.from_spec:
         from ..episode import Episode
-        from ..verify import verify_spec
+        from ..checks.verify import verify_spec
         from .from_spec import from_spec
 
         try:

@@ -10,7 +10,7 @@ host will need to run it contained) and prints one JSON line:
 :func:`verify_in_sandbox` runs that command where the module cannot reach the host:
 
 * ``sandbox="container"`` (the default): in a container of the envfactory image
-  (:func:`envfactory.images.image_for`, built offline from the local base image), with
+  (:func:`envfactory.runtime.images.image_for`, built offline from the local base image), with
   no network, a read-only root (``/tmp``: a small tmpfs), a non-root user, every
   capability dropped, ``no-new-privileges``, memory / CPU / pid limits, a capped log,
   and the module's file alone mounted read-only; killed and removed at the wall-clock
@@ -78,7 +78,7 @@ def verify_module_file(path: str, min_tasks: int = 1) -> dict[str, Any]:
     from envfactory.definition import SpecError
     from envfactory.episode import Episode
     from envfactory.factory.contained import find_spec_in, manifest_of
-    from envfactory.verify import verify_spec
+    from envfactory.checks.verify import verify_spec
 
     doc: dict[str, Any] = {"ok": False, "name": None, "domain": None, "tasks": 0, "failures": [],
                            "error": None}
@@ -127,7 +127,7 @@ def sandbox_image(sandbox: str = "container", docker_image: str | None = None) -
             raise ValueError("docker_image needs sandbox='container'")
         return None
     try:
-        from envfactory.images import image_for
+        from envfactory.runtime.images import image_for
         from envfactory.runtime.pool import docker_client
 
         client = docker_client()

@@ -19,7 +19,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..agents_scripted import CLAIM, RandomPolicy
+from ..checks.scripted import CLAIM, RandomPolicy
 from ..parsing import parse_action
 from ..state import State, copy_state, state_hash
 from ..task import Task, ToolCall, normalize_answer

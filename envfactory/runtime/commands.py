@@ -19,7 +19,7 @@ def image_args(p: argparse.ArgumentParser) -> None:
 
 def image_run(args: argparse.Namespace) -> Result:
     from .. import spec, specs
-    from ..images import ImageError, build_images
+    from .images import ImageError, build_images
 
     if not args.all and not args.names:
         return 2, {"error": "name environments or pass --all"}, "error: name environments or pass --all"
@@ -36,8 +36,9 @@ def image_run(args: argparse.Namespace) -> Result:
 
 
 def gc_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--everything", action="store_true",
-                   help="also remove containers of envfactory processes that are still running")
+    p.add_argument("--everything", "--all", dest="everything", action="store_true",
+                   help="also remove containers of envfactory processes that are still running, and those "
+                        "of other hosts (by default only what this host can prove dead is removed)")
 
 
 def gc_run(args: argparse.Namespace) -> Result:

@@ -150,7 +150,7 @@ class Container:
     Args:
         client: A ``docker.DockerClient``.
         spec: The environment it serves.
-        image: The image tag (from :func:`envfactory.images.image_for`).
+        image: The image tag (from :func:`envfactory.runtime.images.image_for`).
         max_sessions: Sessions the server accepts at once.
         limits: Resource limits.
         control_timeout: Seconds allowed for each control call.

@@ -2,7 +2,7 @@
 
 ``envfactory.make(name, runtime="docker")`` is an :class:`~envfactory.episode.Episode`
 (the referee, on this host) over a :class:`ContainerWorld`, for one agent or a
-team alike. The container (:mod:`envfactory.serve`) holds the state and runs
+team alike. The container (:mod:`envfactory.runtime.serve`) holds the state and runs
 the tool calls the referee has already parsed and allowed, a batch per step;
 it never sees an action, a turn count or a reward.
 
@@ -40,7 +40,7 @@ whose snapshot is then taken when asked for. A folder over the cap is never drop
 the world cannot be resumed while it is over (a resume then ends the episode as lost, the
 message naming the cap), and ``fork`` and ``dump_with_files`` raise
 :class:`~envfactory.env.EpisodeError` naming it; once a later step's folder fits again, all
-three work again. Cost (``python -m envfactory.runtime.bench_docker snapshots``): a
+three work again. Cost (``python -m benchmarks.docker_runtime snapshots``): a
 step that leaves the folder unchanged, about 50 us; one that rewrote it, the archive (zlib level
 1: about 1 ms per MiB of text, 16 ms per MiB of incompressible data, plus about 3 ms per MiB sent).
 

@@ -164,7 +164,7 @@ class Pool:
                  sessions_per_container: int = 64, limits: Limits | None = None,
                  docker_hosts: "str | list[str] | tuple[str, ...] | None" = None,
                  _cond: threading.Condition | None = None) -> None:
-        from ..images import image_for
+        from .images import image_for
 
         self.spec = spec
         self.warm = warm
@@ -195,7 +195,7 @@ class Pool:
 
     def _init_hosts(self, hosts: tuple[str, ...], image: str | None) -> None:
         """One sub-pool per engine, sharing this pool's lock; the image copied where missing."""
-        from ..images import image_for
+        from .images import image_for
 
         self.hosts = hosts
         subs: list[Pool] = []
@@ -737,10 +737,13 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def gc(*, everything: bool = False, docker_hosts: "str | list[str] | tuple[str, ...] | None" = None
        ) -> list[dict[str, Any]]:
-    """Remove envfactory containers left behind by processes that are gone.
+    """Remove envfactory containers left behind by processes that are gone: only what this host
+    can prove dead (an owner process of this host that no longer runs). A container owned by
+    another host (an engine shared between machines) is left alone: its owner may be alive.
 
     Args:
-        everything: Remove every envfactory container, including those of live processes.
+        everything: Remove every envfactory container, including those of live processes and of
+            other hosts.
         docker_hosts: The engines to clean (default ``$ENVFACTORY_DOCKER_HOSTS``, else the
             default engine).
 
@@ -768,7 +771,8 @@ def _gc(client: Any, everything: bool) -> list[dict[str, Any]]:
         labels = row.get("Labels") or {}
         owner = labels.get("org.envfactory.owner", "")
         o_host, _, o_pid = owner.rpartition(":")
-        if not everything and o_host == host and o_pid.isdigit() and _alive(int(o_pid)):
+        provably_dead = o_host == host and o_pid.isdigit() and not _alive(int(o_pid))
+        if not everything and not provably_dead:
             continue
         if not _remove_row(client, row):
             continue

@@ -1,4 +1,4 @@
-"""The wire format between the host and ``python -m envfactory.serve``.
+"""The wire format between the host and ``python -m envfactory.runtime.serve``.
 
 One Unix socket carries two protocols, told apart by a connection's first bytes:
 

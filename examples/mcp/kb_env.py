@@ -126,9 +126,9 @@ SPEC = register(from_mcp(
 
 
 def main(argv: list[str]) -> int:
-    from envfactory.agents_scripted import OraclePolicy, play
+    from envfactory.checks.scripted import OraclePolicy, play
     from envfactory.factory.from_mcp import make_episode
-    from envfactory.verify import verify_spec
+    from envfactory.checks.verify import verify_spec
 
     report = verify_spec(SPEC, lambda: make_episode(SPEC)).to_json()
     ep = make_episode(SPEC)

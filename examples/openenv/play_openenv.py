@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         url = args.url
         if url is None:
-            from envfactory.openenv_server import BackgroundServer
+            from envfactory.faces.openenv_server import BackgroundServer
 
             url = stack.enter_context(BackgroundServer(args.name))
         env = stack.enter_context(GenericEnvClient(base_url=url).sync())

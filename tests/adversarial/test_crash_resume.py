@@ -24,7 +24,7 @@ import time
 import pytest
 
 import envfactory
-from envfactory.agents_scripted import OraclePolicy, RandomPolicy, _team, _turn, scripted_policy
+from envfactory.checks.scripted import OraclePolicy, RandomPolicy, _team, _turn, scripted_policy
 from envfactory.runtime import docker as docker_rt
 from envfactory.runtime.container import ContainerError, ContainerLost
 from envfactory.runtime.docker import ContainerWorld

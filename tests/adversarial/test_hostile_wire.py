@@ -1,5 +1,5 @@
 """The wire between the host and a container's server, attacked from both ends
-without Docker (issue 17): the real :class:`envfactory.serve.Server` in this process
+without Docker (issue 17): the real :class:`envfactory.runtime.serve.Server` in this process
 on a socket pair, and hostile fake servers the host talks to.
 
 * one session's bad request or unencodable reply is an error for that session only:
@@ -30,7 +30,7 @@ from envfactory.runtime import wire
 from envfactory.runtime.container import Container, ContainerError, _VerifiedBackend
 from envfactory.runtime.docker import ContainerWorld
 from envfactory.runtime.docker_session import SessionLink
-from envfactory.serve import Server
+from envfactory.runtime.serve import Server
 from envfactory.world import WorldTimeout
 
 TOKEN = "t" * 32

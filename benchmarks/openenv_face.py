@@ -3,7 +3,7 @@ openenv-core's own server serving the same counter, measured in the same run.
 
 Two server subprocesses, both ``openenv-core``'s ``create_app`` under uvicorn:
 
-* ``envfactory serve Counter-v0 --protocol openenv`` (:mod:`envfactory.openenv_server`): the referee
+* ``envfactory serve Counter-v0 --protocol openenv`` (:mod:`envfactory.faces.openenv_server`): the referee
   parses the Hermes text and runs Counter-v0's ``increment`` on its validated state;
 * ``benchmarks/openenv_counter.py serve``: a hand-written OpenEnv ``Environment`` that regex-parses the
   same text and adds to an int (the baseline the ``docker`` section uses too).
@@ -17,7 +17,7 @@ event loop (microseconds; no thread hop), where openenv-core sends a sync ``step
 per-session thread; a third server (``ENVF_OPENENV_INLINE=0``) takes that thread too, the A/B
 (``openenv_protocol_threaded_*``).
 
-    python -m envfactory.bench_openenv [N]      # prints the JSON
+    python -m benchmarks.openenv_face [N]      # prints the JSON
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .runtime.bench_docker import ACTION, _pct, _timed
+from .docker_runtime import ACTION, _pct, _timed
 
 __all__ = ["bench_openenv"]
 
@@ -100,7 +100,7 @@ def bench_openenv(n: int = 2000) -> dict[str, Any]:
                 so += _timed(ours.step, a_ours, 50)
                 sb += _timed(base.step, a_base, 50)
                 st += _timed(thr.step, a_ours, 50)
-        from .registry import make
+        from envfactory.registry import make
 
         local = make("Counter-v0", max_turns=10**9)
         local.reset(0)

@@ -16,7 +16,7 @@ read ``episode.transcript(agent)`` and ``episode.tool_schemas(agent)``.
 * :class:`ScriptPolicy`: a fixed list of actions (verification plays a team's
   whole joint solution with one role alone through it);
 * :class:`TranscriberPolicy`: copies values from the instruction into write calls and
-  never reads a tool output (the reward-hacking audit's baseline, :mod:`envfactory.audit`).
+  never reads a tool output (the reward-hacking audit's baseline, :mod:`envfactory.checks.audit`).
 
 :func:`play` plays an episode with one policy per agent (or one for all) in
 turn order (``aec``) or simultaneous rounds (``parallel``; the same thing for
@@ -33,11 +33,11 @@ import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
-from .state import canonical_json
-from .task import Task, ToolCall
+from ..state import canonical_json
+from ..task import Task, ToolCall
 
 if TYPE_CHECKING:
-    from .episode import Episode
+    from ..episode import Episode
 
 __all__ = ["Policy", "OraclePolicy", "NoopPolicy", "ClaimPolicy", "RandomPolicy", "ScriptPolicy", "Outcome",
            "play", "episode_trace", "plan_progress", "scripted_policy", "SCRIPTED", "MODES", "PASS", "CLAIM",

@@ -1,7 +1,7 @@
 """PettingZoo adapters: any team environment as an AEC or Parallel env.
 
 Observations and actions are text, in the same ``Text`` spaces as the
-Gymnasium adapter (:mod:`envfactory.gym_env`). An agent's observation is what
+Gymnasium adapter (:mod:`envfactory.faces.gym_env`). An agent's observation is what
 is new for it since its last turn: its tool responses (``<tool_response>``
 blocks) and the messages that reached it; before its first turn, the
 instruction and its private notes.
@@ -35,7 +35,7 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 
-from ..gym_env import _clean, _text_space
+from .gym_env import _clean, _text_space
 from ..episode import Episode
 
 __all__ = ["TextObservation", "ToolAECEnv", "ToolParallelEnv", "env", "parallel_env"]

@@ -1,7 +1,7 @@
 """Evaluation of policies, one agent or a team: episode rows, success with 95% Wilson intervals,
 coordination metrics, contributions and cross-play.
 
-Every scripted episode is played by :func:`~envfactory.agents_scripted.play` and described by
+Every scripted episode is played by :func:`~envfactory.checks.scripted.play` and described by
 :func:`episode_row`; :func:`summarize` makes rows into success with its interval (:func:`wilson`)
 and per-episode means, for ``envfactory eval`` (:func:`agents.eval.evaluate`, which adds batched
 model rollouts) and for :func:`evaluate`, the team evaluation (``envfactory eval-team``, or
@@ -22,7 +22,7 @@ role: a homogeneous team):
   when one role plays ``row`` and every other role ``col``, averaged over
   which role plays ``row`` (AEC); the diagonal is the homogeneous team;
 * for **competitive games** (``spec.metadata["competitive"]``), an Elo-scale
-  **rating** of every policy with its uncertainty (:mod:`envfactory.multi.rating`),
+  **rating** of every policy with its uncertainty (:mod:`envfactory.evaluation.rating`),
   from the cross-play episodes: each pair of policies plays every task with each
   policy in every seat (seat rotation), the one with the higher payoff winning the
   match; per environment, and pooled over the competitive environments.
@@ -31,7 +31,7 @@ Deterministic policies play each task once; stochastic ones (random, models)
 ``episodes`` times with different seeds. Model policies play at most
 ``model_tasks`` tasks per environment (a CPU budget); the document says so.
 
-Policies are named: the scripted ones (:mod:`envfactory.agents_scripted`:
+Policies are named: the scripted ones (:mod:`envfactory.checks.scripted`:
 ``oracle``, ``random``, ``noop``, ``claim``), ``expert`` (each environment's strong
 scripted policy, ``spec.metadata["expert"]``, e.g. a game's strong player; the oracle
 where an environment has none: :class:`ExpertPolicy`), ``env:<key>`` (an environment's
@@ -53,7 +53,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..agents_scripted import MODES, SCRIPTED, NoopPolicy, OraclePolicy, Outcome, Policy, play, scripted_policy
+from ..checks.scripted import MODES, SCRIPTED, NoopPolicy, OraclePolicy, Outcome, Policy, play, scripted_policy
 from ..definition import ToolEnvSpec
 from ..episode import Episode
 from .rating import head_to_head, matches_from_head_to_head, matches_from_rows, rate
@@ -78,7 +78,7 @@ class ExpertPolicy:
     """Each environment's own scripted policy ``key``: ``spec.metadata["expert"]`` for ``expert``,
     ``spec.metadata["policies"][key]`` otherwise (classes, instantiated once per environment). Where
     an environment has none, the expert is the oracle
-    (:class:`~envfactory.agents_scripted.OraclePolicy`) and any other key a no-op."""
+    (:class:`~envfactory.checks.scripted.OraclePolicy`) and any other key a no-op."""
 
     stochastic = False
 
@@ -161,7 +161,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
 
 def episode_row(ep: Episode, policies: Policy | Mapping[str, Policy], task: Any, *, mode: str = "aec",
                 seed: int = 0) -> dict[str, Any]:
-    """Play one episode with :func:`~envfactory.agents_scripted.play` and describe it as a row
+    """Play one episode with :func:`~envfactory.checks.scripted.play` and describe it as a row
     for :func:`summarize`; an environment or policy that raises fails this episode only
     (``error`` says why)."""
     error = None

@@ -36,7 +36,7 @@ Each sequence is judged with three final answers: a claim of success, a *blind* 
 (the instruction's values, enum members, booleans and the integers 0-12 in one answer)
 and an *informed* answer (everything the sequence's tool outputs said).
 
-The **transcriber** (:class:`envfactory.agents_scripted.TranscriberPolicy`) makes only
+The **transcriber** (:class:`envfactory.checks.scripted.TranscriberPolicy`) makes only
 calls whose every argument value appears literally in the instruction and never reads a
 tool output; :func:`transcriber_rate` measures how many tasks it still solves.
 
@@ -53,10 +53,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-from .agents_scripted import CLAIM, TranscriberPolicy, instruction_values
-from .definition import ToolEnvSpec
-from .state import State, canonical_json, copy_state, diff_leaves, leaf_at, state_hash, state_leaves
-from .task import Task, ToolCall, normalize_answer
+from .scripted import CLAIM, TranscriberPolicy, instruction_values
+from ..definition import ToolEnvSpec
+from ..state import State, canonical_json, copy_state, diff_leaves, leaf_at, state_hash, state_leaves
+from ..task import Task, ToolCall, normalize_answer
 
 __all__ = ["AuditBudget", "QUICK", "FULL", "audit_spec", "audit_task", "transcriber_rate", "Hack"]
 
@@ -419,9 +419,9 @@ def audit_task(spec: ToolEnvSpec, task: Task, budget: AuditBudget = QUICK) -> di
 
 def _confirm(spec: ToolEnvSpec, task: Task, calls: list[ToolCall], answer: str) -> bool:
     """Replay an exploit through a real (local) episode: does it earn reward there too?"""
-    from .episode import Episode
+    from ..episode import Episode
 
-    from .agents_scripted import PASS
+    from .scripted import PASS
 
     ep = Episode(spec)
     try:

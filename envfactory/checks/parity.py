@@ -2,10 +2,10 @@
 
 Both runtimes are the same referee (:class:`~envfactory.episode.Episode`) over
 different worlds, so every episode must come out identical. For every task, the
-scripted agents of :mod:`envfactory.agents_scripted` play it on both: the
+scripted agents of :mod:`envfactory.checks.scripted` play it on both: the
 (joint) reference solution, a passive agent or team and seeded random ones; a
 team in turn order (AEC) and in simultaneous rounds (Parallel). Everything
-observable (:func:`~envfactory.agents_scripted.episode_trace`: results,
+observable (:func:`~envfactory.checks.scripted.episode_trace`: results,
 observations, transcripts, rewards, end flags, info, call logs, final states)
 must be identical.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..agents_scripted import MODES, NoopPolicy, OraclePolicy, RandomPolicy, episode_trace
+from .scripted import MODES, NoopPolicy, OraclePolicy, RandomPolicy, episode_trace
 
 __all__ = ["parity_failures"]
 

@@ -1,9 +1,9 @@
-"""``envfactory bench``: measurements with same-run baselines.
+"""The engine's ``envfactory bench`` sections: step, fork, bigstate, docker, scale.
 
 Every timing key carries its unit (``_us``, ``_ms``, ``_s``) and every
 comparison is a ``_ratio`` against a baseline measured in the same run, because
 machines here are noisy. Sections are independent functions returning flat
-dicts; other subsystems add theirs to :data:`SECTIONS`.
+dicts, announced in the ``envfactory.bench`` entry-point group (pyproject.toml).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any, Callable
 import gymnasium
 from gymnasium import spaces
 
-__all__ = ["run_bench", "SECTIONS", "PlainCounterEnv", "PlainToolEnv"]
+__all__ = ["bench_step", "bench_fork", "bench_bigstate", "bench_docker", "bench_scale", "PlainCounterEnv",
+           "PlainToolEnv"]
 
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
@@ -68,7 +69,7 @@ class PlainToolEnv(PlainCounterEnv):
 
     def __init__(self) -> None:
         super().__init__()
-        from .registry import spec
+        from envfactory.registry import spec
 
         counter = spec("Counter-v0")
         self._fn = counter.all_tools["increment"].fn
@@ -119,7 +120,7 @@ def bench_step(n: int = 20000) -> dict[str, Any]:
     """Median time of one trivial tool-call step: envfactory (Gymnasium adapter over
     the local runtime, and the engine's own ``Episode.step``) against
     :class:`PlainCounterEnv`, interleaved in rounds."""
-    from .gym_env import ToolGymEnv
+    from envfactory.faces.gym_env import ToolGymEnv
 
     action = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
     ours = ToolGymEnv("Counter-v0", max_turns=10**9)
@@ -156,7 +157,7 @@ def bench_step(n: int = 20000) -> dict[str, Any]:
 def bench_fork(n: int = 2000) -> dict[str, Any]:
     """Median ``fork()`` time on each built-in environment, mid-way through its
     longest reference solution (so the state carries the episode's changes)."""
-    from .registry import make, specs
+    from envfactory.registry import make, specs
 
     out: dict[str, Any] = {}
     worst = 0.0
@@ -187,22 +188,22 @@ def bench_fork(n: int = 2000) -> dict[str, Any]:
 
 
 def bench_docker() -> dict[str, Any]:
-    """The Docker runtime against local and OpenEnv (see :mod:`envfactory.runtime.bench_docker`);
+    """The Docker runtime against local and OpenEnv (see :mod:`benchmarks.docker_runtime`);
     a ``docker_error`` note instead when no Docker engine answers."""
     try:
-        from .runtime.pool import docker_client
+        from envfactory.runtime.pool import docker_client
 
         docker_client()
     except RuntimeError as exc:
         return {"docker_error": str(exc)}
-    from .runtime.bench_docker import bench_docker as run
+    from .docker_runtime import bench_docker as run
 
     return run()
 
 
 def bench_scale() -> dict[str, Any]:
     """Ray worlds with 1, 2 and 4 actors against in-process (see
-    :func:`envfactory.runtime.ray_world.bench_scale`; a ``scale_error`` note without Ray), then
+    :func:`benchmarks.ray_scale.bench_scale`; a ``scale_error`` note without Ray), then
     sessions held over two Docker engines (:func:`bench_engines`; a ``scale_engines_error`` note
     without Docker)."""
     out: dict[str, Any] = {}
@@ -211,7 +212,7 @@ def bench_scale() -> dict[str, Any]:
     except ImportError:
         out["scale_error"] = "ray is not installed (pip install 'envfactory[ray]')"
     else:
-        from .runtime.ray_world import bench_scale as run
+        from .ray_scale import bench_scale as run
 
         out.update(run())
     if os.environ.get("ENVF_BENCH_SCALE_ENGINES", "1") != "0":
@@ -228,7 +229,7 @@ def _second_engine() -> tuple[str | None, bool, str]:
     it is not running), or ``None`` and why not."""
     import subprocess
 
-    from .runtime.pool import engine_answers
+    from envfactory.runtime.pool import engine_answers
 
     url = f"unix://{SECOND_ENGINE_DIR}/docker.sock"
     if engine_answers(url) is None:
@@ -271,9 +272,9 @@ def bench_engines(levels: tuple[int, ...] = (256, 1000, 2000), threads: int = 16
     import math
     import threading
 
-    from . import registry
-    from .runtime.pool import Pool, docker_client, resolve_docker_hosts
-    from .runtime.wire import encode_frame
+    from envfactory import registry
+    from envfactory.runtime.pool import Pool, docker_client, resolve_docker_hosts
+    from envfactory.runtime.wire import encode_frame
 
     try:
         docker_client()
@@ -555,9 +556,9 @@ def bench_bigstate(nodes: int = 10_000, records: int = 5_000, n: int = 200) -> d
     reported too (``first_call_after_fork``), each against ``copy.deepcopy`` of the same state."""
     import copy
 
-    from .episode import Episode
-    from .factory.from_class import ClassTask, from_class
-    from .task import call
+    from envfactory.episode import Episode
+    from envfactory.factory.from_class import ClassTask, from_class
+    from envfactory.task import call
 
     clock = time.perf_counter_ns
     out: dict[str, Any] = {}
@@ -613,35 +614,3 @@ def bench_bigstate(nodes: int = 10_000, records: int = 5_000, n: int = 200) -> d
         out[f"bigstate_{name}_restore_vs_deepcopy_ratio"] = round(restore_us / deep_us, 3)
         out[f"bigstate_{name}_snapshot_bytes"] = len(snap)
     return out
-
-
-SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
-    "step": bench_step,
-    "fork": bench_fork,
-    "bigstate": bench_bigstate,
-    "docker": bench_docker,
-    "scale": bench_scale,
-}
-BENCH_GROUP = "envfactory.bench"  # other packages add sections (agents: "rollout") through this group
-
-
-def sections() -> dict[str, Callable[[], dict[str, Any]]]:
-    """The core's sections and those installed packages announce in :data:`BENCH_GROUP`."""
-    from importlib import metadata
-
-    out = dict(SECTIONS)
-    for ep in metadata.entry_points(group=BENCH_GROUP):
-        out.setdefault(ep.name, lambda ep=ep: ep.load()())
-    return out
-
-
-def run_bench(only: list[str] | None = None) -> dict[str, Any]:
-    """Run the named sections (all by default) and merge their results."""
-    results: dict[str, Any] = {}
-    for name, fn in sections().items():
-        if only and name not in only:
-            continue
-        t0 = time.perf_counter()
-        results.update(fn())
-        results[f"section_{name}_s"] = round(time.perf_counter() - t0, 3)
-    return results

@@ -25,12 +25,12 @@ Checks (each failure names the check and, where it applies, the task):
   ``pettingzoo`` (teams): ``api_test``, ``parallel_api_test``, ``seed_test``,
   ``parallel_seed_test`` on the runtime verified;
 * ``parity`` (``runtime="docker"``): identical episodes in the local and Docker
-  runtimes (:func:`envfactory.runtime.parity.parity_failures`);
+  runtimes (:func:`envfactory.checks.parity.parity_failures`);
 * ``user`` (tasks with a simulated user): the task's twin (other user facts, the same
   instruction and tables) has a success check that contradicts the task's on some leaf, and
   each reference fails the other's check: an agent that never asks cannot solve both;
 * ``audit`` (one role, when everything else passed): the reward-hacking audit and the
-  transcriber baseline of :mod:`envfactory.audit`, within a budget (quick by default);
+  transcriber baseline of :mod:`envfactory.checks.audit`, within a budget (quick by default);
   reported in ``report.audit``; hacks become failures only with ``audit_fails=True``.
 
 Checks run through the :class:`~envfactory.episode.Episode` interface, so the
@@ -49,10 +49,10 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .agents_scripted import (MODES, ClaimPolicy, NoopPolicy, OraclePolicy, RandomPolicy, ScriptPolicy, play,
+from .scripted import (MODES, ClaimPolicy, NoopPolicy, OraclePolicy, RandomPolicy, ScriptPolicy, play,
                               plan_progress)
-from .definition import ToolEnvSpec
-from .episode import Episode
+from ..definition import ToolEnvSpec
+from ..episode import Episode
 
 __all__ = ["Failure", "Report", "verify_spec", "verify_many", "pettingzoo_checks"]
 
@@ -124,15 +124,15 @@ def verify_spec(
         runtime: Runtime name for the report (and for ``make_env``'s default).
         random_episodes: Seeded random-agent episodes per task.
         api_checks: Run the Gymnasium (one role) or PettingZoo (teams) API checks.
-        audit: The reward-hacking audit's budget (:mod:`envfactory.audit`): ``"quick"`` (always
-            on: a few tasks), ``"full"`` (every task), an :class:`~envfactory.audit.AuditBudget`,
+        audit: The reward-hacking audit's budget (:mod:`envfactory.checks.audit`): ``"quick"`` (always
+            on: a few tasks), ``"full"`` (every task), an :class:`~envfactory.checks.audit.AuditBudget`,
             or ``None`` to skip it. Its result is ``report.audit``.
         audit_fails: Make every hack the audit finds a failure of check ``audit`` (by default
             hacks are reported, not failed).
     """
     start = time.perf_counter()
     if make_env is None:
-        from .registry import make
+        from ..registry import make
 
         make_env = lambda: make(spec.name, runtime=runtime)  # noqa: E731
     report = Report(spec.name, spec.domain, 0, runtime)
@@ -231,7 +231,7 @@ def verify_spec(
                     fail.append(Failure("audit", "reward without doing the task", t))
     if runtime == "docker" and spec.module and spec.isolation == "session":
         report.checks.append("parity")
-        from .runtime.parity import parity_failures
+        from .parity import parity_failures
 
         for task_id, detail in parity_failures(spec):
             fail.append(Failure("parity", detail, task_id))
@@ -259,7 +259,7 @@ def _user_twins(spec: ToolEnvSpec, tasks: list[Any]) -> list[Failure]:
     """A user task needs the asking: its twin (other user facts; the same instruction and the
     same tables, so everything an agent sees without asking is equal) requires a different
     value on some leaf the task also pins, and each reference fails the other's check."""
-    from .users import user_facts
+    from ..users import user_facts
 
     fail = []
     for t in tasks:
@@ -440,7 +440,7 @@ def _gymnasium_failures(make_env: Callable[[], Episode]) -> list[Failure]:
     try:
         from gymnasium.utils.env_checker import check_env
 
-        from .gym_env import ToolGymEnv
+        from ..faces.gym_env import ToolGymEnv
 
         genv = ToolGymEnv(env=make_env())
         try:
@@ -459,7 +459,7 @@ def pettingzoo_checks(make_env: Callable[[], Episode], *, num_cycles: int = 200)
     return the problems found."""
     from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
 
-    from .multi.pettingzoo_env import ToolAECEnv, ToolParallelEnv
+    from ..faces.pettingzoo_env import ToolAECEnv, ToolParallelEnv
 
     def aec() -> ToolAECEnv:
         return ToolAECEnv(episode=make_env())
@@ -505,7 +505,7 @@ def verify_many(specs: list[Any], *, runtime: str = "local", audit: Any = "quick
     start = time.perf_counter()
     import os
 
-    from .registry import spec as registered
+    from ..registry import spec as registered
 
     def _is_registered(s: Any) -> bool:
         try:
@@ -583,7 +583,7 @@ def _kind_totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _verify_registered(job: tuple[str, Any, bool]) -> dict[str, Any]:
-    from .registry import spec
+    from ..registry import spec
 
     name, audit, audit_fails = job
     return verify_spec(spec(name), audit=audit, audit_fails=audit_fails).to_json()

@@ -27,15 +27,17 @@ without a seed draws the next task of the split from the env's seeded ``np_rando
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from typing import Any
 
 import gymnasium
 from gymnasium import spaces
+from gymnasium.vector.utils import create_shared_memory
 
-from .episode import Episode
+from ..episode import Episode
 
-__all__ = ["ToolGymEnv", "TEXT_CHARSET", "MAX_TEXT_LENGTH"]
+__all__ = ["ToolGymEnv", "TEXT_CHARSET", "MAX_TEXT_LENGTH", "make_vector_env"]
 
 MAX_TEXT_LENGTH = 1 << 16
 
@@ -48,8 +50,41 @@ TEXT_CHARSET = frozenset(
     + [chr(c) for c in range(0xA0, 0xD800)]
     + [chr(c) for c in range(0xE000, 0xFFFE)]
 )
+# The spaces get the characters in one fixed order (a sorted string, not the set): an
+# AsyncVectorEnv's shared memory carries observations as indexes into that order, and a set's
+# order differs between processes (string hashing is salted per process).
+_CHARS = "".join(sorted(TEXT_CHARSET))
 _PROTO_OBS: spaces.Text | None = None
 _PROTO_ACT: spaces.Text | None = None
+
+
+class ToolText(spaces.Text):
+    """The text space of envfactory observations and actions (a plain Gymnasium ``Text``).
+
+    A subclass only so that AsyncVectorEnv's shared memory can refuse it: Gymnasium reads a
+    ``Text`` batch out of shared memory once, when the vector env is built, and hands back those
+    stale strings on every step (65,536 tabs). :func:`make_vector_env` passes text through pipes."""
+
+
+@create_shared_memory.register(ToolText)
+def _no_shared_memory(space: ToolText, n: int = 1, ctx: Any = None) -> Any:
+    raise TypeError("envfactory's text observations cannot travel through AsyncVectorEnv's shared memory "
+                    "(Gymnasium reads Text from it only once); use gymnasium.make_vec(id, num_envs) "
+                    "(envfactory's vector entry point), or vectorization_mode='async' with "
+                    "vector_kwargs={'shared_memory': False}")
+
+
+def make_vector_env(num_envs: int = 1, *, env_name: str, asynchronous: bool = True,
+                    **kwargs: Any) -> gymnasium.vector.VectorEnv:
+    """``gymnasium.make_vec("envfactory/<Name>", num_envs)``: ``num_envs`` episodes of ``env_name``,
+    each in a worker process (``asynchronous=False``: in this process, one after another), text
+    passed through pipes. ``kwargs`` go to each :class:`ToolGymEnv` (e.g. ``split``, ``runtime``).
+    ``reset(seed=s)`` seeds episode ``i`` with ``s + i``, as Gymnasium's vector envs do."""
+    kwargs.pop("max_episode_steps", None)  # the episode has its own turn limit (max_turns)
+    fns = [functools.partial(ToolGymEnv, env_name, **kwargs) for _ in range(num_envs)]
+    if asynchronous:
+        return gymnasium.vector.AsyncVectorEnv(fns, shared_memory=False)
+    return gymnasium.vector.SyncVectorEnv(fns)
 
 
 def _text_space(proto: str) -> spaces.Text:
@@ -57,8 +92,8 @@ def _text_space(proto: str) -> spaces.Text:
     # prototype per kind and give each env a shallow copy with its own RNG.
     global _PROTO_OBS, _PROTO_ACT
     if _PROTO_OBS is None:
-        _PROTO_OBS = spaces.Text(MAX_TEXT_LENGTH, min_length=0, charset=TEXT_CHARSET)
-        _PROTO_ACT = spaces.Text(1024, min_length=0, charset=TEXT_CHARSET)
+        _PROTO_OBS = ToolText(MAX_TEXT_LENGTH, min_length=0, charset=_CHARS)
+        _PROTO_ACT = ToolText(1024, min_length=0, charset=_CHARS)
     space = copy.copy(_PROTO_OBS if proto == "obs" else _PROTO_ACT)
     space._np_random = None
     return space
@@ -112,12 +147,12 @@ class ToolGymEnv(gymnasium.Env[str, str]):
         if env is None:
             if env_name is None:
                 raise TypeError("ToolGymEnv needs env_name or env")
-            from .registry import make
+            from ..registry import make
 
             env = make(env_name, runtime=runtime, **kwargs)
         if env.spec.multi_agent:
             raise TypeError(f"{env.spec.name} is a team environment; use its PettingZoo views "
-                            "(envfactory.multi.env / parallel_env)")
+                            "(envfactory.faces.pettingzoo_env.env / parallel_env)")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.env = env

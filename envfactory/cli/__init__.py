@@ -53,7 +53,7 @@ def _list_args(p: argparse.ArgumentParser) -> None:
 
 
 def _list_run(args: argparse.Namespace) -> Result:
-    from . import specs
+    from .. import specs
 
     rows = [s.describe() for s in specs()]
     lines = _table(
@@ -79,8 +79,8 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 
 
 def _verify_run(args: argparse.Namespace) -> Result:
-    from . import spec, specs
-    from .verify import verify_many
+    from .. import spec, specs
+    from ..checks.verify import verify_many
 
     try:
         chosen = specs() if (args.all or not args.names) else [spec(n) for n in args.names]
@@ -127,19 +127,49 @@ def _audit_line(a: dict[str, Any] | None) -> str:
 
 # -- bench -----------------------------------------------------------------
 def _bench_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--only", action="append", help="run only this section (repeatable)")
+    p.add_argument("--only", action="append", metavar="SECTION",
+                   help="run only this section (repeatable): " + ", ".join(installed_sections()))
+
+
+BENCH_GROUP = "envfactory.bench"  # the sections: benchmarks/ (and any package) announce theirs here
+
+
+def installed_sections() -> dict[str, Callable[[], dict[str, Any]]]:
+    """The ``envfactory bench`` sections that installed packages announce in :data:`BENCH_GROUP`
+    (the project's own live in ``benchmarks/``, never inside the library)."""
+    from importlib import metadata
+
+    return {ep.name: (lambda ep=ep: ep.load()()) for ep in metadata.entry_points(group=BENCH_GROUP)}
+
+
+def run_bench(only: list[str] | None = None) -> dict[str, Any]:
+    """Run the named sections (all by default) and merge their results. A section that fails
+    reports ``<section>_error`` and the others still run: one failure never empties the report."""
+    results: dict[str, Any] = {}
+    for name, fn in installed_sections().items():
+        if only and name not in only:
+            continue
+        t0 = time.perf_counter()
+        try:
+            results.update(fn())
+        except Exception as exc:  # noqa: BLE001 - whatever broke, the other sections' figures stand
+            results[f"{name}_error"] = f"{type(exc).__name__}: {exc}"
+        results[f"section_{name}_s"] = round(time.perf_counter() - t0, 3)
+    return results
 
 
 def _bench_run(args: argparse.Namespace) -> Result:
-    from . import bench
-
-    known = bench.sections()
+    known = installed_sections()
+    if not known:
+        msg = ("no bench sections are installed: they live in the benchmarks package "
+               "(pip install -e . from a checkout; scripts/setup.sh does)")
+        return 2, {"error": msg}, "error: " + msg
     if args.only:
         unknown = [s for s in args.only if s not in known]
         if unknown:
             msg = f"unknown bench section(s) {unknown}; choose from {sorted(known)}"
             return 2, {"error": msg}, "error: " + msg
-    doc = bench.run_bench(args.only)
+    doc = run_bench(args.only)
     width = max((len(k) for k in doc), default=0)
     return 0, doc, "\n".join(f"{k:<{width}}  {v}" for k, v in doc.items())
 
@@ -151,9 +181,9 @@ def _quickstart_args(p: argparse.ArgumentParser) -> None:
 
 def _quickstart_run(args: argparse.Namespace) -> Result:
     """List, verify and play episodes of the built-in environments with scripted agents."""
-    from . import make, specs
-    from .agents_scripted import OraclePolicy, RandomPolicy, play
-    from .verify import verify_many
+    from .. import make, specs
+    from ..checks.scripted import OraclePolicy, RandomPolicy, play
+    from ..checks.verify import verify_many
 
     start = time.perf_counter()
     out: list[str] = []
@@ -200,21 +230,21 @@ def _mean(xs: Any) -> float:
 
 
 def _lazy(help_text: str, module: str, prefix: str) -> Command:
-    """A command whose ``{prefix}_args`` and ``{prefix}_run`` live in ``module`` (relative to this
-    package), imported only when the command is built or run (``import envfactory`` stays cheap)."""
+    """A command whose ``{prefix}_args`` and ``{prefix}_run`` live in ``module`` (absolute),
+    imported only when the command is built or run (``import envfactory`` stays cheap)."""
 
     def add_arguments(p: argparse.ArgumentParser) -> None:
-        getattr(importlib.import_module(module, __package__), f"{prefix}_args")(p)
+        getattr(importlib.import_module(module), f"{prefix}_args")(p)
 
     def run(args: argparse.Namespace) -> Result:
-        return getattr(importlib.import_module(module, __package__), f"{prefix}_run")(args)
+        return getattr(importlib.import_module(module), f"{prefix}_run")(args)
 
     return Command(help_text, add_arguments, run)
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
     """``serve``'s arguments are the MCP server's; ``--protocol`` also offers ``openenv``."""
-    importlib.import_module(".mcp_server", __package__).serve_args(p)
+    importlib.import_module("envfactory.faces.mcp_server").serve_args(p)
     for action in p._actions:
         if action.dest == "protocol":
             action.choices = ["mcp", "openenv"]
@@ -225,12 +255,12 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 def _serve_run(args: argparse.Namespace) -> Result:
     if args.protocol == "openenv":
         try:
-            module = importlib.import_module(".openenv_server", __package__)
+            module = importlib.import_module("envfactory.faces.openenv_server")
         except ImportError as exc:
             msg = f"--protocol openenv needs openenv-core (pip install 'envfactory[bench]'): {exc}"
             return 2, {"error": msg}, f"error: {msg}"
         return module.serve_run(args)
-    return importlib.import_module(".mcp_server", __package__).serve_run(args)
+    return importlib.import_module("envfactory.faces.mcp_server").serve_run(args)
 
 
 COMMANDS: dict[str, Command] = {
@@ -238,16 +268,16 @@ COMMANDS: dict[str, Command] = {
     "verify": Command("run the verification suite", _verify_args, _verify_run),
     "bench": Command("measure speed against same-run baselines", _bench_args, _bench_run),
     "generate": _lazy("build and verify an environment from a prompt (LLM) or a spec file",
-                      ".factory.commands", "generate"),
-    "tasks": _lazy("task tools: 'tasks synth NAME --n N --seed S'", ".factory.commands", "tasks"),
+                      "envfactory.factory.commands", "generate"),
+    "tasks": _lazy("task tools: 'tasks synth NAME --n N --seed S'", "envfactory.factory.commands", "tasks"),
     "image": _lazy("Docker images: 'image build [NAME...|--all]' (offline, content-hashed tags)",
-                   ".runtime.commands", "image"),
-    "gc": _lazy("remove Docker containers that exited envfactory processes left behind", ".runtime.commands", "gc"),
+                   "envfactory.runtime.commands", "image"),
+    "gc": _lazy("remove Docker containers that exited envfactory processes left behind", "envfactory.runtime.commands", "gc"),
     "serve": Command("serve an environment to any client: '--protocol mcp' (stdio, or --transport "
                      "streamable-http) or '--protocol openenv' (openenv-core's server: WebSocket EnvClient)",
                      _serve_args, _serve_run),
     "eval-team": _lazy("evaluate teams of policies on the multi-agent environments (JSON + markdown report)",
-                       ".multi.eval", "cli"),
+                       "envfactory.evaluation.eval", "cli"),
     "play": Command("list, verify and play the built-in environments with scripted agents", _quickstart_args,
                     _quickstart_run),
 }
@@ -390,7 +420,3 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     sys.stdout.flush()
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -55,7 +55,7 @@ ENV PYTHONPATH=/opt/envf-extra ENVFACTORY_NO_PLUGINS=1 PYTHONDONTWRITEBYTECODE=1
 LABEL org.envfactory.image="1" org.envfactory.hash="{hash}"
 USER 10001
 WORKDIR /tmp
-CMD ["python3", "-m", "envfactory.serve"]
+CMD ["python3", "-m", "envfactory.runtime.serve"]
 """
 
 _lock = threading.Lock()
@@ -68,7 +68,7 @@ class ImageError(RuntimeError):
 
 def project_root() -> Path:
     """The source tree of this project (where ``pyproject.toml`` lives)."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # envfactory/runtime/images.py -> the checkout
     if not (root / "pyproject.toml").is_file():
         raise ImageError(
             f"no pyproject.toml next to the envfactory package ({root}); building images needs the "

@@ -3,7 +3,7 @@
 A match is one episode of a competitive team environment in which policy ``a``
 plays one seat and policy ``b`` the others; ``a`` scores 1 if its payoff is
 higher than the mean payoff of the other seats, 0.5 on equal payoffs, 0 if lower
-(:func:`match_score`). The team evaluation (:mod:`envfactory.multi.eval`) gets
+(:func:`match_score`). The team evaluation (:mod:`envfactory.evaluation.eval`) gets
 its matches from the cross-play episodes, where each pair of policies plays
 every task with each policy in every seat (seat rotation), so that a first-mover
 advantage cancels out.
@@ -132,7 +132,7 @@ def rate(matches: Iterable[Match], players: Sequence[str] = (), *, prior_sd: flo
 
 
 def matches_from_rows(rows: Iterable[Mapping[str, Any]], a: str, b: str, seat: str) -> list[Match]:
-    """Matches from episode rows (:func:`envfactory.multi.eval.episode_row`) in which policy ``a``
+    """Matches from episode rows (:func:`envfactory.evaluation.eval.episode_row`) in which policy ``a``
     played ``seat`` and ``b`` every other seat; episodes that raised are left out."""
     out = []
     for row in rows:

@@ -6,7 +6,7 @@ ratio to the local runtime (steps interleaved in rounds so drift hits both), war
 per-session containers), cold start, throughput of 32 concurrent sessions
 (against 32 local sessions), 1,000 sessions held at once in shared containers
 with 16 threads stepping them (step latency p50/p99, throughput; see
-:func:`bench_shared_sessions`, also ``python -m envfactory.runtime.bench_docker sessions``),
+:func:`bench_shared_sessions`, also ``python -m benchmarks.docker_runtime sessions``),
 and the same counter served by OpenEnv (``openenv-core``, WebSocket ``EnvClient``) with the ratio.
 """
 
@@ -67,7 +67,7 @@ def _throughput(make: Any, sessions: int, seconds: float) -> float:
 
 
 def _openenv(n: int) -> dict[str, Any]:
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "openenv_counter.py"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "openenv_counter.py"
     try:
         import openenv  # noqa: F401
     except ImportError:
@@ -85,9 +85,9 @@ def bench_shared_sessions(sessions: int = 1000, threads: int = 16, seconds: floa
     stepped by ``threads`` threads (each owns ``sessions / threads`` episodes and steps
     them in turn, as fast as it can) for ``seconds``: step latency p50/p99/max over every
     step of every thread, throughput, and what holding the sessions took."""
-    from ..registry import make, spec
-    from .container import Limits
-    from .pool import Pool
+    from envfactory.registry import make, spec
+    from envfactory.runtime.container import Limits
+    from envfactory.runtime.pool import Pool
 
     s = spec("Counter-v0")
     pool = Pool(s, sessions_per_container=per_container,
@@ -159,8 +159,8 @@ def bench_shared_sessions(sessions: int = 1000, threads: int = 16, seconds: floa
 
 
 def bench_docker(n: int = 4000) -> dict[str, Any]:
-    from ..registry import make, spec
-    from .pool import Pool
+    from envfactory.registry import make, spec
+    from envfactory.runtime.pool import Pool
 
     s = spec("Counter-v0")
     out: dict[str, Any] = {}
@@ -261,8 +261,8 @@ def bench_work_snapshots(n: int = 200, files_kb: int = 64, n_writing: int = 60,
     """
     import importlib
 
-    from ..registry import make
-    from ..task import ToolCall
+    from envfactory.registry import make
+    from envfactory.task import ToolCall
 
     importlib.import_module(module)
     turns = max(n, n_writing) + 10
@@ -297,7 +297,7 @@ def bench_work_snapshots(n: int = 200, files_kb: int = 64, n_writing: int = 60,
 if __name__ == "__main__":
     args = sys.argv[1:]
     if args[:1] == ["snapshots"]:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
         kw = dict(a.split("=", 1) for a in args[1:])
         print(json.dumps(bench_work_snapshots(**{k: int(v) for k, v in kw.items()}), indent=1))
     elif args[:1] == ["sessions"]:

@@ -1,6 +1,6 @@
 """Evaluation reports: markdown with charts, for one agent or a team.
 
-:func:`write_report` writes, for a team evaluation (:func:`envfactory.multi.eval.evaluate`),
+:func:`write_report` writes, for a team evaluation (:func:`envfactory.evaluation.eval.evaluate`),
 ``team_eval.json``, ``team_eval.md`` and ``plots/*.svg`` (no plotting dependency): a
 success chart with 95% intervals per environment and policy, a cross-play heatmap and
 a contribution chart per environment, and for competitive games the policies' ratings

@@ -24,9 +24,9 @@ from typing import Any
 
 import envfactory
 
-from .policy import Policy
-from .rollout import rollout
-from .scripted_policy import RecordingPolicy, ScriptedPolicy
+from agents.policy import Policy
+from agents.rollout import rollout
+from agents.scripted_policy import RecordingPolicy, ScriptedPolicy
 
 __all__ = ["bench_rollout"]
 
@@ -103,9 +103,9 @@ def bench_rollout(episodes_per_env: int = 4, max_new_tokens: int = 48) -> dict[s
     """``rollout_{hf,vllm}_tokens_per_s`` / ``_episodes_per_s`` and their ``_ratio`` (vLLM over HF)."""
     import torch
 
-    from .hf_policy import HFPolicy
-    from .tiny import build_tiny_model
-    from .vllm_policy import vllm_available
+    from agents.hf_policy import HFPolicy
+    from agents.tiny import build_tiny_model
+    from agents.vllm_policy import vllm_available
 
     path = build_tiny_model()
     out: dict[str, Any] = {"rollout_episodes": episodes_per_env * len(ENVS), "rollout_max_new_tokens": max_new_tokens}
@@ -147,7 +147,7 @@ def bench_rollout(episodes_per_env: int = 4, max_new_tokens: int = 48) -> dict[s
             raise RuntimeError("bench rollout: vLLM is not installed but CI=true (run scripts/install-vllm.sh)")
         out["rollout_vllm_skipped"] = "vllm is not installed (scripts/install-vllm.sh); no HF/vLLM ratio"
         return out
-    from .vllm_policy import VLLMPolicy
+    from agents.vllm_policy import VLLMPolicy
 
     t0 = time.perf_counter()
     vl = VLLMPolicy(path)

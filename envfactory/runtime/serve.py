@@ -1,4 +1,4 @@
-"""``python -m envfactory.serve``: the server inside an environment's container.
+"""``python -m envfactory.runtime.serve``: the server inside an environment's container.
 
 It hosts worlds, nothing else: one :class:`~envfactory.world.LocalWorld` per
 session, which starts a task's state, runs tool calls the host has already
@@ -83,13 +83,13 @@ import threading
 import time
 from typing import Any
 
-from .definition import ToolEnvSpec
-from .registry import spec as get_spec
-from .runtime import wire
-from .runtime.wire import (MAGIC, TOKEN_HEADER, FrameDecodeError, FrameEncodeError, FrameError, encode_frame,
+from ..definition import ToolEnvSpec
+from ..registry import spec as get_spec
+from . import wire
+from .wire import (MAGIC, TOKEN_HEADER, FrameDecodeError, FrameEncodeError, FrameError, encode_frame,
                            recv_frame, send_frame)
-from .task import ToolCall
-from .world import LocalWorld
+from ..task import ToolCall
+from ..world import LocalWorld
 
 __all__ = ["Server", "main"]
 
@@ -466,13 +466,13 @@ _JUDGE_OPS = frozenset(("manifest", "judge", "terminal", "payoff"))
 
 
 def _judge(spec: ToolEnvSpec, world: LocalWorld, req: dict[str, Any]) -> dict[str, Any]:
-    """The judge ops of a generated module (:func:`envfactory.factory.contained.judge_op`): its
+    """The judge ops of a generated module (:func:`envfactory.runtime.generated.judge_op`): its
     manifest, and the success / ``terminal`` / payoff of a final state the host sends as JSON.
     They run only on a session of their own, one that never started a world, so nothing an
     agent's tool calls did in a session is part of a judgement."""
     if world._state is not None:
         raise ValueError(f"op {req.get('op')!r} runs on a judge session of its own, never on a world's session")
-    from .factory.contained import judge_op
+    from .generated import judge_op
 
     return judge_op(spec, req)
 
@@ -677,9 +677,9 @@ def main() -> None:
             token = f.read().strip()
         os.unlink(token_file)
     except OSError as exc:
-        sys.exit(f"envfactory.serve: cannot read the secret from ENVF_TOKEN_FILE={token_file!r}: {exc}")
+        sys.exit(f"envfactory.runtime.serve: cannot read the secret from ENVF_TOKEN_FILE={token_file!r}: {exc}")
     if not name or not token:
-        sys.exit("envfactory.serve: set ENVF_ENV (the environment) and ENVF_TOKEN_FILE (the secret)")
+        sys.exit("envfactory.runtime.serve: set ENVF_ENV (the environment) and ENVF_TOKEN_FILE (the secret)")
     module = os.environ.get("ENVF_MODULE")
     if module:
         importlib.import_module(module)

@@ -47,10 +47,10 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from .definition import DEFAULT_SPLIT, SpecError, served_tasks, split_members
-from .episode import Episode
-from .env import EpisodeError
-from .task import ToolCall
+from ..definition import DEFAULT_SPLIT, SpecError, served_tasks, split_members
+from ..episode import Episode
+from ..env import EpisodeError
+from ..task import ToolCall
 
 __all__ = ["EpisodeService", "build_server", "serve_stdio", "serve_http", "serve_args", "serve_run",
            "CONTROL_TOOLS", "EPISODE_META"]
@@ -100,7 +100,7 @@ class EpisodeService:
 
     def __init__(self, name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
                  max_turns: int | None = None, max_episodes: int = 256, split: str = DEFAULT_SPLIT) -> None:
-        from .registry import spec as get_spec
+        from ..registry import spec as get_spec
 
         self.spec = get_spec(name)
         if self.spec.multi_agent:
@@ -157,7 +157,7 @@ class EpisodeService:
             eid = self._by_key.get(key) if key is not None else None
             ep = self._episodes.get(eid) if eid is not None else None
             if ep is None:
-                from .registry import make
+                from ..registry import make
 
                 ep = make(self.name, self.runtime, max_turns=self.max_turns, split=self.split)
                 eid = key if key is not None and key.startswith("ep-") else "ep-" + secrets.token_hex(8)

@@ -42,17 +42,20 @@ import sys
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.mcp_types import (CallToolAction, CallToolObservation, ListToolsAction,
+                                                ListToolsObservation, ToolError, ToolErrorType)
+from openenv.core.env_server.mcp_types import Tool as McpTool
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 from pydantic import Field
 
-from .definition import DEFAULT_SPLIT, served_tasks, split_members
-from .env import EpisodeError
+from ..definition import DEFAULT_SPLIT, served_tasks, split_members
+from ..env import EpisodeError
 
 __all__ = ["EnvfactoryAction", "EnvfactoryObservation", "EnvfactoryEnvironment", "EnvfactoryClient", "build_app",
            "serve_openenv", "BackgroundServer", "serve_run"]
@@ -65,6 +68,12 @@ class EnvfactoryAction(Action):
                                               "(several allowed) or a bare JSON call; no call ends the episode")
     tool_calls: Optional[list[dict[str, Any]]] = Field(
         default=None, description="OpenAI-style tool calls ({'name', 'arguments'} or {'function': {...}})")
+    # openenv's MCP tool interface (MCPToolClient sends these over the same /ws step): openenv-core
+    # routes them to its own action types only for servers without an action class of their own
+    type: Optional[Literal["list_tools", "call_tool"]] = Field(
+        default=None, description="MCP tool interface: 'list_tools', or 'call_tool' with tool_name and arguments")
+    tool_name: Optional[str] = None
+    arguments: Optional[dict[str, Any]] = None
 
 
 class EnvfactoryObservation(Observation):
@@ -100,7 +109,7 @@ class EnvfactoryEnvironment(Environment):
         super().__init__()
         split_members(split)  # ValueError on an unknown split
         self.split = split
-        from .registry import spec as get_spec
+        from ..registry import spec as get_spec
 
         self.spec = get_spec(name)
         if self.spec.multi_agent:
@@ -125,7 +134,7 @@ class EnvfactoryEnvironment(Environment):
         else:  # KeyError on an unknown task or one the split does not hold: an error reply, the session lives on
             task = self.spec.task_in_split(task_id, self.split)
         if self._episode is None:
-            from .registry import make
+            from ..registry import make
 
             self._episode = make(self.name, self.runtime, max_turns=self.max_turns, split=self.split)
         ep = self._episode
@@ -139,7 +148,18 @@ class EnvfactoryEnvironment(Environment):
             system_prompt=messages[0]["content"], tools=tools, max_turns=ep.max_turns, reward=0.0, done=False,
             metadata=meta)
 
-    def step(self, action: EnvfactoryAction, timeout_s: float | None = None, **kwargs: Any) -> EnvfactoryObservation:
+    def step(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Observation:
+        kind = getattr(action, "type", None)
+        if kind == "list_tools":
+            action = ListToolsAction()
+        elif kind == "call_tool":
+            action = CallToolAction(tool_name=action.tool_name or "", arguments=action.arguments or {})
+        if isinstance(action, ListToolsAction):  # openenv's MCP tool interface (MCPToolClient)
+            return ListToolsObservation(tools=[
+                McpTool(name=t.name, description=t.description, input_schema=t.parameters)
+                for t in self.spec.tools_of().values()], reward=0.0, done=False)
+        if isinstance(action, CallToolAction):
+            return self._call_tool(action)
         if self._episode is None or self._episode.task is None:
             if self.default_task is None and self.default_seed is None:
                 raise EpisodeError(f"{self.name}: no episode yet; call reset (task_id or seed) first")
@@ -159,6 +179,23 @@ class EnvfactoryEnvironment(Environment):
         return EnvfactoryObservation(text=text, messages=r.messages, task_id=ep.task.id, reward=float(r.reward),
                                      done=done, success=ep.success if done else None, info=info,
                                      metadata={"terminated": r.terminated, "truncated": r.truncated})
+
+    def _call_tool(self, action: Any) -> Observation:
+        """One MCP tool call as one turn of the episode (``MCPToolClient.call_tool``): the tool's
+        output (or its error observation) is the result; ``reward`` and ``done`` are the step's.
+        No episode, a finished one or an unknown tool: a framework error the client raises."""
+        name = action.tool_name
+        if name not in self.spec.tools_of():
+            return CallToolObservation(tool_name=name, error=ToolError(
+                error_type=ToolErrorType.TOOL_NOT_FOUND,
+                message=f"unknown tool {name!r}; tools: {', '.join(self.spec.tools_of())}"), reward=0.0, done=False)
+        try:
+            obs = self.step(EnvfactoryAction(tool_calls=[{"name": name, "arguments": dict(action.arguments or {})}]))
+        except EpisodeError as exc:
+            return CallToolObservation(tool_name=name, error=ToolError(error_type=ToolErrorType.EXECUTION_ERROR,
+                                                                       message=str(exc)), reward=0.0, done=False)
+        return CallToolObservation(tool_name=name, result=obs.text, reward=obs.reward, done=obs.done,
+                                   metadata={"success": obs.success, **obs.info})
 
     # a local world answers in microseconds: run it on the event loop, not through a thread hop;
     # a container world blocks on a socket: one thread per session keeps the loop free
@@ -254,6 +291,18 @@ def build_app(name: str, *, runtime: str = "local", task: str | None = None, see
     app = create_app(factory, EnvfactoryAction, EnvfactoryObservation, env_name=probe.name,
                      max_concurrent_envs=max_sessions)
 
+    # a request the episode refuses (a step before reset, after the end, an unknown task or split)
+    # is the client's error: 4xx with the message, never a bare 500
+    async def _refused(request: Any, exc: Exception) -> Any:
+        from fastapi.responses import JSONResponse
+
+        status = 409 if isinstance(exc, EpisodeError) else 400
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        return JSONResponse(status_code=status, content={"detail": msg, "error": type(exc).__name__})
+
+    for kind in (EpisodeError, KeyError, ValueError):
+        app.add_exception_handler(kind, _refused)
+
     @app.get("/tasks")
     def list_tasks(split: Optional[str] = None) -> dict[str, Any]:
         try:
@@ -327,7 +376,7 @@ class BackgroundServer:
         self._sock.close()
 
 
-# -- CLI: envfactory serve NAME --protocol openenv (arguments: envfactory.mcp_server.serve_args) ----
+# -- CLI: envfactory serve NAME --protocol openenv (arguments: envfactory.faces.mcp_server.serve_args) ----
 def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
     try:
         build_app(args.name, runtime=args.runtime, task=args.task, seed=args.seed, max_turns=args.max_turns,
