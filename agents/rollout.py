@@ -81,6 +81,8 @@ class Trajectory:
     """A fingerprint of the environment's definition (tool schemas, task ids): :func:`env_version`."""
     seed: int | None = None
     """The episode's seed (``start(..., seed=)``), when it had one."""
+    rubric: dict[str, float] | None = None
+    """The rubric's grade of the episode (``start(..., rubric=)``): each criterion and ``score``."""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serializable dict of every field (``turn_spans`` as lists)."""
@@ -175,6 +177,8 @@ class Rollout:
         self.done, self.error = False, None
         self.success, self.rewards, self.rounds, self.ended_by = False, dict.fromkeys(actors, 0.0), 0, ""
         self.owns_env = False  # the caller's episode; a fork owns the fork of it (see close)
+        self.rubric: Any = None  # set by start(): grades the finished episode
+        self.rubric_as_reward = False
 
     @property
     def env_name(self) -> str:
@@ -323,6 +327,20 @@ class Rollout:
             t.reward, t.success, t.error = float(self.rewards.get(a, 0.0)), self.success, self.error
             t.terminated = ok and bool(ep.terminated)
             t.truncated = t.truncated or (ok and bool(ep.truncated))
+        if self.rubric is not None and ok and ep.done:
+            self._grade(ep)
+
+    def _grade(self, ep: Any) -> None:
+        """The rubric's grade of the finished episode on every trajectory (and as its reward when asked)."""
+        try:
+            grade = self.rubric.grade(ep)
+        except Exception as exc:  # a world lost before grading: no grade, and say why
+            self.ended_by += f" (not graded: {type(exc).__name__}: {exc})"
+            return
+        for t in self.trajectories.values():
+            t.rubric = {**grade.parts, "score": grade.score}
+            if self.rubric_as_reward:
+                t.reward = grade.score
 
     def _grade_cut(self, ep: Any) -> None:
         """Judge an episode the rollout ended before the episode did (out of context) the way
@@ -351,12 +369,16 @@ def _split(gen: Generation, r: ChatRenderer, stops: set[int]) -> tuple[list[int]
 
 
 def start(team: Team, env: Any, task: Any = None, *, seed: int | None = None, mode: str = "aec",
-          tokenizer: Any = None, max_new_tokens: int = 256, max_context: int | None = None) -> Rollout:
+          tokenizer: Any = None, max_new_tokens: int = 256, max_context: int | None = None,
+          rubric: Any = None, rubric_as_reward: bool = False) -> Rollout:
     """Reset ``env`` on ``task`` and render the opening of the agents who act first.
 
     Args:
         team: A ``Policy`` for every role, or ``{agent id: Policy | scripted role policy}``.
         tokenizer: The tokenizer of scripted actors' turns (default: that of a ``Policy`` in the team).
+        rubric: An :class:`envfactory.evaluation.rubric.Rubric` that grades the finished episode
+            (each trajectory's ``rubric``); the reward stays the sparse task reward unless
+            ``rubric_as_reward`` makes it the rubric's score.
 
     Never raises for a failing environment: the rollout comes back done, with ``error`` set.
     """
@@ -368,6 +390,7 @@ def start(team: Team, env: Any, task: Any = None, *, seed: int | None = None, mo
     if any(t is None for t in toks.values()):
         raise ValueError("a team of scripted actors needs tokenizer= to record their turns")
     ro = Rollout(env, actors, toks, mode if len(actors) > 1 else "aec")
+    ro.rubric, ro.rubric_as_reward = rubric, rubric_as_reward
     for t in ro.trajectories.values():
         t.task_id, t.seed = str(getattr(task, "id", task)), seed
     try:
@@ -472,8 +495,9 @@ def advance(states: Sequence[Rollout], *, max_new_tokens: int, temperature: floa
 def rollout(team: Team, envs_and_tasks: Iterable[tuple[Any, Any]], *, max_new_tokens: int = 256,
             temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None, mode: str = "aec",
             tokenizer: Any = None, stop_token_ids: list[int] | None = None, max_context: int | None = None,
-            env_threads: int | None = None) -> list[Rollout]:
-    """Play every ``(episode, task)`` to its end with ``team``, all turns batched together.
+            env_threads: int | None = None, rubric: Any = None, rubric_as_reward: bool = False) -> list[Rollout]:
+    """Play every ``(episode, task)`` to its end with ``team``, all turns batched together
+    (``rubric``: grade each finished episode, see :func:`start`).
 
     Each pair needs its own episode (``envfactory.make(name, max_turns=...)``: the
     episode's turn limit ends it). One failing episode is reported in its rollout's
@@ -483,7 +507,8 @@ def rollout(team: Team, envs_and_tasks: Iterable[tuple[Any, Any]], *, max_new_to
     if len({id(e) for e, _ in pairs}) != len(pairs):
         raise ValueError("rollout: each episode needs its own environment instance (make one per pair)")
     states = [start(team, env, task, seed=None if seed is None else seed + i, mode=mode, tokenizer=tokenizer,
-                    max_new_tokens=max_new_tokens, max_context=max_context) for i, (env, task) in enumerate(pairs)]
+                    max_new_tokens=max_new_tokens, max_context=max_context, rubric=rubric,
+                    rubric_as_reward=rubric_as_reward) for i, (env, task) in enumerate(pairs)]
     tick = 0
     while not all(s.done for s in states):
         advance(states, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,

@@ -50,7 +50,7 @@ class LLMUser:
         tok = self.policy.tokenizer
         ids = tok.apply_chat_template(self.messages(question, facts, history), add_generation_prompt=True,
                                       tokenize=True)
-        if isinstance(ids, dict):  # transformers >= 5 returns a BatchEncoding
+        if hasattr(ids, "keys"):  # transformers >= 5 returns a BatchEncoding (a mapping, not a dict)
             ids = ids["input_ids"]
         seed = zlib.crc32(f"{self.seed}/{question}/{len(history)}".encode()) & 0x7FFFFFFF
         gen = self.policy.generate([list(ids)], max_new_tokens=self.max_new_tokens, temperature=self.temperature,
