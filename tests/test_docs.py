@@ -134,16 +134,23 @@ def test_a_failing_snippet_names_its_page_and_line(tmp_path: Path) -> None:
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
+def anchors(page: Path) -> set[str]:
+    """GitHub's anchors for the page's headings: lower case, punctuation dropped, spaces to hyphens."""
+    heads = re.findall(r"^#+\s+(.*?)\s*$", page.read_text(encoding="utf-8"), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in heads}
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_relative_links_point_at_files(page: Path) -> None:
     missing = []
     for target in LINK.findall(page.read_text(encoding="utf-8")):
-        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+        if re.match(r"[a-z]+:", target):
             continue
-        path = (page.parent / target.split("#")[0]).resolve()
-        if not path.exists():
+        file, _, anchor = target.partition("#")
+        path = (page.parent / file).resolve() if file else page
+        if not path.exists() or (anchor and path.suffix == ".md" and anchor not in anchors(path)):
             missing.append(target)
-    assert not missing, f"{_rel(page)} links to files that do not exist: {missing}"
+    assert not missing, f"{_rel(page)} links to files or headings that do not exist: {missing}"
 
 
 CODE = re.compile(r"`([^`\n]+)`")
@@ -195,3 +202,9 @@ def test_named_paths_and_modules_exist(page: Path) -> None:
             elif DOTTED.match(word) and word not in GROUPS and not _resolves(word):
                 bad.append(word)
     assert not bad, f"{_rel(page)} names paths or modules that do not exist: {sorted(set(bad))}"
+
+
+def test_anchors_follow_githubs_rule(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n## The engine: one referee, N ≥ 1 roles\n\n### Task kinds: worth it\n")
+    assert anchors(page) == {"title", "the-engine-one-referee-n--1-roles", "task-kinds-worth-it"}
