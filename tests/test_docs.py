@@ -1,4 +1,5 @@
-"""Every Python snippet of the README and the manual (docs/*.md) runs, and every name and link they give exists.
+"""Every Python snippet of the README and the manual (docs/*.md) runs, and every name and link they
+(and benchmarks/results/RESULTS.md) give exists.
 
 The rule for snippets (fenced blocks whose info string starts with ``python``):
 
@@ -28,7 +29,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "results" / "RESULTS.md"]
 TAGS = {"": "run", "slow": "slow", "no-run": "no-run"}
 MAX_NO_RUN = 6
 PACKAGES = ("envfactory", "agents", "benchmarks", "environments", "tools")
