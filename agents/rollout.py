@@ -21,8 +21,8 @@ template's rendering of ``Trajectory.messages`` (what
 
 A *team* is one :class:`~agents.policy.Policy` for every role (self-play, or a
 single agent) or ``{agent id: actor}``. An actor is a ``Policy`` (sampled, batched
-across all live episodes) or a scripted role policy with ``act(episode, agent,
-seed)`` (its text is encoded and recorded as a turn with logprob 0: that is how
+across all live episodes) or a :class:`~envfactory.checks.scripted.RolePolicy`
+(``act(episode, agent, seed)``; its text is encoded and recorded as a turn with logprob 0: that is how
 SFT data on reference solutions is made). Turn order (``aec``) and simultaneous
 moves (``parallel``) both work. At the end every role trajectory gets its agent's
 reward (the sparse success, or the agent's payoff in a mixed-motive game).
@@ -47,7 +47,7 @@ from .policy import Generation, default_stop_ids
 __all__ = ["Trajectory", "Rollout", "Team", "resolve_team", "start", "advance", "rollout", "write_jsonl",
            "read_jsonl", "renderer_for"]
 
-Team = Any  # Policy | Mapping[str, Policy | scripted role policy]
+Team = Any  # Policy | Mapping[str, Policy | envfactory.checks.scripted.RolePolicy]
 
 
 @dataclass

@@ -15,7 +15,7 @@ import envfactory  # noqa: E402
 from agents import Trainer  # noqa: E402
 from agents.algorithms.arpo import GRPO  # noqa: E402
 from agents.rollout import env_version, rollout  # noqa: E402
-from agents.scripted_policy import ScriptedPolicy  # noqa: E402
+from agents.scripted_model import ScriptedModel  # noqa: E402
 from agents.trajectories import load_trajectories, save_trajectories  # noqa: E402
 from envfactory.cli import main  # noqa: E402
 
@@ -38,7 +38,7 @@ def played():
         text = hf.tokenizer.decode(prompt)
         return next((call for instr, call in by_text.items() if instr in text), None)
 
-    pol = ScriptedPolicy(hf.tokenizer, first, fallback=hf)
+    pol = ScriptedModel(hf.tokenizer, first, fallback=hf)
     trajs = [r.trajectory for r in rollout(pol, [(envfactory.make("Lights-v0", max_turns=2), t.id) for t in tasks],
                                            max_new_tokens=40, seed=5)]
     return hf, trajs
