@@ -8,10 +8,11 @@ import pytest
 
 import envfactory
 from agents.hf_policy import HFPolicy
-from agents.rollout import Trajectory, advance, read_jsonl, rollout, start, write_jsonl
+from agents.rollout import Trajectory, advance, rollout, start
 from agents.rollout_check import invariant_problems
 from agents.scripted_model import RecordingPolicy, ScriptedModel
 from agents.tiny import build_tiny_model
+from agents.trajectories import load_trajectories, save_trajectories
 
 LIST_ROOT = '<tool_call>\n{"name": "list_dir", "arguments": {"path": "/"}}\n</tool_call>'
 
@@ -121,7 +122,7 @@ def test_fork_is_independent_and_jsonl_round_trips(hf: HFPolicy, tmp_path) -> No
     assert s.done and not b.done and len(b.trajectory.response_ids) < len(s.trajectory.response_ids)
     assert b.env is not s.env and b.env.state is not s.env.state
     path = tmp_path / "t.jsonl"
-    assert write_jsonl([s.trajectory, b.trajectory], path) == 2
-    back = read_jsonl(path)
+    assert save_trajectories([s.trajectory, b.trajectory], path) == path
+    back = load_trajectories(path)
     assert back[0] == s.trajectory and isinstance(back[0], Trajectory)
     json.loads(path.read_text().splitlines()[1])
