@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["Trainer", "Policy", "Generation", "HFPolicy", "VLLMPolicy", "OpenAIPolicy", "Trajectory", "Rollout",
-           "rollout", "build_tiny_model", "load_policy", "ARPO", "GRPO", "LLMRolePolicy"]
+           "rollout", "build_tiny_model", "pretrained_tiny_model", "load_policy", "ARPO", "GRPO", "LLMRolePolicy"]
 
 _LAZY = {
     "Trainer": "agents.trainer",
@@ -24,6 +24,7 @@ _LAZY = {
     "Rollout": "agents.rollout",
     "rollout": "agents.rollout",
     "build_tiny_model": "agents.tiny",
+    "pretrained_tiny_model": "agents.pretrain",
     "load_policy": "agents.policy_spec",
     "LLMRolePolicy": "agents.policy_spec",
     "ARPO": "agents.algorithms.arpo",

@@ -41,7 +41,9 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--report", default=None, metavar="DIR",
                    help="write report.md, results.json and PNG plots here (teams: team_eval.md/json, SVG plots)")
-    p.add_argument("--trajectories", default=None, metavar="FILE", help="write model trajectories as JSONL here")
+    p.add_argument("--trajectories", default=None, metavar="FILE",
+                   help="write model trajectories to this .jsonl or .parquet file (the dataset format of "
+                        "--save-trajectories)")
     p.add_argument("--save-trajectories", default=None, metavar="DIR",
                    help="write model trajectories as a dataset here (trajectories.jsonl, or .parquet with "
                         "--trajectory-format parquet; datasets.load_dataset reads it, Trainer.sft trains on it)")
@@ -60,6 +62,9 @@ def _eval_run(args: argparse.Namespace) -> Result:
     from agents.policy_spec import PolicySpecError
 
     names = [n.strip() for n in args.env.split(",") if n.strip()]
+    if args.trajectories and not args.trajectories.endswith((".jsonl", ".parquet")):
+        msg = f"--trajectories {args.trajectories}: name a .jsonl or .parquet file (or use --save-trajectories DIR)"
+        return 2, {"error": msg}, "error: " + msg
     trajs: list[Any] = []
     try:
         doc = evaluate(names, args.policy, episodes=args.episodes, runtime=args.runtime, max_turns=args.max_turns,
@@ -69,10 +74,9 @@ def _eval_run(args: argparse.Namespace) -> Result:
         msg = str(exc.args[0]) if isinstance(exc, KeyError) else str(exc)
         return 2, {"error": msg}, "error: " + msg
     if args.trajectories:
-        from agents.rollout import write_jsonl
+        from agents.trajectories import save_trajectories
 
-        doc["trajectories_file"] = args.trajectories
-        write_jsonl(trajs, args.trajectories)
+        doc["trajectories_file"] = str(save_trajectories(trajs, args.trajectories))
     if args.save_trajectories:
         from agents.trajectories import save_trajectories
 

@@ -45,7 +45,13 @@ class Generation:
 
 
 class Policy(ABC):
-    """A language model that samples continuations of token-id prompts."""
+    """A language model that samples continuations of token-id prompts.
+
+    This is the trainable, token-level contract. What plays a role in an episode is an
+    :class:`envfactory.checks.scripted.RolePolicy` (``act(episode, agent, seed)``); a model
+    plays one through :class:`agents.policy_spec.LLMRolePolicy`, or through
+    :mod:`agents.rollout` when its turns are training samples.
+    """
 
     tokenizer: "transformers.PreTrainedTokenizerBase"
 

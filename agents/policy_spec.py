@@ -33,8 +33,8 @@ class PolicySpecError(ValueError):
 
 
 def load_policy(spec: str, **kwargs: Any) -> Any:
-    """The :class:`Policy` a spec names, or the scripted policy (``oracle``..., with
-    ``act(episode, agent, seed)``; :func:`envfactory.checks.scripted.scripted_policy`).
+    """The model :class:`Policy` a spec names, or the scripted role policy (``oracle``...,
+    a :class:`~envfactory.checks.scripted.RolePolicy`; :func:`envfactory.checks.scripted.scripted_policy`).
 
     Raises:
         PolicySpecError: the spec is malformed (the message lists the accepted forms).
@@ -70,7 +70,8 @@ def load_policy(spec: str, **kwargs: Any) -> Any:
 
 
 class LLMRolePolicy:
-    """A :class:`Policy` as a role policy of a team (``act(episode, agent, seed) -> text``), for
+    """A model :class:`Policy` as a :class:`~envfactory.checks.scripted.RolePolicy`
+    (``act(episode, agent, seed) -> text``), for
     team evaluation (``envfactory eval-team``); the same object may play every role.
 
     Each turn renders the agent's own conversation (``episode.transcript(agent)``: its

@@ -39,7 +39,7 @@ held-out loss of 1.61; hidden 128 with 2 heads (head dim 64 kept, 1.2M parameter
 gets 450 steps and 0.83, so the pretrained model has that size and its own seeded
 initialisation (the tokenizer and chat template are the random build's).
 
-:func:`pretrained_tiny_model` (or ``build_tiny_model(pretrained=True)``) returns the
+:func:`pretrained_tiny_model` returns the
 folder, cached next to the random build, keyed by a hash of the corpus text, the
 pretraining config (size included), the random build (tokenizer), the seed and a format
 version, and published with the same atomic rename. ``envfactory pretrain`` runs it.

@@ -100,6 +100,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
 
     from .algorithms.metrics import plot_learning_curve
     from .hf_policy import HFPolicy
+    from .pretrain import pretrained_tiny_model
     from .stats import bootstrap_mean, paired_bootstrap
     from .tiny import build_tiny_model
     from .trainer import Trainer
@@ -123,7 +124,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
     for seed in cfg.seeds:
         t0 = time.perf_counter()
         torch.manual_seed(seed)
-        path = build_tiny_model(seed=seed, pretrained=cfg.pretrained)
+        path = pretrained_tiny_model(seed=seed) if cfg.pretrained else build_tiny_model(seed=seed)
         policy = HFPolicy(path, device="cpu")
         row: dict[str, Any] = {"seed": seed}
         ev = dict(samples=cfg.eval_samples, seed=10_000 + seed, temperature=cfg.eval_temperature)

@@ -21,8 +21,8 @@ template's rendering of ``Trajectory.messages`` (what
 
 A *team* is one :class:`~agents.policy.Policy` for every role (self-play, or a
 single agent) or ``{agent id: actor}``. An actor is a ``Policy`` (sampled, batched
-across all live episodes) or a scripted role policy with ``act(episode, agent,
-seed)`` (its text is encoded and recorded as a turn with logprob 0: that is how
+across all live episodes) or a :class:`~envfactory.checks.scripted.RolePolicy`
+(``act(episode, agent, seed)``; its text is encoded and recorded as a turn with logprob 0: that is how
 SFT data on reference solutions is made). Turn order (``aec``) and simultaneous
 moves (``parallel``) both work. At the end every role trajectory gets its agent's
 reward (the sparse success, or the agent's payoff in a mixed-motive game).
@@ -35,34 +35,38 @@ episode, with :attr:`Rollout.error` (and each ``Trajectory.error``) saying why.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from .chat_render import ChatRenderer
 from .policy import Generation, default_stop_ids
 
-__all__ = ["Trajectory", "Rollout", "Team", "resolve_team", "start", "advance", "rollout", "write_jsonl",
-           "read_jsonl", "renderer_for"]
+__all__ = ["Trajectory", "Rollout", "Team", "resolve_team", "start", "advance", "rollout", "renderer_for"]
 
-Team = Any  # Policy | Mapping[str, Policy | scripted role policy]
+Team = Any  # Policy | Mapping[str, Policy | envfactory.checks.scripted.RolePolicy]
 
 
-@dataclass
-class Trajectory:
-    """One role's side of an episode as a training sample (see the module docstring)."""
+class Trajectory(BaseModel):
+    """One role's side of an episode as a training sample (see the module docstring).
+
+    The one record of a trajectory: rollouts build it, the trainer learns from it, and
+    :mod:`agents.trajectories` writes and reads it (JSONL or Parquet).
+    """
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="ignore")
 
     env_name: str
     task_id: str
     agent: str = "agent_0"
-    prompt_ids: list[int] = field(default_factory=list)
-    response_ids: list[int] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    entropies: list[float] = field(default_factory=list)
-    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    prompt_ids: list[int] = Field(default_factory=list)
+    response_ids: list[int] = Field(default_factory=list)
+    loss_mask: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    entropies: list[float] = Field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = Field(default_factory=list)
     tool_calls: int = 0
     tool_errors: int = 0
     parse_errors: int = 0
@@ -71,8 +75,8 @@ class Trajectory:
     terminated: bool = False
     truncated: bool = False
     error: str | None = None
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    tools: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
     """The tool schemas rendered into the prompt (``render(messages, tools)`` reproduces the sample)."""
     turns: int = 0
     token_exact: bool = True
@@ -86,18 +90,20 @@ class Trajectory:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serializable dict of every field (``turn_spans`` as lists)."""
-        d = asdict(self)
+        d = self.model_dump()
         d["turn_spans"] = [list(s) for s in self.turn_spans]
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Trajectory":
-        d = dict(d)
-        d["turn_spans"] = [tuple(s) for s in d.get("turn_spans", [])]
-        return cls(**d)
+        """The trajectory of a :meth:`to_json` dict (keys it does not know are ignored)."""
+        return cls.model_validate(d)
 
-    def copy(self) -> "Trajectory":
-        return Trajectory(**{k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()})
+    def copy(self) -> "Trajectory":  # type: ignore[override]
+        """An independent copy (its lists are new; a fork extends it without touching this one)."""
+        # no validation: every field is already valid, and branching copies long id lists
+        return Trajectory.model_construct(**{k: list(v) if isinstance(v, list) else v
+                                             for k, v in self.__dict__.items()})
 
     def _insert(self, ids: list[int]) -> None:
         self.response_ids += ids
@@ -170,7 +176,7 @@ class Rollout:
         spec = getattr(env, "spec", None)
         name = getattr(spec, "name", type(env).__name__)
         version = env_version(spec) if spec is not None else ""
-        self.trajectories = {a: Trajectory(name, "", a, env_version=version) for a in actors}
+        self.trajectories = {a: Trajectory(env_name=name, task_id="", agent=a, env_version=version) for a in actors}
         self.cursor: dict[str, int] = {}   # index in transcript(agent) after the role's last assistant turn
         self.closing: dict[str, str] = {}  # markup still owed after the role's last sampled turn
         self.full: set[str] = set()        # roles out of context: they pass, nothing more is recorded
@@ -516,19 +522,3 @@ def rollout(team: Team, envs_and_tasks: Iterable[tuple[Any, Any]], *, max_new_to
                 max_context=max_context, env_threads=env_threads)
         tick += 1
     return states
-
-
-def write_jsonl(trajectories: Iterable[Trajectory], path: str | os.PathLike[str]) -> int:
-    """Write one JSON object per trajectory; return how many were written."""
-    n = 0
-    with open(path, "w", encoding="utf-8") as f:
-        for t in trajectories:
-            f.write(json.dumps(t.to_json(), ensure_ascii=False) + "\n")
-            n += 1
-    return n
-
-
-def read_jsonl(path: str | os.PathLike[str]) -> list[Trajectory]:
-    """Trajectories written by :func:`write_jsonl`."""
-    with open(path, encoding="utf-8") as f:
-        return [Trajectory.from_json(json.loads(line)) for line in f if line.strip()]

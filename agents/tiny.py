@@ -6,8 +6,9 @@ trained on the registered environments' own text, built locally and cached.
 tokenizer is trained with the ``tokenizers`` library on the environments'
 instructions, system prompts, tool schemas, reference solutions and the tool
 outputs those solutions produce, wrapped in the chat markup; the model weights
-are a seeded random initialisation (``pretrained=True``: after the language-model
-pretraining of :mod:`agents.pretrain`). The folder is keyed by a hash of the
+are a seeded random initialisation (:func:`agents.pretrain.pretrained_tiny_model`
+builds on this one: the same tokenizer after language-model pretraining; this module
+never imports that one). The folder is keyed by a hash of the
 corpus, the architecture and the seed, so it is rebuilt exactly when one of
 them changes (e.g. a new environment is registered) and reused otherwise.
 """
@@ -208,27 +209,21 @@ def _build(dest: Path, texts: list[str], seed: int) -> None:
          "corpus_texts": len(texts), "corpus_chars": sum(map(len, texts))}, indent=2))
 
 
-def build_tiny_model(cache_dir: str | os.PathLike[str] | None = None, seed: int = 0,
-                     pretrained: bool = False) -> str:
+def build_tiny_model(cache_dir: str | os.PathLike[str] | None = None, seed: int = 0) -> str:
     """Build (or reuse from the cache) the tiny default model; return its folder.
 
     Args:
         cache_dir: Where models are kept; defaults to :func:`cache_root` ``/models``.
         seed: Seeds the weight initialisation (the tokenizer depends only on the corpus).
-        pretrained: Return instead this build after the default language-model pretraining
-            on plays of the environments' non-evaluation tasks
-            (:func:`agents.pretrain.pretrained_tiny_model`, also cached; minutes on a CPU
-            the first time).
+            For this build after language-model pretraining on plays of the environments'
+            non-evaluation tasks, call :func:`agents.pretrain.pretrained_tiny_model` (also
+            cached; minutes on a CPU the first time).
 
     Returns:
         A path for ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``
         and vLLM. Concurrent builders are safe: each builds in a private folder and
         the first to finish publishes it with an atomic rename.
     """
-    if pretrained:
-        from .pretrain import pretrained_tiny_model
-
-        return pretrained_tiny_model(seed=seed, cache_dir=cache_dir)
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "models"
     texts = corpus()
     dest = root / f"tiny-qwen2-{_key(texts, seed)}"

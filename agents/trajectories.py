@@ -1,6 +1,7 @@
 """Trajectory datasets: episodes as JSONL or Parquet files that ``datasets.load_dataset`` reads.
 
-One row per role trajectory (:class:`~agents.rollout.Trajectory`), with the columns
+The one trajectory format and its one writer and reader. One row per role trajectory
+(:class:`~agents.rollout.Trajectory`, a pydantic model), with the columns
 
 * ``env_name``, ``env_version`` (:func:`agents.rollout.env_version`), ``task_id``, ``agent``, ``seed``;
 * ``prompt_ids``, ``response_ids``, ``loss_mask``, ``logprobs``, ``entropies``, ``turn_spans``:
@@ -14,7 +15,7 @@ One row per role trajectory (:class:`~agents.rollout.Trajectory`), with the colu
 ``load_dataset("json", data_files=".../trajectories.jsonl")`` or ``load_dataset("parquet", ...)``
 reads them; :func:`load_trajectories` reads them back into trajectories, and
 ``Trainer.sft(trajectories=...)`` trains on them. ``envfactory eval --save-trajectories DIR``
-and ``Trainer(..., save_trajectories=True)`` write them.
+(or ``--trajectories FILE``) and ``Trainer(..., save_trajectories=True)`` write them.
 """
 
 from __future__ import annotations
@@ -46,8 +47,7 @@ def row_trajectory(row: dict[str, Any]) -> Trajectory:
     for c in _JSON_COLUMNS:
         if isinstance(d.get(c), str):
             d[c] = json.loads(d[c])
-    known = set(Trajectory.__dataclass_fields__)
-    return Trajectory.from_json({k: v for k, v in d.items() if k in known})
+    return Trajectory.from_json(d)  # columns it does not know (a newer writer's) are ignored
 
 
 def save_trajectories(trajectories: Iterable[Trajectory], path: str | os.PathLike[str], *,
@@ -87,7 +87,8 @@ def save_trajectories(trajectories: Iterable[Trajectory], path: str | os.PathLik
 
 def load_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
     """Trajectories from a JSONL or Parquet file written by :func:`save_trajectories` (or a folder
-    holding ``trajectories.jsonl`` / ``.parquet``); also reads :func:`agents.rollout.write_jsonl` files.
+    holding ``trajectories.jsonl`` / ``.parquet``); rows whose ``messages`` and ``tools`` are JSON
+    values rather than JSON text (files of older versions) read the same.
 
     Raises:
         FileNotFoundError: no such file. ValueError: a row that is not a trajectory (names the line).
@@ -109,6 +110,6 @@ def load_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
                 continue
             try:
                 out.append(row_trajectory(json.loads(line)))
-            except (ValueError, TypeError) as exc:
+            except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
                 raise ValueError(f"{p}:{i}: not a trajectory row ({type(exc).__name__}: {exc})") from None
     return out

@@ -215,12 +215,12 @@ def bench_scale() -> dict[str, Any]:
         from .ray_scale import bench_scale as run
 
         out.update(run())
-    if os.environ.get("ENVF_BENCH_SCALE_ENGINES", "1") != "0":
+    if os.environ.get("ENVFACTORY_BENCH_SCALE_ENGINES", "1") != "0":
         out.update(bench_engines())
     return out
 
 
-SECOND_ENGINE_DIR = os.environ.get("ENVF_DOCKERD2_DIR", "/tmp/ef-dockerd2")
+SECOND_ENGINE_DIR = os.environ.get("ENVFACTORY_DOCKERD2_DIR", "/tmp/ef-dockerd2")
 
 
 def _second_engine() -> tuple[str | None, bool, str]:

@@ -14,7 +14,7 @@ of 50 so drift hits both. Reports step round-trip p50/p99 of each and their rati
 (``openenv_protocol_step_p50_vs_openenv_core_ratio`` < 1: envfactory's server is faster), and the
 in-process ``envfactory.make`` step for scale. envfactory's server runs a local world's step on the
 event loop (microseconds; no thread hop), where openenv-core sends a sync ``step`` through a
-per-session thread; a third server (``ENVF_OPENENV_INLINE=0``) takes that thread too, the A/B
+per-session thread; a third server (``ENVFACTORY_OPENENV_INLINE=0``) takes that thread too, the A/B
 (``openenv_protocol_threaded_*``).
 
     python -m benchmarks.openenv_face [N]      # prints the JSON
@@ -76,7 +76,8 @@ def bench_openenv(n: int = 2000) -> dict[str, Any]:
         subprocess.Popen(serve + [str(p_env)], env=env, stderr=subprocess.DEVNULL),
         subprocess.Popen([sys.executable, str(BASELINE), "serve", str(p_base)], env=env, stderr=subprocess.DEVNULL),
         # the A/B: envfactory's steps through openenv-core's per-session thread, as the baseline's are
-        subprocess.Popen(serve + [str(p_thr)], env={**env, "ENVF_OPENENV_INLINE": "0"}, stderr=subprocess.DEVNULL),
+        subprocess.Popen(serve + [str(p_thr)], env={**env, "ENVFACTORY_OPENENV_INLINE": "0"},
+                         stderr=subprocess.DEVNULL),
     ]
     out: dict[str, Any] = {}
     try:

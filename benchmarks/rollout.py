@@ -26,7 +26,7 @@ import envfactory
 
 from agents.policy import Policy
 from agents.rollout import rollout
-from agents.scripted_policy import RecordingPolicy, ScriptedPolicy
+from agents.scripted_model import RecordingPolicy, ScriptedModel
 
 __all__ = ["bench_rollout"]
 
@@ -43,7 +43,7 @@ def _measure(policy: Policy, episodes_per_env: int, max_new_tokens: int) -> dict
         return TOOL_CALL["Bank-v0" if banking else "FileSystem-v0"]
 
     rec = RecordingPolicy(policy)
-    mixed = ScriptedPolicy(policy.tokenizer, script, fallback=rec)
+    mixed = ScriptedModel(policy.tokenizer, script, fallback=rec)
     policy.generate([[5, 6, 7, 8]], max_new_tokens=4, seed=0)  # warm-up
     pairs = [(envfactory.make(name, max_turns=3), i) for name in ENVS for i in range(episodes_per_env)]
     prefill0 = policy.prefill_tokens_computed()

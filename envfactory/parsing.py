@@ -17,7 +17,7 @@ for that call, before anything in the episode changes.
 
 Limits (module attributes, read on every parse; set them to configure, e.g.
 ``envfactory.parsing.MAX_CALLS_PER_TURN = 1000``, or through the environment
-variables ``ENVF_MAX_ACTION_CHARS`` / ``ENVF_MAX_CALLS_PER_TURN`` at import):
+variables ``ENVFACTORY_MAX_ACTION_CHARS`` / ``ENVFACTORY_MAX_CALLS_PER_TURN`` at import):
 
 * :data:`MAX_ACTION_CHARS` (default 1 MiB of text): a longer action is rejected
   whole, unscanned, as one error (it runs no call and does not end the episode);
@@ -37,9 +37,9 @@ from .task import ToolCall
 __all__ = ["ParsedAction", "parse_action", "parse_text", "ActionTypeError", "MAX_ACTION_CHARS",
            "MAX_CALLS_PER_TURN"]
 
-MAX_ACTION_CHARS = int(os.environ.get("ENVF_MAX_ACTION_CHARS", 1 << 20))
+MAX_ACTION_CHARS = int(os.environ.get("ENVFACTORY_MAX_ACTION_CHARS", 1 << 20))
 """The longest action (characters of text) that is parsed; a longer one is one error."""
-MAX_CALLS_PER_TURN = int(os.environ.get("ENVF_MAX_CALLS_PER_TURN", 256))
+MAX_CALLS_PER_TURN = int(os.environ.get("ENVFACTORY_MAX_CALLS_PER_TURN", 256))
 """The most tool calls one action may make; an action with more runs none of them."""
 
 _OPEN = "<tool_call>"

@@ -9,17 +9,16 @@ them all. This package's ``__init__`` must therefore stay cheap: it imports
 nothing from the environment modules.
 
 Adding a module here means adding its environments to :data:`SINGLE_AGENT`
-or :data:`MULTI_AGENT` (``tests/test_imports.py`` checks the tables against
-what the modules actually register).
+or :data:`MULTI_AGENT`, and adding a spec file under ``specs/`` a line to
+:data:`SPEC_FILES` (``tests/test_imports.py`` checks the tables against what
+the modules and files actually register, and names what is missing).
 """
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
-__all__ = ["SINGLE_AGENT", "MULTI_AGENT", "register_all", "import_all"]
+__all__ = ["SINGLE_AGENT", "MULTI_AGENT", "SPEC_FILES", "register_all", "import_all"]
 
 _SPEC_FILES = "environments.spec_envs"   # a module per specs/*.yaml (and specs/composed/*.yaml)
 _CLASSES = "environments.class_envs"     # one environment per classes/*.py
@@ -40,21 +39,89 @@ SINGLE_AGENT: dict[str, str] = {
 }
 
 
-def _spec_file_names() -> dict[str, str]:
-    """``{environment: module}`` for what the spec files declare (their ``name:`` and variants'
-    ``{name: ...}``), read with a regular expression: cheap, no YAML parsing, no import. Each
-    file is its own module (see :mod:`environments.spec_envs`; its ``files``/``module_for`` say the
-    same, but announcing names must import no environment module, that one included)."""
-    folder = Path(__file__).parent / "specs"
-    found: dict[str, str] = {}
-    for path in sorted(folder.glob("*.yaml")) + sorted((folder / "composed").glob("*.yaml")):
-        module = f"{_SPEC_FILES}.{'composed_' if path.parent.name == 'composed' else ''}{path.stem}"
-        for name in re.findall(r"(?:^|[{\s])name: *([A-Z][A-Za-z0-9]*-v\d+)\b", path.read_text(), re.M):
-            found[name] = module
-    return found
-
-
-SINGLE_AGENT.update(_spec_file_names())
+# spec file (a module of environments.spec_envs: its stem, ``composed_<stem>`` under specs/composed/)
+# -> the environments it declares (its ``name:`` and its variants'). Declared, not scanned, so
+# announcing names reads no file; tests/test_imports.py checks it against what the files register.
+SPEC_FILES: dict[str, tuple[str, ...]] = {
+    "auto_repair": ("AutoRepair-v0",),
+    "bike_share": ("BikeShare-v0",),
+    "blood_bank": ("BloodBank-v0",),
+    "bug_tracker": ("BugTracker-v0",),
+    "calendar": ("Calendar-v0", "Calendar-v1"),
+    "campground": ("Campground-v0",),
+    "car_rental": ("CarRental-v0",),
+    "catering": ("Catering-v0",),
+    "cinema": ("Cinema-v0",),
+    "city_permits": ("CityPermits-v0",),
+    "clinic": ("Clinic-v0", "Clinic-v1"),
+    "clinical_trials": ("ClinicalTrials-v0",),
+    "courses": ("Courses-v0", "Courses-v1"),
+    "coworking": ("Coworking-v0",),
+    "crm": ("CRM-v0", "CRM-v1"),
+    "crowdfunding": ("Crowdfunding-v0",),
+    "daycare": ("Daycare-v0",),
+    "dental": ("Dental-v0",),
+    "dispatch": ("EmergencyDispatch-v0",),
+    "donations": ("Donations-v0",),
+    "events": ("Events-v0", "Events-v1"),
+    "farm_ops": ("FarmOps-v0",),
+    "fleet": ("Fleet-v0", "Fleet-v1"),
+    "flights": ("Flights-v0", "Flights-v1"),
+    "food_delivery": ("FoodDelivery-v0",),
+    "gradebook": ("Gradebook-v0",),
+    "grocery": ("GroceryDelivery-v0",),
+    "gym": ("GymClub-v0", "GymClub-v1"),
+    "hotel": ("Hotel-v0", "Hotel-v1"),
+    "hr": ("HR-v0", "HR-v1"),
+    "insurance": ("InsuranceClaims-v0",),
+    "it_assets": ("ITAssets-v0",),
+    "legal_cases": ("LegalCases-v0",),
+    "library": ("Library-v0", "Library-v1"),
+    "loans": ("Loans-v0",),
+    "mailbox": ("Mailbox-v0", "Mailbox-v1"),
+    "marina": ("Marina-v0",),
+    "moving": ("MovingCompany-v0",),
+    "museum": ("Museum-v0",),
+    "parking": ("Parking-v0",),
+    "payroll": ("Payroll-v0",),
+    "pharmacy": ("Pharmacy-v0", "Pharmacy-v1"),
+    "project_board": ("ProjectBoard-v0", "ProjectBoard-v1"),
+    "publishing": ("Publishing-v0",),
+    "rail": ("RailTickets-v0",),
+    "real_estate": ("RealEstate-v0",),
+    "recipes": ("Recipes-v0", "Recipes-v1"),
+    "restaurant": ("Restaurant-v0", "Restaurant-v1"),
+    "retail": ("RetailOrders-v0", "RetailOrders-v1"),
+    "shelter": ("PetShelter-v0", "PetShelter-v1"),
+    "sports_league": ("SportsLeague-v0",),
+    "student_housing": ("StudentHousing-v0",),
+    "subscriptions": ("Subscriptions-v0",),
+    "tax_filing": ("TaxFiling-v0",),
+    "telecom": ("Telecom-v0",),
+    "translation": ("Translation-v0",),
+    "tutoring": ("Tutoring-v0",),
+    "utilities": ("UtilityBilling-v0",),
+    "vet_clinic": ("VetClinic-v0",),
+    "warehouse": ("Warehouse-v0", "Warehouse-v1"),
+    "waste_collection": ("WasteCollection-v0",),
+    "weddings": ("WeddingPlanner-v0",),
+    "work_orders": ("WorkOrders-v0",),
+    "composed_animal_care_network": ("AnimalCareNetwork-v0",),
+    "composed_campus": ("Campus-v0",),
+    "composed_care_network": ("CareNetwork-v0",),
+    "composed_event_planner": ("EventPlanner-v0",),
+    "composed_fleet_maintenance": ("FleetMaintenance-v0",),
+    "composed_food_hub": ("FoodHub-v0",),
+    "composed_home_buying": ("HomeBuying-v0",),
+    "composed_home_services": ("HomeServices-v0",),
+    "composed_kitchen": ("Kitchen-v0",),
+    "composed_mobility_desk": ("MobilityDesk-v0",),
+    "composed_people_ops": ("PeopleOps-v0",),
+    "composed_sales_desk": ("SalesDesk-v0",),
+    "composed_shop_back_office": ("ShopBackOffice-v0",),
+    "composed_travel_desk": ("TravelDesk-v0",),
+}
+SINGLE_AGENT.update({name: f"{_SPEC_FILES}.{suffix}" for suffix, names in SPEC_FILES.items() for name in names})
 
 # team environments (no Gymnasium id: they are PettingZoo environments)
 MULTI_AGENT: dict[str, str] = {

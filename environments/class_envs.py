@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 from envfactory import register
-from envfactory.factory.from_class import from_class
+from envfactory.factory.from_class import Synthesis, from_class
 
 from .classes.brokerage import Brokerage
 from .classes.chat import ChatWorkspace
@@ -83,13 +83,13 @@ def _lab(rng: random.Random) -> dict:
                         for i in range(1, rng.randint(3, 5))}}
 
 
-def _from_class(*args, **kwargs):
+def _from_class(*args, arguments, **kwargs):
     # The built-in class environments keep the detailed error text ("Error: tool 'x' failed:
     # ValueError: ...") and read-only by name unless listed: the pinned pretraining corpus and
     # every figure measured with the embedded model were made with them; new environments get
     # the class's own message and read-only by observation by default.
     kwargs.setdefault("read_only", None)
-    return from_class(*args, errors="detailed", **kwargs)
+    return from_class(*args, errors="detailed", synthesis=Synthesis(arguments=arguments), **kwargs)
 
 
 def _specs():

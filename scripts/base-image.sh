@@ -22,15 +22,15 @@
 #   default USER   -> root (so derived Dockerfiles can pip install); run
 #                     containers with --user 10001.
 #
-# Env overrides: ENVF_CACHE_DIR, DEBIAN_MIRROR, ENVF_SKIP_ENGINE=1 (do not
+# Env overrides: ENVFACTORY_CACHE_DIR, DEBIAN_MIRROR, ENVFACTORY_SKIP_ENGINE=1 (do not
 # call scripts/docker-engine.sh first).
 set -euo pipefail
 
 NAME="${1:-envfactory-base:bookworm}"
 SUITE=bookworm
 PACKAGES="python3,python3-venv"
-ENVF_UID=10001
-CACHE_DIR="${ENVF_CACHE_DIR:-/var/cache/envfactory}"
+IMAGE_UID=10001
+CACHE_DIR="${ENVFACTORY_CACHE_DIR:-/var/cache/envfactory}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 # Bump RECIPE_VERSION when the customisation below changes, so the cached
 # rootfs tarball is rebuilt.
@@ -43,7 +43,7 @@ die() { log "ERROR: $*"; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (debootstrap, chroot)"
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
-if [ "${ENVF_SKIP_ENGINE:-0}" != 1 ]; then
+if [ "${ENVFACTORY_SKIP_ENGINE:-0}" != 1 ]; then
     "$here/docker-engine.sh"
 fi
 
@@ -63,7 +63,7 @@ if docker image inspect "$NAME" >/dev/null 2>&1; then
     exit 0
 fi
 
-key=$(printf '%s|%s|%s|%s\n' "$SUITE" "$PACKAGES" "$ENVF_UID" "$RECIPE_VERSION" | sha256sum | cut -c1-12)
+key=$(printf '%s|%s|%s|%s\n' "$SUITE" "$PACKAGES" "$IMAGE_UID" "$RECIPE_VERSION" | sha256sum | cut -c1-12)
 tarball="$CACHE_DIR/rootfs-$SUITE-$key.tar"
 
 if [ ! -s "$tarball" ]; then
@@ -112,8 +112,8 @@ EOF
     # sanity check
     chroot "$rootfs" /opt/venv/bin/pip --version >/dev/null
 
-    chroot "$rootfs" groupadd -g "$ENVF_UID" envf
-    chroot "$rootfs" useradd -u "$ENVF_UID" -g "$ENVF_UID" -m -d /home/envf -s /bin/sh envf
+    chroot "$rootfs" groupadd -g "$IMAGE_UID" envf
+    chroot "$rootfs" useradd -u "$IMAGE_UID" -g "$IMAGE_UID" -m -d /home/envf -s /bin/sh envf
 
     # Trim: nothing in the image can reach a network, so apt lists/caches are
     # dead weight; docs/man/locales are never read.

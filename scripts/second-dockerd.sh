@@ -17,7 +17,7 @@
 set -euo pipefail
 
 cmd="${1:-start}"
-DIR="${2:-${ENVF_DOCKERD2_DIR:-/tmp/ef-dockerd2}}"
+DIR="${2:-${ENVFACTORY_DOCKERD2_DIR:-/tmp/ef-dockerd2}}"
 SOCK="$DIR/docker.sock"
 URL="unix://$SOCK"
 PIDFILE="$DIR/pid"

@@ -139,12 +139,13 @@ def test_each_branch_point_gets_exactly_Z_branches(tokenizer, M, N, Z):
 
 # -- 3. H_initial is limited to the first turn -------------------------------------------------------
 def test_initial_entropy_window_stays_in_the_first_turn():
-    t = Trajectory("X-v0", "t", response_ids=list(range(18)), loss_mask=[1] * 5 + [0] * 3 + [1] * 10,
-                   entropies=[0.1] * 5 + [0.0] * 3 + [0.9] * 10, turn_spans=[(0, 5), (8, 18)])
+    t = Trajectory(env_name="X-v0", task_id="t", response_ids=list(range(18)),
+                   loss_mask=[1] * 5 + [0] * 3 + [1] * 10, entropies=[0.1] * 5 + [0.0] * 3 + [0.9] * 10,
+                   turn_spans=[(0, 5), (8, 18)])
     assert initial_entropy(t, 10) == pytest.approx(0.1)  # the first turn has only 5 tokens
     assert initial_entropy(t, 3) == pytest.approx(0.1)
     assert ARPO(k=10).delta_h(t) == pytest.approx(0.8)
-    assert initial_entropy(Trajectory("X-v0", "t"), 10) == 0.0
+    assert initial_entropy(Trajectory(env_name="X-v0", task_id="t"), 10) == 0.0
 
 
 # -- 4. tokens generated = tokens the policy sampled, copies of prefixes not counted again ------------

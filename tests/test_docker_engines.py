@@ -28,7 +28,7 @@ pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "second-dockerd.sh"
 FIRST = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-SECOND_DIR = os.environ.get("ENVF_DOCKERD2_DIR", "/tmp/ef-dockerd2")
+SECOND_DIR = os.environ.get("ENVFACTORY_DOCKERD2_DIR", "/tmp/ef-dockerd2")
 
 
 @contextlib.contextmanager

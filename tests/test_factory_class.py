@@ -5,8 +5,10 @@ from __future__ import annotations
 import ast
 import inspect
 
+import pytest
+
 import envfactory
-from envfactory.factory.from_class import from_class
+from envfactory.factory.from_class import Synthesis, from_class
 from envfactory import Episode
 from envfactory.checks.verify import verify_spec
 from environments.classes import brokerage
@@ -14,10 +16,11 @@ from environments.classes.brokerage import Brokerage
 
 
 def _spec():
-    return from_class(Brokerage, name="BrokerTest-v0", domain="trading", n_tasks=12,
+    return from_class(Brokerage, name="BrokerTest-v0", domain="trading",
                       config={"cash": 1000.0, "prices": {"ACME": 10.0, "UMBR": 99.5}, "positions": {}},
-                      arguments={"symbol": "keys:prices", "sell.symbol": "keys:positions",
-                                 "quantity": [1, 2, 3], "order_id": "keys:orders", "limit": [9.5, 20.0]})
+                      synthesis=Synthesis(n_tasks=12, arguments={
+                          "symbol": "keys:prices", "sell.symbol": "keys:positions", "quantity": [1, 2, 3],
+                          "order_id": "keys:orders", "limit": [9.5, 20.0]}))
 
 
 def test_class_module_knows_nothing_of_envfactory():
@@ -70,10 +73,34 @@ def test_the_documented_spelling_calls_the_factory_whatever_was_imported_first()
     import envfactory.factory as factory
     from envfactory.factory import from_class as imported, from_spec
 
-    spec = factory.from_class(Brokerage, name="BrokerTwice-v0", domain="trading", n_tasks=3,
+    spec = factory.from_class(Brokerage, name="BrokerTwice-v0", domain="trading", synthesis=Synthesis(n_tasks=3),
                               config={"cash": 1000.0, "positions": {}, "prices": {"ACME": 10.0}})
-    again = imported(Brokerage, name="BrokerThrice-v0", domain="trading", n_tasks=3,
+    again = imported(Brokerage, name="BrokerThrice-v0", domain="trading", synthesis=Synthesis(n_tasks=3),
                      config={"cash": 1000.0, "positions": {}, "prices": {"ACME": 10.0}})
     assert spec.name == "BrokerTwice-v0" and again.name == "BrokerThrice-v0"
     assert [t["function"]["name"] for t in spec.tool_schemas()] == [t["function"]["name"] for t in again.tool_schemas()]
     assert callable(from_spec) and callable(factory.from_mcp)
+
+
+def test_options_are_grouped_by_what_they_shape() -> None:
+    """A class's own options live in its Service, task synthesis in Synthesis; the call says which is which."""
+    from envfactory import SpecError
+    from envfactory.factory import Service
+
+    config = {"cash": 1000.0, "positions": {}, "prices": {"ACME": 10.0, "UMBR": 99.5}}
+    spec = from_class(Service(Brokerage, prefix="b_", exclude=["cancel_order"]), name="BrokerGrouped-v0",
+                      domain="trading", config=config,
+                      synthesis=Synthesis(n_tasks=4, seed=3, arguments={"symbol": ["ACME"], "quantity": [1]}))
+    names = {t["function"]["name"] for t in spec.tool_schemas()} - {"finish"}
+    assert names and all(n.startswith("b_") for n in names) and "b_cancel_order" not in names
+    tasks = spec.get_tasks()
+    assert len(tasks) == 4
+    again = from_class(Service(Brokerage, prefix="b_", exclude=["cancel_order"]), name="BrokerGrouped-v1",
+                       domain="trading", config=config,
+                       synthesis=Synthesis(n_tasks=4, seed=3, arguments={"symbol": ["ACME"], "quantity": [1]}))
+    assert [t.instruction for t in again.get_tasks()] == [t.instruction for t in tasks]  # the seed decides
+    for removed in ("n_tasks", "prefix", "exclude", "init", "templates", "read_share"):
+        with pytest.raises(TypeError, match=removed):
+            from_class(Brokerage, name="X-v0", domain="x", config=config, **{removed: None})
+    with pytest.raises(SpecError, match=r"Service\(cls, loader=\.\.\.\)"):
+        from_class([Brokerage, Service(Brokerage, key="other")], name="Y-v0", domain="x", loader="load")

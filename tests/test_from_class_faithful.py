@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from envfactory import Episode  # noqa: E402
-from envfactory.factory.from_class import from_class  # noqa: E402
+from envfactory.factory.from_class import Service, Synthesis, from_class  # noqa: E402
 from envfactory.task import Task, call  # noqa: E402
 from fixtures.third_party.ledger import Ledger  # noqa: E402
 from fixtures.third_party.notebook import Notebook  # noqa: E402
@@ -20,7 +20,8 @@ from fixtures.third_party.shop import Shop  # noqa: E402
 
 
 def _episode(cls, config, exclude=()):
-    spec = from_class(cls, name="Faithful-v0", domain="test", config=config, n_tasks=1, exclude=exclude)
+    spec = from_class(Service(cls, exclude=exclude), name="Faithful-v0", domain="test", config=config,
+                      synthesis=Synthesis(n_tasks=1))
     probe = spec.metadata["synth"].sample_state(random.Random(0))
     spec.tasks = [Task(id="t", instruction="anything", initial_state=probe, solution=[], check=lambda s: True)]
     ep = Episode(spec)

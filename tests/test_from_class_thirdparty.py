@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from envfactory import Episode, SpecError  # noqa: E402
-from envfactory.factory.from_class import ClassTask, Service, from_class  # noqa: E402
+from envfactory.factory.from_class import ClassTask, Service, Synthesis, from_class  # noqa: E402
 from envfactory.factory.pystate import encode  # noqa: E402
 from envfactory.task import call  # noqa: E402
 from envfactory.checks.verify import verify_spec  # noqa: E402
@@ -127,13 +127,13 @@ SCENARIOS = {
 RENDER = {None: None, "str": str, "repr": repr}
 
 
-def _spec(name, n_tasks=0, **extra):
+def _spec(name, n_tasks=0, arguments=None, **extra):
     services, config, options, _, calls = SCENARIOS[name]
     tasks = None if n_tasks else [ClassTask(id="ref", instruction="Replay the reference calls.", config=config,
                                             solution=[call(n, **a) for n, a in calls], check=lambda s: True)]
     env_name = "".join(w.capitalize() for w in name.replace("+", " ").split()) + "-v0"
     return from_class(services, name=env_name, domain="third_party", config=config, tasks=tasks,
-                      n_tasks=n_tasks or 60, **options, **extra)
+                      synthesis=Synthesis(arguments=arguments or {}, n_tasks=n_tasks or 60), **options, **extra)
 
 
 def _render_default(result):
@@ -358,16 +358,17 @@ def test_read_only_tools_by_observation_rather_than_by_name():
     arguments = {"folder": ["docs", "old", ".."], "dir_name": ["src"], "file_name": ["a.txt", "b.txt", None],
                  "content": ["x"], "source": ["a.txt"], "destination": ["old", "c.txt"], "name": ["a"], "a": [True]}
     by_name = from_class(GorillaFileSystem, name="Fs-v0", domain="os", loader="_load_scenario", config=FS,
-                         arguments=arguments, read_only=None)
+                         synthesis=Synthesis(arguments=arguments), read_only=None)
     observed = from_class(GorillaFileSystem, name="Fs-v0", domain="os", loader="_load_scenario", config=FS,
-                          arguments=arguments)  # by observation: the default
+                          synthesis=Synthesis(arguments=arguments))  # by observation: the default
     ro = lambda spec: {n for n, t in spec.all_tools.items() if t.read_only and n != "finish"}  # noqa: E731
     assert ro(by_name) == {"find"}  # pwd, ls, cat: no read-like prefix
     assert ro(observed) == {"pwd", "ls", "cat", "find"}
     several = from_class([Service(GorillaFileSystem, loader="_load_scenario", key="fs"),
-                          Service(TicketAPI, loader="_load_scenario", key="tickets")], name="Two-v0", domain="x",
-                         config={"fs": FS, "tickets": TICKETS}, arguments={**arguments, "ticket_id": [1], "title": ["t"]},
-                         read_only="observe", exclude=["edit_ticket"], include=None)
+                          Service(TicketAPI, loader="_load_scenario", key="tickets", exclude=["edit_ticket"])],
+                         name="Two-v0", domain="x", config={"fs": FS, "tickets": TICKETS},
+                         synthesis=Synthesis(arguments={**arguments, "ticket_id": [1], "title": ["t"]}),
+                         read_only="observe")
     assert {"pwd", "ls", "cat", "find", "get_ticket"} <= ro(several)
     assert "edit_ticket" not in several.all_tools
     assert not several.all_tools["create_ticket"].read_only and not several.all_tools["close_ticket"].read_only

@@ -73,6 +73,18 @@ def test_rooms_contract_catches_an_upward_import(tmp_path, module, line, arrow):
     assert arrow in r.stdout and "BROKEN" in r.stdout, r.stdout[-3000:]
 
 
+def test_agents_contract_catches_a_cycle(tmp_path):
+    """agents has no import cycles: the random tiny build (agents.tiny) never reaches back into its
+    pretraining (agents.pretrain), which builds on it. A lazy import back closes a cycle and fails."""
+    tree = _copy_tree(tmp_path)
+    assert _lint(tree, "--contract", "agents-acyclic").returncode == 0
+    with open(tree / "agents" / "tiny.py", "a") as f:
+        f.write("\n\ndef _back():\n    from .pretrain import pretrained_tiny_model  # deliberately cyclic\n")
+    r = _lint(tree, "--contract", "agents-acyclic")
+    assert r.returncode != 0 and "BROKEN" in r.stdout, r.stdout[-3000:]
+    assert ".tiny -> .pretrain" in r.stdout, r.stdout[-3000:]
+
+
 def test_the_engine_sits_alone_at_the_root():
     """envfactory/ holds the engine's modules and the rooms; no benchmark inside the library."""
     root = {p.stem for p in (ROOT / "envfactory").glob("*.py")} - {"__init__"}

@@ -9,7 +9,7 @@ import envfactory
 from agents.policy import sampling_stats
 from agents.rollout import rollout
 from agents.rollout_check import invariant_problems
-from agents.scripted_policy import ScriptedPolicy
+from agents.scripted_model import ScriptedModel
 from agents.tiny import build_tiny_model
 from conftest import require_vllm
 
@@ -57,7 +57,7 @@ def test_rollout_over_http_is_token_in_token_out(server) -> None:
 
     url, path = server
     pol = OpenAIPolicy(url, path, mode="auto")
-    mixed = ScriptedPolicy(pol.tokenizer, lambda p, turn: LIST_ROOT if turn == 0 else None, fallback=pol)
+    mixed = ScriptedModel(pol.tokenizer, lambda p, turn: LIST_ROOT if turn == 0 else None, fallback=pol)
     trajs = [r.trajectory for r in rollout(mixed, [(envfactory.make("FileSystem-v0", max_turns=3), i) for i in range(2)],
                                            max_new_tokens=24, seed=0)]
     for t in trajs:

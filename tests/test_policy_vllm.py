@@ -12,7 +12,7 @@ import envfactory
 from agents.policy import sampling_stats
 from agents.rollout import rollout
 from agents.rollout_check import invariant_problems
-from agents.scripted_policy import RecordingPolicy, ScriptedPolicy
+from agents.scripted_model import RecordingPolicy, ScriptedModel
 from agents.tiny import build_tiny_model
 from conftest import require_vllm
 
@@ -46,7 +46,7 @@ def _hf_logprobs(model, prompt, ids, temperature, top_p):
 
 
 def test_vllm_multi_turn_token_in_token_out(engine) -> None:
-    rec = RecordingPolicy(ScriptedPolicy(engine.tokenizer, lambda p, turn: LIST_ROOT if turn == 0 else None,
+    rec = RecordingPolicy(ScriptedModel(engine.tokenizer, lambda p, turn: LIST_ROOT if turn == 0 else None,
                                          fallback=engine))
     pairs = [(envfactory.make("FileSystem-v0", max_turns=3), i) for i in range(3)] + [(envfactory.make("Bank-v0", max_turns=3), 0)]
     trajs = [r.trajectory for r in rollout(rec, pairs, max_new_tokens=24, temperature=1.0, seed=0)]

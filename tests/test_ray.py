@@ -223,7 +223,7 @@ def trainer_pair(**ray_kwargs):
     from agents import Trainer
     from agents.algorithms.arpo import ARPO
     from agents.hf_policy import HFPolicy
-    from agents.scripted_policy import ScriptedPolicy
+    from agents.scripted_model import ScriptedModel
     from agents.tiny import build_tiny_model
 
     path = build_tiny_model()
@@ -232,7 +232,7 @@ def trainer_pair(**ray_kwargs):
         torch.manual_seed(0)
         hf = HFPolicy(path, device="cpu")
         first = call("locate", thing="key").to_hermes()
-        pol = ScriptedPolicy(hf.tokenizer, lambda prompt, turn: None if turn else first, fallback=hf)
+        pol = ScriptedModel(hf.tokenizer, lambda prompt, turn: None if turn else first, fallback=hf)
         pol.model = hf.model
         kw = ray_kwargs if rollout == "ray" else {}
         return hf, Trainer(pol, ["FindLight-v0"], ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0), tasks_per_step=2,

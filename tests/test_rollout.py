@@ -8,10 +8,11 @@ import pytest
 
 import envfactory
 from agents.hf_policy import HFPolicy
-from agents.rollout import Trajectory, advance, read_jsonl, rollout, start, write_jsonl
+from agents.rollout import Trajectory, advance, rollout, start
 from agents.rollout_check import invariant_problems
-from agents.scripted_policy import RecordingPolicy, ScriptedPolicy
+from agents.scripted_model import RecordingPolicy, ScriptedModel
 from agents.tiny import build_tiny_model
+from agents.trajectories import load_trajectories, save_trajectories
 
 LIST_ROOT = '<tool_call>\n{"name": "list_dir", "arguments": {"path": "/"}}\n</tool_call>'
 
@@ -21,9 +22,9 @@ def hf() -> HFPolicy:
     return HFPolicy(build_tiny_model(), device="cpu")
 
 
-def _first_turn_tool_call(hf: HFPolicy) -> ScriptedPolicy:
+def _first_turn_tool_call(hf: HFPolicy) -> ScriptedModel:
     """Turn 1 is a scripted tool call (so episodes go multi-turn); later turns are sampled by ``hf``."""
-    return ScriptedPolicy(hf.tokenizer, lambda p, turn: LIST_ROOT if turn == 0 else None, fallback=hf)
+    return ScriptedModel(hf.tokenizer, lambda p, turn: LIST_ROOT if turn == 0 else None, fallback=hf)
 
 
 def test_hf_multi_turn_token_in_token_out(hf: HFPolicy) -> None:
@@ -68,7 +69,7 @@ def test_malformed_output_is_an_error_observation(hf: HFPolicy) -> None:
         2: "<tool_call>never closed",                                                 # unclosed block
         3: "I give up.",
     }
-    pol = ScriptedPolicy(hf.tokenizer, lambda p, turn: script[turn])
+    pol = ScriptedModel(hf.tokenizer, lambda p, turn: script[turn])
     [t] = [r.trajectory for r in rollout(pol, [(envfactory.make("FileSystem-v0", max_turns=6), 0)], max_new_tokens=64)]
     assert t.error is None and t.terminated and not t.success
     assert t.turns == 4 and t.parse_errors == 2 and t.tool_errors == 1
@@ -78,7 +79,7 @@ def test_malformed_output_is_an_error_observation(hf: HFPolicy) -> None:
 
 
 def test_length_cut_turns_are_closed_by_the_template(hf: HFPolicy) -> None:
-    pol = ScriptedPolicy(hf.tokenizer, lambda p, turn: LIST_ROOT if turn == 0 else "done " * 50)
+    pol = ScriptedModel(hf.tokenizer, lambda p, turn: LIST_ROOT if turn == 0 else "done " * 50)
     [t] = [r.trajectory for r in rollout(pol, [(envfactory.make("FileSystem-v0", max_turns=3), 0)], max_new_tokens=12)]
     assert t.turns == 2 and t.terminated
     assert invariant_problems(t, hf.tokenizer) == []  # <|im_end|> was inserted with loss mask 0
@@ -99,7 +100,7 @@ class _CrashingEnv:
 
 
 def test_one_failing_episode_does_not_kill_the_batch(hf: HFPolicy) -> None:
-    pol = ScriptedPolicy(hf.tokenizer, lambda p, turn: LIST_ROOT if turn == 0 else "Done.", fail_on="/docs/")
+    pol = ScriptedModel(hf.tokenizer, lambda p, turn: LIST_ROOT if turn == 0 else "Done.", fail_on="/docs/")
     tasks = envfactory.spec("FileSystem-v0").get_tasks()
     docs = next(i for i, t in enumerate(tasks) if "/docs/" in t.instruction)
     other = next(i for i, t in enumerate(tasks) if "/docs/" not in t.instruction)
@@ -113,7 +114,7 @@ def test_one_failing_episode_does_not_kill_the_batch(hf: HFPolicy) -> None:
 
 
 def test_fork_is_independent_and_jsonl_round_trips(hf: HFPolicy, tmp_path) -> None:
-    pol = ScriptedPolicy(hf.tokenizer, lambda p, turn: [LIST_ROOT, "Answer A.", "Answer B."][min(turn, 2)])
+    pol = ScriptedModel(hf.tokenizer, lambda p, turn: [LIST_ROOT, "Answer A.", "Answer B."][min(turn, 2)])
     s = start(pol, envfactory.make("FileSystem-v0"), 0)
     advance([s], max_new_tokens=64)
     b = s.fork()
@@ -121,7 +122,7 @@ def test_fork_is_independent_and_jsonl_round_trips(hf: HFPolicy, tmp_path) -> No
     assert s.done and not b.done and len(b.trajectory.response_ids) < len(s.trajectory.response_ids)
     assert b.env is not s.env and b.env.state is not s.env.state
     path = tmp_path / "t.jsonl"
-    assert write_jsonl([s.trajectory, b.trajectory], path) == 2
-    back = read_jsonl(path)
+    assert save_trajectories([s.trajectory, b.trajectory], path) == path
+    back = load_trajectories(path)
     assert back[0] == s.trajectory and isinstance(back[0], Trajectory)
     json.loads(path.read_text().splitlines()[1])

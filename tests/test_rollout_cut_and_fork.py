@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 import envfactory  # noqa: E402
 from agents.algorithms.arpo import ARPO, GRPO, sample_groups  # noqa: E402
 from agents.rollout import advance, rollout, start  # noqa: E402
-from agents.scripted_policy import ScriptedPolicy  # noqa: E402
+from agents.scripted_model import ScriptedModel  # noqa: E402
 
 SOLVE = '<tool_call>\n{"name": "increment", "arguments": {"by": 3}}\n</tool_call>'  # counter-0-3 in one call
 MORE = '<tool_call>\n{"name": "read_counter", "arguments": {}}\n</tool_call>'
@@ -27,7 +27,7 @@ def tokenizer():
 
 def _solver(tokenizer):
     """Solves counter-0-3 on its first turn, then keeps reading the counter (never answers)."""
-    return ScriptedPolicy(tokenizer, lambda p, turn: SOLVE if turn == 0 else MORE)
+    return ScriptedModel(tokenizer, lambda p, turn: SOLVE if turn == 0 else MORE)
 
 
 def _length_after_first_turn(tokenizer, max_new_tokens):
@@ -52,7 +52,7 @@ def test_a_solved_state_cut_by_max_context_is_rewarded(tokenizer):
     assert ro.ended_by == "max_context" and ro.rounds == 1
 
     # an unsolved state cut the same way still gets 0
-    unsolved = ScriptedPolicy(tokenizer, lambda p, turn: MORE)
+    unsolved = ScriptedModel(tokenizer, lambda p, turn: MORE)
     (ro,) = rollout(unsolved, [(envfactory.make("Counter-v0"), "counter-0-3")], max_new_tokens=new, max_context=limit)
     assert ro.trajectory.truncated and not ro.success and ro.trajectory.reward == 0.0
 
@@ -110,7 +110,7 @@ class _Watched:
 
 
 def test_forking_a_finished_rollout_forks_its_episode(tokenizer):
-    pol = ScriptedPolicy(tokenizer, lambda p, turn: SOLVE if turn == 0 else "Done: it shows 3.")
+    pol = ScriptedModel(tokenizer, lambda p, turn: SOLVE if turn == 0 else "Done: it shows 3.")
     env = _Watched(envfactory.make("Counter-v0"))
     s = start(pol, env, "counter-0-3")
     while not s.done:
@@ -126,7 +126,7 @@ def test_forking_a_finished_rollout_forks_its_episode(tokenizer):
 
 def test_a_failed_reset_never_closes_the_callers_episode(tokenizer):
     env = _Watched(envfactory.make("Counter-v0"), fail_reset=True)
-    pol = ScriptedPolicy(tokenizer, lambda p, turn: SOLVE)
+    pol = ScriptedModel(tokenizer, lambda p, turn: SOLVE)
     for algo in (GRPO(M=3), ARPO(M=4, N=2)):  # ARPO: every initial rollout is over at once; fills make M
         (g,) = sample_groups(pol, [(env, "counter-0-3")], algo, max_new_tokens=32, tokenizer=tokenizer)
         assert env.closed == 0, "the sampler's clean-up closed the trainer's own environment"

@@ -17,7 +17,7 @@ from agents.algorithms.arpo import ARPO, GRPO, sample_groups  # noqa: E402
 from agents.policy import Generation, Policy, default_stop_ids  # noqa: E402
 from agents.rollout import rollout  # noqa: E402
 from agents.rollout_check import invariant_problems  # noqa: E402
-from agents.scripted_policy import ScriptedPolicy  # noqa: E402
+from agents.scripted_model import ScriptedModel  # noqa: E402
 from envfactory import Episode, MultiState, Role, Task, ToolEnvSpec, by, tool  # noqa: E402
 from envfactory.checks.scripted import OraclePolicy  # noqa: E402
 
@@ -272,7 +272,7 @@ def test_team_training_runs_arpo_with_forks_on_three_roles(tiny_path):
         name = ROLE_CALL[re.search(r"You are (\w+_\d)", hf.tokenizer.decode(prompt)).group(1)]
         return envfactory.ToolCall(name, {} if name == "double" else {"by": 2}).to_hermes()
 
-    pol = ScriptedPolicy(hf.tokenizer, first_turn_calls, fallback=hf)
+    pol = ScriptedModel(hf.tokenizer, first_turn_calls, fallback=hf)
     pol.model = hf.model  # trained in place: the fallback samples from the trained weights
     tr = Trainer(pol, [Episode(TALLY, max_turns=2)], ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0), tasks_per_step=1,
                  max_new_tokens=8, lr=1e-3, reward_fn=_alternating(), seed=0, respect_splits=False,

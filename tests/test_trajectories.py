@@ -15,7 +15,7 @@ import envfactory  # noqa: E402
 from agents import Trainer  # noqa: E402
 from agents.algorithms.arpo import GRPO  # noqa: E402
 from agents.rollout import env_version, rollout  # noqa: E402
-from agents.scripted_policy import ScriptedPolicy  # noqa: E402
+from agents.scripted_model import ScriptedModel  # noqa: E402
 from agents.trajectories import load_trajectories, save_trajectories  # noqa: E402
 from envfactory.cli import main  # noqa: E402
 
@@ -38,7 +38,7 @@ def played():
         text = hf.tokenizer.decode(prompt)
         return next((call for instr, call in by_text.items() if instr in text), None)
 
-    pol = ScriptedPolicy(hf.tokenizer, first, fallback=hf)
+    pol = ScriptedModel(hf.tokenizer, first, fallback=hf)
     trajs = [r.trajectory for r in rollout(pol, [(envfactory.make("Lights-v0", max_turns=2), t.id) for t in tasks],
                                            max_new_tokens=40, seed=5)]
     return hf, trajs
@@ -91,3 +91,20 @@ def test_trainer_writes_its_steps_and_sft_trains_on_recorded_successes(played, t
     leaked[0].task_id = envfactory.spec("Lights-v0").tasks_in("eval")[0].id
     with pytest.raises(ValueError, match="evaluation-split"):
         tr.sft(trajectories=leaked)
+
+
+def test_one_format_whatever_the_writer(played, tmp_path, capsys):
+    """The evaluation CLI's --trajectories FILE, --save-trajectories DIR and the library write the same
+    rows; a file of the old nested layout still reads; a row that is not a trajectory names its line."""
+    _, trajs = played
+    rows = [json.loads(line) for line in save_trajectories(trajs, tmp_path / "lib.jsonl").read_text().splitlines()]
+    assert all(isinstance(r["messages"], str) and isinstance(r["tools"], str) for r in rows)
+    nested = tmp_path / "nested.jsonl"
+    nested.write_text("".join(json.dumps(t.to_json()) + "\n" for t in trajs))
+    assert load_trajectories(nested) == trajs
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[0], "reward": "high"}) + "\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: not a trajectory row"):
+        load_trajectories(bad)
+    code = main(["eval", "--env", "Counter-v0", "--policy", "noop", "--json", "--trajectories", str(tmp_path / "t.txt")])
+    assert code == 2 and "name a .jsonl or .parquet file" in json.loads(capsys.readouterr().out)["error"]

@@ -76,10 +76,10 @@ def test_adapter_tools_parsing_and_reward():
     # parsing: envfactory's parser, Hermes blocks (several), a malformed block gives no tool_calls
     from transformers import AutoTokenizer
 
-    from agents import build_tiny_model
+    from agents import pretrained_tiny_model
     from agents.trl_env import prepare_tokenizer
 
-    tok = prepare_tokenizer(AutoTokenizer.from_pretrained(build_tiny_model(seed=0, pretrained=True)))
+    tok = prepare_tokenizer(AutoTokenizer.from_pretrained(pretrained_tiny_model(seed=0)))
     text = ('<tool_call>\n{"name": "locate", "arguments": {"thing": "keys"}}\n</tool_call>'
             '<tool_call>{"name": "turn_on", "arguments": {"room": "hall"}}</tool_call><|im_end|>')
     msg = tok.parse_response(tok(text)["input_ids"], prefix=[])

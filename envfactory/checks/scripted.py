@@ -1,10 +1,13 @@
 """Scripted agents for any number of roles: verification, demos and baselines (no model involved).
 
-A policy answers ``act(episode, agent, seed) -> action`` for the agent whose turn
-it is, on a live :class:`~envfactory.episode.Episode` (one agent or a team, any
-runtime). Scripted policies may read the episode (the oracle follows the task's
-reference solution by looking at which steps were done); model policies only
-read ``episode.transcript(agent)`` and ``episode.tool_schemas(agent)``.
+A :class:`RolePolicy` answers ``act(episode, agent, seed) -> action`` for the agent whose
+turn it is, on a live :class:`~envfactory.episode.Episode` (one agent or a team, any
+runtime). It is the one contract :func:`play`, verification and evaluation accept.
+Scripted policies may read the episode (the oracle follows the task's reference
+solution by looking at which steps were done); a language model plays through an
+adapter (``agents.policy_spec.LLMRolePolicy`` wraps a token-level
+``agents.policy.Policy``) that reads only ``episode.transcript(agent)`` and
+``episode.tool_schemas(agent)``.
 
 * :class:`OraclePolicy`: plays the agent's own steps of the (joint) reference
   solution when they are next and passes otherwise; once the plan is done, a
@@ -31,7 +34,7 @@ import random
 import re
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
 
 from ..state import canonical_json
 from ..task import Task, ToolCall
@@ -39,7 +42,7 @@ from ..task import Task, ToolCall
 if TYPE_CHECKING:
     from ..episode import Episode
 
-__all__ = ["Policy", "OraclePolicy", "NoopPolicy", "ClaimPolicy", "RandomPolicy", "ScriptPolicy", "Outcome",
+__all__ = ["RolePolicy", "OraclePolicy", "NoopPolicy", "ClaimPolicy", "RandomPolicy", "ScriptPolicy", "Outcome",
            "play", "episode_trace", "plan_progress", "scripted_policy", "SCRIPTED", "MODES", "PASS", "CLAIM",
            "redundant_calls", "random_value", "TranscriberPolicy", "instruction_values"]
 
@@ -49,11 +52,22 @@ CLAIM = ("I have completed the task successfully. Everything you asked for is do
          "<success>true</success> reward=1")
 
 
-class Policy(Protocol):
+@runtime_checkable
+class RolePolicy(Protocol):
+    """Whatever plays a role in an episode: a scripted agent, an environment's expert, or a
+    model behind an adapter.
+
+    ``name`` labels it in reports. An optional class attribute ``stochastic`` (default
+    ``True`` where absent) says whether repeated episodes with other seeds can differ;
+    evaluation plays deterministic policies once per task.
+    """
+
     name: str
 
     def act(self, episode: "Episode", agent: str, seed: int) -> Any:
-        """The action of ``agent`` for its turn now."""
+        """The action of ``agent`` for its turn now: an assistant message (text, or parsed
+        tool calls). ``seed`` is the same for the whole episode; a stochastic policy draws
+        from it."""
 
 
 def _args_equal(logged: Any, planned: dict[str, Any]) -> bool:
@@ -402,7 +416,7 @@ def _fits_type(s: dict[str, Any], v: Any, kind: str) -> bool:
 SCRIPTED = ("oracle", "random", "noop", "claim")
 
 
-def scripted_policy(name: str) -> Policy:
+def scripted_policy(name: str) -> RolePolicy:
     """A scripted policy by name: ``oracle``, ``random``, ``noop`` or ``claim``."""
     kinds = {"oracle": OraclePolicy, "random": RandomPolicy, "noop": NoopPolicy, "claim": ClaimPolicy}
     try:
@@ -457,7 +471,7 @@ def redundant_calls(log: list[dict[str, Any]]) -> int:
     return n
 
 
-def _team(episode: "Episode", policies: Policy | Mapping[str, Policy]) -> Mapping[str, Policy]:
+def _team(episode: "Episode", policies: RolePolicy | Mapping[str, RolePolicy]) -> Mapping[str, RolePolicy]:
     if not isinstance(policies, Mapping):
         return dict.fromkeys(episode.agents, policies)
     missing = set(episode.agents) - set(policies)
@@ -466,7 +480,7 @@ def _team(episode: "Episode", policies: Policy | Mapping[str, Policy]) -> Mappin
     return policies
 
 
-def _turn(episode: "Episode", team: Mapping[str, Policy], mode: str, seed: int) -> dict[str, Any]:
+def _turn(episode: "Episode", team: Mapping[str, RolePolicy], mode: str, seed: int) -> dict[str, Any]:
     """Play one move: a turn (``aec``, or any single agent) or a simultaneous round; the results."""
     agents = episode.agents
     if len(agents) == 1:
@@ -478,7 +492,7 @@ def _turn(episode: "Episode", team: Mapping[str, Policy], mode: str, seed: int) 
     return episode.step({a: team[a].act(episode, a, seed) for a in agents})
 
 
-def play(episode: "Episode", policies: Policy | Mapping[str, Policy], task: Any, *, mode: str = "aec",
+def play(episode: "Episode", policies: RolePolicy | Mapping[str, RolePolicy], task: Any, *, mode: str = "aec",
          seed: int = 0) -> Outcome:
     """Reset ``episode`` on ``task`` and play it to the end.
 
@@ -508,7 +522,7 @@ def play(episode: "Episode", policies: Policy | Mapping[str, Policy], task: Any,
         terminated=episode.terminated, truncated=episode.truncated, log=log)
 
 
-def episode_trace(episode: "Episode", policies: Policy | Mapping[str, Policy], task: Any, mode: str = "aec",
+def episode_trace(episode: "Episode", policies: RolePolicy | Mapping[str, RolePolicy], task: Any, mode: str = "aec",
                   seed: int = 0) -> list[Any]:
     """Everything observable of one episode, move by move: results, whose turn, round, every
     agent's observation, transcript and turn count; at the end rewards, success, answer, how it

@@ -53,7 +53,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..checks.scripted import MODES, SCRIPTED, NoopPolicy, OraclePolicy, Outcome, Policy, play, scripted_policy
+from ..checks.scripted import MODES, SCRIPTED, NoopPolicy, OraclePolicy, Outcome, RolePolicy, play, scripted_policy
 from ..definition import ToolEnvSpec
 from ..episode import Episode
 from .rating import head_to_head, matches_from_head_to_head, matches_from_rows, rate
@@ -69,7 +69,7 @@ class PolicyEntry:
     """A policy under evaluation: its name, the policy, and how much to play it."""
 
     name: str
-    policy: Policy
+    policy: RolePolicy
     stochastic: bool
     max_tasks: int | None = None
 
@@ -85,7 +85,7 @@ class ExpertPolicy:
     def __init__(self, key: str = "expert") -> None:
         self.key = key
         self.name = key if key == "expert" else f"env:{key}"
-        self._by_env: dict[str, Policy] = {}
+        self._by_env: dict[str, RolePolicy] = {}
 
     def act(self, episode: Episode, agent: str, seed: int) -> Any:
         spec = episode.spec
@@ -159,7 +159,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
     return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
 
 
-def episode_row(ep: Episode, policies: Policy | Mapping[str, Policy], task: Any, *, mode: str = "aec",
+def episode_row(ep: Episode, policies: RolePolicy | Mapping[str, RolePolicy], task: Any, *, mode: str = "aec",
                 seed: int = 0) -> dict[str, Any]:
     """Play one episode with :func:`~envfactory.checks.scripted.play` and describe it as a row
     for :func:`summarize`; an environment or policy that raises fails this episode only
@@ -210,7 +210,7 @@ def summarize(rows: Sequence[dict[str, Any]], agents: Sequence[str] = ()) -> dic
     return out
 
 
-def _run(ep: Episode, team: dict[str, Policy], tasks: list[str], seeds: Sequence[int],
+def _run(ep: Episode, team: dict[str, RolePolicy], tasks: list[str], seeds: Sequence[int],
          mode: str) -> list[dict[str, Any]]:
     return [episode_row(ep, team, t, mode=mode, seed=s) for t in tasks for s in seeds]
 

@@ -199,10 +199,10 @@ class EnvfactoryEnvironment(Environment):
 
     # a local world answers in microseconds: run it on the event loop, not through a thread hop;
     # a container world blocks on a socket: one thread per session keeps the loop free
-    # (ENVF_OPENENV_INLINE=0 sends local steps through the thread too: the bench's A/B)
+    # (ENVFACTORY_OPENENV_INLINE=0 sends local steps through the thread too: the bench's A/B)
     @property
     def _inline(self) -> bool:
-        return self.runtime == "local" and os.environ.get("ENVF_OPENENV_INLINE", "1") != "0"
+        return self.runtime == "local" and os.environ.get("ENVFACTORY_OPENENV_INLINE", "1") != "0"
 
     async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
                           **kwargs: Any) -> EnvfactoryObservation:

@@ -19,11 +19,11 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["from_class", "Service", "ClassTask", "from_spec", "from_mcp", "mcp_task", "generate_from_prompt", "load_generated", "synthesize",
+__all__ = ["from_class", "Service", "ClassTask", "Synthesis", "from_spec", "from_mcp", "mcp_task", "generate_from_prompt", "load_generated", "synthesize",
            "synthesize_for", "SynthConfig", "ChangeCheck"]
 
 _WHERE = {
-    "from_class": "from_class", "Service": "from_class", "ClassTask": "from_class", "from_spec": "from_spec", "from_mcp": "from_mcp", "mcp_task": "from_mcp", "generate_from_prompt": "from_prompt",
+    "from_class": "from_class", "Service": "from_class", "ClassTask": "from_class", "Synthesis": "from_class", "from_spec": "from_spec", "from_mcp": "from_mcp", "mcp_task": "from_mcp", "generate_from_prompt": "from_prompt",
     "load_generated": "from_prompt", "synthesize": "tasks_synth", "synthesize_for": "tasks_synth",
     "SynthConfig": "tasks_synth", "ChangeCheck": "checks",
 }

@@ -62,7 +62,7 @@ from .pystate import (PyState, PyStateError, decode, encode, lazy_state_copy, no
                       result_digest, seen_results, trusted_for)
 from .tasks_synth import SynthConfig, synthesize
 
-__all__ = ["from_class", "Service", "ClassTask", "ReadsCheck", "class_tools", "class_state_type",
+__all__ = ["from_class", "Service", "ClassTask", "Synthesis", "ReadsCheck", "class_tools", "class_state_type",
            "observe_read_only"]
 
 READ_PREFIXES = ("get", "list", "find", "search", "show", "count", "describe", "check", "read",
@@ -115,6 +115,22 @@ class ClassTask:
     require_reads: bool | None = None
     """Whether success needs the reference's reads (see :class:`ReadsCheck`); ``None``: as
     ``from_class(require_reads=...)`` says."""
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    """How :func:`from_class` synthesizes tasks when none are given (:mod:`.tasks_synth`).
+
+    Attributes:
+        arguments: Argument sources by ``"tool.param"`` or ``"param"`` (see :mod:`.arguments`):
+            where the walks draw the values they call the tools with.
+        n_tasks: How many tasks to synthesize (lazily, on first use).
+        seed: Seeds the walks, and the configuration the tools are probed with.
+    """
+
+    arguments: dict[str, ArgSource] = field(default_factory=dict)
+    n_tasks: int = 60
+    seed: int = 0
 
 
 class ReadsCheck:
@@ -476,60 +492,47 @@ def from_class(
     domain: str,
     config: Config | None = None,
     loader: Loader | None = None,
-    init: dict[str, Any] | None = None,
-    prefix: str = "",
-    state: Literal["auto", "attributes", "objects"] = "auto",
+    tasks: Sequence[Task | ClassTask] | Callable[[], Sequence[Task | ClassTask]] | None = None,
+    synthesis: Synthesis = Synthesis(),
     validation: Literal["strict", "coerce", "lax"] = "strict",
     render: Render = None,
     errors: Literal["message", "detailed"] = "message",
+    read_only: Iterable[str] | Literal["observe"] | None = "observe",
+    require_reads: Literal["auto", "always", "never"] | bool = "auto",
+    state: Literal["auto", "attributes", "objects"] = "auto",
     trusted_modules: Iterable[str] = (),
     description: str = "",
-    tasks: Sequence[Task | ClassTask] | Callable[[], Sequence[Task | ClassTask]] | None = None,
-    n_tasks: int = 60,
-    seed: int = 0,
-    arguments: dict[str, ArgSource] | None = None,
-    templates: dict[str, str] | None = None,
-    include: Iterable[str] | None = None,
-    exclude: Iterable[str] = (),
-    read_only: Iterable[str] | Literal["observe"] | None = "observe",
-    read_share: float = 0.2,
     max_turns: int = 20,
-    require_reads: Literal["auto", "always", "never"] | bool = "auto",
 ) -> ToolEnvSpec:
     """Build an environment from one class or several services, leaving them untouched.
 
     Args:
         cls: The class, a :class:`Service`, or a list of them (one episode, several services).
+            A class's own options (constructor arguments with a loader, a tool-name prefix,
+            methods to include or exclude) go in its :class:`Service`.
         name: Registry name, ``Name-v0``.
         domain: Domain label.
         config: Initial configuration(s) for synthesized tasks: a dict, a list of dicts
             (sampled), or ``f(rng) -> dict``. For several services, each dict maps
             service keys to that service's configuration. Optional when ``tasks`` are given.
         loader: For a single class: a method name, or ``loader(instance, config)``, that
-            loads the configuration after ``cls(**init)`` (classes that set their
-            state in ``_load_scenario(config)``).
-        init: Constructor arguments when a loader is used.
-        prefix: Tool-name prefix for a single class.
-        state: ``"attributes"`` (a field per attribute), ``"objects"`` (a field per
-            service, holding the live instance, copied as one graph) or ``"auto"``.
+            loads the configuration after ``cls()`` (classes that set their state in
+            ``_load_scenario(config)``; constructor arguments: ``Service(cls, init=...)``).
+        tasks: Tasks (:class:`~envfactory.Task` or :class:`ClassTask`), or a function
+            returning them; by default ``synthesis.n_tasks`` are synthesized lazily.
+        synthesis: How tasks are synthesized (:class:`Synthesis`: argument sources, how
+            many, the seed).
         validation: ``"strict"`` (default), ``"coerce"`` (pydantic's lax conversion)
             or ``"lax"`` (arguments passed as sent; only their names are checked).
         render: How results become observations: ``None`` (default: strings as they
             are, ``None`` as ``OK``, other values as JSON), ``"str"``, ``"repr"`` or a function.
         errors: ``"message"``: a method's exception shows as ``Error: <its message>``;
             ``"detailed"``: ``Error: tool 'x' failed: ValueError: <message>``.
-        trusted_modules: Modules (besides the classes' packages) whose classes a
-            snapshot may rebuild (see :mod:`.pystate`).
-        tasks: Tasks (:class:`~envfactory.Task` or :class:`ClassTask`), or a function
-            returning them; by default ``n_tasks`` are synthesized lazily.
-        arguments: Argument sources for synthesis (see :mod:`.arguments`).
-        templates: Instruction templates by tool name.
-        include: Methods (or tool names) to expose (default: every public method).
-        exclude: Methods (or tool names) to hide.
         read_only: ``"observe"`` (the default): decided by watching random walks over the
             tools (:func:`observe_read_only`; a tool that never ran without error falls back
             to its name); or the methods (or tool names) that never change the state; or
-            ``None``: by name prefix (``get_``, ``list_``, ...).
+            ``None``: by name prefix (``get_``, ``list_``, ...). A :class:`Service`'s own
+            ``read_only`` wins for its methods.
         require_reads: Whether a given task's success also needs the results its reference
             solution's reads returned to appear among the episode's tool results
             (:class:`ReadsCheck`): ``"auto"`` (default) for tasks whose reference leaves the
@@ -537,6 +540,12 @@ def from_class(
             a no-op agent from one that looked), ``"always"`` (every task with reads),
             ``"never"`` (the final state and answer facts only). ``ClassTask.require_reads``
             overrides it per task.
+        state: ``"attributes"`` (a field per attribute), ``"objects"`` (a field per
+            service, holding the live instance, copied as one graph) or ``"auto"``.
+        trusted_modules: Modules (besides the classes' packages) whose classes a
+            snapshot may rebuild (see :mod:`.pystate`).
+        description: One line about the environment (default: the class docstring's first line).
+        max_turns: Assistant turns per episode.
     """
     if errors not in ("message", "detailed"):
         raise SpecError(f"errors must be 'message' or 'detailed', got {errors!r}")
@@ -549,24 +558,12 @@ def from_class(
         svc = item if isinstance(item, Service) else Service(item)
         if not isinstance(svc.cls, type):
             raise SpecError(f"from_class takes classes or Service(...), got {svc.cls!r}")
-        if not many:
-            svc = Service(svc.cls, key=svc.key, prefix=svc.prefix or prefix,
-                          loader=svc.loader if svc.loader is not None else loader,
-                          init=svc.init if svc.init is not None else init,
-                          include=svc.include if svc.include is not None else include,
-                          exclude=tuple(svc.exclude) + tuple(exclude),
-                          read_only=svc.read_only if svc.read_only is not None else read_only)
-        else:
-            if (loader, init, prefix) != (None, None, ""):
-                raise SpecError("with several classes, give loader=, init= and prefix= per class: "
-                                "Service(cls, loader=..., init=..., prefix=...)")
-            inc = None if include is None else set(include)
-            svc = Service(svc.cls, key=svc.key, prefix=svc.prefix, loader=svc.loader, init=svc.init,
-                          include=svc.include if svc.include is not None or inc is None else [
-                              n for n, v in vars(svc.cls).items() if inspect.isfunction(v)
-                              and (n in inc or svc.prefix + n in inc)],
-                          exclude=tuple(svc.exclude) + tuple(exclude),
-                          read_only=svc.read_only if svc.read_only is not None else read_only)
+        if many and loader is not None:
+            raise SpecError("with several classes, give the loader per class: Service(cls, loader=...)")
+        svc = Service(svc.cls, key=svc.key, prefix=svc.prefix,
+                      loader=svc.loader if svc.loader is not None else loader, init=svc.init,
+                      include=svc.include, exclude=tuple(svc.exclude),
+                      read_only=svc.read_only if svc.read_only is not None else read_only)
         services.append(svc)
     parts: list[_Part] = []
     for svc in services:
@@ -602,6 +599,7 @@ def from_class(
                             f"the services are {[p.key for p in parts]}")
         return [cfg.get(p.key) for p in parts]
 
+    seed = synthesis.seed
     probe_cfg = sample(random.Random(seed))
     probes = [p.instance(c) for p, c in zip(parts, configs_of(probe_cfg))]
     trusted = tuple(sorted(set(trusted_for(classes)) | set(trusted_modules)))
@@ -716,8 +714,7 @@ def from_class(
 
     synth = SynthConfig(
         sample_state=lambda rng: make_state(sample(rng)),
-        arguments=dict(arguments or {}), templates=dict(templates or {}),
-        read_share=read_share, prefix=name.split("-")[0].lower(),
+        arguments=dict(synthesis.arguments), prefix=name.split("-")[0].lower(),
     )
     if observe:
         seen = observe_read_only(tools, synth, seed=seed)
@@ -736,7 +733,7 @@ def from_class(
     elif callable(tasks):
         spec.tasks = lambda: [to_task(t) for t in tasks()]
     else:
-        spec.tasks = lambda: [with_reads(t, None) for t in synthesize(spec.all_tools, synth, n_tasks, seed)]
+        spec.tasks = lambda: [with_reads(t, None) for t in synthesize(spec.all_tools, synth, synthesis.n_tasks, seed)]
     return spec
 
 

@@ -50,7 +50,7 @@ MAX_CONTROL_BODY = 1 << 20
 """The most bytes of a control call's reply the host reads (real replies are tiny)."""
 
 LABEL = "org.envfactory.managed"
-SOCKET_ROOT = os.environ.get("ENVF_SOCKET_ROOT", f"/tmp/envf-{os.getuid()}")
+SOCKET_ROOT = os.environ.get("ENVFACTORY_SOCKET_ROOT", f"/tmp/envf-{os.getuid()}")
 CONTAINER_UID = 10001
 _UCRED = struct.Struct("3i")
 
@@ -210,19 +210,19 @@ class Container:
                 shm_size=f"{limits.shm_mb}m",
                 volumes={self.host_dir: {"bind": "/run/envf", "mode": "rw"}},
                 environment={
-                    "ENVF_ENV": spec.name,
-                    "ENVF_MODULE": spec.module or "",
-                    "ENVF_TOKEN_FILE": "/run/envf/token",
-                    "ENVF_SOCKET": "/run/envf/s",
-                    "ENVF_MAX_SESSIONS": str(max_sessions),
+                    "ENVFACTORY_ENV": spec.name,
+                    "ENVFACTORY_MODULE": spec.module or "",
+                    "ENVFACTORY_TOKEN_FILE": "/run/envf/token",
+                    "ENVFACTORY_SOCKET": "/run/envf/s",
+                    "ENVFACTORY_MAX_SESSIONS": str(max_sessions),
                     # each connection is a server thread: stay well inside the pid limit
-                    "ENVF_MAX_CONNECTIONS": str(max(4, min(max_sessions + 64, limits.pids // 2))),
+                    "ENVFACTORY_MAX_CONNECTIONS": str(max(4, min(max_sessions + 64, limits.pids // 2))),
                     # agent code runs in child processes: none outlives the call that started it
-                    "ENVF_REAP_AGENT_PROCESSES": "1" if spec.isolation == "container" else "0",
-                    "ENVF_MAX_LIFETIME_S": str(float(life)) if life else "",
+                    "ENVFACTORY_REAP_AGENT_PROCESSES": "1" if spec.isolation == "container" else "0",
+                    "ENVFACTORY_MAX_LIFETIME_S": str(float(life)) if life else "",
                     # agent code's files travel with each snapshot (crash resume, fork)
-                    "ENVF_WORK_DIR": "/tmp" if spec.isolation == "container" else "",
-                    "ENVF_WORK_ARCHIVE_MAX": str(limits.work_archive_mb << 20),
+                    "ENVFACTORY_WORK_DIR": "/tmp" if spec.isolation == "container" else "",
+                    "ENVFACTORY_WORK_ARCHIVE_MAX": str(limits.work_archive_mb << 20),
                 },
                 labels={
                     LABEL: "1",

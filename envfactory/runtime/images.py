@@ -37,10 +37,10 @@ from typing import Any, Iterable
 __all__ = ["BASE_IMAGE", "IMAGE_REPO", "ImageError", "image_for", "build_images", "runtime_requirements",
            "project_root", "extra_modules"]
 
-BASE_IMAGE = os.environ.get("ENVF_BASE_IMAGE", "envfactory-base:bookworm")
+BASE_IMAGE = os.environ.get("ENVFACTORY_BASE_IMAGE", "envfactory-base:bookworm")
 IMAGE_REPO = "envfactory-env"
 PROJECT_PACKAGES = ("envfactory", "environments", "tools", "agents")
-WHEEL_CACHE = Path(os.environ.get("ENVF_WHEEL_CACHE", Path.home() / ".cache" / "envfactory" / "wheels"))
+WHEEL_CACHE = Path(os.environ.get("ENVFACTORY_WHEEL_CACHE", Path.home() / ".cache" / "envfactory" / "wheels"))
 CONTAINER_GLIBC_MINOR = 36  # glibc 2.36: Debian bookworm, the base image
 RECIPE = 1  # bump when the Dockerfile below changes
 
@@ -149,7 +149,7 @@ def _base_image_id(client: Any) -> str:
     except docker.errors.ImageNotFound:
         raise ImageError(
             f"the base image {BASE_IMAGE} does not exist; build it with scripts/base-image.sh "
-            "(offline: debootstrap + docker import), or set ENVF_BASE_IMAGE"
+            "(offline: debootstrap + docker import), or set ENVFACTORY_BASE_IMAGE"
         ) from None
 
 

@@ -19,7 +19,7 @@ environment, the owning ``host:pid``). Nothing outlives its process:
 * on SIGTERM the same cleanup runs, then the process dies of SIGTERM as it would
   have. The handler is installed when the first pool is made, from the main thread,
   and only if SIGTERM still has its default action (a program's own handler is left
-  alone; its normal exit runs the atexit cleanup); ``ENVF_NO_SIGTERM_HANDLER=1``
+  alone; its normal exit runs the atexit cleanup); ``ENVFACTORY_NO_SIGTERM_HANDLER=1``
   turns it off;
 * a world dropped without ``close()`` closes its session when it is collected
   (:func:`in_background` runs the close, off the collecting thread);
@@ -696,7 +696,7 @@ def _install_sigterm_handler() -> None:
     """On SIGTERM, remove this process's containers, then die of SIGTERM (see the module
     docstring). Only from the main thread, only over the default action, once."""
     global _handler_installed
-    if _handler_installed or os.environ.get("ENVF_NO_SIGTERM_HANDLER") == "1":
+    if _handler_installed or os.environ.get("ENVFACTORY_NO_SIGTERM_HANDLER") == "1":
         return
     if threading.current_thread() is not threading.main_thread():
         return  # signal.signal works only there; the next pool made there installs it

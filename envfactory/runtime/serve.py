@@ -13,31 +13,31 @@ operations (start, run, state, load), both on the same socket.
 
 Configuration (environment variables, set by the host):
 
-* ``ENVF_ENV``: the environment name; ``ENVF_MODULE``: the module that registers it;
-* ``ENVF_TOKEN_FILE``: a file holding the secret every request must carry.
+* ``ENVFACTORY_ENV``: the environment name; ``ENVFACTORY_MODULE``: the module that registers it;
+* ``ENVFACTORY_TOKEN_FILE``: a file holding the secret every request must carry.
   The server reads and deletes it before it listens, and marks itself
   non-dumpable, so processes that agent code starts in the container (same
   uid, no capabilities) can read neither the file nor the server's memory, and
   cannot issue calls of their own;
-* ``ENVF_SOCKET`` (default ``/run/envf/s``); ``ENVF_MAX_SESSIONS`` (default 256);
-* ``ENVF_MAX_CONNECTIONS``: connections served at once (default: the sessions plus 64,
+* ``ENVFACTORY_SOCKET`` (default ``/run/envf/s``); ``ENVFACTORY_MAX_SESSIONS`` (default 256);
+* ``ENVFACTORY_MAX_CONNECTIONS``: connections served at once (default: the sessions plus 64,
   at most half the container's pid limit). A thread serves each; a connection over the
   bound is refused with an error (HTTP 503, or a ``{"ok": false, "kind": "busy"}``
   frame), so the server never runs out of threads (pids) and never dies of a flood;
-* ``ENVF_MAX_LIFETIME_S``: the server exits after this many seconds (the container
+* ``ENVFACTORY_MAX_LIFETIME_S``: the server exits after this many seconds (the container
   stops with it), whoever still holds it: a container whose host process was killed
   does not run forever;
-* ``ENVF_WORK_DIR`` (``/tmp`` in containers of ``isolation="container"`` environments):
+* ``ENVFACTORY_WORK_DIR`` (``/tmp`` in containers of ``isolation="container"`` environments):
   the folder agent code writes in. A new episode (``start``) empties it; a ``run`` asked
   for a ``snapshot`` (agent processes are reaped first, so the archive is final) answers
   the state and a tar.gz of the folder (folders, regular files, symbolic and hard links;
   ``files_same`` when no entry changed since the last archive of the session, see
-  :meth:`Server._archive_work`), at most ``ENVF_WORK_ARCHIVE_MAX`` bytes (and half a frame),
+  :meth:`Server._archive_work`), at most ``ENVFACTORY_WORK_ARCHIVE_MAX`` bytes (and half a frame),
   else an error naming the cap; the ``snapshot`` op answers the same, with the whole
   archive, at any time (a fork, a dump); a ``load`` with ``files`` restores them with the
   state (nothing is unpacked outside the folder or through a link), so a world resumed or
   forked on a fresh container has its files back;
-* ``ENVF_REAP_AGENT_PROCESSES=1`` (containers of ``isolation="container"``
+* ``ENVFACTORY_REAP_AGENT_PROCESSES=1`` (containers of ``isolation="container"``
   environments, which run agent code in child processes): after each request on the
   session's channel (each ``run`` above all) every other process in the container is
   killed (``kill(-1, SIGKILL)``: all of them at once, however they detached, ``setsid``
@@ -670,39 +670,41 @@ def _harden() -> None:
 
 def main() -> None:
     _harden()
-    name = os.environ.get("ENVF_ENV")
-    token_file = os.environ.get("ENVF_TOKEN_FILE", "")
+    name = os.environ.get("ENVFACTORY_ENV")
+    token_file = os.environ.get("ENVFACTORY_TOKEN_FILE", "")
     try:
         with open(token_file) as f:
             token = f.read().strip()
         os.unlink(token_file)
     except OSError as exc:
-        sys.exit(f"envfactory.runtime.serve: cannot read the secret from ENVF_TOKEN_FILE={token_file!r}: {exc}")
+        sys.exit(f"envfactory.runtime.serve: cannot read the secret from "
+                 f"ENVFACTORY_TOKEN_FILE={token_file!r}: {exc}")
     if not name or not token:
-        sys.exit("envfactory.runtime.serve: set ENVF_ENV (the environment) and ENVF_TOKEN_FILE (the secret)")
-    module = os.environ.get("ENVF_MODULE")
+        sys.exit("envfactory.runtime.serve: set ENVFACTORY_ENV (the environment) and "
+                 "ENVFACTORY_TOKEN_FILE (the secret)")
+    module = os.environ.get("ENVFACTORY_MODULE")
     if module:
         importlib.import_module(module)
     spec = get_spec(name)
     spec.get_tasks()  # build and replay the tasks now, not on the first start
     try:
-        lifetime = float(os.environ.get("ENVF_MAX_LIFETIME_S") or 0)
+        lifetime = float(os.environ.get("ENVFACTORY_MAX_LIFETIME_S") or 0)
     except ValueError:
         lifetime = 0.0
     if lifetime > 0:
         timer = threading.Timer(lifetime, os._exit, args=(0,))
         timer.daemon = True
         timer.start()
-    max_conn = os.environ.get("ENVF_MAX_CONNECTIONS", "")
+    max_conn = os.environ.get("ENVFACTORY_MAX_CONNECTIONS", "")
     # Killing every other process is only right inside the container, where this server is
     # the child of its init (pid 1) and everything else is agent code.
-    reap = os.environ.get("ENVF_REAP_AGENT_PROCESSES") == "1" and os.getppid() == 1
-    cap = os.environ.get("ENVF_WORK_ARCHIVE_MAX", "")
-    Server(spec, token, int(os.environ.get("ENVF_MAX_SESSIONS", "256")),
+    reap = os.environ.get("ENVFACTORY_REAP_AGENT_PROCESSES") == "1" and os.getppid() == 1
+    cap = os.environ.get("ENVFACTORY_WORK_ARCHIVE_MAX", "")
+    Server(spec, token, int(os.environ.get("ENVFACTORY_MAX_SESSIONS", "256")),
            max_connections=int(max_conn) if max_conn.isdigit() else None, reap=reap,
-           work_dir=os.environ.get("ENVF_WORK_DIR") or None,
+           work_dir=os.environ.get("ENVFACTORY_WORK_DIR") or None,
            work_archive_max=int(cap) if cap.isdigit() else 8 << 20).serve_forever(
-        os.environ.get("ENVF_SOCKET", "/run/envf/s")
+        os.environ.get("ENVFACTORY_SOCKET", "/run/envf/s")
     )
 
 

@@ -36,10 +36,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from agents import build_tiny_model
+    from agents import pretrained_tiny_model
     from agents.trl_env import TRLEnvironment, prepare_tokenizer
 
-    path = args.model or build_tiny_model(seed=args.seed, pretrained=True)
+    path = args.model or pretrained_tiny_model(seed=args.seed)
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path))   # envfactory's tool-call parser
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     env = TRLEnvironment(args.env, split="rl", shaping=args.shaping)     # never the eval split

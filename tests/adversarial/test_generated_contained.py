@@ -43,7 +43,7 @@ from test_factory_llm import ReplayServer  # noqa: E402
 pytestmark = pytest.mark.docker
 
 NAME = "SealedNotes-v0"
-FLAG = "ENVF_GENERATED_IMPORTED"
+FLAG = "ENVFACTORY_TEST_GENERATED_IMPORTED"
 WRITE = '<tool_call>{{"name": "write_note", "arguments": {{"title": "{t}", "text": "{x}"}}}}</tool_call>'
 
 

@@ -1,6 +1,8 @@
-"""Policies without a model, for tests and demos of the rollout machinery.
+"""Model policies without a model, for tests and demos of the rollout machinery.
 
-:class:`ScriptedPolicy` "samples" given texts: each assistant turn of each
+Both are :class:`~agents.policy.Policy` objects (token ids in, token ids out), not the
+role policies of :mod:`envfactory.checks.scripted` (``act(episode, agent, seed)``).
+:class:`ScriptedModel` "samples" given texts: each assistant turn of each
 episode is the next text of its script, tokenized, followed by ``<|im_end|>``
 (logprob 0, entropy 0). :class:`RecordingPolicy` wraps any policy and keeps
 every generation it returned, so tests can check that rollouts train on
@@ -13,11 +15,11 @@ from typing import Any, Callable
 
 from .policy import Generation, Policy, default_stop_ids
 
-__all__ = ["ScriptedPolicy", "RecordingPolicy"]
+__all__ = ["ScriptedModel", "RecordingPolicy"]
 
 
-class ScriptedPolicy(Policy):
-    """Answers with scripted texts.
+class ScriptedModel(Policy):
+    """A model policy that answers with scripted texts.
 
     Args:
         tokenizer: The tokenizer rollouts render with.
