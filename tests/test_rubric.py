@@ -73,7 +73,7 @@ def tokenizer():
 
 def test_llm_judge_through_a_policy(tokenizer):
     from agents.judge import LLMJudge
-    from agents.scripted_policy import ScriptedPolicy
+    from agents.scripted_model import ScriptedModel as ScriptedPolicy
 
     task = _facts_task()
     ep = _play(task, task.solution, "Done. " + " ".join(task.answer_facts))
@@ -97,7 +97,7 @@ def test_llm_judge_through_a_policy(tokenizer):
 
 def test_rollout_records_the_grade_and_keeps_the_sparse_reward(tokenizer):
     from agents.rollout import rollout
-    from agents.scripted_policy import ScriptedPolicy
+    from agents.scripted_model import ScriptedModel as ScriptedPolicy
 
     task = _facts_task()
     call = task.solution[0]
