@@ -14,7 +14,7 @@ One row per role trajectory (:class:`~agents.rollout.Trajectory`), with the colu
 ``load_dataset("json", data_files=".../trajectories.jsonl")`` or ``load_dataset("parquet", ...)``
 reads them; :func:`load_trajectories` reads them back into trajectories, and
 ``Trainer.sft(trajectories=...)`` trains on them. ``envfactory eval --save-trajectories DIR``
-and ``Trainer(..., save_trajectories=True)`` write them.
+and a Trainer with ``output.save_trajectories`` write them.
 """
 
 from __future__ import annotations
