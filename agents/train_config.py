@@ -3,8 +3,8 @@
 :class:`TrainerConfig` is typed and nested, one section per concern, and its
 dict form is the JSON/YAML file (``from_file`` / ``from_dict`` / ``to_dict``
 round-trip; an unknown key or a wrong type is an error naming the key). Every
-default is the Trainer's default. A complete file, every value its default
-(``envfactory train --print-config`` writes it)::
+default is the Trainer's default. A complete file, every value its default but
+``envs`` (``envfactory train --print-config`` writes it)::
 
     model: tiny          # what `build` / `envfactory train` trains: tiny, a model folder or HF id, or {agent id: model}
     envs: [Counter-v0]   # environment names (single-agent or teams)
@@ -17,7 +17,7 @@ default is the Trainer's default. A complete file, every value its default
                 mode: probability, tau: 0.0, Z: 1, attribution: soft, standardize: true}   # or {name: grpo, M, clip_eps, kl_coef, updates}
     sampling: {max_new_tokens: 128, temperature: 1.0, max_turns: null, max_context: null, mode: aec}
     optim: {lr: 1.0e-05, tasks_per_step: 4, micro_batch: 16, grad_clip: 1.0}
-    sft: null            # {epochs: 10, lr: 0.001, batch_size: 8, tasks: null}: a warm start before RL (envfactory train)
+    sft: null            # {epochs: 10, lr: 0.001, batch_size: 8, tasks: null}: warm start before RL (envfactory train)
     eval: null           # {samples: 4, temperature: null, seed: 12345, tasks: null}: success before and after
     runtime: {rollout: local, workers: 2, ray_options: {}}
     output: {dir: null, save_every: 0, save_trajectories: false, show_progress: true, resume: false}
@@ -89,7 +89,8 @@ class SFTConfig:
 
     Attributes:
         epochs, lr, batch_size: Passes over the examples, AdamW learning rate, examples per step.
-        tasks: Tasks whose reference solutions it trains on (``None``: the ``sft`` split).
+        tasks: Tasks whose reference solutions it trains on (``None``: the ``sft`` split; in a
+            :func:`train_from_config` run, the config's ``tasks`` when it names some).
     """
 
     epochs: int = 10
@@ -272,7 +273,8 @@ def train_from_config(config: TrainerConfig | dict[str, Any]) -> dict[str, Any]:
         if cfg.eval:
             summary["success_before"] = trainer.evaluate()["success"]
         if cfg.sft and not cfg.output.resume:
-            summary["sft"] = trainer.sft()
+            # a file run warm-starts on its own tasks when it names some (as envfactory train always has)
+            summary["sft"] = trainer.sft(cfg.sft.tasks if cfg.sft.tasks is not None else cfg.tasks)
         rows = trainer.train()
         if cfg.eval:
             summary["success_after"] = trainer.evaluate()["success"]

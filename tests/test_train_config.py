@@ -45,6 +45,15 @@ def test_the_config_round_trips_through_its_file(tmp_path, suffix, make):
     assert back.to_dict() == cfg.to_dict()
 
 
+def test_the_documented_file_is_every_default():
+    import textwrap
+
+    import agents.train_config as module
+
+    documented = textwrap.dedent(module.__doc__.split("::\n", 1)[1].split("\n\n", 1)[0])
+    assert TrainerConfig.from_dict(yaml.safe_load(documented)) == TrainerConfig(envs=["Counter-v0"])
+
+
 def test_a_missing_key_is_its_default_and_yaml_floats_need_no_dot(tmp_path):
     assert TrainerConfig.from_dict({}) == TrainerConfig()
     path = tmp_path / "run.yaml"
