@@ -38,7 +38,7 @@ from .train_config import EvalConfig, SFTConfig, TrainerConfig
 
 __all__ = ["Trainer", "Learner", "Sample", "summarize"]
 
-TaskFilter = Sequence[str] | None
+TaskIds = Sequence[str] | None
 
 
 @dataclass
@@ -205,7 +205,7 @@ class Trainer:
         return self._sole().pad_id
 
     # -- tasks -------------------------------------------------------------
-    def _select(self, tasks: TaskFilter, purpose: str) -> list[tuple[Any, str]]:
+    def _select(self, tasks: TaskIds, purpose: str) -> list[tuple[Any, str]]:
         """The ``(episode, task id)`` pairs ``tasks`` names, for ``purpose`` (``rl``, ``sft`` or
         ``eval``); ``None``: that split. Training on an evaluation task is an error."""
         pool, leaked = [], []
@@ -227,7 +227,7 @@ class Trainer:
                              "are never trained on (spec.split); set config.respect_splits to false to allow it")
         return pool
 
-    def pairs(self, tasks: TaskFilter = None, purpose: str = "rl") -> list[tuple[Any, str]]:
+    def pairs(self, tasks: TaskIds = None, purpose: str = "rl") -> list[tuple[Any, str]]:
         """``(episode, task_id)`` for ``tasks`` (default: the training pool for ``rl``, else the
         ``purpose`` split; the training pool when the trainer does not respect splits)."""
         if tasks is None and (purpose == "rl" or not self.respect_splits):
@@ -240,7 +240,7 @@ class Trainer:
                              seed=seed, mode=s.mode, max_context=s.max_context)
 
     # -- evaluation ----------------------------------------------------------
-    def evaluate(self, tasks: TaskFilter = None, *, samples: int | None = None, temperature: float | None = None,
+    def evaluate(self, tasks: TaskIds = None, *, samples: int | None = None, temperature: float | None = None,
                  seed: int | None = None) -> dict[str, Any]:
         """Success rate over ``samples`` episodes of each task (default: the ``eval`` split;
         every task when the trainer does not respect splits). An argument left ``None`` is
@@ -252,7 +252,7 @@ class Trainer:
                                       ev.seed if seed is None else seed, temperature))
 
     # -- SFT warm start -------------------------------------------------------
-    def sft(self, tasks: TaskFilter = None, *, epochs: int | None = None, lr: float | None = None,
+    def sft(self, tasks: TaskIds = None, *, epochs: int | None = None, lr: float | None = None,
             batch_size: int | None = None, seed: int | None = None, trajectories: Any = None,
             successful_only: bool = True) -> dict[str, Any]:
         """Warm start every learner on its own roles' turns of the tasks' verified reference

@@ -54,6 +54,14 @@ def test_the_documented_file_is_every_default():
     assert TrainerConfig.from_dict(yaml.safe_load(documented)) == TrainerConfig(envs=["Counter-v0"])
 
 
+def test_the_example_config_reads():
+    from pathlib import Path
+
+    cfg = TrainerConfig.from_file(Path(__file__).resolve().parents[1] / "examples/train/arpo_findlight.yaml")
+    assert cfg.envs == ["FindLight-v0"] and cfg.algorithm == ARPO(M=8, N=4, k=8, kl_coef=0.1)
+    assert cfg.sft == SFTConfig(epochs=4, lr=2e-3) and cfg.optim.lr == 5e-4
+
+
 def test_a_missing_key_is_its_default_and_yaml_floats_need_no_dot(tmp_path):
     assert TrainerConfig.from_dict({}) == TrainerConfig()
     path = tmp_path / "run.yaml"
