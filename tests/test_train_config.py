@@ -130,6 +130,7 @@ def test_a_team_config_builds_a_learner_per_role():
                                    "algorithm": {"name": "grpo", "M": 2}})
     tr = cfg.build()
     assert sorted(ln.label for ln in tr.learners) == ["reader_0", "writer_0"]
+    tr.close()
     with pytest.raises(ValueError, match="envs is empty"):
         TrainerConfig().build()
 
