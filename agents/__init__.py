@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Trainer", "Policy", "Generation", "HFPolicy", "VLLMPolicy", "OpenAIPolicy", "Trajectory", "Rollout",
-           "rollout", "build_tiny_model", "pretrained_tiny_model", "load_policy", "ARPO", "GRPO", "LLMRolePolicy"]
+__all__ = ["Trainer", "TrainerConfig", "Policy", "Generation", "HFPolicy", "VLLMPolicy", "OpenAIPolicy",
+           "Trajectory", "Rollout", "rollout", "build_tiny_model", "pretrained_tiny_model", "load_policy", "ARPO",
+           "GRPO", "LLMRolePolicy"]
 
 _LAZY = {
     "Trainer": "agents.trainer",
+    "TrainerConfig": "agents.train_config",
     "Policy": "agents.policy",
     "Generation": "agents.policy",
     "HFPolicy": "agents.hf_policy",

@@ -134,17 +134,39 @@ def _quickstart_run(args: argparse.Namespace) -> Result:
 
 # -- train --config FILE ------------------------------------------------------
 def _train_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", required=True, help="a JSON or YAML training config (see agents/train_config.py)")
+    p.add_argument("--config", help="a JSON or YAML TrainerConfig (agents/train_config.py documents every key)")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the config (--config's, else every default) as YAML and exit: a file to start from")
+    p.add_argument("--steps", type=int, default=None, help="override the config's steps")
+    p.add_argument("--output-dir", default=None, help="override the config's output.dir (default runs/train)")
+    p.add_argument("--device", default=None, help="override the config's device (cpu, cuda, cuda:1, ...)")
 
 
 def _train_run(args: argparse.Namespace) -> Result:
-    from agents.train_config import load_config, train_from_config
+    import dataclasses
+
+    from agents.train_config import TrainerConfig, train_from_config
 
     try:
-        cfg = load_config(args.config)
+        if args.config is None and not args.print_config:
+            raise ValueError("name a config file: envfactory train --config FILE (--print-config writes one)")
+        cfg = TrainerConfig.from_file(args.config) if args.config else TrainerConfig(envs=["Counter-v0"])
+        if args.steps is not None:
+            cfg = dataclasses.replace(cfg, steps=args.steps)
+        if args.output_dir is not None:
+            cfg = dataclasses.replace(cfg, output=dataclasses.replace(cfg.output, dir=args.output_dir))
+        if args.device is not None:
+            cfg = dataclasses.replace(cfg, device=args.device)
     except (OSError, ValueError) as exc:
         return 2, {"error": str(exc)}, f"error: {exc}"
-    doc = train_from_config(cfg)
+    if args.print_config:
+        import yaml
+
+        return 0, cfg.to_dict(), yaml.safe_dump(cfg.to_dict(), sort_keys=False).rstrip()
+    try:
+        doc = train_from_config(cfg)
+    except (KeyError, ValueError) as exc:  # e.g. an unknown environment or task id, an eval-split task
+        return 2, {"error": str(exc)}, f"error: {exc}"
     return 0, doc, json.dumps(doc, indent=2, default=str)
 
 
@@ -179,6 +201,7 @@ EVAL = Command("evaluate a model or a scripted baseline, one agent or a team (su
                _eval_args, _eval_run)
 QUICKSTART = Command("the main job: tiny model, SFT, RL; success on evaluation tasks RL never saw, paired CIs (report)",
                      _quickstart_args, _quickstart_run)
-TRAIN = Command("train a policy with GRPO/ARPO: 'train --config FILE' (JSON or YAML)", _train_args, _train_run)
+TRAIN = Command("train a policy with GRPO/ARPO: 'train --config FILE' (a JSON or YAML TrainerConfig)",
+                _train_args, _train_run)
 PRETRAIN = Command("pretrain the tiny model on plays of the environments' non-evaluation tasks (cached; path, losses)",
                    _pretrain_args, _pretrain_run)

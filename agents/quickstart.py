@@ -103,6 +103,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
     from .pretrain import pretrained_tiny_model
     from .stats import bootstrap_mean, paired_bootstrap
     from .tiny import build_tiny_model
+    from .train_config import EvalConfig, OptimConfig, OutputConfig, SamplingConfig, SFTConfig, TrainerConfig
     from .trainer import Trainer
 
     cfg = cfg or QuickstartConfig()
@@ -127,31 +128,34 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
         path = pretrained_tiny_model(seed=seed) if cfg.pretrained else build_tiny_model(seed=seed)
         policy = HFPolicy(path, device="cpu")
         row: dict[str, Any] = {"seed": seed}
-        ev = dict(samples=cfg.eval_samples, seed=10_000 + seed, temperature=cfg.eval_temperature)
 
         def trainer(arm: str) -> Trainer:
-            return Trainer(policy, [cfg.env], _algorithm(arm, cfg), tasks=rl_ids, lr=cfg.rl_lr,
-                           tasks_per_step=cfg.tasks_per_step, max_new_tokens=cfg.max_new_tokens,
-                           max_turns=cfg.max_turns, temperature=cfg.temperature, seed=seed,
-                           output_dir=str(out / f"seed-{seed}" / arm), show_progress=False)
+            return Trainer(policy, [cfg.env], TrainerConfig(
+                tasks=rl_ids, seed=seed, steps=cfg.rl_steps, algorithm=_algorithm(arm, cfg),
+                sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, max_turns=cfg.max_turns,
+                                        temperature=cfg.temperature),
+                optim=OptimConfig(lr=cfg.rl_lr, tasks_per_step=cfg.tasks_per_step),
+                sft=SFTConfig(epochs=cfg.sft_epochs, lr=cfg.sft_lr, batch_size=cfg.sft_batch_size, tasks=sft_ids),
+                eval=EvalConfig(samples=cfg.eval_samples, seed=10_000 + seed, temperature=cfg.eval_temperature,
+                                tasks=eval_ids),
+                output=OutputConfig(dir=str(out / f"seed-{seed}" / arm), show_progress=False)))
 
         def evaluate(tr: Trainer, stage: str) -> dict[str, Any]:
-            r = tr.evaluate(eval_ids, **ev)
+            r = tr.evaluate()
             grids[stage].append([r["per_task"][f"{cfg.env}/{t}"] for t in eval_ids])
             row[stage] = r["success"]
             return r
 
         tr = trainer(cfg.arms[0])
         evaluate(tr, "before")
-        row["sft_final_nll"] = tr.sft(sft_ids, epochs=cfg.sft_epochs, lr=cfg.sft_lr,
-                                      batch_size=cfg.sft_batch_size, seed=seed)["final_nll"]
+        row["sft_final_nll"] = tr.sft()["final_nll"]
         evaluate(tr, "sft")
         after_sft = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
         for arm in cfg.arms:
             policy.model.load_state_dict(after_sft)  # every arm starts from the same checkpoint
             tr = trainer(arm)
             a0 = time.perf_counter()
-            rows = tr.train(cfg.rl_steps)
+            rows = tr.train()
             r = evaluate(tr, arm)
             curves[f"{arm} seed {seed}"] = [(0, row["sft"])] + [(x["step"], x["success"]) for x in rows]
             row[f"{arm}_auc"] = statistics.mean(x["success"] for x in rows) if rows else 0.0

@@ -1,132 +1,393 @@
-"""``envfactory train --config FILE``: a Trainer run described by a JSON or YAML file.
+"""The one configuration of a :class:`~agents.trainer.Trainer`, and the file format of ``envfactory train``.
 
-:class:`TrainConfig` is both the file format (its fields are the file's keys) and
-what a program builds a run from. Example (YAML)::
+:class:`TrainerConfig` is typed and nested, one section per concern, and its
+dict form is the JSON/YAML file (``from_file`` / ``from_dict`` / ``to_dict``
+round-trip; an unknown key or a wrong type is an error naming the key). Every
+default is the Trainer's default. A complete file, every value its default but
+``envs`` (``envfactory train --print-config`` writes it)::
 
-    model: tiny                 # or a model folder / HF id; or {agent id: model}, a learner per role
-    envs: [Counter-v0]          # single-agent or team environments
-    tasks: null                 # null = each env's rl split (spec.split); or a list of ids, never eval-split ones
-    algorithm: {name: arpo, M: 8, N: 4, k: 8}     # name: arpo | grpo, other keys: that algorithm's fields
-    sft: {epochs: 30, lr: 0.003}                  # optional warm start on reference solutions
-    sft_tasks: null             # tasks whose reference solutions SFT uses (default: tasks, else the sft split)
-    steps: 10
-    trainer: {lr: 1.0e-4, tasks_per_step: 4, max_new_tokens: 32, max_turns: 6, seed: 0}  # respect_splits: false lifts the split rules
-    output_dir: runs/train
-    resume: false
-    eval: {samples: 4}          # optional: success before and after, on the eval split (or tasks: [...])
+    model: tiny          # what `build` / `envfactory train` trains: tiny, a model folder or HF id, or {agent id: model}
+    envs: [Counter-v0]   # environment names (single-agent or teams)
+    device: null         # torch device of the policies `build` makes (null: cuda when there is one)
+    tasks: null          # task ids ("task" or "Env-v0/task"); null: each environment's rl split
+    respect_splits: true # false: eval-split tasks may be trained on, and every default is the training pool
+    seed: 0              # task choice, sampling and branching of every step
+    steps: 10            # RL steps of Trainer.train()
+    algorithm: {name: arpo, M: 16, clip_eps: 0.2, kl_coef: 0.0, updates: 1, N: 8, k: 20, alpha: 0.5, beta: 0.2,
+                mode: probability, tau: 0.0, Z: 1, attribution: soft, standardize: true}   # or {name: grpo, M, clip_eps, kl_coef, updates}
+    sampling: {max_new_tokens: 128, temperature: 1.0, max_turns: null, max_context: null, mode: aec}
+    optim: {lr: 1.0e-05, tasks_per_step: 4, micro_batch: 16, grad_clip: 1.0}
+    sft: null            # {epochs: 10, lr: 0.001, batch_size: 8, tasks: null}: warm start before RL (envfactory train)
+    eval: null           # {samples: 4, temperature: null, seed: 12345, tasks: null}: success before and after
+    runtime: {rollout: local, workers: 2, ray_options: {}}
+    output: {dir: null, save_every: 0, save_trajectories: false, show_progress: true, resume: false}
+
+Write floats with a dot in YAML (``1.0e-5``): YAML reads ``1e-5`` as a string
+(a numeric string is accepted for a float field for that reason).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import asdict, dataclass, field, fields
+import types
+import typing
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Union
 
-__all__ = ["TrainConfig", "load_config", "train_from_config"]
+from .algorithms.arpo import ARPO, GRPO
+
+__all__ = ["TrainerConfig", "SamplingConfig", "OptimConfig", "SFTConfig", "EvalConfig", "RuntimeConfig",
+           "OutputConfig", "ALGORITHMS", "train_from_config"]
+
+ALGORITHMS: dict[str, type] = {"arpo": ARPO, "grpo": GRPO}
+"""The ``algorithm.name`` values and their classes (the section's other keys are the class's fields)."""
 
 
 @dataclass
-class TrainConfig:
-    """One training run (see the module docstring for every key)."""
+class SamplingConfig:
+    """How rollouts are sampled.
 
-    envs: list[str]
-    model: str | dict[str, str] | None = "tiny"
+    Attributes:
+        max_new_tokens: Tokens per assistant turn.
+        temperature: Sampling temperature of training rollouts (and the default of evaluation).
+        max_turns: The episodes' turn (round) limit (``None``: each environment's). An episode
+            ended by it is judged on its final state like any other.
+        max_context: The most tokens of a role's sequence (``None``: the tokenizer's
+            ``model_max_length``); a rollout none of whose roles fits another turn ends and is judged.
+        mode: ``aec`` (turn order) or ``parallel`` (simultaneous moves) for teams.
+    """
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    max_turns: int | None = None
+    max_context: int | None = None
+    mode: Literal["aec", "parallel"] = "aec"
+
+
+@dataclass
+class OptimConfig:
+    """The RL updates.
+
+    Attributes:
+        lr: AdamW learning rate.
+        tasks_per_step: Tasks per step; each gets ``algorithm.M`` rollouts.
+        micro_batch: Sequences per forward/backward pass (gradients accumulate).
+        grad_clip: Global gradient-norm clip (0 disables); SFT uses it too.
+    """
+
+    lr: float = 1e-5
+    tasks_per_step: int = 4
+    micro_batch: int = 16
+    grad_clip: float = 1.0
+
+
+@dataclass
+class SFTConfig:
+    """The supervised warm start (:meth:`~agents.trainer.Trainer.sft`'s defaults).
+
+    Attributes:
+        epochs, lr, batch_size: Passes over the examples, AdamW learning rate, examples per step.
+        tasks: Tasks whose reference solutions it trains on (``None``: the ``sft`` split; in a
+            :func:`train_from_config` run, the config's ``tasks`` when it names some).
+    """
+
+    epochs: int = 10
+    lr: float = 1e-3
+    batch_size: int = 8
     tasks: list[str] | None = None
-    algorithm: dict[str, Any] = field(default_factory=lambda: {"name": "arpo"})
-    sft: dict[str, Any] | None = None
-    sft_tasks: list[str] | None = None
-    steps: int = 10
-    trainer: dict[str, Any] = field(default_factory=dict)
-    output_dir: str = "runs/train"
-    resume: bool | str = False
-    eval: dict[str, Any] | None = None
-    device: str | None = None
 
+
+@dataclass
+class EvalConfig:
+    """Evaluation (:meth:`~agents.trainer.Trainer.evaluate`'s defaults).
+
+    Attributes:
+        samples: Sampled episodes per task.
+        temperature: ``None``: the sampling temperature.
+        seed: The sampling seed (the same for every evaluation, so they are paired).
+        tasks: Task ids (``None``: the ``eval`` split).
+    """
+
+    samples: int = 4
+    temperature: float | None = None
+    seed: int = 12345
+    tasks: list[str] | None = None
+
+
+@dataclass
+class RuntimeConfig:
+    """Where the rollouts' worlds live.
+
+    Attributes:
+        rollout: ``local`` (this process) or ``ray``: every environment's worlds (forks
+            included) live in ``workers`` Ray actors (:mod:`envfactory.runtime.ray_world`),
+            round-robin; the referee, the policy and the batch stay here, so a seed gives the
+            same batch as ``local``. A dead actor's worlds are rebuilt elsewhere by replay; the
+            pool's ``dead_workers``, ``replayed_worlds`` and ``timeouts`` are in each step's metrics.
+        workers: Ray actors for ``rollout: ray``.
+        ray_options: More :class:`envfactory.runtime.ray_world.RayPool` options (``world_runtime``,
+            ``step_timeout``, world options).
+    """
+
+    rollout: Literal["local", "ray"] = "local"
+    workers: int = 2
+    ray_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OutputConfig:
+    """What a run writes and shows.
+
+    Attributes:
+        dir: Where ``metrics.jsonl``, ``learning_curve.png`` and ``checkpoints/`` go (``None``:
+            nothing is written; ``envfactory train`` then writes to ``runs/train``).
+        save_every: A checkpoint every this many steps (0: only at the end of ``train``).
+        save_trajectories: Append every step's trajectories to ``dir/trajectories.jsonl``
+            (:mod:`agents.trajectories`; ``Trainer.sft(trajectories=...)`` trains on them).
+        show_progress: A progress line per step on stderr.
+        resume: ``true``: ``train`` continues from the latest checkpoint in ``dir``; a path:
+            from that checkpoint.
+    """
+
+    dir: str | None = None
+    save_every: int = 0
+    save_trajectories: bool = False
+    show_progress: bool = True
+    resume: bool | str = False
+
+
+@dataclass
+class TrainerConfig:
+    """Everything a :class:`~agents.trainer.Trainer` is configured by, besides its policy and environments.
+
+    ``Trainer(policy, envs, config=TrainerConfig(...))``; the dict form is the file of
+    ``envfactory train --config FILE`` (see the module docstring for every key). ``model``,
+    ``envs`` and ``device`` say what :meth:`build` makes; a Trainer given its policy and
+    environments does not read them.
+    """
+
+    model: str | dict[str, str] = "tiny"
+    envs: list[str] = field(default_factory=list)
+    device: str | None = None
+    tasks: list[str] | None = None
+    respect_splits: bool = True
+    seed: int = 0
+    steps: int = 10
+    algorithm: ARPO | GRPO = field(default_factory=ARPO)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    sft: SFTConfig | None = None
+    eval: EvalConfig | None = None
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.algorithm, tuple(ALGORITHMS.values())):
+            raise TypeError(f"algorithm must be ARPO(...) or GRPO(...), not {type(self.algorithm).__name__}")
+        if self.output.save_trajectories and self.output.dir is None:
+            raise ValueError("output.save_trajectories needs output.dir (they go to <dir>/trajectories.jsonl)")
+
+    # -- the file format -------------------------------------------------------
     @classmethod
-    def from_dict(cls, d: Any, source: str = "config") -> "TrainConfig":
-        """Check the keys of a parsed file and build the config.
+    def from_dict(cls, d: Any) -> "TrainerConfig":
+        """Build a config from its dict form (a parsed file); a missing key keeps its default,
+        ``null`` in a section that is optional (``sft``, ``eval``) turns it off.
 
         Raises:
-            ValueError: not a mapping, unknown keys, no ``envs``, or an algorithm that does not exist
-                or does not take the given keys.
+            ValueError: an unknown key (naming it and the valid ones), a value of the wrong
+                type (naming the key and the type wanted), or a value an algorithm refuses.
         """
-        keys = sorted(f.name for f in fields(cls))
-        if not isinstance(d, dict):
-            raise ValueError(f"{source}: a config is a mapping of keys {keys}")
-        unknown = set(d) - set(keys)
-        if unknown:
-            raise ValueError(f"{source}: unknown keys {sorted(unknown)}; allowed: {keys}")
-        if not d.get("envs"):
-            raise ValueError(f"{source}: 'envs' (a list of environment names) is required")
-        cfg = cls(**{k: v for k, v in d.items() if v is not None})  # null: the default
-        cfg.build_algorithm(source)
-        return cfg
+        return _build(cls, d, "config")
 
     @classmethod
-    def load(cls, path: str | Path) -> "TrainConfig":
-        """Read a JSON (``.json``) or YAML (anything else) file."""
+    def from_file(cls, path: str | Path) -> "TrainerConfig":
+        """Read a JSON (``.json``) or YAML (any other name) file.
+
+        Raises:
+            OSError: the file cannot be read.
+            ValueError: it does not parse, or :meth:`from_dict` refuses it.
+        """
         text = Path(path).read_text()
         if str(path).endswith(".json"):
-            return cls.from_dict(json.loads(text), str(path))
-        import yaml
+            try:
+                d = json.loads(text)
+            except ValueError as exc:
+                raise ValueError(f"{path}: not valid JSON: {exc}") from exc
+        else:
+            import yaml
 
-        return cls.from_dict(yaml.safe_load(text), str(path))
+            try:
+                d = yaml.safe_load(text)
+            except yaml.YAMLError as exc:  # its message carries the line and column
+                raise ValueError(f"{path}: not valid YAML: {exc}") from exc
+        try:
+            return cls.from_dict({} if d is None else d)  # an empty file: every default
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from exc
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The dict form (plain JSON/YAML values); ``from_dict(to_dict())`` gives an equal config."""
+        return _plain(self)
 
-    def build_algorithm(self, source: str = "config") -> Any:
-        from .algorithms.arpo import ARPO, GRPO
+    def to_file(self, path: str | Path) -> Path:
+        """Write the dict form as JSON (``.json``) or YAML (any other name); return the path."""
+        path = Path(path)
+        if path.suffix == ".json":
+            path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        else:
+            import yaml
 
-        kw = dict(self.algorithm or {})
-        name = str(kw.pop("name", "arpo")).lower()
-        algos = {"arpo": ARPO, "grpo": GRPO}
-        if name not in algos:
-            raise ValueError(f"{source}: algorithm.name must be 'arpo' or 'grpo', not {name!r}")
-        allowed = {f.name for f in fields(algos[name])}
-        if set(kw) - allowed:
-            raise ValueError(f"{source}: {name} does not take {sorted(set(kw) - allowed)}; it takes {sorted(allowed)}")
-        return algos[name](**kw)
+            path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        return path
 
+    # -- a run from a file -------------------------------------------------------
     def build(self) -> Any:
-        """The :class:`~agents.trainer.Trainer` of this config (a learner per role when ``model`` is a mapping)."""
+        """The :class:`~agents.trainer.Trainer` of this config: an HFPolicy of ``model`` (the
+        embedded tiny model for ``tiny``; a learner per role when ``model`` is a mapping) on ``envs``."""
         from .hf_policy import HFPolicy
         from .tiny import build_tiny_model
         from .trainer import Trainer
 
-        def policy(m: str | None) -> HFPolicy:
-            return HFPolicy(build_tiny_model() if m in (None, "tiny") else m, device=self.device)
+        if not self.envs:
+            raise ValueError("envs is empty: name the environments to train on (e.g. envs: [Counter-v0])")
 
-        team = ({a: policy(m) for a, m in self.model.items()} if isinstance(self.model, dict)
-                else policy(self.model))
-        return Trainer(team, list(self.envs), self.build_algorithm(), tasks=self.tasks, output_dir=self.output_dir,
-                       **self.trainer)
+        def policy(m: str) -> HFPolicy:
+            return HFPolicy(build_tiny_model() if m == "tiny" else m, device=self.device)
 
-    def run(self) -> dict[str, Any]:
-        """Build the Trainer; warm-start, train and evaluate it as configured; return a summary."""
-        trainer = self.build()
+        team = {a: policy(m) for a, m in self.model.items()} if isinstance(self.model, dict) else policy(self.model)
+        return Trainer(team, list(self.envs), config=self)
+
+
+def train_from_config(config: TrainerConfig | dict[str, Any]) -> dict[str, Any]:
+    """Build the Trainer of ``config``; evaluate (``eval``), warm-start (``sft``, unless resuming),
+    train ``steps`` steps and evaluate again; return a summary. The ``envfactory train`` run."""
+    cfg = config if isinstance(config, TrainerConfig) else TrainerConfig.from_dict(config)
+    if cfg.output.dir is None:  # a file run always keeps its metrics and checkpoints
+        cfg = dataclasses.replace(cfg, output=dataclasses.replace(cfg.output, dir="runs/train"))
+    trainer = cfg.build()
+    try:
         summary: dict[str, Any] = {"algorithm": trainer.algorithm.name, "tasks": len(trainer.pool),
                                    "learners": [ln.label for ln in trainer.learners]}
-        if self.eval:
-            summary["success_before"] = trainer.evaluate(**self.eval)["success"]
-        if self.sft and not self.resume:
-            summary["sft"] = trainer.sft(self.sft_tasks or self.tasks, **self.sft)
-        rows = trainer.train(int(self.steps), resume=self.resume)
-        if self.eval:
-            summary["success_after"] = trainer.evaluate(**self.eval)["success"]
-        summary.update(steps=trainer.step, last=rows[-1] if rows else None,
-                       output_dir=str(trainer.output_dir), checkpoint=str(trainer.output_dir / "checkpoints"))
+        if cfg.eval:
+            summary["success_before"] = trainer.evaluate()["success"]
+        if cfg.sft and not cfg.output.resume:
+            # a file run warm-starts on its own tasks when it names some (as envfactory train always has)
+            summary["sft"] = trainer.sft(cfg.sft.tasks if cfg.sft.tasks is not None else cfg.tasks)
+        rows = trainer.train()
+        if cfg.eval:
+            summary["success_after"] = trainer.evaluate()["success"]
+        summary.update(steps=trainer.step, last=rows[-1] if rows else None, output_dir=str(trainer.output_dir),
+                       checkpoint=str(trainer.output_dir / "checkpoints"))
+    finally:
         for ln in trainer.learners:
             ln.policy.close()
-        return summary
+        trainer.close()
+    return summary
 
 
-def load_config(path: str | Path) -> TrainConfig:
-    """Read and check a JSON or YAML config (the ``envfactory train`` hook)."""
-    return TrainConfig.load(path)
+# -- typed parsing ------------------------------------------------------------------
+def _build(cls: type, d: Any, where: str) -> Any:
+    """``cls`` (a dataclass) from a mapping, checking every key and value against its type hints."""
+    hints = typing.get_type_hints(cls)
+    keys = [f.name for f in fields(cls) if f.init]
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: expected a mapping with keys {keys}, got {type(d).__name__} {d!r}")
+    unknown = [k for k in d if k not in keys]
+    if unknown:
+        raise ValueError(f"{where}: unknown key {unknown[0]!r}; the valid keys are {keys}")
+    kw = {k: _value(v, hints[k], f"{where}.{k}") for k, v in d.items()}
+    try:
+        return cls(**kw)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from exc
 
 
-def train_from_config(cfg: TrainConfig | dict[str, Any]) -> dict[str, Any]:
-    """Run a config (a :class:`TrainConfig` or its dict form); return a summary."""
-    return (cfg if isinstance(cfg, TrainConfig) else TrainConfig.from_dict(cfg)).run()
+def _algorithm(d: Any, where: str) -> Any:
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: expected a mapping such as {{name: arpo, M: 8}}, got {type(d).__name__} {d!r}")
+    d = dict(d)
+    name = str(d.pop("name", "arpo")).lower()
+    if name not in ALGORITHMS:
+        raise ValueError(f"{where}.name: {name!r} is not an algorithm; use one of {sorted(ALGORITHMS)}")
+    return _build(ALGORITHMS[name], d, f"{where} ({name})")
+
+
+def _value(v: Any, tp: Any, where: str) -> Any:
+    """``v`` checked against the type ``tp`` (nested dataclasses built)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return v
+    if origin in (Union, types.UnionType):
+        if v is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        if set(options) == set(ALGORITHMS.values()):
+            return _algorithm(v, where)
+        if len(options) == 1:  # an optional section: its own errors name the key
+            return _value(v, options[0], where)
+        for a in options:
+            try:
+                return _value(v, a, where)
+            except ValueError:
+                continue
+        raise ValueError(f"{where}: expected {_name(tp)}, got {type(v).__name__} {v!r}")
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, v, where)
+    if origin is Literal:
+        if v not in args:
+            raise ValueError(f"{where}: expected one of {list(args)}, got {v!r}")
+        return v
+    if origin is list:
+        if not isinstance(v, list):
+            raise ValueError(f"{where}: expected a list, got {type(v).__name__} {v!r}")
+        return [_value(x, args[0], f"{where}[{i}]") for i, x in enumerate(v)] if args else list(v)
+    if origin is dict:
+        if not isinstance(v, dict):
+            raise ValueError(f"{where}: expected a mapping, got {type(v).__name__} {v!r}")
+        return {_value(k, args[0], where): _value(x, args[1], f"{where}.{k}") for k, x in v.items()} if args else dict(v)
+    if tp is bool:
+        if not isinstance(v, bool):
+            raise ValueError(f"{where}: expected true or false, got {type(v).__name__} {v!r}")
+        return v
+    if tp is int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{where}: expected an integer, got {type(v).__name__} {v!r}")
+        return v
+    if tp is float:
+        if isinstance(v, str):  # YAML 1.1 reads 1e-5 (no dot) as a string
+            try:
+                return float(v)
+            except ValueError:
+                pass
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"{where}: expected a number, got {type(v).__name__} {v!r}")
+        return float(v)
+    if tp is str:
+        if not isinstance(v, str):
+            raise ValueError(f"{where}: expected a string, got {type(v).__name__} {v!r}")
+        return v
+    raise TypeError(f"{where}: no rule to read {tp!r} (a TrainerConfig field of an unsupported type)")
+
+
+def _name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_name(a) for a in typing.get_args(tp))
+    if origin is not None:
+        return {list: "a list", dict: "a mapping", Literal: f"one of {list(typing.get_args(tp))}"}.get(origin, str(tp))
+    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        d = {f.name: _plain(getattr(obj, f.name)) for f in fields(obj) if f.init}
+        if isinstance(obj, tuple(ALGORITHMS.values())):
+            d = {"name": obj.name.lower(), **d}
+        return d
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj

@@ -27,17 +27,18 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .algorithms.advantages import group_advantages
-from .algorithms.arpo import ARPO, GRPO, Algorithm, Group, sample_groups
+from .algorithms.arpo import GRPO, Algorithm, Group, sample_groups
 from .algorithms.logprobs import token_logprobs
 from .algorithms.loss import policy_loss
 from .algorithms.metrics import MetricsLog, plot_learning_curve, progress
 from .algorithms.sft import reference_rollouts
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .rollout import Trajectory
+from .train_config import EvalConfig, SFTConfig, TrainerConfig
 
 __all__ = ["Trainer", "Learner", "Sample", "summarize"]
 
-TaskFilter = Sequence[str] | Callable[[str, str], bool] | None
+TaskIds = Sequence[str] | None
 
 
 @dataclass
@@ -87,80 +88,50 @@ class Trainer:
         policy: One ``Policy`` for every role (a single agent, or self-play), or
             ``{agent id: Policy}`` (a learner per distinct policy). With
             :class:`~agents.hf_policy.HFPolicy`, ``policy.model`` is trained in place;
-            with another backend (vLLM) pass ``model`` (the HF module to train) and the
-            trainer pushes its weights to the backend's ``load_weights`` after every step.
+            with another backend (vLLM, an OpenAI-compatible server) pass ``model``.
         envs: Environments (episodes or registered names), single-agent or teams; their tasks form the pool.
-        algorithm: :class:`ARPO` (default) or :class:`GRPO`.
-        tasks: Which tasks to train on: ids (``"task"`` or ``"Env-v0/task"``), or
-            ``f(env_name, task_id) -> bool``; default the ``rl`` split of every environment
-            (:meth:`envfactory.ToolEnvSpec.split`).
-        respect_splits: Refuse to train (RL or SFT) on an ``eval``-split task, and default
-            :meth:`sft` to the ``sft`` split and :meth:`evaluate` to the ``eval`` split.
-            ``False``: every task is fair game, and every default is the training pool.
-        lr: AdamW learning rate of the RL updates.
-        tasks_per_step: Tasks per step; each gets ``algorithm.M`` rollouts.
-        max_new_tokens: Tokens per assistant turn.
-        max_turns: The episodes' turn (round) limit (default: each environment's). An episode
-            ended by it is judged on its final state like any other.
-        max_context: The most tokens of a role's sequence (default: the tokenizer's
-            ``model_max_length``); a rollout none of whose roles fits another turn ends and is
-            judged on its state, like one ended by ``max_turns``.
-        mode: ``aec`` (turn order) or ``parallel`` (simultaneous moves) for teams.
-        micro_batch: Sequences per forward/backward pass (gradients accumulate).
-        grad_clip: Global gradient-norm clip (0 disables).
-        format_coef: Optional reward for a trajectory without parse errors (off unless asked for).
-        reward_fn: Replaces the reward: ``reward_fn(trajectory) -> float`` (the trajectory
-            names its ``agent``; default: the agent's reward from the environment, plus
-            the format term when ``format_coef``).
-        seed: Seeds task choice, sampling and branching of every step (a resumed run repeats them).
-        output_dir: Where ``metrics.jsonl``, ``learning_curve.png`` and ``checkpoints/`` go.
-        save_every: Save a checkpoint every this many steps (0: only at the end of :meth:`train`).
-        rollout: ``"local"`` (the worlds in this process) or ``"ray"``: every environment's worlds
-            (each rollout's, forks included) live in ``workers`` Ray actors
-            (:mod:`envfactory.runtime.ray_world`), round-robin; the referee, the policy and the
-            batch stay here, so a seed gives the same batch as ``"local"`` for the same policy
-            outputs. A dead actor's worlds are rebuilt elsewhere by replay; the pool's
-            ``dead_workers``, ``replayed_worlds`` and ``timeouts`` are in each step's metrics.
-        workers: Ray actors for ``rollout="ray"``.
-        ray_options: More :class:`envfactory.runtime.ray_world.RayPool` options (``world_runtime``,
-            ``step_timeout``, world options).
+        config: Every setting (:class:`~agents.train_config.TrainerConfig`; default: its defaults):
+            the algorithm (ARPO or GRPO), the tasks (default: the ``rl`` split of every environment,
+            :meth:`envfactory.ToolEnvSpec.split`; an ``eval``-split task is an error unless
+            ``respect_splits`` is false), sampling, optimisation, SFT and evaluation defaults,
+            where the worlds run and what is written.
+        model: The HF module (or its path) to train when the policy's backend does not own its
+            weights; they are pushed to the policy's ``load_weights`` after every step.
+        reward_fn: Replaces the reward: ``reward_fn(trajectory) -> float`` (the trajectory names its
+            ``agent``; default: the agent's sparse reward from the environment).
         curriculum: An :class:`agents.curriculum.Curriculum`: each step's tasks come from the
             environments' endless task supplies at its current difficulty (raised as training
             succeeds) instead of the fixed pool; its state is saved in checkpoints.
-        save_trajectories: Append every step's trajectories to ``output_dir/trajectories.jsonl``
-            (:mod:`agents.trajectories`: ``datasets.load_dataset`` reads it, :meth:`sft` trains on it).
+
+    ``model``, ``reward_fn`` and ``curriculum`` are objects (a module, code, a stateful
+    curriculum), so they are arguments rather than entries of the config file.
     """
 
-    def __init__(self, policy: Any, envs: Sequence[Any], algorithm: Algorithm | None = None, *,
-                 tasks: TaskFilter = None, model: Any = None, lr: float = 1e-5, tasks_per_step: int = 4,
-                 max_new_tokens: int = 128, temperature: float = 1.0, max_turns: int | None = None,
-                 max_context: int | None = None, mode: str = "aec", micro_batch: int = 16, grad_clip: float = 1.0,
-                 format_coef: float = 0.0,
-                 reward_fn: Callable[[Trajectory], float] | None = None, seed: int = 0,
-                 output_dir: str | None = None, save_every: int = 0, show_progress: bool = True,
-                 respect_splits: bool = True, rollout: str = "local", workers: int = 2,
-                 ray_options: dict[str, Any] | None = None, save_trajectories: bool = False,
+    def __init__(self, policy: Any, envs: Sequence[Any], config: TrainerConfig | None = None, *,
+                 model: Any = None, reward_fn: Callable[[Trajectory], float] | None = None,
                  curriculum: Any = None) -> None:
         import torch
 
         import envfactory
 
-        self.team, self.algorithm = policy, algorithm if algorithm is not None else ARPO()
+        cfg = self.config = config if config is not None else TrainerConfig()
+        if not isinstance(cfg, TrainerConfig):
+            raise TypeError(f"config must be a TrainerConfig (TrainerConfig.from_dict / from_file read one), "
+                            f"not {type(cfg).__name__}")
+        self.team, self.algorithm = policy, cfg.algorithm
         self.envs = [envfactory.make(e) if isinstance(e, str) else e for e in envs]
         self._owned = [e for e, given in zip(self.envs, envs) if e is not given]  # closed by close()
-        if rollout not in ("local", "ray"):
-            raise ValueError(f"rollout must be 'local' or 'ray', not {rollout!r}")
         self.ray_pool = None
-        if rollout == "ray":
+        if cfg.runtime.rollout == "ray":
             from envfactory.episode import Episode
             from envfactory.runtime.ray_world import RayPool, RayWorld
 
-            self.ray_pool = RayPool(workers, **(ray_options or {}))
+            self.ray_pool = RayPool(cfg.runtime.workers, **cfg.runtime.ray_options)
             self.envs = [Episode(e.spec, RayWorld(e.spec, pool=self.ray_pool), max_turns=e.max_turns)
                          for e in self.envs]
             self._owned = list(self.envs)
         for e in self.envs:
-            e.max_turns = e.max_turns if max_turns is None else max_turns
+            e.max_turns = e.max_turns if cfg.sampling.max_turns is None else cfg.sampling.max_turns
         self.learners: list[Learner] = []
         for agent in dict.fromkeys(a for e in self.envs for a in e.agents):
             if isinstance(policy, Mapping) and agent not in policy:
@@ -170,25 +141,19 @@ class Trainer:
             ln = next((x for x in self.learners if x.policy is pol), None)
             if ln is None:
                 ln = Learner(pol, self._model_of(pol, model), None)
-                ln.optimizer = torch.optim.AdamW(ln.model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+                ln.optimizer = torch.optim.AdamW(ln.model.parameters(), lr=cfg.optim.lr, betas=(0.9, 0.99),
+                                                 weight_decay=0.0)
                 self.learners.append(ln)
             ln.agents.add(agent)
-        self.respect_splits = respect_splits
+        self.respect_splits = cfg.respect_splits
         self.curriculum = curriculum
         if curriculum is not None:
             curriculum.bind(self.envs)
-        self.pool = self._select(tasks, "rl")
+        self.pool = self._select(cfg.tasks, "rl")
         if not self.pool:
-            raise ValueError("no tasks to train on: check the tasks= filter against the environments' task ids")
-        self.lr, self.tasks_per_step, self.max_new_tokens = lr, tasks_per_step, max_new_tokens
-        self.temperature, self.max_turns, self.mode, self.micro_batch = temperature, max_turns, mode, micro_batch
-        self.max_context = max_context
-        self.grad_clip, self.format_coef, self.reward_fn, self.seed = grad_clip, format_coef, reward_fn, seed
-        self.output_dir = Path(output_dir) if output_dir else None
-        self.save_every, self.show_progress = save_every, show_progress
-        if save_trajectories and self.output_dir is None:
-            raise ValueError("save_trajectories=True needs output_dir= (they go to output_dir/trajectories.jsonl)")
-        self.save_trajectories = save_trajectories
+            raise ValueError("no tasks to train on: check config.tasks against the environments' task ids")
+        self.reward_fn, self.seed = reward_fn, cfg.seed
+        self.output_dir = Path(cfg.output.dir) if cfg.output.dir else None
         self.step = 0
         self.log = MetricsLog(self.output_dir / "metrics.jsonl" if self.output_dir else None)
         self.last_samples: dict[str, list[Sample]] = {}
@@ -240,7 +205,7 @@ class Trainer:
         return self._sole().pad_id
 
     # -- tasks -------------------------------------------------------------
-    def _select(self, tasks: TaskFilter, purpose: str) -> list[tuple[Any, str]]:
+    def _select(self, tasks: TaskIds, purpose: str) -> list[tuple[Any, str]]:
         """The ``(episode, task id)`` pairs ``tasks`` names, for ``purpose`` (``rl``, ``sft`` or
         ``eval``); ``None``: that split. Training on an evaluation task is an error."""
         pool, leaked = [], []
@@ -251,8 +216,7 @@ class Trainer:
                 if tasks is None:
                     chosen = split is None or split == purpose
                 else:
-                    chosen = (callable(tasks) and tasks(spec.name, t.id)) or (
-                        not callable(tasks) and (t.id in tasks or f"{spec.name}/{t.id}" in tasks))
+                    chosen = t.id in tasks or f"{spec.name}/{t.id}" in tasks
                 if chosen:
                     pool.append((env, t.id))
                     if split == "eval" and purpose != "eval":
@@ -260,10 +224,10 @@ class Trainer:
         if leaked:
             raise ValueError(f"{len(leaked)} evaluation-split tasks asked for {purpose} training "
                              f"({', '.join(leaked[:5])}{', ...' if len(leaked) > 5 else ''}): evaluation tasks "
-                             "are never trained on (spec.split); pass respect_splits=False to allow it")
+                             "are never trained on (spec.split); set config.respect_splits to false to allow it")
         return pool
 
-    def pairs(self, tasks: TaskFilter = None, purpose: str = "rl") -> list[tuple[Any, str]]:
+    def pairs(self, tasks: TaskIds = None, purpose: str = "rl") -> list[tuple[Any, str]]:
         """``(episode, task_id)`` for ``tasks`` (default: the training pool for ``rl``, else the
         ``purpose`` split; the training pool when the trainer does not respect splits)."""
         if tasks is None and (purpose == "rl" or not self.respect_splits):
@@ -271,22 +235,30 @@ class Trainer:
         return self._select(tasks, purpose)
 
     def _groups(self, pairs: list[tuple[Any, str]], algo: Algorithm, seed: int, temperature: float) -> list[Group]:
-        return sample_groups(self.team, pairs, algo, max_new_tokens=self.max_new_tokens, temperature=temperature,
-                             seed=seed, mode=self.mode, max_context=self.max_context)
+        s = self.config.sampling
+        return sample_groups(self.team, pairs, algo, max_new_tokens=s.max_new_tokens, temperature=temperature,
+                             seed=seed, mode=s.mode, max_context=s.max_context)
 
     # -- evaluation ----------------------------------------------------------
-    def evaluate(self, tasks: TaskFilter = None, *, samples: int = 4, temperature: float | None = None,
-                 seed: int = 12345) -> dict[str, Any]:
+    def evaluate(self, tasks: TaskIds = None, *, samples: int | None = None, temperature: float | None = None,
+                 seed: int | None = None) -> dict[str, Any]:
         """Success rate over ``samples`` episodes of each task (default: the ``eval`` split;
-        every task when the trainer does not respect splits)."""
-        return summarize(self._groups(self.pairs(tasks, "eval"), GRPO(M=samples), seed,
-                                      self.temperature if temperature is None else temperature))
+        every task when the trainer does not respect splits). An argument left ``None`` is
+        ``config.eval``'s (:class:`~agents.train_config.EvalConfig`'s default without one)."""
+        ev = self.config.eval or EvalConfig()
+        temperature = next(t for t in (temperature, ev.temperature, self.config.sampling.temperature) if t is not None)
+        return summarize(self._groups(self.pairs(tasks if tasks is not None else ev.tasks, "eval"),
+                                      GRPO(M=ev.samples if samples is None else samples),
+                                      ev.seed if seed is None else seed, temperature))
 
     # -- SFT warm start -------------------------------------------------------
-    def sft(self, tasks: TaskFilter = None, *, epochs: int = 10, lr: float = 1e-3, batch_size: int = 8,
-            seed: int | None = None, trajectories: Any = None, successful_only: bool = True) -> dict[str, Any]:
+    def sft(self, tasks: TaskIds = None, *, epochs: int | None = None, lr: float | None = None,
+            batch_size: int | None = None, seed: int | None = None, trajectories: Any = None,
+            successful_only: bool = True) -> dict[str, Any]:
         """Warm start every learner on its own roles' turns of the tasks' verified reference
         solutions (loss on the sampled-turn tokens only). ``tasks`` defaults to the ``sft`` split.
+        ``tasks``, ``epochs``, ``lr`` and ``batch_size`` left ``None`` are ``config.sft``'s
+        (:class:`~agents.train_config.SFTConfig`'s defaults without one); ``seed``: ``config.seed``.
 
         Args:
             trajectories: Train on recorded trajectories instead (a file or folder written by
@@ -301,6 +273,11 @@ class Trainer:
         """
         import torch
 
+        sc = self.config.sft or SFTConfig()
+        tasks = sc.tasks if tasks is None else tasks
+        epochs, lr = sc.epochs if epochs is None else epochs, sc.lr if lr is None else lr
+        batch_size = sc.batch_size if batch_size is None else batch_size
+        grad_clip = self.config.optim.grad_clip
         rng = random.Random(self.seed if seed is None else seed)
         started, out = time.perf_counter(), {}
         recorded = self._recorded(trajectories, successful_only) if trajectories is not None else None
@@ -323,12 +300,12 @@ class Trainer:
                     loss = -sum((lp * m).sum() for lp, m in zip(lps, masks)) / max(sum(float(m.sum()) for m in masks), 1.0)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
-                    if self.grad_clip:
-                        torch.nn.utils.clip_grad_norm_(ln.model.parameters(), self.grad_clip)
+                    if grad_clip:
+                        torch.nn.utils.clip_grad_norm_(ln.model.parameters(), grad_clip)
                     opt.step()
                     losses.append(float(loss.item()))
                 self.log.write({"phase": "sft", "learner": ln.label, "epoch": epoch + 1, "nll": losses[-1]})
-                if self.show_progress:
+                if self.config.output.show_progress:
                     progress("sft", epoch + 1, epochs, started, nll=losses[-1])
             ln.sync()
             out[ln.label] = {"examples": len(rows), "final_nll": losses[-1] if losses else None}
@@ -354,18 +331,22 @@ class Trainer:
         if leaked:
             raise ValueError(f"{len(leaked)} recorded trajectories are of evaluation-split tasks "
                              f"({', '.join(sorted(set(leaked))[:5])}): evaluation tasks are never trained on "
-                             "(spec.split); pass respect_splits=False to allow it")
+                             "(spec.split); set config.respect_splits to false to allow it")
         return [t for t in trajs if t.token_exact and t.error is None and sum(t.loss_mask)
                 and (t.success or not successful_only)]
 
     # -- RL ------------------------------------------------------------------
-    def train(self, steps: int, *, resume: bool | str = False) -> list[dict[str, Any]]:
+    def train(self, steps: int | None = None, *, resume: bool | str | None = None) -> list[dict[str, Any]]:
         """Run RL steps until ``self.step == steps``; return this call's metric rows.
 
         Args:
+            steps: Default ``config.steps``.
             resume: ``True`` continues from the latest checkpoint in ``output_dir``;
-                a path continues from that checkpoint.
+                a path continues from that checkpoint (default ``config.output.resume``).
         """
+        out = self.config.output
+        steps = self.config.steps if steps is None else steps
+        resume = out.resume if resume is None else resume
         if resume:
             self.load(latest_checkpoint(self.output_dir / "checkpoints") if resume is True else resume)
         for ln in self.learners:
@@ -375,10 +356,10 @@ class Trainer:
         while self.step < steps:
             row = self.train_step()
             rows.append(row)
-            if self.show_progress:
+            if out.show_progress:
                 progress(self.algorithm.name.lower(), self.step, steps, started, success=row["success"],
                          loss=row["loss"])
-            if self.output_dir and self.save_every and self.step % self.save_every == 0:
+            if self.output_dir and out.save_every and self.step % out.save_every == 0:
                 self.save()
         if self.output_dir:
             self.save()
@@ -391,9 +372,10 @@ class Trainer:
         t0 = time.perf_counter()
         rng = random.Random(self.seed * 1_000_003 + self.step)
         level = self.curriculum.level if self.curriculum is not None else None
-        chosen = (self.curriculum.draw(self.tasks_per_step) if self.curriculum is not None
-                  else rng.sample(self.pool, min(self.tasks_per_step, len(self.pool))))
-        groups = self._groups(chosen, self.algorithm, rng.randrange(2**31), self.temperature)
+        n = self.config.optim.tasks_per_step
+        chosen = (self.curriculum.draw(n) if self.curriculum is not None
+                  else rng.sample(self.pool, min(n, len(self.pool))))
+        groups = self._groups(chosen, self.algorithm, rng.randrange(2**31), self.config.sampling.temperature)
         t_rollout = time.perf_counter() - t0
         self.last_samples = self.samples(groups)
         per = {ln.label: self._update(ln, self.last_samples[ln.label]) for ln in self.learners}
@@ -410,7 +392,7 @@ class Trainer:
         if self.curriculum is not None:
             row["difficulty"] = level
             row["promoted"] = self.curriculum.observe(row["success"])
-        if self.save_trajectories:
+        if self.config.output.save_trajectories:
             from .trajectories import save_trajectories
 
             save_trajectories([t for g in groups for e in g.episodes for t in e.trajectories.values()],
@@ -439,10 +421,8 @@ class Trainer:
         return out
 
     def reward(self, traj: Trajectory) -> float:
-        """The scalar reward of a finished role trajectory (sparse success unless configured otherwise)."""
-        if self.reward_fn is not None:
-            return float(self.reward_fn(traj))
-        return traj.reward + (self.format_coef if traj.parse_errors == 0 and traj.tool_calls else 0.0)
+        """The scalar reward of a finished role trajectory (sparse success unless ``reward_fn`` says otherwise)."""
+        return float(self.reward_fn(traj)) if self.reward_fn is not None else traj.reward
 
     def _update(self, ln: Learner, samples: list[Sample]) -> dict[str, Any]:
         """``algorithm.updates`` clipped-loss steps of ``ln`` on its own samples (none: no step)."""
@@ -452,16 +432,17 @@ class Trainer:
         n_pg_tokens = sum(sum(s.mask) for s in samples if s.signal)  # the policy-gradient token-mean's
         updates = self.algorithm.updates if samples else 0
         stats, grad_norm, refs = [], 0.0, {}  # refs: the reference's log-probs, once per micro-batch
+        micro_batch, temperature = self.config.optim.micro_batch, self.config.sampling.temperature
         ln.model.train()
         for _ in range(updates):
             ln.optimizer.zero_grad(set_to_none=True)
-            for b in range(0, len(samples), self.micro_batch):
-                mb = samples[b:b + self.micro_batch]
+            for b in range(0, len(samples), micro_batch):
+                mb = samples[b:b + micro_batch]
                 seqs, starts = [s.ids for s in mb], [s.start for s in mb]
-                lps = token_logprobs(ln.model, seqs, starts, temperature=self.temperature, pad_id=ln.pad_id)
+                lps = token_logprobs(ln.model, seqs, starts, temperature=temperature, pad_id=ln.pad_id)
                 if ln.ref_model is not None and b not in refs:
                     with torch.no_grad():
-                        refs[b] = _pad(token_logprobs(ln.ref_model, seqs, starts, temperature=self.temperature,
+                        refs[b] = _pad(token_logprobs(ln.ref_model, seqs, starts, temperature=temperature,
                                                       pad_id=ln.pad_id))
                 dev = lps[0].device
                 loss, st = policy_loss(_pad(lps), _pad([torch.tensor(s.old_logprobs, device=dev) for s in mb]),
@@ -472,7 +453,8 @@ class Trainer:
                                        pg_num_tokens=n_pg_tokens)
                 loss.backward()
                 stats.append(st)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(ln.model.parameters(), self.grad_clip or float("inf")))
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(ln.model.parameters(),
+                                                              self.config.optim.grad_clip or float("inf")))
             ln.optimizer.step()
         ln.model.eval()
         if samples:
@@ -494,7 +476,7 @@ class Trainer:
         """Write a checkpoint (default ``output_dir/checkpoints/step-<n>``)."""
         root = Path(path) if path else (self.output_dir / "checkpoints" if self.output_dir else None)
         if root is None:
-            raise ValueError("Trainer.save: pass a path or construct the Trainer with output_dir=")
+            raise ValueError("Trainer.save: pass a path, or set config.output.dir")
         state = {"seed": self.seed, "algorithm": asdict(self.algorithm), "algorithm_name": self.algorithm.name}
         if self.curriculum is not None:
             state["curriculum"] = self.curriculum.state_dict()

@@ -15,7 +15,7 @@ The one trajectory format and its one writer and reader. One row per role trajec
 ``load_dataset("json", data_files=".../trajectories.jsonl")`` or ``load_dataset("parquet", ...)``
 reads them; :func:`load_trajectories` reads them back into trajectories, and
 ``Trainer.sft(trajectories=...)`` trains on them. ``envfactory eval --save-trajectories DIR``
-(or ``--trajectories FILE``) and ``Trainer(..., save_trajectories=True)`` write them.
+(or ``--trajectories FILE``) and a Trainer with ``output.save_trajectories`` write them.
 """
 
 from __future__ import annotations

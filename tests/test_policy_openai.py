@@ -93,6 +93,7 @@ def test_trained_weights_reach_the_server_after_each_step(server) -> None:
 
     from agents import Trainer
     from agents.algorithms.arpo import GRPO
+    from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
     from agents.openai_policy import OpenAIPolicy
 
     url, path = server
@@ -100,8 +101,9 @@ def test_trained_weights_reach_the_server_after_each_step(server) -> None:
     seq = list(range(5, 70))
     before = _prompt_logprobs(pol, url, path, seq)
     calls = itertools.count()
-    tr = Trainer(pol, ["Counter-v0"], GRPO(M=2), model=path, max_new_tokens=8, max_turns=1, tasks_per_step=1,
-                 lr=1e-2, reward_fn=lambda t: float(next(calls) % 2), show_progress=False)
+    cfg = TrainerConfig(algorithm=GRPO(M=2), sampling=SamplingConfig(max_new_tokens=8, max_turns=1),
+                        optim=OptimConfig(lr=1e-2, tasks_per_step=1), output=OutputConfig(show_progress=False))
+    tr = Trainer(pol, ["Counter-v0"], cfg, model=path, reward_fn=lambda t: float(next(calls) % 2))
     try:
         row = tr.train_step()
         assert row["trained_sequences"] > 0

@@ -1,5 +1,5 @@
 """The Ray runtime: worlds in Ray actors, the referee here (envfactory.runtime.ray_world), and
-Trainer(rollout="ray"): the same episodes and the same batch as in-process, a dead actor's worlds
+A Trainer with runtime.rollout "ray": the same episodes and the same batch as in-process, a dead actor's worlds
 rebuilt by replay, a hung one's batch a truncated episode, counted."""
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def test_make_names_the_ray_runtime(pool):
     ep.close()
 
 
-# -- Trainer(rollout="ray"): the same batch as in-process ---------------------------------------------
+# -- a Trainer with runtime.rollout "ray": the same batch as in-process ---------------------------------
 def trainer_pair(**ray_kwargs):
     """The same ARPO trainer on FindLight-v0 twice, in-process and with ``rollout="ray"`` (``ray_kwargs``:
     ``workers``, ``ray_options``): a scripted first turn, then the tiny model; seeded alike.
@@ -225,6 +225,7 @@ def trainer_pair(**ray_kwargs):
     from agents.hf_policy import HFPolicy
     from agents.scripted_model import ScriptedModel
     from agents.tiny import build_tiny_model
+    from agents.train_config import OptimConfig, OutputConfig, RuntimeConfig, SamplingConfig, TrainerConfig
 
     path = build_tiny_model()
 
@@ -235,9 +236,11 @@ def trainer_pair(**ray_kwargs):
         pol = ScriptedModel(hf.tokenizer, lambda prompt, turn: None if turn else first, fallback=hf)
         pol.model = hf.model
         kw = ray_kwargs if rollout == "ray" else {}
-        return hf, Trainer(pol, ["FindLight-v0"], ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0), tasks_per_step=2,
-                           max_new_tokens=8, max_turns=3, lr=1e-3, seed=3, show_progress=False,
-                           reward_fn=lambda t: float(sum(t.response_ids) % 2), rollout=rollout, **kw)
+        cfg = TrainerConfig(algorithm=ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0), seed=3,
+                            sampling=SamplingConfig(max_new_tokens=8, max_turns=3),
+                            optim=OptimConfig(lr=1e-3, tasks_per_step=2), runtime=RuntimeConfig(rollout=rollout, **kw),
+                            output=OutputConfig(show_progress=False))
+        return hf, Trainer(pol, ["FindLight-v0"], cfg, reward_fn=lambda t: float(sum(t.response_ids) % 2))
 
     return trainer("local"), trainer("ray")
 

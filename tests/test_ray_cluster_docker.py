@@ -3,7 +3,7 @@
 The test setup starts a Ray cluster of two nodes on this machine (a head and a worker node,
 ``ray.cluster_utils.Cluster``, Ray's own multi-node test utility: separate raylets, object
 stores and worker processes) and a second ``dockerd`` (``scripts/second-dockerd.sh``, see
-tests/test_docker_engines.py). ``Trainer(..., rollout="ray", workers=2, ray_options={"world_runtime":
+tests/test_docker_engines.py). ``Trainer(..., config)`` with ``runtime: {rollout: ray, workers: 2, ray_options: {"world_runtime":
 "docker", "docker_hosts": [both engines]})`` puts one ``WorldHost`` actor on each node (pinned),
 and each actor's container pool spreads its worlds over both engines. With a deterministic
 scripted first turn, the same seed must give the same two training steps as the in-process path:

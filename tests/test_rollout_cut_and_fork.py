@@ -72,12 +72,13 @@ def test_trainers_max_turns_ends_the_episode_which_judges_it(tokenizer):
     from agents import Trainer
     from agents.hf_policy import HFPolicy
     from agents.tiny import build_tiny_model
+    from agents.train_config import SamplingConfig, TrainerConfig
 
     pol = _solver(tokenizer)
     torch.manual_seed(0)
     pol.model = HFPolicy(build_tiny_model(), device="cpu").model
-    tr = Trainer(pol, ["Counter-v0"], GRPO(M=2), tasks=["counter-0-3"], max_turns=1, max_new_tokens=32,
-                 respect_splits=False, show_progress=False)
+    tr = Trainer(pol, ["Counter-v0"], TrainerConfig(algorithm=GRPO(M=2), tasks=["counter-0-3"], respect_splits=False,
+                                                    sampling=SamplingConfig(max_turns=1, max_new_tokens=32)))
     (g,) = tr._groups(tr.pairs(), GRPO(M=2), 0, 1.0)
     for e in g.episodes:
         assert e.trajectory.turns == 1 and e.ended_by == "max_turns" and e.trajectory.truncated

@@ -353,13 +353,16 @@ def test_trainer_runs_a_curriculum_and_checkpoints_it(tmp_path):
     from agents.curriculum import Curriculum
     from agents.hf_policy import HFPolicy
     from agents.tiny import build_tiny_model
+    from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
     from agents.trainer import Trainer
 
     torch.manual_seed(0)
     cur = Curriculum(start=2, promote_at=0.5, patience=1)
-    trainer = Trainer(HFPolicy(build_tiny_model(), device="cpu"), ["Loans-v0"], GRPO(M=2), lr=1e-3,
-                      tasks_per_step=1, max_new_tokens=8, max_turns=1, seed=0, output_dir=str(tmp_path),
-                      reward_fn=lambda t: float(t.response_ids[0] % 2), show_progress=False, curriculum=cur)
+    cfg = TrainerConfig(algorithm=GRPO(M=2), sampling=SamplingConfig(max_new_tokens=8, max_turns=1),
+                        optim=OptimConfig(lr=1e-3, tasks_per_step=1),
+                        output=OutputConfig(dir=str(tmp_path), show_progress=False))
+    trainer = Trainer(HFPolicy(build_tiny_model(), device="cpu"), ["Loans-v0"], cfg,
+                      reward_fn=lambda t: float(t.response_ids[0] % 2), curriculum=cur)
     rows = trainer.train(2)
     # the untrained model solves nothing: it stays at difficulty 2, on two fresh supplied tasks
     assert [(r["difficulty"], r["promoted"], r["success"]) for r in rows] == [(2, False, 0.0)] * 2

@@ -13,9 +13,16 @@ pytest.importorskip("transformers")
 import agents.trainer as trainer_mod  # noqa: E402
 from agents.algorithms.arpo import GRPO, sample_groups  # noqa: E402
 from agents.algorithms.logprobs import token_logprobs  # noqa: E402
+from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig  # noqa: E402
 from agents.trainer import Trainer  # noqa: E402
 
 T = 0.7
+
+
+def _config(algorithm) -> TrainerConfig:
+    return TrainerConfig(algorithm=algorithm, tasks=["lights-bath-on"],
+                         sampling=SamplingConfig(max_new_tokens=10, max_turns=1, temperature=T),
+                         optim=OptimConfig(lr=1e-3, tasks_per_step=1), output=OutputConfig(show_progress=False))
 
 
 def _summed_logprobs(tr: Trainer, trajs) -> list[float]:
@@ -31,8 +38,7 @@ def test_one_step_raises_the_success_and_lowers_the_failures(monkeypatch):
 
     torch.manual_seed(0)
     policy = HFPolicy(build_tiny_model(), device="cpu")
-    tr = Trainer(policy, ["Lights-v0"], GRPO(M=6), tasks=["lights-bath-on"], lr=1e-3, tasks_per_step=1,
-                 max_new_tokens=10, max_turns=1, temperature=T, seed=0, show_progress=False)
+    tr = Trainer(policy, ["Lights-v0"], _config(GRPO(M=6)))
     groups = sample_groups(policy, tr.pool, GRPO(M=6), max_new_tokens=10, temperature=T, seed=3)
     trajs = groups[0].trajectories
     # Sampling log-probs (behaviour policy at T) agree with the trainer's at the same T: ratio 1.
@@ -65,8 +71,7 @@ def test_several_updates_per_batch_take_that_many_steps_further_the_same_way(mon
     deltas = {}
     for updates in (1, 3):
         policy = HFPolicy(build_tiny_model(), device="cpu")
-        tr = Trainer(policy, ["Lights-v0"], GRPO(M=6, updates=updates), tasks=["lights-bath-on"], lr=1e-3,
-                     tasks_per_step=1, max_new_tokens=10, max_turns=1, temperature=T, seed=0, show_progress=False)
+        tr = Trainer(policy, ["Lights-v0"], _config(GRPO(M=6, updates=updates)))
         if updates == 1:
             groups = sample_groups(policy, tr.pool, GRPO(M=6), max_new_tokens=10, temperature=T, seed=3)
             trajs = groups[0].trajectories

@@ -64,6 +64,7 @@ def _grads_after_one_step(tiny_path, kl_coef):
     from agents import Trainer
     from agents.algorithms.arpo import GRPO
     from agents.hf_policy import HFPolicy
+    from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
 
     calls = {"n": 0}
 
@@ -75,9 +76,11 @@ def _grads_after_one_step(tiny_path, kl_coef):
 
     torch.manual_seed(0)
     pol = HFPolicy(tiny_path, device="cpu")
-    tr = Trainer(pol, ["Counter-v0"], GRPO(M=2, kl_coef=kl_coef), tasks=["counter-0-3", "counter-0-4"],
-                 tasks_per_step=2, max_turns=1, max_new_tokens=8, lr=0.0, grad_clip=0.0, reward_fn=reward, seed=0,
-                 respect_splits=False, show_progress=False)
+    cfg = TrainerConfig(algorithm=GRPO(M=2, kl_coef=kl_coef), tasks=["counter-0-3", "counter-0-4"],
+                        respect_splits=False, sampling=SamplingConfig(max_new_tokens=8, max_turns=1),
+                        optim=OptimConfig(lr=0.0, tasks_per_step=2, grad_clip=0.0),
+                        output=OutputConfig(show_progress=False))
+    tr = Trainer(pol, ["Counter-v0"], cfg, reward_fn=reward)
     row = tr.train(1)[0]
     (samples,) = tr.last_samples.values()
     return row, samples, {n: p.grad.clone() for n, p in pol.model.named_parameters() if p.grad is not None}

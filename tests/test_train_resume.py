@@ -12,6 +12,7 @@ pytest.importorskip("transformers")
 from agents.algorithms.arpo import ARPO, GRPO  # noqa: E402
 from agents.hf_policy import HFPolicy  # noqa: E402
 from agents.tiny import build_tiny_model  # noqa: E402
+from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig  # noqa: E402
 from agents.trainer import Trainer  # noqa: E402
 
 TASKS = ["counter-0-2", "counter-0-4"]
@@ -24,9 +25,11 @@ def _trainer(out, seed=0):
     torch.manual_seed(0)
     policy = HFPolicy(build_tiny_model(), device="cpu")
     # A random model never succeeds; a reward that varies within a group makes the updates non-trivial.
-    return Trainer(policy, ["Counter-v0"], ARPO(M=4, N=2, k=4), tasks=TASKS, lr=1e-3, tasks_per_step=2,
-                   max_new_tokens=12, max_turns=2, reward_fn=lambda t: float(t.response_ids[0] % 2), seed=seed,
-                   output_dir=str(out), respect_splits=False, show_progress=False)
+    cfg = TrainerConfig(algorithm=ARPO(M=4, N=2, k=4), tasks=TASKS, respect_splits=False, seed=seed,
+                        sampling=SamplingConfig(max_new_tokens=12, max_turns=2),
+                        optim=OptimConfig(lr=1e-3, tasks_per_step=2),
+                        output=OutputConfig(dir=str(out), show_progress=False))
+    return Trainer(policy, ["Counter-v0"], cfg, reward_fn=lambda t: float(t.response_ids[0] % 2))
 
 
 def _weights(model):
@@ -65,26 +68,6 @@ def test_sft_learns_the_reference_solutions(tmp_path):
     assert last < first / 2
 
 
-def test_train_config_is_the_file_format(tmp_path):
-    from agents.algorithms.arpo import GRPO
-    from agents.train_config import TrainConfig, load_config
-
-    path = tmp_path / "team.json"
-    path.write_text(json.dumps({"model": {"reader_0": "tiny", "writer_0": "tiny"}, "envs": ["MultiRecords-v0"],
-                                "algorithm": {"name": "grpo", "M": 2, "kl_coef": 0.1}, "trainer": None,
-                                "steps": 1}))
-    cfg = load_config(path)
-    assert isinstance(cfg, TrainConfig) and cfg.trainer == {} and TrainConfig.from_dict(cfg.to_dict()) == cfg
-    assert cfg.build_algorithm() == GRPO(M=2, kl_coef=0.1)
-    tr = cfg.build()
-    assert sorted(ln.label for ln in tr.learners) == ["reader_0", "writer_0"]
-    for bad, why in [({"envs": ["Counter-v0"], "nope": 1}, "unknown keys"), ({"steps": 1}, "envs"),
-                     ({"envs": ["Counter-v0"], "algorithm": {"name": "grpo", "N": 4}}, "grpo does not take"),
-                     ({"envs": ["Counter-v0"], "algorithm": {"name": "ppo"}}, "arpo' or 'grpo")]:
-        with pytest.raises(ValueError, match=why):
-            TrainConfig.from_dict(bad)
-
-
 def test_evaluation_tasks_are_never_trained_on(tmp_path) -> None:
     # issue 13: the three splits hold everywhere; asking to train (RL or SFT) on an eval-split task is an error
     import envfactory
@@ -93,11 +76,11 @@ def test_evaluation_tasks_are_never_trained_on(tmp_path) -> None:
     ev, rl, sft = (spec.tasks_in(s)[0].id for s in ("eval", "rl", "sft"))
     policy = HFPolicy(build_tiny_model(), device="cpu")
     with pytest.raises(ValueError, match="evaluation-split"):
-        Trainer(policy, ["Counter-v0"], GRPO(M=2), tasks=[ev], show_progress=False)
-    tr = Trainer(policy, ["Counter-v0"], GRPO(M=2), show_progress=False)
+        Trainer(policy, ["Counter-v0"], TrainerConfig(algorithm=GRPO(M=2), tasks=[ev]))
+    tr = Trainer(policy, ["Counter-v0"], TrainerConfig(algorithm=GRPO(M=2)))
     assert {t for _, t in tr.pool} == {t.id for t in spec.tasks_in("rl")} and rl in {t for _, t in tr.pool}
     assert {t for _, t in tr.pairs(purpose="eval")} == {t.id for t in spec.tasks_in("eval")}
     assert sft in {t for _, t in tr.pairs(purpose="sft")}
     with pytest.raises(ValueError, match="evaluation-split"):
         tr.sft([ev], epochs=1)
-    assert Trainer(policy, ["Counter-v0"], GRPO(M=2), tasks=[ev], respect_splits=False, show_progress=False).pool
+    assert Trainer(policy, ["Counter-v0"], TrainerConfig(algorithm=GRPO(M=2), tasks=[ev], respect_splits=False)).pool

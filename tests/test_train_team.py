@@ -18,11 +18,20 @@ from agents.policy import Generation, Policy, default_stop_ids  # noqa: E402
 from agents.rollout import rollout  # noqa: E402
 from agents.rollout_check import invariant_problems  # noqa: E402
 from agents.scripted_model import ScriptedModel  # noqa: E402
+from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig  # noqa: E402
 from envfactory import Episode, MultiState, Role, Task, ToolEnvSpec, by, tool  # noqa: E402
 from envfactory.checks.scripted import OraclePolicy  # noqa: E402
 
 ENV = "MultiRecords-v0"
 TASK = "records-000"
+
+
+def _config(algorithm, *, seed, tasks=(TASK,), max_turns=1, out=None, respect_splits=True) -> TrainerConfig:
+    """One task per step, 8 tokens a turn, lr 1e-3, quiet."""
+    return TrainerConfig(algorithm=algorithm, tasks=list(tasks) if tasks else None, seed=seed,
+                         respect_splits=respect_splits, sampling=SamplingConfig(max_new_tokens=8, max_turns=max_turns),
+                         optim=OptimConfig(lr=1e-3, tasks_per_step=1),
+                         output=OutputConfig(dir=str(out) if out else None, show_progress=False))
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +119,7 @@ def _alternating():
 
 def test_shared_policy_train_step_updates_weights(tiny_path):
     pol = _policy(tiny_path)
-    tr = Trainer(pol, [ENV], GRPO(M=2), tasks=[TASK], max_turns=1, tasks_per_step=1, max_new_tokens=8, lr=1e-3,
-                 reward_fn=_alternating(), seed=1, show_progress=False)
+    tr = Trainer(pol, [ENV], _config(GRPO(M=2), seed=1), reward_fn=_alternating())
     assert isinstance(tr, Trainer) and set(tr.learner_of("reader_0").agents) == {"reader_0", "writer_0"}
     before = _weights(pol.model)
     row = tr.train_step()
@@ -128,8 +136,7 @@ def test_policy_per_role_learns_only_from_its_own_trajectories(tiny_path):
     def reward(traj):  # the writer's rewards are all equal: no signal for it
         return alt(traj) if traj.agent == "reader_0" else 1.0
 
-    tr = Trainer({"reader_0": reader, "writer_0": writer}, [ENV], GRPO(M=2), tasks=[TASK], max_turns=1,
-                 tasks_per_step=1, max_new_tokens=8, lr=1e-3, reward_fn=reward, seed=1, show_progress=False)
+    tr = Trainer({"reader_0": reader, "writer_0": writer}, [ENV], _config(GRPO(M=2), seed=1), reward_fn=reward)
     wr, ww = _weights(reader.model), _weights(writer.model)
     tr.train_step()
     got = tr.last_samples
@@ -154,7 +161,8 @@ def test_trainer_rejects_an_incomplete_team(tiny_path):
 def test_sft_on_reference_joint_solutions_fits_each_roles_turns(tiny_path):
     """Each learner of a per-role team is fitted on its own role's turns of the reference joint play."""
     reader, writer = _policy(tiny_path), _policy(tiny_path)
-    tr = Trainer({"reader_0": reader, "writer_0": writer}, [ENV], tasks=[TASK], seed=0, show_progress=False)
+    tr = Trainer({"reader_0": reader, "writer_0": writer}, [ENV],
+                 TrainerConfig(tasks=[TASK], output=OutputConfig(show_progress=False)))
     first = tr.sft([TASK], epochs=1, lr=3e-3, batch_size=1)["learners"]
     last = tr.sft([TASK], epochs=8, lr=3e-3, batch_size=1)["learners"]
     for role in ("reader_0", "writer_0"):
@@ -274,9 +282,9 @@ def test_team_training_runs_arpo_with_forks_on_three_roles(tiny_path):
 
     pol = ScriptedModel(hf.tokenizer, first_turn_calls, fallback=hf)
     pol.model = hf.model  # trained in place: the fallback samples from the trained weights
-    tr = Trainer(pol, [Episode(TALLY, max_turns=2)], ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0), tasks_per_step=1,
-                 max_new_tokens=8, lr=1e-3, reward_fn=_alternating(), seed=0, respect_splits=False,
-                 show_progress=False)
+    tr = Trainer(pol, [Episode(TALLY, max_turns=2)],
+                 _config(ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0), seed=0, tasks=None, max_turns=None,
+                         respect_splits=False), reward_fn=_alternating())
     before = _weights(hf.model)
     row = tr.train_step()
     assert row["branches"] == 2 and row["episodes"] == 4 and row["errors"] == 0
@@ -291,9 +299,8 @@ def _team_trainer(path, out):
 
     torch.manual_seed(0)
     team = {"reader_0": HFPolicy(path, device="cpu"), "writer_0": HFPolicy(path, device="cpu")}
-    return Trainer(team, [ENV], GRPO(M=4, kl_coef=0.1, updates=2), tasks=[TASK], max_turns=1, tasks_per_step=1,
-                   max_new_tokens=8, lr=1e-3, seed=0, output_dir=str(out),
-                   reward_fn=lambda t: float(sum(t.response_ids) % 2), show_progress=False)
+    return Trainer(team, [ENV], _config(GRPO(M=4, kl_coef=0.1, updates=2), seed=0, out=out),
+                   reward_fn=lambda t: float(sum(t.response_ids) % 2))
 
 
 def test_team_training_resumes_from_a_checkpoint(tiny_path, tmp_path):

@@ -16,6 +16,7 @@ from agents import Trainer  # noqa: E402
 from agents.algorithms.arpo import GRPO  # noqa: E402
 from agents.rollout import env_version, rollout  # noqa: E402
 from agents.scripted_model import ScriptedModel  # noqa: E402
+from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig  # noqa: E402
 from agents.trajectories import load_trajectories, save_trajectories  # noqa: E402
 from envfactory.cli import main  # noqa: E402
 
@@ -76,8 +77,10 @@ def test_trainer_writes_its_steps_and_sft_trains_on_recorded_successes(played, t
     hf, trajs = played
     wins = [t for t in trajs if t.success]
     assert wins
-    tr = Trainer(hf, ["Lights-v0"], GRPO(M=2), max_new_tokens=8, max_turns=1, tasks_per_step=1, lr=1e-3,
-                 output_dir=str(tmp_path / "run"), save_trajectories=True, show_progress=False)
+    cfg = TrainerConfig(algorithm=GRPO(M=2), sampling=SamplingConfig(max_new_tokens=8, max_turns=1),
+                        optim=OptimConfig(lr=1e-3, tasks_per_step=1),
+                        output=OutputConfig(dir=str(tmp_path / "run"), save_trajectories=True, show_progress=False))
+    tr = Trainer(hf, ["Lights-v0"], cfg)
     tr.train_step()
     written = load_trajectories(tmp_path / "run" / "trajectories.jsonl")
     assert len(written) == 2 and all(t.env_name == "Lights-v0" for t in written)
