@@ -145,7 +145,8 @@ def _train_args(p: argparse.ArgumentParser) -> None:
 def _train_run(args: argparse.Namespace) -> Result:
     import dataclasses
 
-    from agents.train_config import TrainerConfig, train_from_config
+    from agents.train_config import TrainerConfig
+    from agents.trainer import train_from_config
 
     try:
         if args.config is None and not args.print_config:

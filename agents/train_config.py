@@ -39,7 +39,7 @@ from typing import Any, Literal, Union
 from .algorithms.arpo import ARPO, GRPO
 
 __all__ = ["TrainerConfig", "SamplingConfig", "OptimConfig", "SFTConfig", "EvalConfig", "RuntimeConfig",
-           "OutputConfig", "ALGORITHMS", "train_from_config"]
+           "OutputConfig", "ALGORITHMS"]
 
 ALGORITHMS: dict[str, type] = {"arpo": ARPO, "grpo": GRPO}
 """The ``algorithm.name`` values and their classes (the section's other keys are the class's fields)."""
@@ -90,7 +90,7 @@ class SFTConfig:
     Attributes:
         epochs, lr, batch_size: Passes over the examples, AdamW learning rate, examples per step.
         tasks: Tasks whose reference solutions it trains on (``None``: the ``sft`` split; in a
-            :func:`train_from_config` run, the config's ``tasks`` when it names some).
+            :func:`agents.trainer.train_from_config` run, the config's ``tasks`` when it names some).
     """
 
     epochs: int = 10
@@ -241,50 +241,6 @@ class TrainerConfig:
 
             path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
         return path
-
-    # -- a run from a file -------------------------------------------------------
-    def build(self) -> Any:
-        """The :class:`~agents.trainer.Trainer` of this config: an HFPolicy of ``model`` (the
-        embedded tiny model for ``tiny``; a learner per role when ``model`` is a mapping) on ``envs``."""
-        from .hf_policy import HFPolicy
-        from .tiny import build_tiny_model
-        from .trainer import Trainer
-
-        if not self.envs:
-            raise ValueError("envs is empty: name the environments to train on (e.g. envs: [Counter-v0])")
-
-        def policy(m: str) -> HFPolicy:
-            return HFPolicy(build_tiny_model() if m == "tiny" else m, device=self.device)
-
-        team = {a: policy(m) for a, m in self.model.items()} if isinstance(self.model, dict) else policy(self.model)
-        return Trainer(team, list(self.envs), config=self)
-
-
-def train_from_config(config: TrainerConfig | dict[str, Any]) -> dict[str, Any]:
-    """Build the Trainer of ``config``; evaluate (``eval``), warm-start (``sft``, unless resuming),
-    train ``steps`` steps and evaluate again; return a summary. The ``envfactory train`` run."""
-    cfg = config if isinstance(config, TrainerConfig) else TrainerConfig.from_dict(config)
-    if cfg.output.dir is None:  # a file run always keeps its metrics and checkpoints
-        cfg = dataclasses.replace(cfg, output=dataclasses.replace(cfg.output, dir="runs/train"))
-    trainer = cfg.build()
-    try:
-        summary: dict[str, Any] = {"algorithm": trainer.algorithm.name, "tasks": len(trainer.pool),
-                                   "learners": [ln.label for ln in trainer.learners]}
-        if cfg.eval:
-            summary["success_before"] = trainer.evaluate()["success"]
-        if cfg.sft and not cfg.output.resume:
-            # a file run warm-starts on its own tasks when it names some (as envfactory train always has)
-            summary["sft"] = trainer.sft(cfg.sft.tasks if cfg.sft.tasks is not None else cfg.tasks)
-        rows = trainer.train()
-        if cfg.eval:
-            summary["success_after"] = trainer.evaluate()["success"]
-        summary.update(steps=trainer.step, last=rows[-1] if rows else None, output_dir=str(trainer.output_dir),
-                       checkpoint=str(trainer.output_dir / "checkpoints"))
-    finally:
-        for ln in trainer.learners:
-            ln.policy.close()
-        trainer.close()
-    return summary
 
 
 # -- typed parsing ------------------------------------------------------------------

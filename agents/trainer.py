@@ -19,6 +19,7 @@ sampling log-probability the backend recorded.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 import time
 from collections.abc import Mapping
@@ -36,7 +37,7 @@ from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .rollout import Trajectory
 from .train_config import EvalConfig, SFTConfig, TrainerConfig
 
-__all__ = ["Trainer", "Learner", "Sample", "summarize"]
+__all__ = ["Trainer", "Learner", "Sample", "summarize", "train_from_config"]
 
 TaskIds = Sequence[str] | None
 
@@ -336,6 +337,23 @@ class Trainer:
                 and (t.success or not successful_only)]
 
     # -- RL ------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: TrainerConfig) -> "Trainer":
+        """The Trainer a config file describes: an HFPolicy of ``config.model`` (the embedded tiny
+        model for ``tiny``; a learner per role when ``model`` is a mapping) on ``config.envs``."""
+        from .hf_policy import HFPolicy
+        from .tiny import build_tiny_model
+
+        self = config
+        if not self.envs:
+            raise ValueError("envs is empty: name the environments to train on (e.g. envs: [Counter-v0])")
+
+        def policy(m: str) -> HFPolicy:
+            return HFPolicy(build_tiny_model() if m == "tiny" else m, device=self.device)
+
+        team = {a: policy(m) for a, m in self.model.items()} if isinstance(self.model, dict) else policy(self.model)
+        return cls(team, list(self.envs), config=self)
+
     def train(self, steps: int | None = None, *, resume: bool | str | None = None) -> list[dict[str, Any]]:
         """Run RL steps until ``self.step == steps``; return this call's metric rows.
 
@@ -583,3 +601,30 @@ def _frozen_copy(model: Any) -> Any:
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
+
+
+def train_from_config(config: TrainerConfig | dict[str, Any]) -> dict[str, Any]:
+    """Build the Trainer of ``config``; evaluate (``eval``), warm-start (``sft``, unless resuming),
+    train ``steps`` steps and evaluate again; return a summary. The ``envfactory train`` run."""
+    cfg = config if isinstance(config, TrainerConfig) else TrainerConfig.from_dict(config)
+    if cfg.output.dir is None:  # a file run always keeps its metrics and checkpoints
+        cfg = dataclasses.replace(cfg, output=dataclasses.replace(cfg.output, dir="runs/train"))
+    trainer = Trainer.from_config(cfg)
+    try:
+        summary: dict[str, Any] = {"algorithm": trainer.algorithm.name, "tasks": len(trainer.pool),
+                                   "learners": [ln.label for ln in trainer.learners]}
+        if cfg.eval:
+            summary["success_before"] = trainer.evaluate()["success"]
+        if cfg.sft and not cfg.output.resume:
+            # a file run warm-starts on its own tasks when it names some (as envfactory train always has)
+            summary["sft"] = trainer.sft(cfg.sft.tasks if cfg.sft.tasks is not None else cfg.tasks)
+        rows = trainer.train()
+        if cfg.eval:
+            summary["success_after"] = trainer.evaluate()["success"]
+        summary.update(steps=trainer.step, last=rows[-1] if rows else None, output_dir=str(trainer.output_dir),
+                       checkpoint=str(trainer.output_dir / "checkpoints"))
+    finally:
+        for ln in trainer.learners:
+            ln.policy.close()
+        trainer.close()
+    return summary

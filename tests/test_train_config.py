@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from agents.algorithms.arpo import ARPO, GRPO
+from agents.trainer import Trainer
 from agents.train_config import (EvalConfig, OptimConfig, OutputConfig, RuntimeConfig, SamplingConfig, SFTConfig,
                                  TrainerConfig)
 
@@ -111,7 +112,7 @@ def test_a_trainer_built_from_a_config_file_trains_a_step(tmp_path):
     torch.manual_seed(0)
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({**TINY, "output": {"dir": str(tmp_path / "out"), "show_progress": False}}))
-    tr = TrainerConfig.from_file(path).build()
+    tr = Trainer.from_config(TrainerConfig.from_file(path))
     try:
         assert tr.config == TrainerConfig.from_file(path) and tr.algorithm == GRPO(M=2)
         assert [t for _, t in tr.pool] == ["counter-0-3"] and tr.optimizer.param_groups[0]["lr"] == 1e-3
@@ -128,11 +129,11 @@ def test_a_team_config_builds_a_learner_per_role():
     pytest.importorskip("torch")
     cfg = TrainerConfig.from_dict({"model": {"reader_0": "tiny", "writer_0": "tiny"}, "envs": ["MultiRecords-v0"],
                                    "algorithm": {"name": "grpo", "M": 2}})
-    tr = cfg.build()
+    tr = Trainer.from_config(cfg)
     assert sorted(ln.label for ln in tr.learners) == ["reader_0", "writer_0"]
     tr.close()
     with pytest.raises(ValueError, match="envs is empty"):
-        TrainerConfig().build()
+        Trainer.from_config(TrainerConfig())
 
 
 def test_a_trainer_takes_only_a_trainer_config():
