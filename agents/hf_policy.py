@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .policy import Generation, Policy, default_stop_ids, sampling_stats
+from .policy import Generation, Policy, check_prompts, default_stop_ids, sampling_stats
 from .prefix_cache import PrefixCache, common_prefix_len
 
 __all__ = ["HFPolicy"]
@@ -129,12 +129,8 @@ class HFPolicy(Policy):
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, stop_token_ids: list[int] | None = None,
                  seed: int | None = None) -> list[Generation]:
-        if not prompts:
+        if not check_prompts(prompts, max_new_tokens):
             return []
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("every prompt needs at least one token id")
-        if max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be at least 1")
         version = self._param_version()
         if version != self._weights_version:  # trained in place: cached keys/values are stale
             self._cache.clear()

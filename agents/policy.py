@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import torch
     import transformers
 
-__all__ = ["Generation", "Policy", "ENTROPY_TOP_K", "default_stop_ids", "sampling_stats"]
+__all__ = ["Generation", "Policy", "ENTROPY_TOP_K", "default_stop_ids", "sampling_stats", "check_prompts"]
 
 ENTROPY_TOP_K = 20
 
@@ -42,6 +42,16 @@ class Generation:
     finish_reason: str  # "stop" | "length"
     text: str | None = field(default=None, repr=False)
     """The decoded text when a backend has it (text-only servers have only this)."""
+
+
+def check_prompts(prompts: list[list[int]], max_new_tokens: int) -> bool:
+    """Whether there is anything to sample (``False`` for no prompts); raises for the arguments
+    every backend's :meth:`Policy.generate` refuses, with the same errors."""
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token id")
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be at least 1")
+    return bool(prompts)
 
 
 class Policy(ABC):

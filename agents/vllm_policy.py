@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
-from .policy import ENTROPY_TOP_K, Generation, Policy, default_stop_ids, entropy_from_top_logprobs
+from .policy import ENTROPY_TOP_K, Generation, Policy, check_prompts, default_stop_ids, entropy_from_top_logprobs
 
 __all__ = ["VLLMPolicy", "vllm_available"]
 
@@ -116,10 +116,8 @@ class VLLMPolicy(Policy):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        if not prompts:
+        if not check_prompts(prompts, max_new_tokens):
             return []
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("every prompt needs at least one token id")
         stops = list(default_stop_ids(self.tokenizer) if stop_token_ids is None else stop_token_ids)
         params = [
             SamplingParams(

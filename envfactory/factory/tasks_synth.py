@@ -134,12 +134,10 @@ def _walk(
     free = False
     for _ in range(length):
         for _attempt in range(16):
-            t = tools[rng.randrange(len(tools))]
-            args = draw_arguments(t.name, t.parameters, json.loads(state.model_dump_json()),
-                                  cfg.arguments, rng)
-            if args is None:
+            drawn = _random_call(tools, state, cfg, rng)
+            if drawn is None:
                 continue
-            trial = copy_state(state)
+            t, args, trial = drawn
             before = state_hash(trial)
             if not t.invoke(trial, args).ok or state_hash(trial) == before:
                 continue
@@ -273,14 +271,21 @@ def _change_task(tools, initial, length, cfg, rng):
     return _join_steps(steps), calls, check, []
 
 
+def _random_call(tools: list[Tool], state: State, cfg: SynthConfig, rng: random.Random
+                 ) -> tuple[Tool, dict[str, Any], State] | None:
+    """A random tool, arguments drawn for it from ``state`` and a copy of ``state`` to try the call
+    on; ``None`` when no arguments could be drawn (the caller draws again)."""
+    t = tools[rng.randrange(len(tools))]
+    args = draw_arguments(t.name, t.parameters, json.loads(state.model_dump_json()), cfg.arguments, rng)
+    return None if args is None else (t, args, copy_state(state))
+
+
 def _read_task(tools, initial, cfg, rng):
     for _attempt in range(16):
-        t = tools[rng.randrange(len(tools))]
-        args = draw_arguments(t.name, t.parameters, json.loads(initial.model_dump_json()),
-                              cfg.arguments, rng)
-        if args is None:
+        drawn = _random_call(tools, initial, cfg, rng)
+        if drawn is None:
             continue
-        probe = copy_state(initial)
+        t, args, probe = drawn
         out = t.invoke(probe, args)
         if not out.ok or state_hash(probe) != state_hash(initial):
             continue
