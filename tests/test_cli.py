@@ -1,4 +1,5 @@
-"""The command line: plugin commands from entry points, --json output, aligned listings."""
+"""The command line: one way to add commands (built-ins and entry points), errors on stderr with a
+non-zero exit, did-you-mean, bad ports, examples in every --help, progress on stderr, --json purity."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ _NOISY = """
         sys.stdout.write("INFO no newline")
         return 0, {"ok": True, "n": 3}, "human text"
 
-    cli.COMMANDS["noise"] = cli.Command("prints noise", lambda p: None, run)
+    NOISE = cli.Command("prints noise", lambda p: None, run)
+    cli.BUILTIN_COMMANDS["noise"] = "__main__:NOISE"  # named as any command is: module:ATTRIBUTE
     sys.exit(cli.main(sys.argv[1:]))
 """
 
@@ -80,7 +82,9 @@ def test_list_columns_fit_long_names(monkeypatch, capsys):
         _FakeSpec("B-v0", "mid-domain", False, 50, 12, "mid"),
     ]
     monkeypatch.setattr(envfactory, "specs", lambda: fakes)
-    code, rows, text = cli._list_run(None)
+    from envfactory.cli.environments import LIST
+
+    code, rows, text = LIST.run(None)
     assert code == 0 and [r["name"] for r in rows] == ["A-v0", "AVeryLongEnvironmentNameIndeed-v0", "B-v0"]
     header, *lines = text.splitlines()
     start = {col: header.index(col) for col in ("domain", "agents", "description")}
@@ -101,7 +105,7 @@ def test_agents_commands_come_from_the_entry_point_group():
     eps = {ep.name: ep.value for ep in metadata.entry_points(group=cli.COMMAND_GROUP)}
     assert {"eval", "train", "quickstart"} <= set(eps), "pip install -e . --no-deps registers the entry points"
     assert all(v.startswith("agents.") for v in eps.values())
-    assert not {"eval", "train", "quickstart"} & set(cli.COMMANDS)  # the core does not define them
+    assert not {"eval", "train", "quickstart"} & set(cli.BUILTIN_COMMANDS)  # the core does not define them
 
 
 def test_help_works_without_torch():
@@ -202,9 +206,10 @@ def test_broken_plugins_give_clear_errors(monkeypatch, capfd):
                            (["needsdep"], "needs a module that is not installed")):
         assert cli.main(argv) == 2, argv
         out = capfd.readouterr()
-        assert fragment in out.out and "Traceback" not in out.out + out.err, (argv, out)
+        assert fragment in out.err and not out.out and "Traceback" not in out.err, (argv, out)
         assert cli.main([*argv, "--json"]) == 2
-        assert fragment in json.loads(capfd.readouterr().out)["error"]
+        out = capfd.readouterr()
+        assert fragment in json.loads(out.out)["error"] and fragment in out.err
 
     # the built-in command wins over a plugin of the same name
     assert cli.main(["list", "--json"]) == 0
@@ -213,20 +218,20 @@ def test_broken_plugins_give_clear_errors(monkeypatch, capfd):
 
 def test_a_failing_bench_section_never_empties_the_report(monkeypatch):
     """Each section runs on its own: one that raises reports ``<section>_error``; the others' figures stay."""
-    from envfactory import cli
+    from envfactory.cli import bench
 
     sections = {"first": lambda: {"first_step_us": 1.5}, "broken": lambda: 1 / 0,
                 "last": lambda: {"last_ratio": 2.0}}
-    monkeypatch.setattr(cli, "installed_sections", lambda: sections)
-    doc = cli.run_bench()
+    monkeypatch.setattr(bench, "installed_sections", lambda: sections)
+    doc = bench.run_bench()
     assert doc["first_step_us"] == 1.5 and doc["last_ratio"] == 2.0
     assert doc["broken_error"].startswith("ZeroDivisionError")
     assert {"section_first_s", "section_broken_s", "section_last_s"} <= set(doc)
-    assert cli.run_bench(["last"]).keys() == {"last_ratio", "section_last_s"}
+    assert bench.run_bench(["last"]).keys() == {"last_ratio", "section_last_s"}
 
 
 def test_bench_sections_come_from_the_benchmarks_package():
-    from envfactory import cli
+    from envfactory.cli import bench
 
-    known = cli.installed_sections()
+    known = bench.installed_sections()
     assert {"step", "fork", "bigstate", "docker", "scale", "rollout", "openenv"} <= set(known)
