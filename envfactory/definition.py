@@ -12,7 +12,6 @@ properties of the definition, never of a second code path.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import random
 import re
@@ -77,6 +76,8 @@ class Role:
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """``"; did you mean 'X'?"`` naming the choices closest to a mistyped ``word`` (case aside),
     or ``""`` when none is close: what an error about an unknown name says instead of every name."""
+    import difflib  # only an error needs it; `import envfactory` stays cheap
+
     by_lower = {c.lower(): c for c in choices}
     if word.lower() in by_lower:  # only the case is wrong
         close = [word.lower()]

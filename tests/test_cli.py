@@ -219,7 +219,7 @@ def test_broken_plugins_give_clear_errors(monkeypatch, capfd):
 
 def test_a_failing_bench_section_never_empties_the_report(monkeypatch):
     """Each section runs on its own: one that raises reports ``<section>_error``; the others' figures stay."""
-    from envfactory.cli import bench
+    from envfactory.cli import measure as bench
 
     sections = {"first": lambda: {"first_step_us": 1.5}, "broken": lambda: 1 / 0,
                 "last": lambda: {"last_ratio": 2.0}}
@@ -232,7 +232,7 @@ def test_a_failing_bench_section_never_empties_the_report(monkeypatch):
 
 
 def test_bench_sections_come_from_the_benchmarks_package():
-    from envfactory.cli import bench
+    from envfactory.cli import measure as bench
 
     known = bench.installed_sections()
     assert {"step", "fork", "bigstate", "docker", "scale", "rollout", "openenv"} <= set(known)
@@ -303,7 +303,7 @@ def test_unknown_names_suggest_the_closest_instead_of_listing_all(monkeypatch, c
     with pytest.raises(KeyError, match=f"did you mean '{first}'"):
         envfactory.spec("Bank-v0").task(typo)
 
-    from envfactory.cli import bench
+    from envfactory.cli import measure as bench
 
     monkeypatch.setattr(bench, "installed_sections", lambda: {"fork": dict, "step": dict, "docker": dict})
     assert cli.main(["bench", "--only", "forkk", "--json"]) == 2

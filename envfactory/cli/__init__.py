@@ -38,7 +38,7 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "list": "envfactory.cli.environments:LIST",
     "verify": "envfactory.cli.environments:VERIFY",
     "play": "envfactory.cli.environments:PLAY",
-    "bench": "envfactory.cli.bench:BENCH",
+    "bench": "envfactory.cli.measure:BENCH",
     "generate": "envfactory.cli.factory:GENERATE",
     "tasks": "envfactory.cli.factory:TASKS",
     "image": "envfactory.cli.runtime:IMAGE",

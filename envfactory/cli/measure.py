@@ -1,4 +1,4 @@
-"""``envfactory bench``: the benchmark sections that installed packages announce (:data:`BENCH_GROUP`)."""
+"""``envfactory bench`` (measurements): the sections that installed packages announce (:data:`BENCH_GROUP`)."""
 
 from __future__ import annotations
 
