@@ -297,6 +297,9 @@ def test_unknown_names_suggest_the_closest_instead_of_listing_all(monkeypatch, c
     assert "did you mean 'Bank-v0'?" in capfd.readouterr().err
     assert cli.main(["verify", "Zzzzzzzzz"]) == 2
     assert "did you mean" not in capfd.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["verfy", "Bank-v0"])
+    assert exc.value.code == 2 and "no command 'verfy'; did you mean 'verify'?" in capfd.readouterr().err
 
     first = envfactory.spec("Bank-v0").get_tasks()[0].id
     typo = first[0] + first[2] + first[1] + first[3:]  # two letters swapped

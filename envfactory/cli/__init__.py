@@ -26,9 +26,10 @@ import sys
 from importlib import metadata
 from typing import Any, Callable, Iterator, NamedTuple
 
-__all__ = ["main", "build_parser", "commands", "BUILTIN_COMMANDS", "COMMAND_GROUP", "Command", "CommandError"]
+__all__ = ["main", "build_parser", "commands", "BUILTIN_COMMANDS", "COMMAND_GROUP", "Command", "CommandError",
+           "Result"]
 
-Result = tuple[int, Any, str]
+Result = tuple[int, Any, str]  # what a command's run returns: (exit code, JSON document, human text)
 COMMAND_GROUP = "envfactory.commands"
 
 # The core's commands, named exactly as an entry point names a plugin's. They live in code, not
@@ -134,9 +135,9 @@ def commands() -> dict[str, tuple[Command, str]]:
 def build_parser(table: dict[str, tuple[Command, str]] | None = None, chosen: str | None = None
                  ) -> argparse.ArgumentParser:
     """The ``envfactory`` parser over ``table`` (default: :func:`commands`). Only the ``chosen``
-    command's arguments are added (every command's when ``None``): parsing ``envfactory list``
-    never builds ``train``'s. A command whose arguments cannot be built becomes a stand-in in
-    ``table``."""
+    command's arguments are added (``""``: none, for the command list; ``None``: every command's),
+    so parsing ``envfactory list`` never builds ``train``'s. A command whose arguments cannot be
+    built becomes a stand-in in ``table``."""
     table = commands() if table is None else table
     parser = argparse.ArgumentParser(prog="envfactory", description="The envfactory command line. Every command takes --json for scripts.",
                                      epilog=examples_epilog("envfactory list\nenvfactory verify --all --json\n"
@@ -217,7 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     """``envfactory ARGS``; returns the exit code (0: done, 1: a check failed, 2: a usage error)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     table = commands()
-    parser = build_parser(table, chosen=_command_name(argv))
+    name = _command_name(argv) or ""
+    parser = build_parser(table, chosen=name)
+    if name and name not in table:  # argparse would list every command; name the likely one
+        from ..definition import did_you_mean
+
+        parser.error(f"no command {name!r}{did_you_mean(name, table)} ('envfactory --help' lists them)")
     args, unknown = parser.parse_known_args(argv)
     cmd, source = table[args.command]
     if unknown and not isinstance(cmd, _Broken):

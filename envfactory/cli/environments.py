@@ -7,9 +7,8 @@ import sys
 import time
 from typing import Any
 
-from . import Command, CommandError
+from . import Command, CommandError, Result
 
-Result = tuple[int, Any, str]
 
 
 def _table(header: list[str], rows: list[list[Any]], right: set[int] = frozenset()) -> list[str]:

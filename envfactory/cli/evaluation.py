@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from . import Command
+from . import Command, Result
 
-Result = tuple[int, Any, str]
 
 
 def _eval_team_args(p: argparse.ArgumentParser) -> None:

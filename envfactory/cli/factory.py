@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-from typing import Any
 
-from . import Command, CommandError, examples_epilog
+from . import Command, CommandError, Result, examples_epilog
 
-Result = tuple[int, Any, str]
 
 
 # -- generate --------------------------------------------------------------

@@ -6,11 +6,10 @@ import argparse
 import time
 from typing import Any, Callable
 
-from . import Command, CommandError
+from . import Command, CommandError, Result
 
 __all__ = ["BENCH", "BENCH_GROUP", "installed_sections", "run_bench"]
 
-Result = tuple[int, Any, str]
 BENCH_GROUP = "envfactory.bench"  # the sections: benchmarks/ (and any package) announce theirs here
 
 

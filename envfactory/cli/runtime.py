@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from . import Command, CommandError
+from . import Command, CommandError, Result
 
 __all__ = ["IMAGE", "GC"]
 
-Result = tuple[int, Any, str]
 
 
 def _image_args(p: argparse.ArgumentParser) -> None:

@@ -6,11 +6,9 @@ import argparse
 import errno
 import importlib
 import socket
-from typing import Any
 
-from . import Command, CommandError
+from . import Command, CommandError, Result
 
-Result = tuple[int, Any, str]
 # what each protocol's server module is; both read the arguments declared below
 PROTOCOLS = {"mcp": "envfactory.faces.mcp_server", "openenv": "envfactory.faces.openenv_server"}
 
