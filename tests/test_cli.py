@@ -198,10 +198,10 @@ def test_broken_plugins_give_clear_errors(monkeypatch, capfd):
 
     assert cli.main(["good", "--n", "4", "--json"]) == 0
     assert json.loads(capfd.readouterr().out) == {"n": 4}
-    assert cli.main(["triple"]) == 0 and capfd.readouterr().out.strip() == "t"
 
     for argv, fragment in ((["unimportable", "--whatever"], "No module named 'torch'"),
                            (["malformed"], "expected an envfactory.cli.Command"),
+                           (["triple"], "expected an envfactory.cli.Command"),  # one way: a Command
                            (["percent"], "RuntimeError: 100% broken"),
                            (["badargs"], "adding its arguments failed: ZeroDivisionError"),
                            (["needsdep"], "needs a module that is not installed")):

@@ -97,10 +97,7 @@ def _broken(name: str, source: str, why: str) -> Command:
 def _as_command(obj: Any) -> Command:
     if isinstance(obj, Command):
         return obj
-    if isinstance(obj, tuple) and len(obj) in (3, 4):
-        return Command(*obj)
-    raise TypeError(f"expected an envfactory.cli.Command (help, add_arguments, run, example), "
-                    f"got {type(obj).__name__}")
+    raise TypeError(f"expected an envfactory.cli.Command(help, add_arguments, run, example), got {type(obj).__name__}")
 
 
 def _load(name: str, ref: str, source: str) -> Command:
