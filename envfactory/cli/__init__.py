@@ -97,15 +97,16 @@ def _broken(name: str, source: str, why: str) -> Command:
 def _as_command(obj: Any) -> Command:
     if isinstance(obj, Command):
         return obj
-    raise TypeError(f"expected an envfactory.cli.Command(help, add_arguments, run, example), got {type(obj).__name__}")
+    raise TypeError(f"expected an envfactory.cli.Command(help, add_arguments, run, example), "
+                    f"got {type(obj).__name__}")
 
 
-def _load(name: str, ref: str, source: str) -> Command:
-    """The command that ``ref`` (``"module:ATTRIBUTE"``) names, or a :func:`_broken` stand-in."""
+def _load(entry_point: metadata.EntryPoint, source: str) -> Command:
+    """The command an entry point (``name = "module:ATTRIBUTE"``) names, or a :func:`_broken` stand-in."""
     try:
-        return _as_command(metadata.EntryPoint(name, ref, COMMAND_GROUP).load())
-    except Exception as exc:  # a broken plugin must not break the CLI
-        return _broken(name, source, f"{type(exc).__name__}: {exc}")
+        return _as_command(entry_point.load())
+    except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the CLI
+        return _broken(entry_point.name, source, f"{type(exc).__name__}: {exc}")
 
 
 def commands() -> dict[str, tuple[Command, str]]:
@@ -115,17 +116,13 @@ def commands() -> dict[str, tuple[Command, str]]:
     inside ``run``). A command that fails to load or is malformed becomes a stand-in that
     explains why when run; a built-in wins over a plugin of the same name.
     """
-    table = {name: (_load(name, ref, f"built-in {ref}"), f"built-in {ref}")
+    table = {name: (_load(metadata.EntryPoint(name, ref, COMMAND_GROUP), f"built-in {ref}"), f"built-in {ref}")
              for name, ref in BUILTIN_COMMANDS.items()}
     for ep in sorted(metadata.entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
         if ep.name in table:
             continue  # a built-in command wins; the same distribution may be seen twice on sys.path
         source = f"entry point {ep.name} = {ep.value!r} in group {COMMAND_GROUP}"
-        try:
-            cmd = _as_command(ep.load())
-        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the CLI
-            cmd = _broken(ep.name, source, f"{type(exc).__name__}: {exc}")
-        table[ep.name] = (cmd, source)
+        table[ep.name] = (_load(ep, source), source)
     return table
 
 
@@ -136,7 +133,8 @@ def build_parser(table: dict[str, tuple[Command, str]] | None = None, chosen: st
     so parsing ``envfactory list`` never builds ``train``'s. A command whose arguments cannot be
     built becomes a stand-in in ``table``."""
     table = commands() if table is None else table
-    parser = argparse.ArgumentParser(prog="envfactory", description="The envfactory command line. Every command takes --json for scripts.",
+    parser = argparse.ArgumentParser(prog="envfactory",
+                                     description="The envfactory command line. Every command takes --json for scripts.",
                                      epilog=examples_epilog("envfactory list\nenvfactory verify --all --json\n"
                                                             "envfactory COMMAND --help"),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
