@@ -199,10 +199,17 @@ def _pretrain_run(args: argparse.Namespace) -> Result:
 
 
 EVAL = Command("evaluate a model or a scripted baseline, one agent or a team (success with 95%% CIs; --report DIR)",
-               _eval_args, _eval_run)
+               _eval_args, _eval_run,
+               "envfactory eval --env Counter-v0,FileSystem-v0 --policy tiny --episodes 4 --report eval_report\n"
+               "envfactory eval --env Bank-v0 --policy hf:HuggingFaceTB/SmolLM2-135M-Instruct --json\n"
+               "envfactory eval --env MultiDeal-v0 --policy oracle,noop --episodes 1")
 QUICKSTART = Command("the main job: tiny model, SFT, RL; success on evaluation tasks RL never saw, paired CIs (report)",
-                     _quickstart_args, _quickstart_run)
+                     _quickstart_args, _quickstart_run,
+                     "envfactory quickstart\nenvfactory quickstart --seeds 0 1 2 --steps 20 --out quickstart_report")
 TRAIN = Command("train a policy with GRPO/ARPO: 'train --config FILE' (a JSON or YAML TrainerConfig)",
-                _train_args, _train_run)
+                _train_args, _train_run,
+                "envfactory train --print-config > train.yaml\nenvfactory train --config train.yaml\n"
+                "envfactory train --config train.json --steps 2 --json > run.json")
 PRETRAIN = Command("pretrain the tiny model on plays of the environments' non-evaluation tasks (cached; path, losses)",
-                   _pretrain_args, _pretrain_run)
+                   _pretrain_args, _pretrain_run,
+                   "envfactory pretrain\nenvfactory pretrain --seed 1 --steps 200 --envs Counter-v0,Bank-v0")

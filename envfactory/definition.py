@@ -16,7 +16,7 @@ import hashlib
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence
 
 from .state import State, copy_state, state_hash
 from .task import Task, ToolCall, normalize_answer, number_rivals
@@ -73,6 +73,22 @@ class Role:
     tools: Sequence[Tool] = ()
 
 
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'X'?"`` naming the choices closest to a mistyped ``word`` (case aside),
+    or ``""`` when none is close: what an error about an unknown name says instead of every name."""
+    import difflib  # only an error needs it; `import envfactory` stays cheap
+
+    by_lower = {c.lower(): c for c in choices}
+    if word.lower() in by_lower:  # only the case is wrong
+        close = [word.lower()]
+    else:
+        close = difflib.get_close_matches(word.lower(), list(by_lower), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    named = [repr(by_lower[c]) for c in close]
+    return "; did you mean " + (f"{', '.join(named[:-1])} or {named[-1]}" if len(named) > 1 else named[0]) + "?"
+
+
 def lookup_task(env: str, tasks: list[Any], index: dict[str, Any], key: str | int) -> Any:
     """``tasks[key]`` for an index, ``index[key]`` for an id; a ``KeyError`` naming ``env`` otherwise."""
     if isinstance(key, bool):
@@ -84,7 +100,8 @@ def lookup_task(env: str, tasks: list[Any], index: dict[str, Any], key: str | in
     try:
         return index[key]
     except KeyError:
-        raise KeyError(f"{env} has no task {key!r} (ids look like {tasks[0].id!r})") from None
+        hint = did_you_mean(key, index) or f" (ids look like {tasks[0].id!r})"
+        raise KeyError(f"{env} has no task {key!r}{hint}") from None
 
 
 Payoff = Callable[[Task, Any, bool], dict[str, float]]

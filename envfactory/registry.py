@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .definition import DEFAULT_SPLIT, SpecError, split_members
+from .definition import DEFAULT_SPLIT, SpecError, did_you_mean, split_members
 from .episode import Episode
 from .task import Task
 
@@ -270,8 +270,10 @@ def spec(name: str) -> Any:
     try:
         return _REGISTRY[name]
     except KeyError:
-        known = ", ".join(names()) or "none"
-        raise KeyError(f"no environment named {name!r}; registered: {known}") from None
+        known = names()
+        hint = did_you_mean(name, known) if known else "; none is registered"
+        raise KeyError(f"no environment named {name!r}{hint} ('envfactory list' shows all {len(known)})"
+                       ) from None
 
 
 def names() -> list[str]:

@@ -1,7 +1,9 @@
-"""The command line: plugin commands from entry points, --json output, aligned listings."""
+"""The command line: one way to add commands (built-ins and entry points), errors on stderr with a
+non-zero exit, did-you-mean, bad ports, examples in every --help, progress on stderr, --json purity."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -39,7 +41,8 @@ _NOISY = """
         sys.stdout.write("INFO no newline")
         return 0, {"ok": True, "n": 3}, "human text"
 
-    cli.COMMANDS["noise"] = cli.Command("prints noise", lambda p: None, run)
+    NOISE = cli.Command("prints noise", lambda p: None, run)
+    cli.BUILTIN_COMMANDS["noise"] = "__main__:NOISE"  # named as any command is: module:ATTRIBUTE
     sys.exit(cli.main(sys.argv[1:]))
 """
 
@@ -80,7 +83,9 @@ def test_list_columns_fit_long_names(monkeypatch, capsys):
         _FakeSpec("B-v0", "mid-domain", False, 50, 12, "mid"),
     ]
     monkeypatch.setattr(envfactory, "specs", lambda: fakes)
-    code, rows, text = cli._list_run(None)
+    from envfactory.cli.environments import LIST
+
+    code, rows, text = LIST.run(None)
     assert code == 0 and [r["name"] for r in rows] == ["A-v0", "AVeryLongEnvironmentNameIndeed-v0", "B-v0"]
     header, *lines = text.splitlines()
     start = {col: header.index(col) for col in ("domain", "agents", "description")}
@@ -101,7 +106,7 @@ def test_agents_commands_come_from_the_entry_point_group():
     eps = {ep.name: ep.value for ep in metadata.entry_points(group=cli.COMMAND_GROUP)}
     assert {"eval", "train", "quickstart"} <= set(eps), "pip install -e . --no-deps registers the entry points"
     assert all(v.startswith("agents.") for v in eps.values())
-    assert not {"eval", "train", "quickstart"} & set(cli.COMMANDS)  # the core does not define them
+    assert not {"eval", "train", "quickstart"} & set(cli.BUILTIN_COMMANDS)  # the core does not define them
 
 
 def test_help_works_without_torch():
@@ -193,18 +198,19 @@ def test_broken_plugins_give_clear_errors(monkeypatch, capfd):
 
     assert cli.main(["good", "--n", "4", "--json"]) == 0
     assert json.loads(capfd.readouterr().out) == {"n": 4}
-    assert cli.main(["triple"]) == 0 and capfd.readouterr().out.strip() == "t"
 
     for argv, fragment in ((["unimportable", "--whatever"], "No module named 'torch'"),
                            (["malformed"], "expected an envfactory.cli.Command"),
+                           (["triple"], "expected an envfactory.cli.Command"),  # one way: a Command
                            (["percent"], "RuntimeError: 100% broken"),
                            (["badargs"], "adding its arguments failed: ZeroDivisionError"),
                            (["needsdep"], "needs a module that is not installed")):
         assert cli.main(argv) == 2, argv
         out = capfd.readouterr()
-        assert fragment in out.out and "Traceback" not in out.out + out.err, (argv, out)
+        assert fragment in out.err and not out.out and "Traceback" not in out.err, (argv, out)
         assert cli.main([*argv, "--json"]) == 2
-        assert fragment in json.loads(capfd.readouterr().out)["error"]
+        out = capfd.readouterr()
+        assert fragment in json.loads(out.out)["error"] and fragment in out.err
 
     # the built-in command wins over a plugin of the same name
     assert cli.main(["list", "--json"]) == 0
@@ -213,20 +219,165 @@ def test_broken_plugins_give_clear_errors(monkeypatch, capfd):
 
 def test_a_failing_bench_section_never_empties_the_report(monkeypatch):
     """Each section runs on its own: one that raises reports ``<section>_error``; the others' figures stay."""
-    from envfactory import cli
+    from envfactory.cli import measure as bench
 
     sections = {"first": lambda: {"first_step_us": 1.5}, "broken": lambda: 1 / 0,
                 "last": lambda: {"last_ratio": 2.0}}
-    monkeypatch.setattr(cli, "installed_sections", lambda: sections)
-    doc = cli.run_bench()
+    monkeypatch.setattr(bench, "installed_sections", lambda: sections)
+    doc = bench.run_bench()
     assert doc["first_step_us"] == 1.5 and doc["last_ratio"] == 2.0
     assert doc["broken_error"].startswith("ZeroDivisionError")
     assert {"section_first_s", "section_broken_s", "section_last_s"} <= set(doc)
-    assert cli.run_bench(["last"]).keys() == {"last_ratio", "section_last_s"}
+    assert bench.run_bench(["last"]).keys() == {"last_ratio", "section_last_s"}
 
 
 def test_bench_sections_come_from_the_benchmarks_package():
-    from envfactory import cli
+    from envfactory.cli import measure as bench
 
-    known = cli.installed_sections()
+    known = bench.installed_sections()
     assert {"step", "fork", "bigstate", "docker", "scale", "rollout", "openenv"} <= set(known)
+
+
+# -- one way to add a command -----------------------------------------------------------
+def test_every_builtin_is_a_command_found_without_installed_metadata(monkeypatch, capfd):
+    """The core's commands are named like entry points and load the same way, with or without the
+    package's installed metadata; serve declares both protocols itself."""
+    _fake_plugins(monkeypatch, [])  # no entry points at all: a checkout on PYTHONPATH
+    table = cli.commands()
+    assert list(table) == list(cli.BUILTIN_COMMANDS)
+    for name, (cmd, source) in table.items():
+        assert type(cmd) is cli.Command, (name, cmd)  # a real command, not the stand-in for a broken one
+        assert source == f"built-in {cli.BUILTIN_COMMANDS[name]}"
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    assert "--protocol {mcp,openenv}" in capfd.readouterr().out
+
+
+def test_running_one_command_builds_only_its_arguments():
+    r = _py("""
+        import sys
+        from envfactory.cli import main
+        code = main(["list", "--json"])
+        heavy = [m for m in ("agents.quickstart", "envfactory.faces.mcp_server", "envfactory.faces.openenv_server",
+                             "envfactory.evaluation.eval", "envfactory.factory.from_prompt") if m in sys.modules]
+        print("HEAVY", heavy, file=sys.stderr)
+        sys.exit(code)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert "HEAVY []" in r.stderr
+    assert isinstance(json.loads(r.stdout), list)
+
+
+# -- errors: stderr, a non-zero exit, and --json stays one JSON document ------------------------
+@pytest.mark.parametrize("argv, fragment", [
+    (["verify", "Nope-v0"], "no environment named 'Nope-v0'"),
+    (["tasks", "synth", "Nope-v0", "--n", "1"], "no environment named 'Nope-v0'"),
+    (["image", "build"], "name the environments"),
+    (["generate", "--from-prompt", "x"], "--from-prompt needs --llm-url and --model"),
+    (["serve", "Nope-v0", "--protocol", "mcp"], "no environment named 'Nope-v0'"),
+    (["eval-team", "Counter-v0", "--policies", "noop"], "single-agent"),
+])
+def test_errors_go_to_stderr_with_a_nonzero_exit(argv, fragment, capfd, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # eval-team must not leave a report behind
+    assert cli.main(argv) == 2
+    out = capfd.readouterr()
+    assert out.out == "", out.out
+    assert f"envfactory {argv[0]}: error: " in out.err and fragment in out.err and "Traceback" not in out.err
+    assert cli.main([*argv, "--json"]) == 2
+    out = capfd.readouterr()
+    assert fragment in json.loads(out.out)["error"]  # stdout: the JSON document and nothing else
+    assert fragment in out.err
+
+
+def test_unknown_names_suggest_the_closest_instead_of_listing_all(monkeypatch, capfd):
+    assert cli.main(["verify", "Bnak-v0"]) == 2
+    err = capfd.readouterr().err
+    assert "did you mean 'Bank-v0'" in err and "FileSystem-v0" not in err  # no dump of every name
+    assert cli.main(["verify", "bank-v0"]) == 2  # only the case is wrong: just that one
+    assert "did you mean 'Bank-v0'?" in capfd.readouterr().err
+    assert cli.main(["verify", "Zzzzzzzzz"]) == 2
+    assert "did you mean" not in capfd.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["verfy", "Bank-v0"])
+    assert exc.value.code == 2 and "no command 'verfy'; did you mean 'verify'?" in capfd.readouterr().err
+
+    first = envfactory.spec("Bank-v0").get_tasks()[0].id
+    typo = first[0] + first[2] + first[1] + first[3:]  # two letters swapped
+    with pytest.raises(KeyError, match=f"did you mean '{first}'"):
+        envfactory.spec("Bank-v0").task(typo)
+
+    from envfactory.cli import measure as bench
+
+    monkeypatch.setattr(bench, "installed_sections", lambda: {"fork": dict, "step": dict, "docker": dict})
+    assert cli.main(["bench", "--only", "forkk", "--json"]) == 2
+    out = capfd.readouterr()
+    assert "did you mean 'fork'?" in json.loads(out.out)["error"] and "did you mean 'fork'?" in out.err
+
+
+# -- serve: ports ---------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", ["99999", "-1", "http"])
+def test_serve_rejects_a_port_out_of_range(bad, capfd):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["serve", "Bank-v0", "--transport", "streamable-http", f"--port={bad}"])
+    assert exc.value.code == 2
+    out = capfd.readouterr()
+    assert "argument --port" in out.err and "0-65535" in out.err and "Traceback" not in out.err and not out.out
+
+
+@pytest.mark.parametrize("protocol", [["--protocol", "mcp", "--transport", "streamable-http"],
+                                      ["--protocol", "openenv"]])
+def test_serve_on_a_busy_port_is_a_clear_error(protocol, capfd):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert cli.main(["serve", "Bank-v0", *protocol, "--port", str(port)]) == 2
+    out = capfd.readouterr()
+    assert f"cannot listen on 127.0.0.1:{port}" in out.err and "in use" in out.err and not out.out
+
+
+# -- --help: an example for every command ----------------------------------------------------
+def test_every_command_help_shows_an_example(capfd):
+    for argv in [[], *([name] for name in cli.commands()), ["tasks", "synth"]]:
+        with pytest.raises(SystemExit) as exc:
+            cli.main([*argv, "--help"])
+        assert exc.value.code == 0, argv
+        text = capfd.readouterr().out
+        assert "Examples:\n  envfactory " in text, (argv, text[-300:])
+        if argv:
+            assert f"envfactory {' '.join(argv)}" in text.split("Examples:")[1], argv
+
+
+# -- progress: tqdm on stderr, only on a terminal -------------------------------------------
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_verify_shows_progress_on_a_terminal_and_json_stays_pure(monkeypatch, capsys):
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert cli.main(["verify", "Counter-v0", "--no-audit", "--workers", "1"]) == 0
+    assert "verify" in terminal.getvalue() and "1/1" in terminal.getvalue()
+    assert capsys.readouterr().out.startswith("PASS  Counter-v0")
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # not a terminal (a log file, a pipe): no bar
+    assert cli.main(["verify", "Counter-v0", "--no-audit", "--workers", "1", "--json"]) == 0
+    assert "1/1" not in sys.stderr.getvalue()
+    assert json.loads(capsys.readouterr().out)["totals"]["verified"] == 1
+
+
+def test_training_progress_is_a_tqdm_bar_on_stderr(monkeypatch):
+    import time
+
+    from agents.algorithms.metrics import progress
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    started = time.perf_counter() - 4
+    for i in range(1, 4):
+        progress("rl", i, 3, started, success=0.5)
+    shown = terminal.getvalue()
+    assert "rl: 100%" in shown and "3/3" in shown and "success=0.5" in shown and "00:04" in shown

@@ -135,7 +135,7 @@ def test_cli_generate_from_prompt(tmp_path, capsys):
 
 def test_cli_generate_needs_an_endpoint(capsys):
     assert main(["generate", "--from-prompt", "x"]) == 2
-    assert "--llm-url" in capsys.readouterr().out
+    assert "--llm-url" in capsys.readouterr().err
 
 
 def test_without_docker_the_default_sandbox_fails_naming_the_opt_in(tmp_path, monkeypatch):

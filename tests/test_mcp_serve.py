@@ -226,4 +226,4 @@ def test_service_refuses_teams_and_unknown_tasks():
         EpisodeService(NAME, task="no-such-task")
     r = subprocess.run([sys.executable, "-m", "envfactory.cli", "serve", "NoSuch-v0", "--protocol", "mcp"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "NoSuch-v0" in r.stdout
+    assert r.returncode == 2 and "NoSuch-v0" in r.stderr and not r.stdout

@@ -92,7 +92,7 @@ def test_cli_eval_team_writes_json_markdown_and_plots(tmp_path):
     assert (tmp_path / "e" / "team_eval.md").exists()
     bad = subprocess.run([sys.executable, "-m", "envfactory.cli", "eval-team", "Counter-v0", "--policies", "noop"],
                          capture_output=True, text=True)
-    assert bad.returncode == 2 and "single-agent" in bad.stdout
+    assert bad.returncode == 2 and "single-agent" in bad.stderr
 
 
 class _EchoPolicy:

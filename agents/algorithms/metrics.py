@@ -62,12 +62,23 @@ def plot_learning_curve(series: dict[str, Sequence[tuple[float, float]]], path: 
     return str(path)
 
 
+_BARS: dict[str, Any] = {}  # label -> its live tqdm bar (one per loop being reported)
+
+
 def progress(label: str, i: int, n: int, started: float, **fields: Any) -> None:
-    """One overwritten stderr line: ``label i/n [bar] key=value ... elapsed``."""
-    width = 20
-    done = int(width * i / max(n, 1))
-    bits = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in fields.items())
-    end = "\n" if i >= n else ""
-    sys.stderr.write(f"\r{label} {i}/{n} [{'#' * done}{'.' * (width - done)}] {bits} "
-                     f"{time.perf_counter() - started:.0f}s{end}")
-    sys.stderr.flush()
+    """Step ``i`` of ``n`` of the loop ``label`` (begun at ``time.perf_counter()`` ``started``) on a
+    tqdm bar on stderr, with ``fields`` after it; shown when stderr is a terminal, closed at ``i >= n``."""
+    from tqdm import tqdm
+
+    bar = _BARS.get(label)
+    if bar is None or bar.total != n or i < bar.n:  # a new loop under this label
+        if bar is not None:
+            bar.close()
+        bar = _BARS[label] = tqdm(total=n, desc=label, file=sys.stderr, disable=None, dynamic_ncols=True)
+        if not bar.disable:  # elapsed time counts from the loop's start, not from this first report
+            bar.start_t -= time.perf_counter() - started
+    bar.set_postfix({k: f"{v:.3g}" if isinstance(v, float) else v for k, v in fields.items()}, refresh=False)
+    bar.update(i - bar.n)
+    if i >= n:
+        bar.close()
+        del _BARS[label]

@@ -496,12 +496,14 @@ def _stable_seed(task_id: str, k: int) -> int:
 
 
 def verify_many(specs: list[Any], *, runtime: str = "local", audit: Any = "quick",
-                audit_fails: bool = False, workers: int | None = None) -> dict[str, Any]:
+                audit_fails: bool = False, workers: int | None = None,
+                on_report: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Verify several environments; the ``envfactory verify --json`` document.
 
     ``workers``: processes verifying registered environments side by side on the local
     runtime (default: one per core; 1 verifies here, in order). The reports come back in
-    the order of ``specs`` either way."""
+    the order of ``specs`` either way. ``on_report(report)`` is called as each environment's
+    report arrives (a progress bar's hook)."""
     start = time.perf_counter()
     import os
 
@@ -524,11 +526,19 @@ def verify_many(specs: list[Any], *, runtime: str = "local", audit: Any = "quick
         jobs = [(s.name, audit, audit_fails) for s in specs]
         # biggest first, so no worker is left with one long environment at the end
         order = sorted(range(len(jobs)), key=lambda i: -_weight(specs[i]))
+        done = {}
         with ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as pool:
-            done = dict(zip(order, pool.map(_verify_registered, [jobs[i] for i in order])))
+            for i, report in zip(order, pool.map(_verify_registered, [jobs[i] for i in order])):
+                done[i] = report
+                if on_report is not None:
+                    on_report(report)
         reports = [done[i] for i in range(len(jobs))]
     else:
-        reports = [verify_spec(s, runtime=runtime, audit=audit, audit_fails=audit_fails).to_json() for s in specs]
+        reports = []
+        for s in specs:
+            reports.append(verify_spec(s, runtime=runtime, audit=audit, audit_fails=audit_fails).to_json())
+            if on_report is not None:
+                on_report(reports[-1])
     n_tasks = sum(r["tasks"] for r in reports)
     lengths = [r["mean_solution_length"] * r["tasks"] for r in reports]
     return {

@@ -331,30 +331,6 @@ def evaluate(names: Sequence[str] | None = None, policies: Sequence[Any] = ("ora
     return doc
 
 
-# -- command line (``envfactory eval-team``) ---------------------------------
-def cli_args(p: Any) -> None:
-    """Arguments of ``envfactory eval-team``."""
-    p.add_argument("names", nargs="*", help="multi-agent environments (default: all)")
-    p.add_argument("--policies", default="oracle,expert,random,noop,tiny",
-                   help="comma-separated: oracle, expert (each environment's strong scripted policy; rated "
-                        "in competitive games), env:<key> (an environment's own policy, e.g. env:naive), random, "
-                        "noop, claim, and the model policies installed "
-                        f"packages announce in the '{POLICY_GROUP}' entry-point group (agents: tiny, "
-                        "hf:<model path or id>)")
-    p.add_argument("--episodes", type=int, default=2, help="episodes per task for stochastic policies")
-    p.add_argument("--modes", default="aec,parallel", help="aec, parallel or both")
-    p.add_argument("--model-tasks", type=int, default=2, help="tasks per environment for model policies")
-    p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per turn for model policies")
-    p.add_argument("--out", default="team_eval", help="folder for team_eval.json, team_eval.md and plots/")
-
-
-def cli_run(args: Any) -> tuple[int, Any, str]:
-    """``envfactory eval-team``: run the evaluation and write the report; returns ``(code, json, text)``."""
-    return run_and_report(args.names or None, [p for p in args.policies.split(",") if p], out=args.out,
-                          episodes=args.episodes, modes=[m for m in args.modes.split(",") if m],
-                          model_tasks=args.model_tasks, max_new_tokens=args.max_new_tokens)
-
-
 def team_names(env_arg: str) -> list[str] | None:
     """For ``envfactory eval --env``: the multi-agent names it asks for (``multi`` means all),
     or ``None`` when it names a single-agent environment (the single-agent evaluation's job)."""

@@ -52,7 +52,7 @@ from ..episode import Episode
 from ..env import EpisodeError
 from ..task import ToolCall
 
-__all__ = ["EpisodeService", "build_server", "serve_stdio", "serve_http", "serve_args", "serve_run",
+__all__ = ["EpisodeService", "build_server", "serve_stdio", "serve_http", "serve_run",
            "CONTROL_TOOLS", "EPISODE_META"]
 
 EPISODE_META = "envfactory/episode"
@@ -388,23 +388,8 @@ def serve_http(service: EpisodeService, host: str = "127.0.0.1", port: int = 800
 
 
 # -- CLI: envfactory serve NAME --protocol mcp ----------------------------------------
-def serve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", help="the environment to serve (a registered single-agent environment)")
-    p.add_argument("--protocol", choices=["mcp"], default="mcp", help="the protocol (mcp: Model Context Protocol)")
-    p.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio",
-                   help="stdio (default; one client, the parent process) or streamable-http")
-    p.add_argument("--host", default="127.0.0.1", help="streamable-http: the address to listen on")
-    p.add_argument("--port", type=int, default=8000, help="streamable-http: the port (0: any free port)")
-    p.add_argument("--runtime", default="local", help="where worlds run: local or docker")
-    p.add_argument("--task", default=None, help="default task of start_episode (and of a first tool call)")
-    p.add_argument("--seed", type=int, default=None, help="default seed (picks the task as reset(seed=...) does)")
-    p.add_argument("--split", default=DEFAULT_SPLIT, choices=["train", "sft", "rl", "eval", "all"],
-                   help="the tasks served (default train: sft and rl; evaluation tasks only when asked for)")
-    p.add_argument("--max-turns", type=int, default=None, help="override the environment's turn limit")
-    p.add_argument("--max-episodes", type=int, default=256, help="live episodes kept at once")
-
-
 def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
+    """``envfactory serve NAME --protocol mcp`` (its arguments: :data:`envfactory.cli.serve.SERVE`)."""
     try:
         service = EpisodeService(args.name, runtime=args.runtime, task=args.task, seed=args.seed,
                                  max_turns=args.max_turns, max_episodes=args.max_episodes, split=args.split)

@@ -376,7 +376,7 @@ class BackgroundServer:
         self._sock.close()
 
 
-# -- CLI: envfactory serve NAME --protocol openenv (arguments: envfactory.faces.mcp_server.serve_args) ----
+# -- CLI: envfactory serve NAME --protocol openenv (arguments: envfactory.cli.serve.SERVE) ----
 def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
     try:
         build_app(args.name, runtime=args.runtime, task=args.task, seed=args.seed, max_turns=args.max_turns,

@@ -1,21 +1,17 @@
-"""The factory's CLI commands: ``envfactory generate`` and ``envfactory tasks synth``.
-
-Each is ``(help, add_arguments, run)`` as :data:`envfactory.cli.COMMANDS` expects;
-``run`` returns ``(exit_code, json_document, human_text)``.
-"""
+"""The factory's commands: ``envfactory generate`` and ``envfactory tasks synth``."""
 
 from __future__ import annotations
 
 import argparse
 import collections
 import os
-from typing import Any
 
-Result = tuple[int, Any, str]
+from . import Command, CommandError, Result, examples_epilog
+
 
 
 # -- generate --------------------------------------------------------------
-def generate_args(p: argparse.ArgumentParser) -> None:
+def _generate_args(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--from-prompt", metavar="TEXT", help="describe the environment in words")
     src.add_argument("--from-spec", metavar="FILE", help="a YAML/JSON spec file to build and verify")
@@ -29,25 +25,24 @@ def generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--docker-image", default=None, help="verify inside this image (no network)")
 
 
-def generate_run(args: argparse.Namespace) -> Result:
+def _generate_run(args: argparse.Namespace) -> Result:
     if args.from_spec:
-        from ..episode import Episode
         from ..checks.verify import verify_spec
-        from .from_spec import from_spec
+        from ..episode import Episode
+        from ..factory.from_spec import from_spec
 
         try:
             spec = from_spec(args.from_spec)
-        except Exception as exc:
-            return 2, {"error": str(exc)}, f"error: {exc}"
+        except Exception as exc:  # noqa: BLE001 - whatever the file got wrong, say it
+            raise CommandError(f"{args.from_spec}: {exc}") from None
         rep = verify_spec(spec, make_env=lambda: Episode(spec)).to_json()
         text = f"{'PASS' if rep['verified'] else 'FAIL'}  {spec.name}: {rep['tasks']} tasks" + "".join(
             f"\n      {f['check']}: {f['detail']}" for f in rep["failures"][:10])
         return (0 if rep["verified"] else 1), rep, text
     if not args.llm_url or not args.model:
-        msg = "--from-prompt needs --llm-url and --model (any OpenAI-compatible endpoint)"
-        return 2, {"error": msg}, "error: " + msg
-    from .from_prompt import LLMError, generate_from_prompt
-    from .sandbox import SandboxLimits
+        raise CommandError("--from-prompt needs --llm-url and --model (any OpenAI-compatible endpoint)")
+    from ..factory.from_prompt import LLMError, generate_from_prompt
+    from ..factory.sandbox import SandboxLimits
 
     try:
         res = generate_from_prompt(
@@ -56,7 +51,7 @@ def generate_run(args: argparse.Namespace) -> Result:
             min_tasks=args.min_tasks, limits=SandboxLimits(timeout_s=args.timeout),
             docker_image=args.docker_image)
     except LLMError as exc:
-        return 2, {"error": str(exc)}, f"error: {exc}"
+        raise CommandError(str(exc)) from None
     lines = []
     for r in res.rounds:
         lines.append(f"round {r['round']}: {'PASS' if r['ok'] else 'FAIL'}"
@@ -70,9 +65,10 @@ def generate_run(args: argparse.Namespace) -> Result:
 
 
 # -- tasks synth -------------------------------------------------------------
-def tasks_args(p: argparse.ArgumentParser) -> None:
+def _tasks_args(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="tasks_command", required=True, metavar="ACTION")
-    s = sub.add_parser("synth", help="synthesize tasks by walking an environment's tools")
+    s = sub.add_parser("synth", help="synthesize tasks by walking an environment's tools",
+                       epilog=examples_epilog(_SYNTH_EXAMPLE), formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     s.add_argument("name", help="registered environment, e.g. Library-v0")
     s.add_argument("--n", type=int, default=20, help="number of tasks")
@@ -84,17 +80,17 @@ def tasks_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--kinds", default=None, help="with --difficulty: only these kinds, comma separated")
 
 
-def tasks_run(args: argparse.Namespace) -> Result:
+def _tasks_run(args: argparse.Namespace) -> Result:
     import json
 
     from .. import spec as get_spec
-    from .checks import ChangeCheck
-    from .tasks_synth import synthesize_for
+    from ..factory.checks import ChangeCheck
+    from ..factory.tasks_synth import synthesize_for
 
     try:
         spec = get_spec(args.name)
     except KeyError as exc:
-        return 2, {"error": str(exc.args[0])}, f"error: {exc.args[0]}"
+        raise CommandError(str(exc.args[0])) from None
     if args.difficulty is not None:
         import itertools
 
@@ -104,7 +100,7 @@ def tasks_run(args: argparse.Namespace) -> Result:
             kinds = args.kinds.split(",") if args.kinds else None
             tasks = list(itertools.islice(task_supply(spec.name, args.difficulty, args.seed, kinds), args.n))
         except (ValueError, RuntimeError) as exc:
-            return 2, {"error": str(exc)}, f"error: {exc}"
+            raise CommandError(str(exc)) from None
     else:
         tasks = synthesize_for(spec, n=args.n, seed=args.seed)
     docs = []
@@ -123,3 +119,13 @@ def tasks_run(args: argparse.Namespace) -> Result:
                  + ", ".join(f"L{k}={v}" for k, v in sorted(levels.items())))
     code = 0 if len(tasks) == args.n else 1
     return code, docs, "\n".join(lines)
+
+
+GENERATE = Command("build and verify an environment from a prompt (LLM) or a spec file", _generate_args,
+                   _generate_run,
+                   "envfactory generate --from-spec environments/specs/calendar.yaml\n"
+                   "envfactory generate --from-prompt 'a thermostat with a schedule' "
+                   "--llm-url http://localhost:8000/v1 --model qwen")
+_SYNTH_EXAMPLE = ("envfactory tasks synth Library-v0 --n 20 --seed 0\n"
+                  "envfactory tasks synth Loans-v0 --difficulty 4 --kinds lookup,user --json")
+TASKS = Command("task tools: 'tasks synth NAME --n N --seed S'", _tasks_args, _tasks_run, _SYNTH_EXAMPLE)

@@ -1,0 +1,190 @@
+"""The commands over registered environments: ``list``, ``verify`` and ``play``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from . import Command, CommandError, Result
+
+
+
+def _table(header: list[str], rows: list[list[Any]], right: set[int] = frozenset()) -> list[str]:
+    """Left/right-aligned columns, each as wide as its widest cell; the last column is free text."""
+    cells = [[str(c) for c in r] for r in [header, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header) - 1)]
+    out = []
+    for r in cells:
+        parts = [r[i].rjust(w) if i in right else r[i].ljust(w) for i, w in enumerate(widths)]
+        out.append("  ".join(parts + [r[-1]]).rstrip())
+    return out
+
+
+def _chosen(names: list[str]) -> list[Any]:
+    """The registered specs of ``names`` (every one when empty); an unknown name is a usage error
+    that suggests the closest registered names."""
+    from .. import spec, specs
+
+    try:
+        return [spec(n) for n in names] if names else specs()
+    except KeyError as exc:
+        raise CommandError(str(exc.args[0])) from None
+
+
+# -- list ------------------------------------------------------------------
+def _list_run(args: argparse.Namespace) -> Result:
+    from .. import specs
+
+    rows = [s.describe() for s in specs()]
+    lines = _table(
+        ["name", "domain", "agents", "tasks", "tools", "description"],
+        [[r["name"], r["domain"], "multi" if r["multi_agent"] else "single", r["tasks"], r["tools"],
+          r.get("description", "")] for r in rows],
+        right={3, 4},
+    )
+    return 0, rows, "\n".join(lines)
+
+
+LIST = Command("list registered environments", lambda p: None, _list_run,
+               "envfactory list\nenvfactory list --json")
+
+
+# -- verify ----------------------------------------------------------------
+def _verify_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="*", help="environments to verify (default: all)")
+    p.add_argument("--all", action="store_true", help="verify every registered environment")
+    p.add_argument("--runtime", default="local", help="runtime to verify in (local or docker)")
+    p.add_argument("--audit", action="store_true",
+                   help="the full reward-hacking audit (every task; default: a quick one on a few tasks)")
+    p.add_argument("--no-audit", action="store_true", help="skip the reward-hacking audit")
+    p.add_argument("--fail-on-hack", action="store_true", help="a hack the audit finds fails verification")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes verifying side by side (default: one per core; 1: in order, here)")
+
+
+def progress_bar(total: int, desc: str, unit: str) -> Any:
+    """A tqdm bar on stderr, shown only when stderr is a terminal (stdout stays the command's)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=not _isatty(sys.stderr),
+                leave=False, dynamic_ncols=True)
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _verify_run(args: argparse.Namespace) -> Result:
+    from ..checks.verify import verify_many
+
+    chosen = _chosen([] if args.all else args.names)
+    audit = None if args.no_audit else "full" if args.audit else "quick"
+    with progress_bar(len(chosen), "verify", "env") as bar:
+        doc = verify_many(chosen, runtime=args.runtime, audit=audit, audit_fails=args.fail_on_hack,
+                          workers=args.workers,
+                          on_report=lambda r: (bar.set_postfix_str(r["name"], refresh=False), bar.update()))
+    lines = []
+    for r in doc["environments"]:
+        mark = "PASS" if r["verified"] else "FAIL"
+        lines.append(f"{mark}  {r['name']:<24}{r['domain']:<14}{r['tasks']:>4} tasks  {r['seconds']:.2f}s"
+                     + _audit_line(r.get("audit")))
+        for f in r["failures"][:10]:
+            where = f" [{f['task']}]" if "task" in f else ""
+            lines.append(f"      {f['check']}{where}: {f['detail']}")
+        if len(r["failures"]) > 10:
+            lines.append(f"      ... {len(r['failures']) - 10} more failures")
+    t = doc["totals"]
+    lines.append(
+        f"{t['verified']}/{t['environments']} verified, {t['domains']} domains, {t['tasks']} tasks, "
+        f"mean reference solution {t['mean_solution_length']} calls, {t['seconds']:.1f}s"
+    )
+    if "audit" in doc:
+        a = doc["audit"]
+        tr = a["transcriber"]
+        lines.append(f"audit ({audit}): {a['tasks_searched']} tasks searched, {a['sequences']} sequences, "
+                     f"{a['rewards']} rewards reached, {a['hacks']} hacked tasks"
+                     + (f" in {', '.join(a['hacked_environments'])}" if a["hacked_environments"] else "")
+                     + f"; transcriber solved {tr['solved']}/{tr['tasks']} "
+                     f"({tr['needs_lookup_solved']}/{tr['needs_lookup']} needing a look-up), {a['seconds']:.1f}s")
+    code = 0 if t["verified"] == t["environments"] else 1
+    return code, doc, "\n".join(lines)
+
+
+def _audit_line(a: dict[str, Any] | None) -> str:
+    if not a or "skipped" in a:
+        return ""
+    tr = a["transcriber"] or {"solved": "-", "tasks": "-"}
+    hacks = f"  HACKED {a['hacks']}: {', '.join(a['hacked_tasks'][:3])}" if a["hacks"] else ""
+    return (f"  audit {a['tasks_searched']}t/{a['sequences']}seq/{a['rewards']}rew/{a['hacks']}hacks"
+            f"  transcriber {tr['solved']}/{tr['tasks']}{hacks}")
+
+
+VERIFY = Command("run the verification suite", _verify_args, _verify_run,
+                 "envfactory verify Bank-v0 Counter-v0\nenvfactory verify --all --json\n"
+                 "envfactory verify FileSystem-v0 --runtime docker --audit")
+
+
+# -- play: list, verify and play with scripted agents ----------------------------
+def _play_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--episodes", type=int, default=3, help="episodes per environment to play")
+
+
+def _play_run(args: argparse.Namespace) -> Result:
+    """List, verify and play episodes of the built-in environments with scripted agents."""
+    from .. import make, specs
+    from ..checks.scripted import OraclePolicy, RandomPolicy, play
+    from ..checks.verify import verify_many
+
+    start = time.perf_counter()
+    out: list[str] = []
+    code, rows, text = _list_run(args)
+    out += ["== environments", text]
+    every = specs()
+    with progress_bar(len(every), "verify", "env") as bar:
+        doc = verify_many(every, on_report=lambda r: bar.update())
+    t = doc["totals"]
+    out += ["== verification", f"{t['verified']}/{t['environments']} environments verified "
+            f"({t['tasks']} tasks) in {t['seconds']:.1f}s"]
+    played = []
+    out.append("== episodes (scripted agents: the reference 'oracle' and a seeded 'random')")
+    for s in every:
+        if getattr(s, "multi_agent", False):
+            continue
+        env = make(s.name)
+        for i, task in enumerate(s.get_tasks()[: args.episodes]):
+            for agent, policy in (("oracle", OraclePolicy()), ("random", RandomPolicy())):
+                res = play(env, policy, task.id, seed=i)
+                played.append({"env": s.name, "task": task.id, "agent": agent, "reward": res.reward,
+                               "turns": res.turns})
+                out.append(f"{s.name:<16} {task.id:<12} {agent:<7} reward={res.reward:.0f} "
+                           f"turns={res.turns}")
+        if s.name == every[0].name:
+            out.append("   transcript of the last episode:")
+            for m in env.messages[1:]:
+                out.append(f"   [{m['role']}] {str(m.get('content'))[:110]!r}")
+    summary = {
+        "environments": rows,
+        "verification": t,
+        "episodes": played,
+        "oracle_success": _mean(p["reward"] for p in played if p["agent"] == "oracle"),
+        "random_success": _mean(p["reward"] for p in played if p["agent"] == "random"),
+        "seconds": round(time.perf_counter() - start, 2),
+    }
+    out.append(f"oracle success {summary['oracle_success']:.2f}, random success "
+               f"{summary['random_success']:.2f}, {summary['seconds']}s")
+    ok = t["verified"] == t["environments"] and summary["oracle_success"] == 1.0
+    return (0 if ok else 1), summary, "\n".join(out)
+
+
+def _mean(xs: Any) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+PLAY = Command("list, verify and play the built-in environments with scripted agents", _play_args, _play_run,
+               "envfactory play\nenvfactory play --episodes 1 --json")

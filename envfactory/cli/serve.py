@@ -1,0 +1,81 @@
+"""``envfactory serve NAME``: an environment served to any client, over MCP or OpenEnv's protocol."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import importlib
+import socket
+
+from . import Command, CommandError, Result
+
+# what each protocol's server module is; both read the arguments declared below
+PROTOCOLS = {"mcp": "envfactory.faces.mcp_server", "openenv": "envfactory.faces.openenv_server"}
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port number, 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535; 0: any free port)") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number: ports are 0-65535 (0: any free port)")
+    return value
+
+
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    from ..definition import DEFAULT_SPLIT
+
+    p.add_argument("name", help="the environment to serve (a registered single-agent environment)")
+    p.add_argument("--protocol", choices=list(PROTOCOLS), default="mcp",
+                   help="mcp: Model Context Protocol (default); openenv: openenv-core's server (HTTP + "
+                        "WebSocket at --host/--port; --transport is not used)")
+    p.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio",
+                   help="mcp: stdio (default; one client, the parent process) or streamable-http")
+    p.add_argument("--host", default="127.0.0.1", help="streamable-http and openenv: the address to listen on")
+    p.add_argument("--port", type=port, default=8000,
+                   help="streamable-http and openenv: the port (0: any free port)")
+    p.add_argument("--runtime", default="local", help="where worlds run: local or docker")
+    p.add_argument("--task", default=None, help="default task of start_episode (and of a first tool call)")
+    p.add_argument("--seed", type=int, default=None, help="default seed (picks the task as reset(seed=...) does)")
+    p.add_argument("--split", default=DEFAULT_SPLIT, choices=["train", "sft", "rl", "eval", "all"],
+                   help="the tasks served (default train: sft and rl; evaluation tasks only when asked for)")
+    p.add_argument("--max-turns", type=int, default=None, help="override the environment's turn limit")
+    p.add_argument("--max-episodes", type=int, default=256, help="live episodes kept at once")
+
+
+def check_listen(host: str, port: int) -> None:
+    """Raise :class:`CommandError` unless a server can listen on ``host:port`` now (a busy port,
+    an address this machine does not have, a port that needs privileges): said before the
+    environment is built, not as a traceback from deep inside the server."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do
+            sock.bind((host, port))
+    except OSError as exc:
+        why = {errno.EADDRINUSE: "the port is in use (another server?); pick another --port, or 0 for any free one",
+               errno.EACCES: "permission denied (ports below 1024 need privileges); pick a port above 1023",
+               errno.EADDRNOTAVAIL: "this machine has no such address; try --host 127.0.0.1 or 0.0.0.0",
+               }.get(exc.errno, exc.strerror or str(exc))
+        raise CommandError(f"cannot listen on {host}:{port}: {why}") from None
+
+
+def _serve_run(args: argparse.Namespace) -> Result:
+    if args.protocol == "openenv" or args.transport != "stdio":
+        check_listen(args.host, args.port)
+    try:
+        module = importlib.import_module(PROTOCOLS[args.protocol])
+    except ImportError as exc:
+        extra = "bench" if args.protocol == "openenv" else "mcp"
+        raise CommandError(f"--protocol {args.protocol} needs a package that is not installed "
+                           f"(pip install 'envfactory[{extra}]'): {exc}") from None
+    return module.serve_run(args)
+
+
+SERVE = Command("serve an environment to any client: '--protocol mcp' (stdio, or --transport streamable-http) "
+                "or '--protocol openenv' (openenv-core's server: WebSocket EnvClient)", _serve_args, _serve_run,
+                "envfactory serve Bank-v0                      # MCP over stdio (an MCP client spawns this)\n"
+                "envfactory serve Bank-v0 --transport streamable-http --port 8000\n"
+                "envfactory serve Bank-v0 --protocol openenv --port 0 --split eval")
