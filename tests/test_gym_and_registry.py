@@ -84,7 +84,9 @@ def test_register_validates_and_refuses_duplicates():
     try:
         with pytest.raises(SpecError, match="already registered"):
             envfactory.register(mk("TestBump-v0"))
-        env = gymnasium.make("envfactory/TestBump-v0")
+        with pytest.raises(SpecError, match="no task in the 'train' split"):  # its one task hashes to eval
+            gymnasium.make("envfactory/TestBump-v0").reset(seed=0)
+        env = gymnasium.make("envfactory/TestBump-v0", split="all")
         env.reset(seed=0)
         assert spec.module == __name__
     finally:
