@@ -9,13 +9,24 @@ lives in a :class:`~envfactory.world.World` (in-process, or in a container),
 which only runs the calls the referee allowed.
 
 Turn protocol. Agents act in role order; when every agent has taken one turn,
-a round ends. :meth:`Episode.act` plays one agent's turn (turn order,
-PettingZoo AEC). :meth:`Episode.step` plays the sole agent's turn (one role,
-Gymnasium) or a whole round of simultaneous moves (a team, PettingZoo
-Parallel): every action of a round was chosen on the same information, so
-messages sent during it reach their recipients only from the next round on;
-calls run in role order, so when two agents grab the same resource the first
-gets it and the second a ``conflict`` error.
+a round ends. One typed API for any number of roles:
+
+- ``reset(task, seed=...) -> list[Message]`` starts an episode and returns the
+  opening messages (system, instruction) of the agent who moves first: the sole
+  agent of a one-role episode; for a team, ``agents[0]`` (each agent's own with
+  :meth:`Episode.transcript`, what is new to it with :meth:`Episode.observation`).
+- ``step(action) -> StepResult`` plays the sole agent's turn (one role, Gymnasium).
+  On a team it raises :class:`EpisodeError` naming the two members below.
+- ``act(agent, action) -> StepResult`` plays one agent's turn; it must be
+  :attr:`Episode.next_agent` (turn order, PettingZoo AEC).
+- ``step_round({agent: action}) -> dict[str, StepResult]`` plays a whole round of
+  simultaneous moves (PettingZoo Parallel): every action of a round was chosen on
+  the same information, so messages sent during it reach their recipients only
+  from the next round on; calls run in role order, so when two agents grab the
+  same resource the first gets it and the second a ``conflict`` error.
+- ``messages`` is the sole agent's conversation; on a team it raises and names
+  :meth:`Episode.transcript`. Members taking ``agent=None`` mean the sole agent
+  and raise on a team, asking which agent.
 
 A turn is an assistant message (model text, an OpenAI-style message, or tool
 calls). Calls to another role's tools are refused (``permission denied``). A
@@ -33,6 +44,7 @@ The one-role case pays nothing for mail: it has no mailbox and no letters.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from .definition import DEFAULT_SPLIT, PERMISSION_PREFIX, DrawSplit, ToolEnvSpec, split_members, task_for_seed
@@ -106,17 +118,19 @@ class Episode(Environment):
             self._split_tasks = self.spec.tasks_in(self.split)
         return self._split_tasks
 
-    def reset(self, task: Any = None, *, seed: int | None = None) -> Any:
+    def reset(self, task: str | int | Task | None = None, *, seed: int | None = None) -> list[Message]:
         """Start an episode.
 
         Args:
             task: A task id, index or :class:`Task`. ``None`` draws one of the episode's
                 split (:attr:`tasks`) from ``seed`` (:func:`task_for_seed`), or at random
                 when ``seed`` is ``None``.
+            seed: Seeds the task draw when ``task`` is ``None``.
 
         Returns:
-            For one agent, its opening messages (system, user instruction); for a
-            team, each agent's opening observation (instruction and private notes).
+            The opening messages (system, user instruction) of the agent who moves first:
+            the sole agent, or a team's ``agents[0]``. Every agent's own, private notes
+            included: :meth:`transcript` (or :meth:`observation`) of that agent.
         """
         if task is None:
             task = self.spec.draw_task(self.split, seed, pool=self.tasks)
@@ -144,8 +158,6 @@ class Episode(Environment):
         self._answer: str | None = None
         self._ended_by: str | None = None
         self._timed_out = None
-        if self._team:
-            return {a: self.observation(a) for a in self.agents}
         return list(self._transcripts[self.agents[0]])
 
     @property
@@ -163,24 +175,44 @@ class Episode(Environment):
         self._check_turn(agent)
         return self._turn(agent, action, self._mail_count())
 
-    def step(self, action: Any) -> Any:
-        """One agent: play its turn (a :class:`StepResult`). A team: play one round of
-        simultaneous moves from ``{agent: action}`` (an agent missing from it passes)
-        and return ``{agent: StepResult}`` for the agents that acted (the episode may
-        end mid-round, e.g. on ``finish``; later agents' actions are then ignored)."""
-        if not self._team:
-            new, reward, terminated, truncated, info = self._solo_turn(action)
-            agent = self._solo_agent
-            return StepResult(new, reward, terminated, truncated, info, agent, {agent: reward})
+    def step(self, action: Any) -> StepResult:
+        """Play the sole agent's turn. Never raises on model output.
+
+        Raises:
+            EpisodeError: no episode is running, it has ended, or this is a team (use
+                :meth:`step_round` or :meth:`act`).
+            envfactory.parsing.ActionTypeError: ``action`` is of no accepted type.
+        """
+        if self._team:
+            raise EpisodeError(f"{self.spec.name} is a team environment ({', '.join(self.agents)}): step() "
+                               "plays a sole agent's turn; use step_round({agent: action}) for a round of "
+                               "simultaneous moves or act(agent, action) for one agent's turn")
+        new, reward, terminated, truncated, info = self._solo_turn(action)
+        agent = self._solo_agent
+        return StepResult(new, reward, terminated, truncated, info, agent, {agent: reward})
+
+    def step_round(self, actions: Mapping[str, Any]) -> dict[str, StepResult]:
+        """Play one round of simultaneous moves from ``{agent: action}`` (an agent missing
+        from it passes) and return ``{agent: StepResult}`` for the agents that acted, in role
+        order. The episode may end mid-round (e.g. on ``finish``); later agents' actions are
+        then ignored and they are absent from the result. With one role it plays that
+        agent's turn (the same as :meth:`step`, through the general path).
+
+        Raises:
+            EpisodeError: no episode is running, it has ended, ``actions`` is not a mapping
+                or names an unknown agent, or a turn-order round is half played (finish it
+                with :meth:`act`).
+            envfactory.parsing.ActionTypeError: an action is of no accepted type.
+        """
         if self._task is None:
-            raise EpisodeError(f"{self.spec.name}: call reset() before step()")
-        if not isinstance(action, dict):
-            raise EpisodeError(f"{self.spec.name} is a team environment: step() takes {{agent: action}} "
-                               f"for {self.agents}; act(agent, action) plays one turn")
+            raise EpisodeError(f"{self.spec.name}: call reset() before step_round()")
+        if not isinstance(actions, Mapping):
+            raise EpisodeError(f"{self.spec.name}: step_round() takes {{agent: action}} for {self.agents}, "
+                               f"not {type(actions).__name__}; act(agent, action) plays one turn")
         if self._pos != 0 and not self.done:
             raise EpisodeError(f"{self.spec.name}: a simultaneous round must start at the beginning of "
                                f"a round, but it is {self.next_agent}'s turn; finish the round with act()")
-        unknown = set(action) - set(self.agents)
+        unknown = set(actions) - set(self.agents)
         if unknown:
             raise EpisodeError(f"{self.spec.name}: actions for unknown agents {sorted(unknown)}; "
                                f"the agents are {self.agents}")
@@ -190,7 +222,7 @@ class Episode(Environment):
             if self.done and out:
                 break
             self._check_turn(a)
-            out[a] = self._turn(a, action.get(a, ""), limit)
+            out[a] = self._turn(a, actions.get(a, ""), limit)
         return out
 
     def _slow(self, agent: str, parsed: ParsedAction) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
@@ -493,7 +525,7 @@ class Episode(Environment):
     def _agent(self, agent: str | None) -> str:
         if agent is None:
             if self._team:
-                raise EpisodeError(f"{self.spec.name} is a team environment; say which agent ({self.agents})")
+                raise EpisodeError(f"{self.spec.name} is a team environment; say which agent (one of {self.agents})")
             return self.agents[0]
         if agent not in self._acted:
             raise KeyError(f"{self.spec.name} has no agent {agent!r}; its agents are {self.agents}")
@@ -519,12 +551,17 @@ class Episode(Environment):
 
     @property
     def messages(self) -> list[Message]:
-        """The sole agent's conversation (for a team, use :meth:`transcript`)."""
+        """The sole agent's conversation so far (empty before ``reset``).
+
+        Raises:
+            EpisodeError: this is a team; each agent's is :meth:`transcript` (``agent``).
+        """
+        if self._team:
+            raise EpisodeError(f"{self.spec.name} is a team environment: messages is a sole agent's "
+                               f"conversation; use transcript(agent) for one of {self.agents}")
         if self._task is None:
             return []
-        if not self._team:
-            return self._transcripts[self.agents[0]]
-        return self.transcript()
+        return self._transcripts[self.agents[0]]
 
     def observation(self, agent: str | None = None) -> str:
         """What is new for ``agent`` since its last turn: its tool responses, then the
@@ -544,6 +581,11 @@ class Episode(Environment):
         return "\n".join(parts) or NOTHING_NEW
 
     def tool_schemas(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """OpenAI function-calling schemas of the tools ``agent`` may call (``None``: the sole
+        agent; a team must say which agent)."""
+        if agent is None and self._team:
+            raise EpisodeError(f"{self.spec.name} is a team environment; say whose tools: tool_schemas(agent) "
+                               f"for one of {self.agents}")
         return self.spec.tool_schemas(agent)
 
     def turns_taken(self, agent: str | None = None) -> int:

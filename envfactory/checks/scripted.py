@@ -475,7 +475,7 @@ def _turn(episode: "Episode", team: Mapping[str, Policy], mode: str, seed: int) 
     if mode == "aec":
         a = episode.next_agent
         return {a: episode.act(a, team[a].act(episode, a, seed))}
-    return episode.step({a: team[a].act(episode, a, seed) for a in agents})
+    return episode.step_round({a: team[a].act(episode, a, seed) for a in agents})
 
 
 def play(episode: "Episode", policies: Policy | Mapping[str, Policy], task: Any, *, mode: str = "aec",

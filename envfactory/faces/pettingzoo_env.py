@@ -193,7 +193,7 @@ class ToolParallelEnv(_Base, ParallelEnv):
     def step(self, actions: dict[str, Any]) -> tuple[dict[str, TextObservation], dict[str, float],
                                                      dict[str, bool], dict[str, bool], dict[str, dict[str, Any]]]:
         ep = self.episode
-        ep.step({a: "" if act is None else act for a, act in actions.items()})
+        ep.step_round({a: "" if act is None else act for a, act in actions.items()})
         live = self.agents
         obs = {a: self._observe(a) for a in live}
         rewards = ep.rewards if ep.done else dict.fromkeys(live, 0.0)
