@@ -45,11 +45,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from .definition import DEFAULT_SPLIT, PERMISSION_PREFIX, DrawSplit, ToolEnvSpec, split_members, task_for_seed
 from .env import Environment, EpisodeError, Message, StepResult
-from .mail import CONFLICT_PREFIX
+from .mail import CONFLICT_PREFIX, Mailbox, MultiState
 from .parsing import ParsedAction, parse_action, parse_text
 from .state import State
 from .task import Task, ToolCall
@@ -226,7 +226,7 @@ class Episode(Environment):
         return out
 
     def _slow(self, agent: str, parsed: ParsedAction) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
-        r = self._turn(agent, parsed, 0, parsed=True)
+        r = self._turn(agent, parsed, 0, preparsed=True)
         return r.messages, r.reward, r.terminated, r.truncated, r.info
 
     def _solo_turn(self, action: Any) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
@@ -235,8 +235,9 @@ class Episode(Environment):
         (a pass, parse errors, ``finish``, an unknown tool, a world that timed out) goes
         through :meth:`_turn` like a team's."""
         agent = self._solo_agent
-        if self._task is None or self._terminated or self._truncated:
-            self._check_turn(agent)  # raises
+        task = self._task
+        if task is None or self._terminated or self._truncated:
+            task = self._check_turn(agent)  # raises
         parsed = parse_text(action) if action.__class__ is str else parse_action(action)
         calls = parsed.calls
         if parsed.errors or not calls or self._timed_out is not None:
@@ -250,7 +251,8 @@ class Episode(Environment):
             if t is None:
                 return self._slow(agent, parsed)
             if self._in_process:  # what LocalWorld.run does for one call
-                o = t.invoke(self.world._state, c.arguments)
+                # _in_process: self.world is a LocalWorld (checked in __init__)
+                o = t.invoke(self.world._state, c.arguments)  # type: ignore[attr-defined]
             else:
                 try:  # _run_batch, inlined
                     outs = self.world.run(agent, rnd, calls)
@@ -287,7 +289,7 @@ class Episode(Environment):
         transcript += new
         self._last_tool[agent] = new
         acted = self._acted[agent] = self._acted[agent] + 1
-        info: dict[str, Any] = {"turn": acted, "round": rnd, "task_id": self._task.id,
+        info: dict[str, Any] = {"turn": acted, "round": rnd, "task_id": task.id,
                                 "tool_calls": counts["tool_calls"], "tool_errors": counts["tool_errors"],
                                 "parse_errors": counts["parse_errors"]}
         terminal = self._terminal
@@ -305,25 +307,31 @@ class Episode(Environment):
         info.update(success=self._success, answer=self._answer, ended_by=self._ended_by)
         return new, self._rewards[agent], self._terminated, self._truncated, info
 
-    def _check_turn(self, agent: str) -> None:
+    def _check_turn(self, agent: str) -> Task:
+        """The running task, if it is ``agent``'s turn in it; else an :class:`EpisodeError`."""
         if self._task is None:
             raise EpisodeError(f"{self.spec.name}: call reset() before step()")
         if self._terminated or self._truncated:
             raise EpisodeError(f"{self.spec.name}: the episode has ended; call reset() to start another")
         if agent != self.agents[self._pos]:
             raise EpisodeError(f"{self.spec.name}: it is {self.agents[self._pos]}'s turn, not {agent!r}")
+        return self._task
 
     def _mail_count(self) -> int:
-        return len(self.world.state().mail.letters) if self._team and self._task is not None else 0
+        return len(self._mail().letters) if self._team and self._task is not None else 0
 
-    def _turn(self, agent: str, action: Any, mail_limit: int, *, parsed: bool = False) -> StepResult:
-        """``parsed``: ``action`` is this episode's own parse of the action (from :meth:`_solo_turn`);
+    def _mail(self) -> Mailbox:
+        """The team's mailbox (a team's state is a :class:`MultiState`)."""
+        return cast(MultiState, self.world.state()).mail
+
+    def _turn(self, agent: str, action: Any, mail_limit: int, *, preparsed: bool = False) -> StepResult:
+        """``preparsed``: ``action`` is this episode's own parse of the action (from :meth:`_solo_turn`);
         anything a caller passes is parsed (and checked) here, a ``ParsedAction`` included."""
         # ActionTypeError before anything changes
-        parsed = action if parsed else parse_action(action)
+        parsed: ParsedAction = action if preparsed else parse_action(action)
         transcript, counts = self._transcripts[agent], self._counts[agent]
         if self._team:
-            letters = self.world.state().mail.inbox(agent, self._seen_mail[agent], mail_limit)
+            letters = self._mail().inbox(agent, self._seen_mail[agent], mail_limit)
             if letters:
                 transcript.append({"role": "user", "content": "\n".join(m.render() for m in letters)})
             self._seen_mail[agent] = max(self._seen_mail[agent], mail_limit)
@@ -347,7 +355,7 @@ class Episode(Environment):
         if not parsed.attempted:
             self._passed.append(agent)
             self._last_words[agent] = parsed.answer
-        info: dict[str, Any] = {"turn": self._acted[agent], "round": rnd, "task_id": self._task.id,
+        info: dict[str, Any] = {"turn": self._acted[agent], "round": rnd, "task_id": self._require_task().id,
                                 "tool_calls": counts["tool_calls"], "tool_errors": counts["tool_errors"],
                                 "parse_errors": counts["parse_errors"]}
         self._pos += 1
@@ -392,7 +400,7 @@ class Episode(Environment):
                 elif t is None:
                     outcomes.append(self._refused(agent, c.name, tools))
                 elif self._user is not None and c.name == USER_TOOL:
-                    outcomes.append(self._ask_user(agent, c.arguments))
+                    outcomes.append(self._ask_user(self._user, agent, c.arguments))
                 elif t.finish:
                     out = t.invoke(None, c.arguments)  # finish touches no state
                     outcomes.append(out)
@@ -446,7 +454,7 @@ class Episode(Environment):
         self._gone = "world_lost" if isinstance(exc, WorldLost) else "timeout"
         return [ToolOutcome(self._timed_out, False, "timeout") for _ in range(n)]
 
-    def _ask_user(self, agent: str, arguments: dict[str, Any]) -> ToolOutcome:
+    def _ask_user(self, user: UserResponder, agent: str, arguments: dict[str, Any]) -> ToolOutcome:
         """``ask_user`` answered by the episode's host-side user (an LLM user): the same
         argument validation as the tool, the task's user facts, the questions asked so far."""
         checked = self._tools_of[agent][USER_TOOL].invoke(None, arguments)  # the tool's own validation
@@ -461,7 +469,7 @@ class Episode(Environment):
                     asked[c["id"]] = str(c["function"]["arguments"].get("question", ""))
             if m["role"] == "tool" and m.get("name") == USER_TOOL and m["tool_call_id"] in asked:
                 history.append((asked[m["tool_call_id"]], m["content"]))
-        reply = host_reply(self._user, question, user_facts(self._task.initial_state), history)
+        reply = host_reply(user, question, user_facts(self._require_task().initial_state), history)
         ok = not reply.startswith("Error")
         return ToolOutcome(reply, ok, "ok" if ok else "tool_error")
 
@@ -490,7 +498,7 @@ class Episode(Environment):
         if answer is None:
             answer = "\n".join(self._last_words[a] for a in self.agents if self._last_words.get(a))
         state = self.world.state()
-        task = self._task
+        task = self._require_task()
         success = task.success(state, answer)
         if success and task.answer_facts and not self._facts_shown(task):
             success = False
@@ -509,7 +517,7 @@ class Episode(Environment):
                     for c in m.get("tool_calls") or ():
                         args[c["id"]] = c["function"]["arguments"]
                 elif role == "tool":
-                    results.append((m["content"] or "", args.get(m.get("tool_call_id"), "")))
+                    results.append((m["content"] or "", args.get(m.get("tool_call_id", ""), "")))
                 elif role == "user":
                     notes.append(m["content"] or "")
         return task.facts_shown(notes, results)
@@ -531,9 +539,10 @@ class Episode(Environment):
             raise KeyError(f"{self.spec.name} has no agent {agent!r}; its agents are {self.agents}")
         return agent
 
-    def _require_task(self) -> None:
+    def _require_task(self) -> Task:
         if self._task is None:
             raise EpisodeError(f"{self.spec.name}: call reset() first")
+        return self._task
 
     def transcript(self, agent: str | None = None) -> list[Message]:
         """``agent``'s conversation so far (its private view), with undelivered letters as
@@ -544,7 +553,7 @@ class Episode(Environment):
         if not self._team:
             return out
         out = list(out)
-        letters = self.world.state().mail.inbox(agent, self._seen_mail[agent])
+        letters = self._mail().inbox(agent, self._seen_mail[agent])
         if letters:
             out.append({"role": "user", "content": "\n".join(m.render() for m in letters)})
         return out
@@ -575,7 +584,7 @@ class Episode(Environment):
             parts.append("\n".join(f"<tool_response>\n{m['content']}\n</tool_response>"
                                    for m in self._last_tool[agent]))
         if self._team:
-            letters = self.world.state().mail.inbox(agent, self._seen_mail[agent])
+            letters = self._mail().inbox(agent, self._seen_mail[agent])
             if letters:
                 parts.append("\n".join(m.render() for m in letters))
         return "\n".join(parts) or NOTHING_NEW
