@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import AbstractSet, Any, Callable, Iterator, NamedTuple
 
 __all__ = ["main", "build_parser", "COMMANDS", "COMMAND_GROUP", "Command", "plugin_commands"]
 
@@ -36,7 +36,7 @@ class Command(NamedTuple):
     run: Callable[[argparse.Namespace], Result]
 
 
-def _table(header: list[str], rows: list[list[Any]], right: set[int] = frozenset()) -> list[str]:
+def _table(header: list[str], rows: list[list[Any]], right: AbstractSet[int] = frozenset()) -> list[str]:
     """Left/right-aligned columns, each as wide as its widest cell; the last column is free text."""
     cells = [[str(c) for c in r] for r in [header, *rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header) - 1)]
@@ -139,7 +139,10 @@ def installed_sections() -> dict[str, Callable[[], dict[str, Any]]]:
     (the project's own live in ``benchmarks/``, never inside the library)."""
     from importlib import metadata
 
-    return {ep.name: (lambda ep=ep: ep.load()()) for ep in metadata.entry_points(group=BENCH_GROUP)}
+    def section(ep: metadata.EntryPoint) -> Callable[[], Any]:
+        return lambda: ep.load()()
+
+    return {ep.name: section(ep) for ep in metadata.entry_points(group=BENCH_GROUP)}
 
 
 def run_bench(only: list[str] | None = None) -> dict[str, Any]:
@@ -374,7 +377,8 @@ def stdout_to_stderr() -> Iterator[None]:
     old_stdout = sys.stdout
     for stream in (old_stdout, sys.__stdout__):
         with contextlib.suppress(Exception):
-            stream.flush()
+            if stream is not None:
+                stream.flush()
     saved = os.dup(1)
     try:
         os.dup2(_fileno(sys.stderr, 2), 1)
@@ -383,7 +387,8 @@ def stdout_to_stderr() -> Iterator[None]:
     finally:
         for stream in (sys.stdout, old_stdout, sys.__stdout__):  # buffered noise goes out to stderr
             with contextlib.suppress(Exception):
-                stream.flush()
+                if stream is not None:
+                    stream.flush()
         sys.stdout = old_stdout
         os.dup2(saved, 1)
         os.close(saved)

@@ -119,7 +119,7 @@ def rate(matches: Iterable[Match], players: Sequence[str] = (), *, prior_sd: flo
     grand = sum(row_mean) / n
     cov = [[full[i][j] - row_mean[i] - row_mean[j] + grand for j in range(n)] for i in range(n)]
     out: dict[str, dict[str, Any]] = {}
-    for p in sorted(names, key=lambda p: -r[idx[p]]):
+    for p in sorted(names, key=lambda name: -r[idx[name]]):
         i = idx[p]
         rating, sd = base + ELO_SCALE * r[i], ELO_SCALE * math.sqrt(max(cov[i][i], 0.0))
         mine = [m.score if m.a == p else 1.0 - m.score for m in matches if p in (m.a, m.b) and m.a != m.b]

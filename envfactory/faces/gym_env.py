@@ -56,7 +56,7 @@ def _text_space(proto: str) -> spaces.Text:
     # Building a Text space over ~55k characters takes tens of ms: build one
     # prototype per kind and give each env a shallow copy with its own RNG.
     global _PROTO_OBS, _PROTO_ACT
-    if _PROTO_OBS is None:
+    if _PROTO_OBS is None or _PROTO_ACT is None:
         _PROTO_OBS = spaces.Text(MAX_TEXT_LENGTH, min_length=0, charset=TEXT_CHARSET)
         _PROTO_ACT = spaces.Text(1024, min_length=0, charset=TEXT_CHARSET)
     space = copy.copy(_PROTO_OBS if proto == "obs" else _PROTO_ACT)
@@ -142,7 +142,9 @@ class ToolGymEnv(gymnasium.Env[str, str]):
             task = self.env.spec.draw_task(self.env.split, draw, pool=self.env.tasks)
         messages = self.env.reset(task)
         self._seen = len(messages)
-        info = {"task_id": self.env.task.id, "messages": messages, "tools": self._tools}
+        running = self.env.task
+        assert running is not None  # reset() just started it
+        info = {"task_id": running.id, "messages": messages, "tools": self._tools}
         return _clean(messages[-1]["content"]), info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -102,7 +102,9 @@ class _Base:
 
     def _info(self, agent: str, opening: bool = False) -> dict[str, Any]:
         ep = self.episode
-        info = {"task_id": ep.task.id, "round": ep.round, "tools": self._schemas[agent]}
+        task = ep.task
+        assert task is not None  # infos exist only after reset()
+        info = {"task_id": task.id, "round": ep.round, "tools": self._schemas[agent]}
         if opening:
             info["messages"] = ep.transcript(agent)
         if ep.done:
@@ -149,7 +151,7 @@ class ToolAECEnv(_Base, AECEnv):
         self.terminations = dict.fromkeys(self.agents, False)
         self.truncations = dict.fromkeys(self.agents, False)
         self.infos = {a: self._info(a, opening=True) for a in self.agents}
-        self.agent_selection = self.episode.next_agent
+        self.agent_selection = self.agents[0]  # every round starts with the first agent
 
     def observe(self, agent: str) -> TextObservation:
         return self._observe(agent)
@@ -169,7 +171,7 @@ class ToolAECEnv(_Base, AECEnv):
             self.agent_selection = self.agents[0]
         else:
             self.rewards = dict.fromkeys(self.agents, 0.0)
-            self.agent_selection = self.episode.next_agent
+            self.agent_selection = self.episode.next_agent or self.agents[0]  # not None: not done
         self.infos = {a: self._info(a) for a in self.agents}
         self._accumulate_rewards()
 
