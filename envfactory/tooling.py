@@ -196,10 +196,10 @@ class Tool:
         kwargs: dict[str, Any] = {}
         for name, (types, default) in simple.items():
             if name in arguments:
-                v = arguments[name]
+                v: Any = arguments[name]
                 if v.__class__ not in types:
                     return None
-                kwargs[name] = float(v) if types is _FLOAT_TYPES else v
+                kwargs[name] = float(arguments[name]) if types is _FLOAT_TYPES else v
             elif default is _REQUIRED:
                 return None
             else:

@@ -150,7 +150,7 @@ class RandomPolicy:
         cached = self._last.get(agent)
         if cached is None or cached[0] != key:
             s = zlib.crc32(f"{_task(episode).id}/{agent}/{seed}".encode()) & 0x7FFFFFFF
-            cached = self._last[agent] = (key, self.actions(episode.task, episode.tool_schemas(agent), s))
+            cached = self._last[agent] = (key, self.actions(_task(episode), episode.tool_schemas(agent), s))
         actions, i = cached[1], episode.turns_taken(agent)
         return actions[i] if i < len(actions) else PASS
 
@@ -303,7 +303,7 @@ class TranscriberPolicy:
         if key not in self._cache:
             tools = episode.spec.tools_of(agent)
             read_only = {n for n, t in tools.items() if t.read_only}
-            self._cache[key] = [c.to_hermes() for c in self.plan(episode.task, episode.tool_schemas(agent),
+            self._cache[key] = [c.to_hermes() for c in self.plan(_task(episode), episode.tool_schemas(agent),
                                                                  read_only)]
             self._cache[key].append("Done.")
         actions, i = self._cache[key], episode.turns_taken(agent)
@@ -480,8 +480,8 @@ def _turn(episode: "Episode", team: Mapping[str, Policy], mode: str, seed: int) 
     """Play one move: a turn (``aec``, or any single agent) or a simultaneous round; the results."""
     agents = episode.agents
     if len(agents) == 1:
-        a = agents[0]
-        return {a: episode.step(team[a].act(episode, a, seed))}
+        sole = agents[0]
+        return {sole: episode.step(team[sole].act(episode, sole, seed))}
     if mode == "aec":
         a = episode.next_agent
         if a is None:

@@ -60,7 +60,7 @@ def _text_space(proto: str) -> spaces.Text:
         _PROTO_OBS = spaces.Text(MAX_TEXT_LENGTH, min_length=0, charset=TEXT_CHARSET)
         _PROTO_ACT = spaces.Text(1024, min_length=0, charset=TEXT_CHARSET)
     space = copy.copy(_PROTO_OBS if proto == "obs" else _PROTO_ACT)
-    space._np_random = None
+    space._np_random = None  # type: ignore[assignment]  # gymnasium seeds it lazily from None
     return space
 
 
