@@ -288,7 +288,7 @@ class Rollout:
         if len(self.trajectories) == 1:
             results = {acting[0]: self.env.step(texts.get(acting[0], ""))}
         elif self.mode == "parallel":
-            results = self.env.step({a: texts.get(a, "") for a in acting})
+            results = self.env.step_round({a: texts.get(a, "") for a in acting})
         else:
             results = {acting[0]: self.env.act(acting[0], texts.get(acting[0], ""))}
         for a, (ids, text, closing) in split.items():

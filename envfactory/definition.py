@@ -16,11 +16,14 @@ import hashlib
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence, cast
 
 from .state import State, copy_state, state_hash
 from .task import Task, ToolCall, normalize_answer, number_rivals
 from .tooling import Tool, finish_tool
+
+if TYPE_CHECKING:
+    from .mail import MultiState
 
 __all__ = ["ToolEnvSpec", "Role", "SpecError", "SOLE_AGENT", "PERMISSION_PREFIX", "lookup_task", "SPLITS", "Split",
            "DRAW_SPLITS", "DrawSplit", "DEFAULT_SPLIT", "split_members",
@@ -132,7 +135,7 @@ def served_tasks(spec: "ToolEnvSpec", served: str, split: str | None = None) -> 
         raise ValueError(f"this server serves the {served!r} split; {want!r} tasks are not served "
                          "(start it with --split all, or with that split)")
     return [{"task_id": t.id, "split": spec.split(t), "kind": t.kind, "instruction": t.instruction}
-            for t in spec.tasks_in(want)]
+            for t in spec.tasks_in(cast(DrawSplit, want))]  # a DrawSplit: split_members checked it
 
 
 @dataclass(eq=False)
@@ -402,8 +405,8 @@ class ToolEnvSpec:
     def start_state(self, task: Task) -> State:
         """A fresh copy of the task's world (with the team filled in, for teams)."""
         state = copy_state(task.initial_state)
-        if self.roles:
-            state.agents = list(self._agents)
+        if self.roles:  # a team's state is a MultiState
+            cast("MultiState", state).agents = list(self._agents)
         return state
 
     def replay(self, state: State, calls: Sequence[ToolCall]) -> list[str]:
@@ -415,7 +418,7 @@ class ToolEnvSpec:
         for i, c in enumerate(calls):
             agent = c.agent or self._agents[0]
             if team:
-                state.acting, state.round = agent, i + 1
+                cast("MultiState", state).acting, cast("MultiState", state).round = agent, i + 1
             t = self._role_tools.get(agent, {}).get(c.name)
             if t is None:
                 errors.append(f"call {i} ({agent}: {c.name}): not a tool of {agent}")
@@ -424,7 +427,7 @@ class ToolEnvSpec:
             if not out.ok:
                 errors.append(f"call {i} ({agent}: {c.name}): {out.content}")
         if team:
-            state.acting = ""
+            cast("MultiState", state).acting = ""
         return errors
 
     def rewards(self, task: Task, state: Any, success: bool) -> dict[str, float]:

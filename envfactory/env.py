@@ -7,10 +7,14 @@ verifier, the Gymnasium adapter, tests) runs against every runtime.
 
 Episode protocol:
 
-1. ``reset(task)`` returns the opening messages (system, user instruction).
-2. ``step(action)`` takes the agent's assistant turn (model text, an assistant
-   message with ``tool_calls``, or tool calls), runs the calls and returns a
-   :class:`StepResult` whose ``messages`` are the tool responses.
+1. ``reset(task)`` returns the opening messages (system, user instruction) of
+   the agent who moves first.
+2. ``step(action)`` takes the sole agent's assistant turn (model text, an
+   assistant message with ``tool_calls``, or tool calls), runs the calls and
+   returns a :class:`StepResult` whose ``messages`` are the tool responses.
+   A team plays with ``act(agent, action)`` (one turn) or
+   ``step_round({agent: action})`` (simultaneous moves) instead; ``step`` and
+   ``messages`` on a team raise :class:`EpisodeError` naming them.
 3. The episode terminates when the agent answers without calling a tool (or
    calls ``finish``); it is truncated after ``max_turns`` assistant turns.
    ``reward`` is 0 until the end, then 1.0 if the task succeeded, judged from
@@ -78,7 +82,8 @@ class Environment(ABC):
 
     @abstractmethod
     def reset(self, task: "str | int | Task | None" = None, *, seed: int | None = None) -> list[Message]:
-        """Start an episode; return its opening messages (system, then user).
+        """Start an episode; return the opening messages (system, then user) of the agent
+        who moves first (the sole agent; a team's first).
 
         Args:
             task: A task id, index or :class:`Task`. ``None`` picks one from
@@ -88,10 +93,10 @@ class Environment(ABC):
 
     @abstractmethod
     def step(self, action: Any) -> StepResult:
-        """Play one assistant turn. Never raises on model output.
+        """Play the sole agent's assistant turn. Never raises on model output.
 
         Raises:
-            EpisodeError: no episode is running (call :meth:`reset`).
+            EpisodeError: no episode is running (call :meth:`reset`), or this is a team.
             envfactory.parsing.ActionTypeError: ``action`` is of no accepted type.
         """
 
@@ -111,7 +116,7 @@ class Environment(ABC):
     @property
     @abstractmethod
     def messages(self) -> list[Message]:
-        """The episode so far, as OpenAI-style messages."""
+        """The sole agent's episode so far, as OpenAI-style messages (a team raises)."""
 
     @property
     @abstractmethod

@@ -9,13 +9,24 @@ lives in a :class:`~envfactory.world.World` (in-process, or in a container),
 which only runs the calls the referee allowed.
 
 Turn protocol. Agents act in role order; when every agent has taken one turn,
-a round ends. :meth:`Episode.act` plays one agent's turn (turn order,
-PettingZoo AEC). :meth:`Episode.step` plays the sole agent's turn (one role,
-Gymnasium) or a whole round of simultaneous moves (a team, PettingZoo
-Parallel): every action of a round was chosen on the same information, so
-messages sent during it reach their recipients only from the next round on;
-calls run in role order, so when two agents grab the same resource the first
-gets it and the second a ``conflict`` error.
+a round ends. One typed API for any number of roles:
+
+- ``reset(task, seed=...) -> list[Message]`` starts an episode and returns the
+  opening messages (system, instruction) of the agent who moves first: the sole
+  agent of a one-role episode; for a team, ``agents[0]`` (each agent's own with
+  :meth:`Episode.transcript`, what is new to it with :meth:`Episode.observation`).
+- ``step(action) -> StepResult`` plays the sole agent's turn (one role, Gymnasium).
+  On a team it raises :class:`EpisodeError` naming the two members below.
+- ``act(agent, action) -> StepResult`` plays one agent's turn; it must be
+  :attr:`Episode.next_agent` (turn order, PettingZoo AEC).
+- ``step_round({agent: action}) -> dict[str, StepResult]`` plays a whole round of
+  simultaneous moves (PettingZoo Parallel): every action of a round was chosen on
+  the same information, so messages sent during it reach their recipients only
+  from the next round on; calls run in role order, so when two agents grab the
+  same resource the first gets it and the second a ``conflict`` error.
+- ``messages`` is the sole agent's conversation; on a team it raises and names
+  :meth:`Episode.transcript`. Members taking ``agent=None`` mean the sole agent
+  and raise on a team, asking which agent.
 
 A turn is an assistant message (model text, an OpenAI-style message, or tool
 calls). Calls to another role's tools are refused (``permission denied``). A
@@ -33,11 +44,12 @@ The one-role case pays nothing for mail: it has no mailbox and no letters.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from .definition import DEFAULT_SPLIT, PERMISSION_PREFIX, DrawSplit, ToolEnvSpec, split_members, task_for_seed
 from .env import Environment, EpisodeError, Message, StepResult
-from .mail import CONFLICT_PREFIX
+from .mail import CONFLICT_PREFIX, Mailbox, MultiState
 from .parsing import ParsedAction, parse_action, parse_text
 from .state import State
 from .task import Task, ToolCall
@@ -106,17 +118,19 @@ class Episode(Environment):
             self._split_tasks = self.spec.tasks_in(self.split)
         return self._split_tasks
 
-    def reset(self, task: Any = None, *, seed: int | None = None) -> Any:
+    def reset(self, task: str | int | Task | None = None, *, seed: int | None = None) -> list[Message]:
         """Start an episode.
 
         Args:
             task: A task id, index or :class:`Task`. ``None`` draws one of the episode's
                 split (:attr:`tasks`) from ``seed`` (:func:`task_for_seed`), or at random
                 when ``seed`` is ``None``.
+            seed: Seeds the task draw when ``task`` is ``None``.
 
         Returns:
-            For one agent, its opening messages (system, user instruction); for a
-            team, each agent's opening observation (instruction and private notes).
+            The opening messages (system, user instruction) of the agent who moves first:
+            the sole agent, or a team's ``agents[0]``. Every agent's own, private notes
+            included: :meth:`transcript` (or :meth:`observation`) of that agent.
         """
         if task is None:
             task = self.spec.draw_task(self.split, seed, pool=self.tasks)
@@ -144,8 +158,6 @@ class Episode(Environment):
         self._answer: str | None = None
         self._ended_by: str | None = None
         self._timed_out = None
-        if self._team:
-            return {a: self.observation(a) for a in self.agents}
         return list(self._transcripts[self.agents[0]])
 
     @property
@@ -163,24 +175,44 @@ class Episode(Environment):
         self._check_turn(agent)
         return self._turn(agent, action, self._mail_count())
 
-    def step(self, action: Any) -> Any:
-        """One agent: play its turn (a :class:`StepResult`). A team: play one round of
-        simultaneous moves from ``{agent: action}`` (an agent missing from it passes)
-        and return ``{agent: StepResult}`` for the agents that acted (the episode may
-        end mid-round, e.g. on ``finish``; later agents' actions are then ignored)."""
-        if not self._team:
-            new, reward, terminated, truncated, info = self._solo_turn(action)
-            agent = self._solo_agent
-            return StepResult(new, reward, terminated, truncated, info, agent, {agent: reward})
+    def step(self, action: Any) -> StepResult:
+        """Play the sole agent's turn. Never raises on model output.
+
+        Raises:
+            EpisodeError: no episode is running, it has ended, or this is a team (use
+                :meth:`step_round` or :meth:`act`).
+            envfactory.parsing.ActionTypeError: ``action`` is of no accepted type.
+        """
+        if self._team:
+            raise EpisodeError(f"{self.spec.name} is a team environment ({', '.join(self.agents)}): step() "
+                               "plays a sole agent's turn; use step_round({agent: action}) for a round of "
+                               "simultaneous moves or act(agent, action) for one agent's turn")
+        new, reward, terminated, truncated, info = self._solo_turn(action)
+        agent = self._solo_agent
+        return StepResult(new, reward, terminated, truncated, info, agent, {agent: reward})
+
+    def step_round(self, actions: Mapping[str, Any]) -> dict[str, StepResult]:
+        """Play one round of simultaneous moves from ``{agent: action}`` (an agent missing
+        from it passes) and return ``{agent: StepResult}`` for the agents that acted, in role
+        order. The episode may end mid-round (e.g. on ``finish``); later agents' actions are
+        then ignored and they are absent from the result. With one role it plays that
+        agent's turn (the same as :meth:`step`, through the general path).
+
+        Raises:
+            EpisodeError: no episode is running, it has ended, ``actions`` is not a mapping
+                or names an unknown agent, or a turn-order round is half played (finish it
+                with :meth:`act`).
+            envfactory.parsing.ActionTypeError: an action is of no accepted type.
+        """
         if self._task is None:
-            raise EpisodeError(f"{self.spec.name}: call reset() before step()")
-        if not isinstance(action, dict):
-            raise EpisodeError(f"{self.spec.name} is a team environment: step() takes {{agent: action}} "
-                               f"for {self.agents}; act(agent, action) plays one turn")
+            raise EpisodeError(f"{self.spec.name}: call reset() before step_round()")
+        if not isinstance(actions, Mapping):
+            raise EpisodeError(f"{self.spec.name}: step_round() takes {{agent: action}} for {self.agents}, "
+                               f"not {type(actions).__name__}; act(agent, action) plays one turn")
         if self._pos != 0 and not self.done:
             raise EpisodeError(f"{self.spec.name}: a simultaneous round must start at the beginning of "
                                f"a round, but it is {self.next_agent}'s turn; finish the round with act()")
-        unknown = set(action) - set(self.agents)
+        unknown = set(actions) - set(self.agents)
         if unknown:
             raise EpisodeError(f"{self.spec.name}: actions for unknown agents {sorted(unknown)}; "
                                f"the agents are {self.agents}")
@@ -190,11 +222,11 @@ class Episode(Environment):
             if self.done and out:
                 break
             self._check_turn(a)
-            out[a] = self._turn(a, action.get(a, ""), limit)
+            out[a] = self._turn(a, actions.get(a, ""), limit)
         return out
 
     def _slow(self, agent: str, parsed: ParsedAction) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
-        r = self._turn(agent, parsed, 0, parsed=True)
+        r = self._turn(agent, parsed, 0, preparsed=True)
         return r.messages, r.reward, r.terminated, r.truncated, r.info
 
     def _solo_turn(self, action: Any) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
@@ -203,8 +235,9 @@ class Episode(Environment):
         (a pass, parse errors, ``finish``, an unknown tool, a world that timed out) goes
         through :meth:`_turn` like a team's."""
         agent = self._solo_agent
-        if self._task is None or self._terminated or self._truncated:
-            self._check_turn(agent)  # raises
+        task = self._task
+        if task is None or self._terminated or self._truncated:
+            task = self._check_turn(agent)  # raises
         parsed = parse_text(action) if action.__class__ is str else parse_action(action)
         calls = parsed.calls
         if parsed.errors or not calls or self._timed_out is not None:
@@ -218,7 +251,8 @@ class Episode(Environment):
             if t is None:
                 return self._slow(agent, parsed)
             if self._in_process:  # what LocalWorld.run does for one call
-                o = t.invoke(self.world._state, c.arguments)
+                # _in_process: self.world is a LocalWorld (checked in __init__)
+                o = t.invoke(self.world._state, c.arguments)  # type: ignore[attr-defined]
             else:
                 try:  # _run_batch, inlined
                     outs = self.world.run(agent, rnd, calls)
@@ -255,7 +289,7 @@ class Episode(Environment):
         transcript += new
         self._last_tool[agent] = new
         acted = self._acted[agent] = self._acted[agent] + 1
-        info: dict[str, Any] = {"turn": acted, "round": rnd, "task_id": self._task.id,
+        info: dict[str, Any] = {"turn": acted, "round": rnd, "task_id": task.id,
                                 "tool_calls": counts["tool_calls"], "tool_errors": counts["tool_errors"],
                                 "parse_errors": counts["parse_errors"]}
         terminal = self._terminal
@@ -273,25 +307,31 @@ class Episode(Environment):
         info.update(success=self._success, answer=self._answer, ended_by=self._ended_by)
         return new, self._rewards[agent], self._terminated, self._truncated, info
 
-    def _check_turn(self, agent: str) -> None:
+    def _check_turn(self, agent: str) -> Task:
+        """The running task, if it is ``agent``'s turn in it; else an :class:`EpisodeError`."""
         if self._task is None:
             raise EpisodeError(f"{self.spec.name}: call reset() before step()")
         if self._terminated or self._truncated:
             raise EpisodeError(f"{self.spec.name}: the episode has ended; call reset() to start another")
         if agent != self.agents[self._pos]:
             raise EpisodeError(f"{self.spec.name}: it is {self.agents[self._pos]}'s turn, not {agent!r}")
+        return self._task
 
     def _mail_count(self) -> int:
-        return len(self.world.state().mail.letters) if self._team and self._task is not None else 0
+        return len(self._mail().letters) if self._team and self._task is not None else 0
 
-    def _turn(self, agent: str, action: Any, mail_limit: int, *, parsed: bool = False) -> StepResult:
-        """``parsed``: ``action`` is this episode's own parse of the action (from :meth:`_solo_turn`);
+    def _mail(self) -> Mailbox:
+        """The team's mailbox (a team's state is a :class:`MultiState`)."""
+        return cast(MultiState, self.world.state()).mail
+
+    def _turn(self, agent: str, action: Any, mail_limit: int, *, preparsed: bool = False) -> StepResult:
+        """``preparsed``: ``action`` is this episode's own parse of the action (from :meth:`_solo_turn`);
         anything a caller passes is parsed (and checked) here, a ``ParsedAction`` included."""
         # ActionTypeError before anything changes
-        parsed = action if parsed else parse_action(action)
+        parsed: ParsedAction = action if preparsed else parse_action(action)
         transcript, counts = self._transcripts[agent], self._counts[agent]
         if self._team:
-            letters = self.world.state().mail.inbox(agent, self._seen_mail[agent], mail_limit)
+            letters = self._mail().inbox(agent, self._seen_mail[agent], mail_limit)
             if letters:
                 transcript.append({"role": "user", "content": "\n".join(m.render() for m in letters)})
             self._seen_mail[agent] = max(self._seen_mail[agent], mail_limit)
@@ -315,7 +355,7 @@ class Episode(Environment):
         if not parsed.attempted:
             self._passed.append(agent)
             self._last_words[agent] = parsed.answer
-        info: dict[str, Any] = {"turn": self._acted[agent], "round": rnd, "task_id": self._task.id,
+        info: dict[str, Any] = {"turn": self._acted[agent], "round": rnd, "task_id": self._require_task().id,
                                 "tool_calls": counts["tool_calls"], "tool_errors": counts["tool_errors"],
                                 "parse_errors": counts["parse_errors"]}
         self._pos += 1
@@ -360,7 +400,7 @@ class Episode(Environment):
                 elif t is None:
                     outcomes.append(self._refused(agent, c.name, tools))
                 elif self._user is not None and c.name == USER_TOOL:
-                    outcomes.append(self._ask_user(agent, c.arguments))
+                    outcomes.append(self._ask_user(self._user, agent, c.arguments))
                 elif t.finish:
                     out = t.invoke(None, c.arguments)  # finish touches no state
                     outcomes.append(out)
@@ -414,7 +454,7 @@ class Episode(Environment):
         self._gone = "world_lost" if isinstance(exc, WorldLost) else "timeout"
         return [ToolOutcome(self._timed_out, False, "timeout") for _ in range(n)]
 
-    def _ask_user(self, agent: str, arguments: dict[str, Any]) -> ToolOutcome:
+    def _ask_user(self, user: UserResponder, agent: str, arguments: dict[str, Any]) -> ToolOutcome:
         """``ask_user`` answered by the episode's host-side user (an LLM user): the same
         argument validation as the tool, the task's user facts, the questions asked so far."""
         checked = self._tools_of[agent][USER_TOOL].invoke(None, arguments)  # the tool's own validation
@@ -429,7 +469,7 @@ class Episode(Environment):
                     asked[c["id"]] = str(c["function"]["arguments"].get("question", ""))
             if m["role"] == "tool" and m.get("name") == USER_TOOL and m["tool_call_id"] in asked:
                 history.append((asked[m["tool_call_id"]], m["content"]))
-        reply = host_reply(self._user, question, user_facts(self._task.initial_state), history)
+        reply = host_reply(user, question, user_facts(self._require_task().initial_state), history)
         ok = not reply.startswith("Error")
         return ToolOutcome(reply, ok, "ok" if ok else "tool_error")
 
@@ -458,7 +498,7 @@ class Episode(Environment):
         if answer is None:
             answer = "\n".join(self._last_words[a] for a in self.agents if self._last_words.get(a))
         state = self.world.state()
-        task = self._task
+        task = self._require_task()
         success = task.success(state, answer)
         if success and task.answer_facts and not self._facts_shown(task):
             success = False
@@ -477,7 +517,7 @@ class Episode(Environment):
                     for c in m.get("tool_calls") or ():
                         args[c["id"]] = c["function"]["arguments"]
                 elif role == "tool":
-                    results.append((m["content"] or "", args.get(m.get("tool_call_id"), "")))
+                    results.append((m["content"] or "", args.get(m.get("tool_call_id", ""), "")))
                 elif role == "user":
                     notes.append(m["content"] or "")
         return task.facts_shown(notes, results)
@@ -493,15 +533,16 @@ class Episode(Environment):
     def _agent(self, agent: str | None) -> str:
         if agent is None:
             if self._team:
-                raise EpisodeError(f"{self.spec.name} is a team environment; say which agent ({self.agents})")
+                raise EpisodeError(f"{self.spec.name} is a team environment; say which agent (one of {self.agents})")
             return self.agents[0]
         if agent not in self._acted:
             raise KeyError(f"{self.spec.name} has no agent {agent!r}; its agents are {self.agents}")
         return agent
 
-    def _require_task(self) -> None:
+    def _require_task(self) -> Task:
         if self._task is None:
             raise EpisodeError(f"{self.spec.name}: call reset() first")
+        return self._task
 
     def transcript(self, agent: str | None = None) -> list[Message]:
         """``agent``'s conversation so far (its private view), with undelivered letters as
@@ -512,19 +553,24 @@ class Episode(Environment):
         if not self._team:
             return out
         out = list(out)
-        letters = self.world.state().mail.inbox(agent, self._seen_mail[agent])
+        letters = self._mail().inbox(agent, self._seen_mail[agent])
         if letters:
             out.append({"role": "user", "content": "\n".join(m.render() for m in letters)})
         return out
 
     @property
     def messages(self) -> list[Message]:
-        """The sole agent's conversation (for a team, use :meth:`transcript`)."""
+        """The sole agent's conversation so far (empty before ``reset``).
+
+        Raises:
+            EpisodeError: this is a team; each agent's is :meth:`transcript` (``agent``).
+        """
+        if self._team:
+            raise EpisodeError(f"{self.spec.name} is a team environment: messages is a sole agent's "
+                               f"conversation; use transcript(agent) for one of {self.agents}")
         if self._task is None:
             return []
-        if not self._team:
-            return self._transcripts[self.agents[0]]
-        return self.transcript()
+        return self._transcripts[self.agents[0]]
 
     def observation(self, agent: str | None = None) -> str:
         """What is new for ``agent`` since its last turn: its tool responses, then the
@@ -538,12 +584,17 @@ class Episode(Environment):
             parts.append("\n".join(f"<tool_response>\n{m['content']}\n</tool_response>"
                                    for m in self._last_tool[agent]))
         if self._team:
-            letters = self.world.state().mail.inbox(agent, self._seen_mail[agent])
+            letters = self._mail().inbox(agent, self._seen_mail[agent])
             if letters:
                 parts.append("\n".join(m.render() for m in letters))
         return "\n".join(parts) or NOTHING_NEW
 
     def tool_schemas(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """OpenAI function-calling schemas of the tools ``agent`` may call (``None``: the sole
+        agent; a team must say which agent)."""
+        if agent is None and self._team:
+            raise EpisodeError(f"{self.spec.name} is a team environment; say whose tools: tool_schemas(agent) "
+                               f"for one of {self.agents}")
         return self.spec.tool_schemas(agent)
 
     def turns_taken(self, agent: str | None = None) -> int:

@@ -47,7 +47,8 @@ _CLOSE = "</tool_call>"
 _N_OPEN = len(_OPEN)
 _FORMAT_HINT = 'Write each call as <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>.'
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
-_scan = json.JSONDecoder().scan_once  # the C scanner behind json.loads, without its wrappers
+# the C scanner behind json.loads, without its wrappers (typeshed leaves scan_once out)
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _JSON_WS = " \t\n\r"
 
 
@@ -207,7 +208,7 @@ def parse_text(text: str) -> ParsedAction:
             call, err = _call_from_obj(obj, f"tool call #{i}")
             if err:
                 errors.append(err)
-            else:
+            elif call is not None:  # no error: a call
                 calls.append(call)
         if unclosed:
             errors.append(f"a <tool_call> block is not closed with </tool_call>. {_FORMAT_HINT}")
@@ -225,7 +226,7 @@ def parse_text(text: str) -> ParsedAction:
                 call, err = _call_from_obj(o, f"tool call #{i}")
                 if err:
                     parsed.errors.append(err)
-                else:
+                elif call is not None:  # no error: a call
                     parsed.calls.append(call)
             return _capped(parsed)
     return ParsedAction(text, answer=stripped)
@@ -237,6 +238,8 @@ def _parse_openai_calls(raw_calls: Any, content: str) -> ParsedAction:
         parsed.errors.append("'tool_calls' must be a list of function calls.")
         return parsed
     for i, rc in enumerate(raw_calls, 1):
+        call: ToolCall | None
+        err: str | None
         if isinstance(rc, ToolCall):
             call, err = rc, None
         else:
@@ -251,7 +254,7 @@ def _parse_openai_calls(raw_calls: Any, content: str) -> ParsedAction:
             err = _bad_call(call, f"tool call #{i}")
         if err:
             parsed.errors.append(err)
-        else:
+        elif call is not None:  # no error: a call
             parsed.calls.append(call)
     return _capped(parsed)
 

@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .definition import DEFAULT_SPLIT, SpecError, did_you_mean, split_members
+from .definition import DEFAULT_SPLIT, DrawSplit, SpecError, did_you_mean, split_members
 from .episode import Episode
 from .task import Task
 
@@ -317,7 +317,7 @@ def _world_factory(runtime: str) -> Any:
 
 
 def make(name: str, runtime: str | None = None, *, max_turns: int | None = None, user: Any = None,
-         split: str = DEFAULT_SPLIT, **world_options: Any) -> Episode:
+         split: DrawSplit = DEFAULT_SPLIT, **world_options: Any) -> Episode:
     """Create a live episode of a registered environment, for one agent or a team.
 
     Args:

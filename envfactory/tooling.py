@@ -167,7 +167,7 @@ class Tool:
                     False,
                     "invalid_arguments",
                 )
-            kwargs = self._fast_validate(arguments) if self._simple is not None else None
+            kwargs = self._fast_validate(simple, arguments) if (simple := self._simple) is not None else None
             if kwargs is None:
                 try:
                     kwargs = self.args_model.model_validate(arguments).__dict__
@@ -183,23 +183,23 @@ class Tool:
             )
         return ToolOutcome(result if result.__class__ is str else _render_result(result), True)
 
-    def _fast_validate(self, arguments: dict[str, Any]) -> dict[str, Any] | None:
+    def _fast_validate(self, simple: dict[str, tuple[tuple[type, ...], Any]],
+                       arguments: dict[str, Any]) -> dict[str, Any] | None:
         """Validate scalar-only signatures without pydantic (the common case).
 
         Returns the keyword arguments, or ``None`` to defer to the full pydantic
         validation, which then produces the precise error message.
         """
-        simple = self._simple
         for name in arguments:
             if name not in simple:
                 return None
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         for name, (types, default) in simple.items():
             if name in arguments:
-                v = arguments[name]
+                v: Any = arguments[name]
                 if v.__class__ not in types:
                     return None
-                kwargs[name] = float(v) if types is _FLOAT_TYPES else v
+                kwargs[name] = float(arguments[name]) if types is _FLOAT_TYPES else v
             elif default is _REQUIRED:
                 return None
             else:

@@ -16,8 +16,9 @@ with :func:`envfactory.registry.make`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
+from .mail import MultiState
 from .state import State, copy_state
 from .task import Task, ToolCall
 from .tooling import ToolOutcome
@@ -93,26 +94,29 @@ class LocalWorld(World):
         self._state = self.spec.start_state(task)
 
     def run(self, agent: str, round: int, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
-        state, tools = self._state, self._tools
+        state, tools = self.state(), self._tools
         if self._team:
-            state.acting, state.round = agent, round
+            team = cast(MultiState, state)  # a team's state is a MultiState
+            team.acting, team.round = agent, round
             try:
                 return [tools[c.name].invoke(state, c.arguments) for c in calls]
             finally:
-                state.acting = ""
+                team.acting = ""
         return [tools[c.name].invoke(state, c.arguments) for c in calls]
 
     def state(self) -> State:
+        if self._state is None:
+            raise RuntimeError(f"{self.spec.name}: the world has no state yet; start(task) first")
         return self._state
 
     def fork(self) -> "LocalWorld":
         new = LocalWorld.__new__(LocalWorld)
         new.spec, new._tools, new._team = self.spec, self._tools, self._team
-        new._state = copy_state(self._state)
+        new._state = copy_state(self.state())
         return new
 
     def dump(self) -> Any:
-        return self._state.model_dump(mode="json")
+        return self.state().model_dump(mode="json")
 
     def load(self, task: Task, state: Any) -> None:
         self._state = self.spec.state_type.model_validate(state)

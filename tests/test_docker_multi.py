@@ -58,7 +58,7 @@ def _play(ep: envfactory.Episode, policy: str, task: object = 0, mode: str = "ae
             a = ep.next_agent
             ep.act(a, team.act(ep, a, 0))
         else:
-            ep.step({a: team.act(ep, a, 0) for a in ep.agents})
+            ep.step_round({a: team.act(ep, a, 0) for a in ep.agents})
     return ep
 
 

@@ -103,18 +103,17 @@ _FAST_PATH_ACTIONS = [
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from(range(len(_FAST_PATH_ACTIONS))), min_size=1, max_size=8), st.integers(1, 5))
 def test_the_one_role_fast_path_does_what_the_general_turn_does(picks, max_turns) -> None:
-    # Episode.step takes a short path for one role's usual turn; the general _turn (a team's)
-    # must produce the same results, transcript, log and snapshot.
+    # Episode.step takes a short path for one role's usual turn; the general turn (a team's:
+    # act and step_round) must produce the same results, transcript, log and snapshot.
     fast = envfactory.make("Counter-v0", max_turns=max_turns)
     slow = envfactory.make("Counter-v0", max_turns=max_turns)
-    fast.reset(0)
-    slow.reset(0)
-    for i in picks:
+    assert fast.reset(0) == slow.reset(0) == fast.messages
+    for k, i in enumerate(picks):
         if fast.done:
             break
         a = _FAST_PATH_ACTIONS[i]
-        slow._check_turn("agent_0")
-        assert fast.step(a).to_json() == slow._turn("agent_0", a, 0).to_json()
+        general = slow.act("agent_0", a) if k % 2 else slow.step_round({"agent_0": a})["agent_0"]
+        assert fast.step(a).to_json() == general.to_json()
     assert fast.snapshot() == slow.snapshot()
     assert fast.log == slow.log and fast.messages == slow.messages
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import envfactory
-from envfactory import EpisodeError
+from envfactory import EpisodeError, StepResult
 from envfactory.checks.scripted import OraclePolicy, RandomPolicy, episode_trace, play
 
 
@@ -53,10 +53,38 @@ def test_direct_and_broadcast_messages_reach_the_right_agents_and_cannot_be_forg
     assert any("birch" in m["content"] for m in ep.transcript("sales_0") if m["role"] == "user")
 
 
+def test_every_member_means_the_same_for_any_number_of_roles_or_names_the_one_to_use():
+    team = envfactory.make_multi("MultiRecords-v0")
+    with pytest.raises(EpisodeError, match=r"transcript\(agent\)"):
+        team.messages
+    opening = team.reset(0)  # the first agent's opening messages, like a sole agent's
+    assert [m["role"] for m in opening] == ["system", "user"] and opening == team.transcript("reader_0")
+    assert opening != team.transcript("writer_0")  # each its own system prompt
+    with pytest.raises(EpisodeError, match=r"step_round\(\{agent: action\}\).*act\(agent, action\)"):
+        team.step("hi")
+    with pytest.raises(EpisodeError, match=r"transcript\(agent\)"):
+        team.messages
+    with pytest.raises(EpisodeError, match=r"tool_schemas\(agent\)"):
+        team.tool_schemas()
+    with pytest.raises(EpisodeError, match="say which agent"):
+        team.observation()
+    with pytest.raises(EpisodeError, match="not list"):
+        team.step_round(["hi"])
+    results = team.step_round({"reader_0": call("search_employees", name="Alice")})
+    assert list(results) == team.agents and all(isinstance(r, StepResult) for r in results.values())
+    assert [r.agent for r in results.values()] == team.agents and team.round == 2
+    # one role: step_round is a round of one turn, the same as step
+    solo, other = envfactory.make("Counter-v0"), envfactory.make("Counter-v0")
+    assert solo.reset(0) == other.reset(0) == solo.messages
+    inc = call("increment", by=1)
+    assert solo.step_round({"agent_0": inc})["agent_0"].to_json() == other.step(inc).to_json()
+    assert solo.messages == other.messages and solo.tool_schemas() == other.tool_schemas("agent_0")
+
+
 def test_simultaneous_moves_see_letters_only_from_the_next_round():
     ep = envfactory.make_multi("MultiRecords-v0")
     ep.reset(0)
-    ep.step({"reader_0": call("send_message", to="writer_0", content="set team of E-102 to platform (ticket XYZZY)"),
+    ep.step_round({"reader_0": call("send_message", to="writer_0", content="set team of E-102 to platform (ticket XYZZY)"),
              "writer_0": "nothing yet"})
     # writer_0 acted in the same round: the letter is not in its conversation before its action ...
     transcript = ep.transcript("writer_0")
@@ -65,13 +93,13 @@ def test_simultaneous_moves_see_letters_only_from_the_next_round():
     # ... but it is in its next observation
     assert "XYZZY" in ep.observation("writer_0")
     with pytest.raises(EpisodeError, match="unknown agents"):
-        ep.step({"ghost_0": "hi"})
+        ep.step_round({"ghost_0": "hi"})
 
 
 def test_conflicting_bookings_in_one_round_go_to_the_first_in_order():
     ep = envfactory.make_multi("MultiRooms-v0")
     ep.reset(0)
-    ep.step({a: call("book_room", room="atlas", slot="11:00") for a in ep.agents})
+    ep.step_round({a: call("book_room", room="atlas", slot="11:00") for a in ep.agents})
     assert ep.state.bookings["atlas@11:00"] == "sales_0"
     kinds = [e["kind"] for e in ep.log]
     assert kinds == ["ok", "conflict", "conflict"]
@@ -91,7 +119,7 @@ def test_endings_quiescence_finish_truncation_and_terminal():
     short = envfactory.make_multi("MultiRecords-v0", max_turns=2)
     short.reset(0)
     for _ in range(2):
-        short.step({"reader_0": call("search_employees", name="Alice")})
+        short.step_round({"reader_0": call("search_employees", name="Alice")})
     assert short.truncated and short.ended_by == "max_turns"
     deal = envfactory.make_multi("MultiDeal-v0")
     deal.reset(0)

@@ -51,10 +51,11 @@ import json
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 from .scripted import CLAIM, TranscriberPolicy, instruction_values
 from ..definition import ToolEnvSpec
+from ..mail import MultiState
 from ..state import State, canonical_json, copy_state, diff_leaves, leaf_at, state_hash, state_leaves
 from ..task import Task, ToolCall, normalize_answer
 
@@ -206,7 +207,7 @@ def _combos(name: str, names: list[str], options: list[list[Any]], agent: str | 
         yield ToolCall(name, {n: options[j][i] for j, (n, i) in enumerate(zip(names, ix))}, agent=agent)
 
 
-_BOGUS = ("", 0, -1, 10**9, None, [], "'; DROP TABLE x; --")
+_BOGUS: tuple[Any, ...] = ("", 0, -1, 10**9, None, [], "'; DROP TABLE x; --")
 
 
 def _malformed(call: ToolCall, tool: Any) -> list[ToolCall]:
@@ -309,8 +310,9 @@ class _Judge:
         for c in calls:
             agent = c.agent or first
             t = self.spec.tools_of(agent).get(c.name)
-            if self.team:
-                seq.state.acting, seq.state.round = agent, len(seq.calls) + 1
+            if self.team:  # a team's state is a MultiState
+                cast(MultiState, seq.state).acting = agent
+                cast(MultiState, seq.state).round = len(seq.calls) + 1
             before = self.core(seq.state) if track else None
             out = t.invoke(seq.state, c.arguments).content if t is not None and not t.finish else "Error"
             if track and out.startswith("Error") and self.core(seq.state) != before:
@@ -318,7 +320,7 @@ class _Judge:
             seq.calls.append(c)
             seq.outputs.append(out)
         if self.team:
-            seq.state.acting = ""
+            cast(MultiState, seq.state).acting = ""
         return seq
 
     def endings(self, seq: _Seq) -> list[tuple[str, str, str | None]]:
@@ -435,12 +437,12 @@ def _confirm(spec: ToolEnvSpec, task: Task, calls: list[ToolCall], answer: str) 
         else:  # each call by its role in turn order, the others passing; then everyone answers
             for c in calls:
                 agent = c.agent or ep.agents[0]
-                while not ep.done and ep.next_agent != agent:
-                    ep.act(ep.next_agent, PASS)
+                while (nxt := ep.next_agent) is not None and nxt != agent:
+                    ep.act(nxt, PASS)
                 if not ep.done:
                     ep.act(agent, c.to_hermes())
-            while not ep.done:
-                ep.act(ep.next_agent, answer)
+            while (nxt := ep.next_agent) is not None:
+                ep.act(nxt, answer)
         return bool(ep.success) and max(ep.rewards.values(), default=0.0) > 0
     finally:
         ep.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .scripted import MODES, NoopPolicy, OraclePolicy, RandomPolicy, episode_trace
+from .scripted import MODES, NoopPolicy, OraclePolicy, RandomPolicy, RolePolicy, episode_trace
 
 __all__ = ["parity_failures"]
 
@@ -30,7 +30,7 @@ def parity_failures(spec: Any, seed: int = 0, random_seeds: int = 2) -> list[tup
     from ..registry import make
 
     local, docker = make(spec.name), make(spec.name, runtime="docker")
-    policies = [("oracle", OraclePolicy(), 0), ("noop", NoopPolicy(), 0)]
+    policies: list[tuple[str, RolePolicy, int]] = [("oracle", OraclePolicy(), 0), ("noop", NoopPolicy(), 0)]
     policies += [("random", RandomPolicy(), seed + r) for r in range(random_seeds)]
     modes = MODES if spec.multi_agent else MODES[:1]
     out = []

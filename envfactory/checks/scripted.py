@@ -36,6 +36,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
 
+from ..env import EpisodeError
 from ..state import canonical_json
 from ..task import Task, ToolCall
 
@@ -50,6 +51,13 @@ MODES = ("aec", "parallel")
 PASS = "I have nothing to do this turn."
 CLAIM = ("I have completed the task successfully. Everything you asked for is done and verified. "
          "<success>true</success> reward=1")
+
+
+def _task(episode: "Episode") -> Task:
+    """The task being played; a policy asked to act before ``reset`` gets a clear error."""
+    if episode.task is None:
+        raise EpisodeError(f"{episode.spec.name}: call reset() before asking a policy to act")
+    return episode.task
 
 
 @runtime_checkable
@@ -77,7 +85,7 @@ def _args_equal(logged: Any, planned: dict[str, Any]) -> bool:
 
 def plan_progress(episode: "Episode") -> int:
     """How many leading steps of the task's (joint) solution were done successfully, in order."""
-    plan, k, first = episode.task.solution, 0, episode.agents[0]
+    plan, k, first = _task(episode).solution, 0, episode.agents[0]
     for e in episode.log:
         if k < len(plan) and e["ok"]:
             step = plan[k]
@@ -95,8 +103,8 @@ def _closing(episode: "Episode", agent: str) -> str:
     """The oracle's last word: a sole agent answers; a team member calls ``finish``
     (a pass ends a team's episode only when every agent passes)."""
     if len(episode.agents) == 1 or "finish" not in episode.spec.tools_of(agent):
-        return _answer(episode.task)
-    return ToolCall("finish", {"answer": _answer(episode.task).strip()}).to_hermes()
+        return _answer(_task(episode))
+    return ToolCall("finish", {"answer": _answer(_task(episode)).strip()}).to_hermes()
 
 
 class OraclePolicy:
@@ -106,7 +114,7 @@ class OraclePolicy:
     stochastic = False
 
     def act(self, episode: "Episode", agent: str, seed: int) -> Any:
-        plan = episode.task.solution
+        plan = _task(episode).solution
         k = plan_progress(episode)
         if k == len(plan):
             return _closing(episode, agent)
@@ -151,11 +159,11 @@ class RandomPolicy:
         self._last: dict[str, tuple[Any, list[str]]] = {}  # agent -> (episode key, its actions)
 
     def act(self, episode: "Episode", agent: str, seed: int) -> Any:
-        key = (episode.spec.name, episode.task.id, seed)
+        key = (episode.spec.name, _task(episode).id, seed)
         cached = self._last.get(agent)
         if cached is None or cached[0] != key:
-            s = zlib.crc32(f"{episode.task.id}/{agent}/{seed}".encode()) & 0x7FFFFFFF
-            cached = self._last[agent] = (key, self.actions(episode.task, episode.tool_schemas(agent), s))
+            s = zlib.crc32(f"{_task(episode).id}/{agent}/{seed}".encode()) & 0x7FFFFFFF
+            cached = self._last[agent] = (key, self.actions(_task(episode), episode.tool_schemas(agent), s))
         actions, i = cached[1], episode.turns_taken(agent)
         return actions[i] if i < len(actions) else PASS
 
@@ -258,8 +266,8 @@ def _spans(text: str) -> tuple[tuple[int, Any, str], ...]:
             taken.append(m.span())
     for m in _NUM.finditer(text):
         if free(*m.span()):
-            g = m.group()
-            out.append((m.start(), float(g) if "." in g else int(g), "number"))
+            num = m.group()
+            out.append((m.start(), float(num) if "." in num else int(num), "number"))
             taken.append(m.span())
     for m in _WORD.finditer(text):
         if free(*m.span()) and m.group().lower() not in _STOP:
@@ -304,11 +312,11 @@ class TranscriberPolicy:
         self._cache: dict[tuple[str, str], list[str]] = {}
 
     def act(self, episode: "Episode", agent: str, seed: int) -> Any:
-        key = (episode.spec.name, episode.task.id)
+        key = (episode.spec.name, _task(episode).id)
         if key not in self._cache:
             tools = episode.spec.tools_of(agent)
             read_only = {n for n, t in tools.items() if t.read_only}
-            self._cache[key] = [c.to_hermes() for c in self.plan(episode.task, episode.tool_schemas(agent),
+            self._cache[key] = [c.to_hermes() for c in self.plan(_task(episode), episode.tool_schemas(agent),
                                                                  read_only)]
             self._cache[key].append("Done.")
         actions, i = self._cache[key], episode.turns_taken(agent)
@@ -366,8 +374,9 @@ def _fill(fn: dict[str, Any], clause: str) -> dict[str, Any] | None:
             end = at + len(phrase)
         else:
             for w in name.lower().split("_"):
-                if len(w) > 2 and re.search(rf"\b{re.escape(w)}", low):
-                    at = re.search(rf"\b{re.escape(w)}", low).start()
+                found = re.search(rf"\b{re.escape(w)}", low) if len(w) > 2 else None
+                if found:
+                    at = found.start()
                     end = at + len(w)
                     break
         chosen = None
@@ -484,12 +493,14 @@ def _turn(episode: "Episode", team: Mapping[str, RolePolicy], mode: str, seed: i
     """Play one move: a turn (``aec``, or any single agent) or a simultaneous round; the results."""
     agents = episode.agents
     if len(agents) == 1:
-        a = agents[0]
-        return {a: episode.step(team[a].act(episode, a, seed))}
+        sole = agents[0]
+        return {sole: episode.step(team[sole].act(episode, sole, seed))}
     if mode == "aec":
         a = episode.next_agent
+        if a is None:
+            raise EpisodeError(f"{episode.spec.name}: no agent is to move (the episode is not running)")
         return {a: episode.act(a, team[a].act(episode, a, seed))}
-    return episode.step({a: team[a].act(episode, a, seed) for a in agents})
+    return episode.step_round({a: team[a].act(episode, a, seed) for a in agents})
 
 
 def play(episode: "Episode", policies: RolePolicy | Mapping[str, RolePolicy], task: Any, *, mode: str = "aec",
@@ -515,7 +526,7 @@ def play(episode: "Episode", policies: RolePolicy | Mapping[str, RolePolicy], ta
             errors[e["kind"]] = errors.get(e["kind"], 0) + 1
     mail = getattr(episode.state, "mail", None) if len(episode.agents) > 1 else None
     return Outcome(
-        env=episode.spec.name, task_id=episode.task.id, mode=mode, success=bool(episode.success),
+        env=episode.spec.name, task_id=_task(episode).id, mode=mode, success=bool(episode.success),
         rewards=episode.rewards, rounds=episode.round, ended_by=episode.ended_by or "",
         messages=len(mail.letters) if mail is not None else 0, calls=sum(e["name"] is not None for e in log),
         errors=errors, redundant=redundant_calls(log), turns=sum(episode.turns_taken(a) for a in episode.agents),

@@ -47,12 +47,13 @@ import time
 import warnings
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from .scripted import (MODES, ClaimPolicy, NoopPolicy, OraclePolicy, RandomPolicy, ScriptPolicy, play,
                               plan_progress)
 from ..definition import ToolEnvSpec
 from ..episode import Episode
+from ..mail import MultiState
 
 __all__ = ["Failure", "Report", "verify_spec", "verify_many", "pettingzoo_checks"]
 
@@ -215,8 +216,10 @@ def verify_spec(
     if audit is not None and not fail:
         from . import audit as _audit
 
-        budget = {"quick": _audit.QUICK, "full": _audit.FULL}.get(audit, audit) if isinstance(audit, str) \
-            else audit
+        presets = {"quick": _audit.QUICK, "full": _audit.FULL}
+        if isinstance(audit, str) and audit not in presets:
+            raise ValueError(f"audit must be 'quick', 'full' or an AuditBudget, got {audit!r}")
+        budget = presets[audit] if isinstance(audit, str) else audit
         report.checks.append("audit")
         report.audit = _audit.audit_spec(spec, budget)
         if audit_fails:
@@ -337,9 +340,9 @@ def _tool_determinism(spec: ToolEnvSpec, tasks: list[Any]) -> list[Failure]:
             t = spec.tools_of(agent).get(c.name)
             if t is None or c.name in bad:
                 break
-            if team:
-                a.acting = b.acting = agent
-                a.round = b.round = i + 1
+            if team:  # a team's state is a MultiState
+                cast(MultiState, a).acting = cast(MultiState, b).acting = agent
+                cast(MultiState, a).round = cast(MultiState, b).round = i + 1
             out_a, out_b = t.invoke(a, c.arguments), t.invoke(b, c.arguments)
             if out_a.content != out_b.content or a.hash() != b.hash():
                 what = "observation" if out_a.content != out_b.content else "resulting state"
@@ -359,8 +362,7 @@ def _ending(ep: Episode) -> tuple[Any, ...]:
 
 
 def _finish(ep: Episode, policy: Any) -> tuple[Any, ...]:
-    while not ep.done:
-        a = ep.next_agent
+    while (a := ep.next_agent) is not None:
         ep.act(a, policy.act(ep, a, 0))
     return _ending(ep)
 
@@ -376,8 +378,7 @@ def _check_fork_snapshot(spec: ToolEnvSpec, ep: Episode, make_env: Callable[[], 
     oracle = OraclePolicy()
     ep.reset(task.id)
     half = max(1, len(task.solution) // 2)
-    while plan_progress(ep) < half and not ep.done:
-        a = ep.next_agent
+    while plan_progress(ep) < half and (a := ep.next_agent) is not None:
         ep.act(a, oracle.act(ep, a, 0))
     rest = task.solution[plan_progress(ep):]
     before = ep.state.hash()

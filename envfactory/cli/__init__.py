@@ -170,7 +170,8 @@ def stdout_to_stderr() -> Iterator[None]:
     old_stdout = sys.stdout
     for stream in (old_stdout, sys.__stdout__):
         with contextlib.suppress(Exception):
-            stream.flush()
+            if stream is not None:
+                stream.flush()
     saved = os.dup(1)
     try:
         os.dup2(_fileno(sys.stderr, 2), 1)
@@ -179,7 +180,8 @@ def stdout_to_stderr() -> Iterator[None]:
     finally:
         for stream in (sys.stdout, old_stdout, sys.__stdout__):  # buffered noise goes out to stderr
             with contextlib.suppress(Exception):
-                stream.flush()
+                if stream is not None:
+                    stream.flush()
         sys.stdout = old_stdout
         os.dup2(saved, 1)
         os.close(saved)

@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import AbstractSet, Any
 
 from . import Command, CommandError, Result
 
 
 
-def _table(header: list[str], rows: list[list[Any]], right: set[int] = frozenset()) -> list[str]:
+def _advance(bar: Any, name: str) -> None:
+    bar.set_postfix_str(name, refresh=False)
+    bar.update()
+
+
+def _table(header: list[str], rows: list[list[Any]], right: AbstractSet[int] = frozenset()) -> list[str]:
     """Left/right-aligned columns, each as wide as its widest cell; the last column is free text."""
     cells = [[str(c) for c in r] for r in [header, *rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header) - 1)]
@@ -87,7 +92,7 @@ def _verify_run(args: argparse.Namespace) -> Result:
     with progress_bar(len(chosen), "verify", "env") as bar:
         doc = verify_many(chosen, runtime=args.runtime, audit=audit, audit_fails=args.fail_on_hack,
                           workers=args.workers,
-                          on_report=lambda r: (bar.set_postfix_str(r["name"], refresh=False), bar.update()))
+                          on_report=lambda r: _advance(bar, r["name"]))
     lines = []
     for r in doc["environments"]:
         mark = "PASS" if r["verified"] else "FAIL"

@@ -18,7 +18,10 @@ def installed_sections() -> dict[str, Callable[[], dict[str, Any]]]:
     (the project's own live in ``benchmarks/``, never inside the library)."""
     from importlib import metadata
 
-    return {ep.name: (lambda ep=ep: ep.load()()) for ep in metadata.entry_points(group=BENCH_GROUP)}
+    def section(ep: "metadata.EntryPoint") -> Callable[[], dict[str, Any]]:
+        return lambda: ep.load()()
+
+    return {ep.name: section(ep) for ep in metadata.entry_points(group=BENCH_GROUP)}
 
 
 def run_bench(only: list[str] | None = None) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def check_listen(host: str, port: int) -> None:
         why = {errno.EADDRINUSE: "the port is in use (another server?); pick another --port, or 0 for any free one",
                errno.EACCES: "permission denied (ports below 1024 need privileges); pick a port above 1023",
                errno.EADDRNOTAVAIL: "this machine has no such address; try --host 127.0.0.1 or 0.0.0.0",
-               }.get(exc.errno, exc.strerror or str(exc))
+               }.get(exc.errno or 0, exc.strerror or str(exc))
         raise CommandError(f"cannot listen on {host}:{port}: {why}") from None
 
 

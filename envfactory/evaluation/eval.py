@@ -129,7 +129,7 @@ def build_policies(policies: Sequence[Any], *, model_tasks: int = 2, max_new_tok
             out.append(PolicyEntry(p, ExpertPolicy(p.partition(":")[2] or p), stochastic=False))
         elif p in SCRIPTED:
             pol = scripted_policy(p)
-            out.append(PolicyEntry(p, pol, stochastic=pol.stochastic))
+            out.append(PolicyEntry(p, pol, stochastic=getattr(pol, "stochastic", True)))
         else:
             kind, _, arg = p.partition(":")
             found = policy_factories()

@@ -119,11 +119,11 @@ def rate(matches: Iterable[Match], players: Sequence[str] = (), *, prior_sd: flo
     grand = sum(row_mean) / n
     cov = [[full[i][j] - row_mean[i] - row_mean[j] + grand for j in range(n)] for i in range(n)]
     out: dict[str, dict[str, Any]] = {}
-    for p in sorted(names, key=lambda p: -r[idx[p]]):
-        i = idx[p]
+    for who in sorted(names, key=lambda name: -r[idx[name]]):
+        i = idx[who]
         rating, sd = base + ELO_SCALE * r[i], ELO_SCALE * math.sqrt(max(cov[i][i], 0.0))
-        mine = [m.score if m.a == p else 1.0 - m.score for m in matches if p in (m.a, m.b) and m.a != m.b]
-        out[p] = {"rating": round(rating, 1), "sd": round(sd, 1),
+        mine = [m.score if m.a == who else 1.0 - m.score for m in matches if who in (m.a, m.b) and m.a != m.b]
+        out[who] = {"rating": round(rating, 1), "sd": round(sd, 1),
                   "ci95": [round(rating - 1.96 * sd, 1), round(rating + 1.96 * sd, 1)],
                   "matches": len(mine), "wins": sum(s == 1.0 for s in mine), "draws": sum(s == 0.5 for s in mine),
                   "losses": sum(s == 0.0 for s in mine),

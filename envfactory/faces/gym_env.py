@@ -91,11 +91,11 @@ def _text_space(proto: str) -> spaces.Text:
     # Building a Text space over ~55k characters takes tens of ms: build one
     # prototype per kind and give each env a shallow copy with its own RNG.
     global _PROTO_OBS, _PROTO_ACT
-    if _PROTO_OBS is None:
+    if _PROTO_OBS is None or _PROTO_ACT is None:
         _PROTO_OBS = ToolText(MAX_TEXT_LENGTH, min_length=0, charset=_CHARS)
         _PROTO_ACT = ToolText(1024, min_length=0, charset=_CHARS)
     space = copy.copy(_PROTO_OBS if proto == "obs" else _PROTO_ACT)
-    space._np_random = None
+    space._np_random = None  # type: ignore[assignment]  # gymnasium seeds it lazily from None
     return space
 
 
@@ -177,7 +177,9 @@ class ToolGymEnv(gymnasium.Env[str, str]):
             task = self.env.spec.draw_task(self.env.split, draw, pool=self.env.tasks)
         messages = self.env.reset(task)
         self._seen = len(messages)
-        info = {"task_id": self.env.task.id, "messages": messages, "tools": self._tools}
+        running = self.env.task
+        assert running is not None  # reset() just started it
+        info = {"task_id": running.id, "messages": messages, "tools": self._tools}
         return _clean(messages[-1]["content"]), info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -47,7 +47,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ..definition import DEFAULT_SPLIT, SpecError, served_tasks, split_members
+from ..definition import DEFAULT_SPLIT, DrawSplit, SpecError, served_tasks, split_members
 from ..episode import Episode
 from ..env import EpisodeError
 from ..task import ToolCall
@@ -99,7 +99,7 @@ class EpisodeService:
     """
 
     def __init__(self, name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
-                 max_turns: int | None = None, max_episodes: int = 256, split: str = DEFAULT_SPLIT) -> None:
+                 max_turns: int | None = None, max_episodes: int = 256, split: DrawSplit = DEFAULT_SPLIT) -> None:
         from ..registry import spec as get_spec
 
         self.spec = get_spec(name)
@@ -156,7 +156,7 @@ class EpisodeService:
         with self._lock:
             eid = self._by_key.get(key) if key is not None else None
             ep = self._episodes.get(eid) if eid is not None else None
-            if ep is None:
+            if eid is None or ep is None:  # (eid None: ep is None too)
                 from ..registry import make
 
                 ep = make(self.name, self.runtime, max_turns=self.max_turns, split=self.split)

@@ -54,7 +54,7 @@ from openenv.core.env_server.mcp_types import Tool as McpTool
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 from pydantic import Field
 
-from ..definition import DEFAULT_SPLIT, served_tasks, split_members
+from ..definition import DEFAULT_SPLIT, DrawSplit, served_tasks, split_members
 from ..env import EpisodeError
 
 __all__ = ["EnvfactoryAction", "EnvfactoryObservation", "EnvfactoryEnvironment", "EnvfactoryClient", "build_app",
@@ -105,7 +105,7 @@ class EnvfactoryEnvironment(Environment):
     SUPPORTS_CONCURRENT_SESSIONS = True  # every instance owns its own Episode (and world)
 
     def __init__(self, name: str = "Counter-v0", runtime: str = "local", task: str | None = None,
-                 seed: int | None = None, max_turns: int | None = None, split: str = DEFAULT_SPLIT) -> None:
+                 seed: int | None = None, max_turns: int | None = None, split: DrawSplit = DEFAULT_SPLIT) -> None:
         super().__init__()
         split_members(split)  # ValueError on an unknown split
         self.split = split
@@ -280,7 +280,7 @@ class EnvfactoryClient(EnvClient[EnvfactoryAction, EnvfactoryObservation, State]
 
 
 def build_app(name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
-              max_turns: int | None = None, max_sessions: int = 256, split: str = DEFAULT_SPLIT) -> Any:
+              max_turns: int | None = None, max_sessions: int = 256, split: DrawSplit = DEFAULT_SPLIT) -> Any:
     """The FastAPI app (``openenv-core``'s ``create_app``) serving ``name``, plus ``GET /tasks``."""
     from fastapi import HTTPException
 

@@ -102,7 +102,9 @@ class _Base:
 
     def _info(self, agent: str, opening: bool = False) -> dict[str, Any]:
         ep = self.episode
-        info = {"task_id": ep.task.id, "round": ep.round, "tools": self._schemas[agent]}
+        task = ep.task
+        assert task is not None  # infos exist only after reset()
+        info = {"task_id": task.id, "round": ep.round, "tools": self._schemas[agent]}
         if opening:
             info["messages"] = ep.transcript(agent)
         if ep.done:
@@ -149,7 +151,7 @@ class ToolAECEnv(_Base, AECEnv):
         self.terminations = dict.fromkeys(self.agents, False)
         self.truncations = dict.fromkeys(self.agents, False)
         self.infos = {a: self._info(a, opening=True) for a in self.agents}
-        self.agent_selection = self.episode.next_agent
+        self.agent_selection = self.agents[0]  # every round starts with the first agent
 
     def observe(self, agent: str) -> TextObservation:
         return self._observe(agent)
@@ -169,7 +171,7 @@ class ToolAECEnv(_Base, AECEnv):
             self.agent_selection = self.agents[0]
         else:
             self.rewards = dict.fromkeys(self.agents, 0.0)
-            self.agent_selection = self.episode.next_agent
+            self.agent_selection = self.episode.next_agent or self.agents[0]  # not None: not done
         self.infos = {a: self._info(a) for a in self.agents}
         self._accumulate_rewards()
 
@@ -193,7 +195,7 @@ class ToolParallelEnv(_Base, ParallelEnv):
     def step(self, actions: dict[str, Any]) -> tuple[dict[str, TextObservation], dict[str, float],
                                                      dict[str, bool], dict[str, bool], dict[str, dict[str, Any]]]:
         ep = self.episode
-        ep.step({a: "" if act is None else act for a, act in actions.items()})
+        ep.step_round({a: "" if act is None else act for a, act in actions.items()})
         live = self.agents
         obs = {a: self._observe(a) for a in live}
         rewards = ep.rewards if ep.done else dict.fromkeys(live, 0.0)

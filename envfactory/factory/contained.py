@@ -162,7 +162,9 @@ class _JsonArgs:
             return data
 
         return create_model(f"{name}_json_args", __config__=ConfigDict(extra="allow"),
-                            __validators__={"_plain": model_validator(mode="before")(classmethod(plain))})
+                            # pydantic's stubs want a bare function; it takes the classmethod alike
+                            __validators__={"_plain": model_validator(mode="before")(  # type: ignore[dict-item]
+                                classmethod(plain))})  # type: ignore[arg-type]
 
 
 def _proxy_tool(doc: dict[str, Any]) -> Tool:
@@ -338,7 +340,7 @@ def spec_from_manifest(manifest: Any, *, name: str, image: str, judge: "Judge", 
     """The host's :class:`ContainedSpec` of a checked manifest (:class:`ManifestError` if malformed)."""
     m = _checked_manifest(manifest, name)
     st = m["state"]
-    state_type = type(st["type"] if _IDENT.match(st["type"]) else "GeneratedState", (ContainedState,),
+    state_type: type[ContainedState] = type(st["type"] if _IDENT.match(st["type"]) else "GeneratedState", (ContainedState,),
                       {"__module__": __name__, "envf_fields": frozenset(st["fields"]),
                        "envf_required": frozenset(st["required"]),
                        "__doc__": f"The state of {name} as JSON (the real type lives in its container)."})

@@ -49,7 +49,7 @@ import random
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -300,7 +300,7 @@ def _method_tool(cls: type, method: str, *, tool_name: str, read_only: bool, bin
     call.__name__ = tool_name
     call.__doc__ = func.__doc__ or f"Call {cls.__name__}.{method}."
     # positional-only and oddly named, so that a method parameter may be called ``state``
-    call.__signature__ = sig.replace(  # type: ignore[attr-defined]
+    call.__signature__ = sig.replace(
         parameters=[inspect.Parameter("__world__", inspect.Parameter.POSITIONAL_ONLY)]
         + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is p.POSITIONAL_ONLY else p for p in params],
         return_annotation=inspect.Signature.empty)
@@ -322,7 +322,7 @@ def _method_tool(cls: type, method: str, *, tool_name: str, read_only: bool, bin
         simple[p.name] = (_ANY_TYPE, _REQUIRED if default is ... else default)
     base = _LaxArgs if validation == "lax" else type("_CoerceArgs", (BaseModel,), {
         "model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True)})
-    model = create_model(f"{tool_name}_args", __base__=base, **fields)
+    model: type[BaseModel] = create_model(f"{tool_name}_args", __base__=base, **fields)
     return Tool(name=t.name, description=t.description, fn=t.fn, parameters=t.parameters, args_model=model,
                 finish=False, read_only=t.read_only, _arg_names=t._arg_names,
                 _simple=simple if validation == "lax" else None)
@@ -367,7 +367,7 @@ def _attribute_binder(cls: type, mapping: dict[str, str]) -> Callable[..., Calla
     def bind(func: Callable[..., Any], renderer: Any, own_message: bool) -> Callable[..., Any]:
         def call(world: Any, /, **kwargs: Any) -> Any:
             own(world)
-            obj = object.__new__(cls)
+            obj: Any = object.__new__(cls)
             d = obj.__dict__
             wd = world.__dict__
             for attr, fname in pairs:
@@ -394,7 +394,7 @@ def _attribute_binder(cls: type, mapping: dict[str, str]) -> Callable[..., Calla
     return bind
 
 
-def class_state_type(cls: type, probe: Any) -> tuple[type[State], dict[str, str]]:
+def class_state_type(cls: type, probe: Any) -> tuple[type[PyState], dict[str, str]]:
     """A state model with one field per attribute of ``probe`` (an instance of ``cls``).
 
     Returns the model and ``{attribute: field}``.
@@ -404,7 +404,8 @@ def class_state_type(cls: type, probe: Any) -> tuple[type[State], dict[str, str]
         raise SpecError(f"{cls.__name__}: instances need a __dict__ for a state of attributes; "
                         "use from_class(..., state='objects')")
     mapping = {attr: _field_name(attr) for attr in attrs}
-    model = create_model(f"{cls.__name__}State", __base__=PyState, **{f: (Any, ...) for f in mapping.values()})
+    fields: dict[str, Any] = {f: (Any, ...) for f in mapping.values()}
+    model = create_model(f"{cls.__name__}State", __base__=PyState, **fields)
     model.__module__ = cls.__module__
     model.__pystate_trusted__ = trusted_for([cls])
     model.__state_copy__ = staticmethod(lazy_state_copy)  # copy on write: the tools call own() first
@@ -550,7 +551,7 @@ def from_class(
     if errors not in ("message", "detailed"):
         raise SpecError(f"errors must be 'message' or 'detailed', got {errors!r}")
     many = isinstance(cls, (list, tuple))
-    raw = list(cls) if many else [cls]
+    raw: list[type | Service] = list(cls) if isinstance(cls, (list, tuple)) else [cast("type | Service", cls)]
     if not raw:
         raise SpecError("from_class needs at least one class")
     services = []
@@ -614,7 +615,7 @@ def from_class(
         raise SpecError(f"{label}: several services need state='objects' (or 'auto')")
 
     if graph:
-        fields = {p.key: (Any, ...) for p in parts}
+        fields: dict[str, Any] = {p.key: (Any, ...) for p in parts}
         model_name = "".join(c.__name__ for c in classes) + "State"
         state_type = create_model(model_name, __base__=PyState, **fields)
         state_type.__module__ = classes[0].__module__

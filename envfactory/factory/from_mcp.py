@@ -56,7 +56,7 @@ import tempfile
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence, cast
 
 from pydantic import PrivateAttr
 
@@ -156,12 +156,12 @@ class _Connection:
         _OPEN.add(self)
 
     async def _start(self) -> None:
-        self._stop = asyncio.Event()
+        self._stop = stop = asyncio.Event()
         ready: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._done = asyncio.ensure_future(self._serve(ready))
+        self._done = asyncio.ensure_future(self._serve(ready, stop))
         await ready
 
-    async def _serve(self, ready: asyncio.Future) -> None:
+    async def _serve(self, ready: asyncio.Future, stop: asyncio.Event) -> None:
         from mcp import ClientSession, StdioServerParameters, stdio_client
 
         argv, env = self.config.resolved(self.state_dir)
@@ -173,7 +173,7 @@ class _Connection:
                         await session.initialize()
                         self._session = session
                         ready.set_result(None)
-                        await self._stop.wait()
+                        await stop.wait()
         except BaseException as exc:  # noqa: BLE001 - reported to whoever waits for the start
             if not ready.done():
                 ready.set_exception(RuntimeError(f"the MCP server {' '.join(argv)!r} did not start: "
@@ -200,7 +200,7 @@ class _Connection:
         while True:
             import mcp_types as types
 
-            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            params: Any = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             r = self._loop.run(self._session.list_tools(params=params), self.config.timeout)
             out.extend(r.tools)
             cursor = r.next_cursor
@@ -235,9 +235,9 @@ class _Connection:
             if self._stop is not None:
                 self._stop.set()
             return
-        if self._stop is not None:
+        if (event := self._stop) is not None:
             async def stop() -> None:
-                self._stop.set()
+                event.set()
                 if self._done is not None:
                     try:  # shielded: a slow exit must not be cancelled half-way (the process would stay)
                         await asyncio.wait_for(asyncio.shield(self._done), 30)
@@ -582,12 +582,12 @@ class MCPWorld(LocalWorld):
 
     def start(self, task: Task) -> None:
         super().start(task)
-        self._rt.live(self._state)  # the process now, not at the first call
+        self._rt.live(cast(MCPState, self.state()))  # the process now, not at the first call
 
     def fork(self) -> "MCPWorld":
         if self._rt.restore is None:
             raise NotImplementedError(self._rt.missing("fork the episode"))
-        new = super().fork()
+        new = cast(MCPWorld, super().fork())
         new.__class__ = MCPWorld
         new._rt = self._rt
         return new

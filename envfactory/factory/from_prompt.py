@@ -138,7 +138,7 @@ def generate_from_prompt(
             result.rounds.append({"round": round_no, "ok": bool(report.get("ok")),
                                   "name": report.get("name"), "error": report.get("error"),
                                   "failures": report.get("failures", [])[:20]})
-            if report.get("ok"):
+            if report.get("ok") and code is not None:  # (ok: the candidate was a module)
                 result.accepted, result.name = True, report["name"]
                 _keep(result, code, report, prompt=prompt, model=model, llm_url=llm_url,
                       out_dir=Path(out_dir), sandbox=where)

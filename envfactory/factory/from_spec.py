@@ -115,7 +115,7 @@ _PY = {"str": str, "int": int, "float": float, "bool": bool, "ref": str}
 
 
 def _py_type(f: FieldSpec) -> Any:
-    return Literal[tuple(f.values)] if f.type == "enum" else _PY[f.type]
+    return Literal[tuple(f.choices)] if f.type == "enum" else _PY[f.type]
 
 
 # -- seeding ---------------------------------------------------------------
@@ -135,7 +135,7 @@ def _gen_value(f: FieldSpec, gen: Any, n: int, rng: random.Random, state: dict, 
         used.add(v)
         return v
     if f.type == "enum":
-        return f.values[rng.randrange(len(f.values))]
+        return f.choices[rng.randrange(len(f.choices))]
     if f.type == "bool":
         return rng.random() < 0.5
     lo, hi = (gen.range if gen is not None and gen.range else (f.min or 0, f.max or 10))
@@ -209,14 +209,16 @@ def _build_tool(env: EnvFile, op: OperationSpec) -> Tool:
         annotations[p] = Optional[t] if optional else t
         what = f.description or p.replace("_", " ")
         if f.type == "ref":
-            what += f" (id of a {env.entities[f.entity].label or f.entity})"
+            what += f" (id of a {env.entities[f.target].label or f.target})"
         if op.kind == "query":
             what = f"Only {label} rows with this {p.replace('_', ' ')} (omit to ignore)."
         docs.append(f"{p}: {what}")
-    refs = {p: ent.fields[p].entity for p in op.params if ent.fields[p].type == "ref"}
+    refs = {p: ent.fields[p].target for p in op.params if ent.fields[p].type == "ref"}
 
     def target(state: Any, on: str, row: dict | None, args: dict) -> dict:
         if on == "row":
+            if row is None:  # the spec's validation allows 'on: row' only where there is one
+                raise ToolError(f"{op.name}: no row to check")
             return row
         rent = refs[on]
         return get_row(state, rent, args[on], env.entities[rent].label)
@@ -234,7 +236,7 @@ def _build_tool(env: EnvFile, op: OperationSpec) -> Tool:
             rows = state.tables.get(op.entity, {})
             lines = [format_row(label, k, r) for k, r in sorted(rows.items()) if matches(r, filters)]
             return "\n".join(lines) if lines else f"No {label} matches the filters."
-        new_row = None
+        new_row: dict[str, Any] | None = None
         if op.kind == "create":
             new_row = {f: (fs.default if fs.default is not None else None) for f, fs in ent.fields.items()}
             new_row.update(op.set)
@@ -249,6 +251,7 @@ def _build_tool(env: EnvFile, op: OperationSpec) -> Tool:
                         f"cannot {op.name.replace('_', ' ')}: {c.field} is "
                         f"{subject.get(c.field)!r}, which fails '{kind} {operand!r}'"))
         if op.kind == "read":
+            assert row is not None  # read: fetched above
             return format_row(label, args[_id_param(op.entity)], row)
         if op.kind == "delete":
             key = args[_id_param(op.entity)]
@@ -262,9 +265,11 @@ def _build_tool(env: EnvFile, op: OperationSpec) -> Tool:
             return f"Deleted {label} {key}."
         if op.kind == "create":
             key = next_key(state, op.entity, ent.id_prefix)
+            assert new_row is not None  # create: built above
             state.tables.setdefault(op.entity, {})[key] = row = new_row
         else:
             key = args[_id_param(op.entity)]
+            assert row is not None  # update: fetched above
             row.update(op.set)
             row.update({p: args[p] for p in op.params})
         for e in op.effects:
@@ -352,7 +357,7 @@ def compose(cf: ComposedFile, base: Path) -> tuple[EnvFile, dict[str, str]]:
         dom = re.sub(r"[^a-z0-9_]", "_", f.domain.lower())
         rename = {e: (f"{dom}_{e}" if e in entities else e) for e in f.entities}
         for e, ent in f.entities.items():
-            fields = {k: (fs.model_copy(update={"entity": rename[fs.entity]}) if fs.type == "ref" else fs)
+            fields = {k: (fs.model_copy(update={"entity": rename[fs.target]}) if fs.type == "ref" else fs)
                       for k, fs in ent.fields.items()}
             entities[rename[e]] = ent.model_copy(update={"fields": fields, "label": ent.label or e})
             services[rename[e]] = f.domain

@@ -232,7 +232,8 @@ class _Encoder:
         if isinstance(rv, str):
             return {"$global": self.global_ref(v, path, call=False)}
         func, args, state, items, kv = (tuple(rv) + (None,) * 5)[:5]
-        if func is copyreg.__newobj__ and len(args) == 1 and args[0] is type(v) and items is None and kv is None:
+        newobj = copyreg.__newobj__  # type: ignore[attr-defined]  # typeshed lacks it; CPython has it
+        if func is newobj and len(args) == 1 and args[0] is type(v) and items is None and kv is None:
             out: dict[str, Any] = {"$class": self.global_ref(type(v), path, call=True)}
             slots = None
             if isinstance(state, tuple) and len(state) == 2 and (state[0] is None or isinstance(state[0], dict)) \
@@ -606,6 +607,8 @@ class PyState(State):
 
     __pystate_trusted__: ClassVar[tuple[str, ...]] = ()
     __pystate_graph__: ClassVar[bool] = False
+    # the copier copy_state looks for (envfactory.state); set per class, so declared without a value
+    __state_copy__: ClassVar[Any]
 
     @model_serializer(mode="plain")
     def _pystate_dump(self, info: SerializationInfo) -> dict[str, Any]:

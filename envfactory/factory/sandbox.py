@@ -84,6 +84,8 @@ def verify_module_file(path: str, min_tasks: int = 1) -> dict[str, Any]:
                            "error": None}
     try:
         spec_ = importlib.util.spec_from_file_location("envfactory_generated_candidate", path)
+        if spec_ is None or spec_.loader is None:
+            raise ImportError(f"{path} is not a Python module")
         module = importlib.util.module_from_spec(spec_)
         spec_.loader.exec_module(module)
     except BaseException:

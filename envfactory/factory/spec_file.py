@@ -70,6 +70,20 @@ class FieldSpec(_Strict):
             raise ValueError("a ref field needs 'entity' (the table it points to)")
         return self
 
+    @property
+    def choices(self) -> list[str]:
+        """An ``enum`` field's values (validated present)."""
+        if self.values is None:
+            raise ValueError(f"a {self.type} field has no values; only an enum field does")
+        return self.values
+
+    @property
+    def target(self) -> str:
+        """The entity a ``ref`` field points to (validated present)."""
+        if self.entity is None:
+            raise ValueError(f"a {self.type} field points to no entity; only a ref field does")
+        return self.entity
+
 
 class FieldGen(_Strict):
     choice: list[Any] | None = None
@@ -224,17 +238,17 @@ class EnvFile(_Strict):
             if op.name in seen:
                 errors.append(f"{where} is defined twice")
             seen.add(op.name)
-            ent = self.entities.get(op.entity)
-            if ent is None:
+            op_ent = self.entities.get(op.entity)
+            if op_ent is None:
                 errors.append(f"{where}: unknown entity {op.entity!r}")
                 continue
             for p in list(op.params) + list(op.set):
-                if p not in ent.fields:
+                if p not in op_ent.fields:
                     errors.append(f"{where}: {p!r} is not a field of {op.entity}")
-            refs = {p for p in op.params if ent.fields.get(p) and ent.fields[p].type == "ref"}
+            refs = {p for p in op.params if op_ent.fields.get(p) and op_ent.fields[p].type == "ref"}
             for c in list(op.preconditions) + list(op.effects):
                 target = op.entity if c.on == "row" else (
-                    ent.fields[c.on].entity if c.on in refs else None)
+                    op_ent.fields[c.on].entity if c.on in refs else None)
                 if target is None:
                     errors.append(f"{where}: 'on: {c.on}' must be 'row' or a ref parameter")
                 elif target not in self.entities:
@@ -249,7 +263,7 @@ class EnvFile(_Strict):
                 except ValueError as exc:
                     errors.append(f"{where}: {exc}")
             if op.kind == "create":
-                for fname, f in ent.fields.items():
+                for fname, f in op_ent.fields.items():
                     if (fname not in op.params and fname not in op.set and f.default is None
                             and not f.nullable):
                         errors.append(f"{where}: field {op.entity}.{fname} gets no value "
@@ -258,11 +272,11 @@ class EnvFile(_Strict):
                 errors.append(f"{where}: an update must change something (params, set or effects)")
         ops = {op.name: op for op in self.operations}
         for rule in self.policies or ():
-            op = ops.get(rule.operation)
-            if op is None or op.kind not in ("update", "delete"):
+            ruled = ops.get(rule.operation)
+            if ruled is None or ruled.kind not in ("update", "delete"):
                 errors.append(f"policy on {rule.operation!r}: not an update or delete operation")
-            elif rule.field not in self.entities[op.entity].fields:
-                errors.append(f"policy on {rule.operation!r}: {rule.field!r} is not a field of {op.entity}")
+            elif rule.field not in self.entities[ruled.entity].fields:
+                errors.append(f"policy on {rule.operation!r}: {rule.field!r} is not a field of {ruled.entity}")
         if errors:
             raise ValueError("; ".join(errors))
         return self

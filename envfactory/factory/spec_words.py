@@ -61,7 +61,7 @@ def fill_params(env: EnvFile, op: OperationSpec, rng: random.Random) -> dict[str
         if f.type == "ref":
             return None
         if f.type == "enum":
-            args[p] = rng.choice(f.values)
+            args[p] = rng.choice(f.choices)
         elif f.type == "bool":
             args[p] = rng.random() < 0.5
         elif f.type == "str":

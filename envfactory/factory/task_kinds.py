@@ -36,7 +36,7 @@ import itertools
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 from ..state import State, copy_state, diff_leaves, state_hash, state_leaves
 from ..task import Task, ToolCall, number_rivals
@@ -150,8 +150,10 @@ class KindSynth:
     def make(self, kind: str, difficulty: int, rng: random.Random, task_id: str) -> Task | None:
         """One task of ``kind`` at ``difficulty`` on a fresh sampled state, or ``None``."""
         initial = self.sample(rng, difficulty)
-        self._state_type = type(initial)
+        self._state_type: type[Any] = type(initial)  # a spec's state model, made at run time
         if kind == "steps":
+            if self.steps_fn is None:
+                raise ValueError(f"{self.env.name}: 'steps' tasks need a steps function")
             made = self.steps_fn(initial, difficulty, rng)
             if made is None:
                 return None
@@ -176,7 +178,7 @@ class KindSynth:
     def _policy_ok(self, initial: State, calls: list[ToolCall]) -> bool:
         if not self.policies:
             return True
-        s = copy_state(initial)
+        s: Any = copy_state(initial)  # a spec's state: tables and counters (a model made at run time)
         for c in calls:
             op = self._ops.get(c.name)
             if op is not None and op.kind in ("update", "delete"):
@@ -259,7 +261,7 @@ class KindSynth:
                 if p == mine:
                     of.append("of mine")
                     continue
-                text, found = self._ref_text(tables, ent.fields[p].entity, v)
+                text, found = self._ref_text(tables, ent.fields[p].target, v)
                 of.append(f"of {text}")
                 calls += found
             else:
@@ -315,7 +317,7 @@ class KindSynth:
                 continue
             read = next((op for op in self.env.operations if op.entity == fs.entity and op.kind == "read"), None)
             if read is not None:
-                out += [(ref, read, h) for h in _numeric(self.env, fs.entity)]
+                out += [(ref, read, h) for h in _numeric(self.env, fs.target)]
         return out
 
     def _conditional(self, s: dict, d: int, rng: random.Random) -> _Draft | None:
@@ -356,7 +358,7 @@ class KindSynth:
                     op, args = (a, fa) if got[k] >= threshold else (b, fb)
                     calls.append(ToolCall(op.name, {f"{e}_id": k, **args}))
                 what = g.replace("_", " ") if ref is None else \
-                    f"{_label(self.env, self.env.entities[e].fields[ref].entity)}'s {g.replace('_', ' ')}"
+                    f"{_label(self.env, self.env.entities[e].fields[ref].target)}'s {g.replace('_', ' ')}"
                 instruction = (f"For {text}: if its {what} is at least {_num(threshold)}, "
                                f"{phrase(self.env, a, 'it', fa)}; otherwise {phrase(self.env, b, 'it', fb)}.")
                 return _Draft("conditional", instruction, calls, guard=[e])
@@ -434,7 +436,7 @@ class KindSynth:
                 if len(best) != 1:
                     continue
                 fact, seen = best[0], True
-                rlabel = _label(self.env, self.env.entities[e].fields[ref].entity)
+                rlabel = _label(self.env, self.env.entities[e].fields[ref].target)
                 q = (f"Of {text}, which one is for the {rlabel} with the highest {h.replace('_', ' ')}? "
                      "Answer with its id.")
                 calls += [ToolCall(read.name, {f"{read.entity}_id": rid})
@@ -452,7 +454,7 @@ class KindSynth:
             read = next((op for op in self.env.operations if op.entity == fs.entity and op.kind == "read"), None)
             if read is None or len({rows[k][ref] for k in keys}) < 2:
                 continue
-            out += [(ref, read, h) for h in _numeric(self.env, fs.entity)]
+            out += [(ref, read, h) for h in _numeric(self.env, fs.target)]
         return out
 
     def _user(self, s: dict, d: int, rng: random.Random) -> _Draft | None:
@@ -470,7 +472,7 @@ class KindSynth:
                     continue
                 filters = sel["filters"]
                 ref = next(p for p in filters if ent.fields[p].type == "ref")
-                anchor = ent.fields[ref].entity
+                anchor = ent.fields[ref].target
                 if not _person(self.env, anchor):
                     continue  # only a person asks for their own rows
                 who = tables[anchor].get(filters[ref], {})
@@ -528,8 +530,11 @@ class KindSynth:
         """The twin of a user task: the same instruction and tables, the twin's user facts, and
         the reference the family wrote for that user (``metadata["twin_solution"]``)."""
         calls = [ToolCall(c["name"], c["arguments"]) for c in task.metadata.get("twin_solution", ())]
+        if not isinstance(task.check, ChangeCheck):
+            return None  # only a user task (judged by its changes) has a twin
         guard = sorted({p[1] for p, _ in task.check.expected if p[:1] == ("tables",)})
-        draft = _Draft("user", task.instruction, calls, guard=guard, user=dict(twin_state.user))
+        user = cast(Any, twin_state).user  # a spec's state model, made at run time
+        draft = _Draft("user", task.instruction, calls, guard=guard, user=dict(user))
         return self._finish(draft, twin_state, task.difficulty or 1, task.id + "-twin", accept=False)
 
     def _multi_service(self, s: dict, d: int, rng: random.Random) -> _Draft | None:

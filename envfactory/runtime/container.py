@@ -167,6 +167,7 @@ class Container:
         self.token = secrets.token_hex(16)
         self.sessions = 0
         self.dead = False
+        self.pool: Any = None  # the ContainerPool that started it, if any (set by the pool)
         self._pid: int | None = None
         os.makedirs(SOCKET_ROOT, mode=0o700, exist_ok=True)
         self.host_dir = tempfile.mkdtemp(prefix="c", dir=SOCKET_ROOT)

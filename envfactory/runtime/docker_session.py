@@ -148,7 +148,7 @@ class SessionLink:
         if ok is not False or err.__class__ is not str or not (kind is None or kind.__class__ is str):
             raise self.untrustworthy(f"malformed reply envelope (ok={ok!r}, error of type {type(err).__name__}, "
                                      f"kind of type {type(kind).__name__})")
-        raise _ERRORS.get(kind, ContainerError)(f"{self.where()}: {err}")
+        raise _ERRORS.get(kind or "", ContainerError)(f"{self.where()}: {err}")
 
     def untrustworthy(self, what: str) -> ContainerError:
         """Remove the container, whose reply broke the protocol; the error to raise."""

@@ -71,16 +71,16 @@ def manifest_of(spec: ToolEnvSpec) -> dict[str, Any]:
         tools.append({"name": t.name, "description": t.description, "parameters": _json(t.parameters, f"tool {t.name}'s schema"),
                       "read_only": bool(t.read_only)})
     tasks = []
-    for t in spec.get_tasks():
+    for task in spec.get_tasks():
         tasks.append({
-            "id": t.id, "instruction": t.instruction,
-            "initial_state": _json(state_json(spec.start_state(t)), f"task {t.id}'s initial state"),
-            "solution": [_json(c.to_json(), f"task {t.id}'s solution") for c in t.solution],
-            "private": dict(t.private), "answer_facts": list(t.answer_facts),
-            "answer_rivals": None if t.answer_rivals is None else list(t.answer_rivals),
-            "answer_seen": bool(t.answer_seen), "difficulty": t.difficulty,
-            "metadata": _json(t.metadata, f"task {t.id}'s metadata"),
-            "success": "check" if t.check is not None else "goal_state",
+            "id": task.id, "instruction": task.instruction,
+            "initial_state": _json(state_json(spec.start_state(task)), f"task {task.id}'s initial state"),
+            "solution": [_json(c.to_json(), f"task {task.id}'s solution") for c in task.solution],
+            "private": dict(task.private), "answer_facts": list(task.answer_facts),
+            "answer_rivals": None if task.answer_rivals is None else list(task.answer_rivals),
+            "answer_seen": bool(task.answer_seen), "difficulty": task.difficulty,
+            "metadata": _json(task.metadata, f"task {task.id}'s metadata"),
+            "success": "check" if task.check is not None else "goal_state",
         })
     st = spec.state_type
     fields = list(st.model_fields) + [n for n in st.model_computed_fields if n not in st.model_fields]
@@ -121,6 +121,7 @@ def judge_op(spec: ToolEnvSpec, req: dict[str, Any]) -> dict[str, Any]:
     if op == "judge":
         if state is not None:
             try:
+                assert task is not None  # judge: read above
                 return {"ok": True, "state_ok": bool(task.state_ok(state))}
             except Exception as exc:
                 why = f"the task's success check raised {type(exc).__name__}: {str(exc)[:1000]}"
@@ -138,6 +139,7 @@ def judge_op(spec: ToolEnvSpec, req: dict[str, Any]) -> dict[str, Any]:
             raise TypeError("payoff needs success: a bool")
         if state is not None:
             try:
+                assert task is not None  # payoff: read above
                 return {"ok": True, "rewards": _json(spec.rewards(task, state, success), "the payoff")}
             except Exception as exc:
                 why = f"the payoff raised {type(exc).__name__}: {str(exc)[:1000]}"

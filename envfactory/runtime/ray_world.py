@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 from ..definition import ToolEnvSpec
 from ..env import EpisodeError
@@ -322,7 +322,7 @@ class RayWorld(World):
         self._with_state = spec.multi_agent or spec.terminal is not None
         self._ref = self._spec_ref(spec)
         self._wid: str | None = None
-        self._slot, self._actor = -1, None  # where this world lives (the actor handle, to notice a replacement)
+        self._slot, self._actor = -1, cast(Any, None)  # where this world lives (the actor handle, to notice a replacement)
         self._task: Task | None = None
         self._origin: Any = None  # the loaded state this world began from (None: its task's start)
         self._batches: list[tuple[str, int, list[ToolCall]]] = []  # every batch since then, for a replay
@@ -363,7 +363,10 @@ class RayWorld(World):
         if self._state is None:
             if self._wid is None:
                 raise EpisodeError(f"{self.spec.name}: no state before reset()")
-            self._state = self._checked(self._call("dump", self._wid))
+            state = self._checked(self._call("dump", self._wid))
+            if state is None:
+                raise WorldLost(f"{self.spec.name}: the ray worker returned no state")
+            self._state = state
         return self._state
 
     def fork(self) -> "RayWorld":

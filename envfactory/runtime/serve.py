@@ -216,8 +216,8 @@ class Server:
             send_frame(conn, {"ok": False, "error": "missing or wrong token"})
             return
         sid = hello.get("session")
-        own = self.sessions.get(sid) if sid.__class__ is str else None
-        if own is None:
+        own = self.sessions.get(sid) if isinstance(sid, str) else None
+        if own is None or not isinstance(sid, str):
             send_frame(conn, {"ok": False, "error": f"no session {sid!r} in this container"})
             return
         try:
@@ -509,7 +509,7 @@ def _clear(root: str) -> None:
 def _fingerprint(root: str) -> tuple[Any, ...] | None:
     """``(newest change (ns), entries)``: every entry under ``root`` (``root`` included) with its
     type, inode, size, mtime and ctime; None if unreadable."""
-    out = []
+    out: list[tuple[Any, ...]] = []
     newest = 0
     try:
         for dirpath, dirnames, filenames in os.walk(root):
