@@ -172,4 +172,4 @@ def test_cli_train_names_a_bad_key_and_prints_a_config_to_start_from(tmp_path, c
     printed = yaml.safe_load(capsys.readouterr().out)
     assert TrainerConfig.from_dict(printed) == TrainerConfig(envs=["Counter-v0"])
     assert main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
-    assert "missing.yaml" in capsys.readouterr().out
+    assert "missing.yaml" in capsys.readouterr().err  # errors go to stderr

@@ -770,15 +770,21 @@ def _gc(client: Any, everything: bool) -> list[dict[str, Any]]:
     for row in _labelled(client):
         labels = row.get("Labels") or {}
         owner = labels.get("org.envfactory.owner", "")
-        o_host, _, o_pid = owner.rpartition(":")
-        provably_dead = o_host == host and o_pid.isdigit() and not _alive(int(o_pid))
-        if not everything and not provably_dead:
+        if not (everything or provably_dead(owner, host)):
             continue
         if not _remove_row(client, row):
             continue
         name = (row.get("Names") or ["?"])[0].lstrip("/")
         removed.append({"id": row["Id"][:12], "name": name, "env": labels.get("org.envfactory.env"), "owner": owner})
     return removed
+
+
+def provably_dead(owner: str, host: str) -> bool:
+    """Whether a container labelled with ``owner`` (``host:pid``) can be proven abandoned from
+    ``host``: its owner is a process of this host that no longer runs. A container of another
+    host (an engine shared between machines) cannot be: its owner may be alive there."""
+    o_host, _, o_pid = owner.rpartition(":")
+    return o_host == host and o_pid.isdigit() and not _alive(int(o_pid))
 
 
 def _alive(pid: int) -> bool:
