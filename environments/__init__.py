@@ -28,7 +28,7 @@ SINGLE_AGENT: dict[str, str] = {
     "Bank-v0": "environments.bank",
     "Counter-v0": "environments.counter",
     "FileSystem-v0": "environments.filesystem",
-    **{f"FindLight-v{d}": "environments.find_light" for d in range(3)},
+    **{f"FindLight-v{d}": "environments.find_light" for d in range(4)},
     "Helpdesk-v0": "environments.helpdesk",
     "Lights-v0": "environments.lights",
     "RecordsDesk-v0": "environments.records_desk",
