@@ -97,37 +97,46 @@ def _eval_run(args: argparse.Namespace) -> Result:
     return (1 if failed else 0), doc, "\n".join(lines)
 
 
-# -- quickstart: tiny model -> SFT -> RL, measured on evaluation tasks ------------
+# -- quickstart: tiny model -> reader SFT -> RL vs a compute-matched control ------
 def _quickstart_args(p: argparse.ArgumentParser) -> None:
     from agents.quickstart import ARMS, QuickstartConfig
 
     q = QuickstartConfig()
     p.add_argument("--env", default=q.env, help="environment (its sft / rl / eval splits are used)")
     p.add_argument("--seeds", type=int, nargs="+", default=q.seeds, help="seeds (one run each)")
-    p.add_argument("--arms", nargs="+", default=q.arms, choices=ARMS, help="RL arms, each from the same SFT checkpoint")
+    p.add_argument("--arms", nargs="+", default=q.arms, choices=ARMS,
+                   help="arms, each from the same SFT checkpoint (rft: the compute-matched continued-SFT control)")
     p.add_argument("--steps", type=int, default=q.rl_steps, help="RL steps per seed and arm")
-    p.add_argument("--eval-tasks", type=int, default=q.eval_tasks, help="evaluation-split tasks")
+    p.add_argument("--eval-tasks", type=int, default=q.eval_tasks,
+                   help="evaluation tasks per half of the eval split (default: all)")
     p.add_argument("--eval-samples", type=int, default=q.eval_samples, help="sampled episodes per evaluation task")
-    p.add_argument("--no-pretrained", action="store_true", help="start from random weights, not the pretrained cache")
+    p.add_argument("--no-probe", action="store_true", help="skip the greedy swap probe")
+    p.add_argument("--workers", type=int, default=q.workers, help="seed processes (0: one per core)")
+    p.add_argument("--device", default=q.device, help="torch device (cpu, cuda, ...)")
     p.add_argument("--out", default=q.output_dir, help="report folder")
 
 
 def _quickstart_run(args: argparse.Namespace) -> Result:
-    """Tiny model -> SFT (sft split) -> RL (rl split); success on the eval split, paired CIs."""
+    """Tiny model -> reader SFT -> RL arms and controls; success on the eval split, paired CIs."""
     from agents.quickstart import QuickstartConfig, run_quickstart
 
     try:
         cfg = QuickstartConfig(env=args.env, seeds=list(args.seeds), arms=list(args.arms), rl_steps=args.steps,
-                               eval_tasks=args.eval_tasks, eval_samples=args.eval_samples,
-                               pretrained=not args.no_pretrained, output_dir=args.out)
+                               eval_tasks=args.eval_tasks, eval_samples=args.eval_samples, probe=not args.no_probe,
+                               workers=args.workers, device=args.device, output_dir=args.out)
     except ValueError as exc:
         return 2, {"error": str(exc)}, f"error: {exc}"
-    doc = run_quickstart(cfg, log=lambda m: print(m, file=sys.stderr))
-    lines = [f"success on {len(doc['tasks']['eval'])} evaluation tasks RL never saw, per seed {doc['seeds']}:"]
-    lines += [f"  {k:<11}{[round(x, 3) for x in v]}" for k, v in doc["success"].items()]
-    for k, c in doc["compare"].items():
-        lines.append(f"  {k.replace('_minus_', ' - '):<18}{c['mean']:+.3f}  95% CI [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}]"
-                     + ("" if c["excludes_zero"] else "  (no difference shown)"))
+    doc = run_quickstart(cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
+    lines = [f"success on evaluation tasks nothing trained on, seeds {doc['seeds']}:"]
+    for half, succ in doc["success"].items():
+        b = doc["blind"][half]
+        lines.append(f"  {half} (blind: random {b['random']:.3f}, most frequent {b['most_frequent']:.3f})")
+        lines += [f"    {k:<14}{v['mean']:.3f}  95% CI [{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]" for k, v in succ.items()]
+    if doc["primary"]:
+        c = doc["primary"]
+        lines.append(f"  primary {doc['primary_comparison'].replace('_minus_', ' - ')}: {c['mean']:+.3f}  "
+                     f"95% CI [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}]" + ("" if c["excludes_zero"] else
+                                                                        "  (no difference shown)"))
     lines.append(f"report {args.out}/report.md; {doc['seconds']}s")
     return 0, doc, "\n".join(lines)
 

@@ -1,68 +1,82 @@
-"""``envfactory quickstart``: the tiny model, SFT, then RL, measured on tasks RL never saw.
+"""``envfactory quickstart``: the tiny model learns to read tool results, then RL is tested
+against a compute-matched control, on tasks nothing trained on.
 
-The environment (default ``FindLight-v0``) has three disjoint task splits
-(:meth:`envfactory.ToolEnvSpec.split`): SFT sees the reference solutions of
-``sft``-split tasks, RL trains from the sparse success reward on ``rl``-split
-tasks, and every figure is measured on ``eval``-split tasks, which nothing
-before evaluation has seen (the tokenizer and pretraining corpora leave them
-out too). On FindLight success needs the room that ``locate`` returns, so a
-policy that ignores tool results stays at chance.
+The environment is ``FindLight-v3``: "turn on the light in the room where the X is", asked
+in plain words; only two ``locate`` calls reveal the room (two hops), among 8 rooms. Its
+splits are disjoint: reader SFT learns from ``sft``-split tasks (plus fresh generated
+ones), RL trains on ``rl``-split tasks, and every figure is measured on the ``eval`` split,
+which nothing before evaluation saw. The evaluation split has two halves, reported
+separately:
 
-For each seed: the embedded tiny model (``pretrained``: after its cached
-language-model pretraining, :mod:`agents.pretrain`), evaluated ("before"),
-SFT ("sft"), evaluated; then every RL arm (``arpo``, ``grpo``, ``arpo_beta0``:
-random branching) starts from that same post-SFT checkpoint, trains
-``rl_steps`` steps and is evaluated. Every evaluation plays ``eval_samples``
-sampled episodes of each of ``eval_tasks`` evaluation tasks with the same
-sampling seed, so arms are paired by seed and by task.
+* ``unseen``: unseen tasks of the training names and phrasings (the primary metric);
+* ``heldout``: tasks whose target room, item, container and phrasing occur in no
+  training task (generalization: a model can only solve them by copying what it read).
 
-The primary metric, fixed in advance, is final evaluation success; the claim
-"RL beats SFT alone" is made only when the paired two-way (seed x task)
-bootstrap 95% interval of RL − SFT excludes 0 (:func:`agents.stats.paired_bootstrap`).
-Also reported: the area under the learning curve (mean training success over the
-RL steps), tokens actually sampled, tool calls per solved task and wall-clock.
+Per seed (seeds run in parallel processes, ``workers``):
+
+1. ``before``: the pretrained tiny model (:mod:`agents.pretrain`);
+2. ``sft``: after reader SFT (:mod:`agents.reader`; cached like pretraining);
+3. every arm from that same checkpoint, ``rl_steps`` steps of ``tasks_per_step`` rl-split
+   tasks x ``M`` sampled episodes each, then evaluated. Arms: ``arpo``, ``grpo``,
+   ``arpo_beta0`` (random branching), and the controls ``rft`` (continued SFT on the
+   successes of the same samples: the same tasks, samples and gradient steps, no
+   reward-weighted advantage) and ``grpo_shuffled`` (GRPO whose rewards are shuffled
+   across the step's episodes).
+
+Every evaluation plays ``eval_samples`` sampled episodes of each evaluation task with the
+same sampling seed (arms are paired by seed and task) and reports what explains its
+success (:func:`agents.probe.reading_report`): the call chain, success given the room was
+shown, and the greedy swap probe (does a success follow ``locate``'s answer when it is
+swapped for another room?). The blind baselines (a random room, the most frequent
+room) are computed on the same tasks.
+
+The primary comparison, fixed in advance: ``<first RL arm> − rft`` on the ``unseen`` half
+(paired two-way bootstrap over seeds and tasks, 95%). Every other comparison is reported
+with Holm-corrected p-values. Each seed's results are written to ``seed-<n>.json`` as
+soon as they exist, and the summary and report are rewritten after every seed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["QuickstartConfig", "run_quickstart", "ARMS", "check_splits"]
+__all__ = ["QuickstartConfig", "run_quickstart", "ARMS", "check_splits", "eval_tasks"]
 
-ARMS = ("arpo", "grpo", "arpo_beta0")
+ARMS = ("arpo", "grpo", "arpo_beta0", "rft", "grpo_shuffled")
+CONTROL = "rft"
 
 
 @dataclass
 class QuickstartConfig:
-    env: str = "FindLight-v0"
+    env: str = "FindLight-v3"
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
-    arms: list[str] = field(default_factory=lambda: ["arpo"])
-    pretrained: bool = True         # start from the cached language-model pretraining
-    sft_tasks: int | None = 48      # how many sft-split tasks SFT uses (None: all)
-    sft_epochs: int = 4
-    sft_lr: float = 2e-3
-    sft_batch_size: int = 8
+    arms: list[str] = field(default_factory=lambda: ["arpo", "rft"])
+    reader: dict[str, Any] | None = None  # overrides of agents.reader.READER_CONFIG
     rl_steps: int = 12
-    rl_lr: float = 5e-4
+    rl_lr: float = 2e-4
     M: int = 8
     N: int = 4
     k: int = 8
     alpha: float = 0.5
     beta: float = 0.2
     updates: int = 1                # policy updates per rollout batch (μ)
-    kl_coef: float = 0.1            # k3 KL penalty to the post-SFT policy
+    kl_coef: float = 0.05           # k3 KL penalty to the post-SFT policy
     tasks_per_step: int = 4
-    max_new_tokens: int = 32
-    max_turns: int | None = None    # default: the environment's
+    max_new_tokens: int = 40
     temperature: float = 1.0        # sampling temperature of RL's rollouts
-    eval_tasks: int = 12            # evaluation-split tasks evaluated (the first ones, by task order)
-    eval_samples: int = 32          # sampled episodes per evaluation task
+    eval_tasks: int | None = None   # per half of the evaluation split (None: all of it)
+    eval_samples: int = 2           # sampled episodes per evaluation task
     eval_temperature: float = 1.0
+    probe: bool = True              # the greedy swap probe at every evaluation
+    workers: int = 0                # seed processes (0: as many as cores, at most one per seed)
+    device: str = "cpu"
     output_dir: str = "runs/quickstart"
 
     def __post_init__(self) -> None:
@@ -71,6 +85,8 @@ class QuickstartConfig:
             raise ValueError(f"arms must be some of {ARMS}, got {self.arms}")
         if not self.seeds:
             raise ValueError("seeds must not be empty")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must differ, got {self.seeds}")
 
 
 def check_splits(sft: list[str], rl: list[str], evaluation: list[str]) -> None:
@@ -82,114 +98,226 @@ def check_splits(sft: list[str], rl: list[str], evaluation: list[str]) -> None:
             raise ValueError(f"{what} tasks overlap: {sorted(both)[:5]}")
 
 
+def eval_tasks(env: str, n: int | None = None) -> dict[str, list[Any]]:
+    """The evaluation split's halves, ``{"unseen": [...], "heldout": [...]}`` (the first ``n`` of each)."""
+    import envfactory
+
+    ev = envfactory.spec(env).tasks_in("eval")
+    halves = {"unseen": [t for t in ev if t.metadata.get("names", "train") == "train"],
+              "heldout": [t for t in ev if t.metadata.get("names") == "heldout"]}
+    return {k: v[:n] for k, v in halves.items() if v}
+
+
 def _algorithm(arm: str, cfg: QuickstartConfig) -> Any:
-    from .algorithms.arpo import ARPO, GRPO
+    from .algorithms import arpo as alg
 
     common = dict(M=cfg.M, updates=cfg.updates, kl_coef=cfg.kl_coef)
     if arm == "grpo":
-        return GRPO(**common)
-    return ARPO(N=cfg.N, k=cfg.k, alpha=cfg.alpha, beta=0.0 if arm == "arpo_beta0" else cfg.beta, **common)
+        return alg.GRPO(**common)
+    if arm == "grpo_shuffled":
+        return alg.GRPO(shuffle_rewards=True, **common)
+    if arm == "rft":
+        return alg.RFT(**common)
+    return alg.ARPO(N=cfg.N, k=cfg.k, alpha=cfg.alpha, beta=0.0 if arm == "arpo_beta0" else cfg.beta, **common)
 
 
-def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> dict[str, Any]:
-    """Run every seed and arm; write ``summary.json``, ``report.md`` and the learning curve;
-    return the summary (see the module docstring)."""
+def _evaluate(policy: Any, cfg: QuickstartConfig, halves: dict[str, list[Any]], seed: int,
+              probe: bool) -> dict[str, Any]:
+    from .probe import reading_report
+
+    return {half: reading_report(policy, cfg.env, tasks, samples=cfg.eval_samples, seed=10_000 + seed,
+                                 temperature=cfg.eval_temperature, swap=probe, max_new_tokens=cfg.max_new_tokens)
+            for half, tasks in halves.items()}
+
+
+def run_seed(cfg: QuickstartConfig, seed: int, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """One seed of the quickstart (see the module docstring): every stage's evaluation reports,
+    the arms' training figures and times. Also written to ``<output_dir>/seed-<seed>.json``."""
     import torch
 
     import envfactory
 
-    from .algorithms.metrics import plot_learning_curve
     from .hf_policy import HFPolicy
     from .pretrain import pretrained_tiny_model
-    from .stats import bootstrap_mean, paired_bootstrap
-    from .tiny import build_tiny_model
-    from .train_config import EvalConfig, OptimConfig, OutputConfig, SamplingConfig, SFTConfig, TrainerConfig
+    from .reader import reader_model
+    from .train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
     from .trainer import Trainer
 
+    say = log or (lambda m: None)
+    t0 = time.perf_counter()
+    out = Path(cfg.output_dir)
+    spec = envfactory.spec(cfg.env)
+    halves = eval_tasks(cfg.env, cfg.eval_tasks)
+    rl_ids = [t.id for t in spec.tasks_in("rl")]
+    check_splits([t.id for t in spec.tasks_in("sft")], rl_ids, [t.id for ts in halves.values() for t in ts])
+    row: dict[str, Any] = {"seed": seed, "stages": {}, "arms": {}}
+
+    def stamp() -> str:
+        return f"{time.perf_counter() - t0:.0f}s"
+
+    torch.manual_seed(seed)
+    say(f"seed {seed}: pretrained tiny model (cached after the first run)")
+    before = HFPolicy(pretrained_tiny_model(seed=seed), device=cfg.device)
+    row["stages"]["before"] = _evaluate(before, cfg, {"unseen": halves["unseen"]}, seed, probe=False)
+    before.close()
+    say(f"seed {seed}: before {row['stages']['before']['unseen']['success']:.3f} on unseen tasks ({stamp()})")
+    path = reader_model(seed, cfg.reader, log=say, device=cfg.device)
+    policy = HFPolicy(path, device=cfg.device)
+    row["stages"]["sft"] = _evaluate(policy, cfg, halves, seed, cfg.probe)
+    say(f"seed {seed}: sft {_line(row['stages']['sft'])} ({stamp()})")
+    after_sft = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
+    for arm in cfg.arms:
+        policy.model.load_state_dict(after_sft)  # every arm starts from the same checkpoint
+        a0 = time.perf_counter()
+        tr = Trainer(policy, [cfg.env], TrainerConfig(
+            tasks=rl_ids, seed=seed, steps=cfg.rl_steps, algorithm=_algorithm(arm, cfg),
+            sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature),
+            optim=OptimConfig(lr=cfg.rl_lr, tasks_per_step=cfg.tasks_per_step),
+            output=OutputConfig(dir=str(out / f"seed-{seed}" / arm), show_progress=False)))
+        rows = []
+        for _ in range(cfg.rl_steps):
+            rows.append(tr.train_step())
+        tr.close()
+        trained = round(time.perf_counter() - a0, 1)
+        row["stages"][arm] = _evaluate(policy, cfg, halves, seed, cfg.probe)
+        row["arms"][arm] = {
+            "train_success": [x["success"] for x in rows],
+            "tokens_sampled": sum(x["tokens_generated"] for x in rows),
+            "tokens_trained": sum(x["trained_tokens"] for x in rows),
+            "branches": sum(x.get("branches", 0) for x in rows),
+            "train_seconds": trained, "seconds": round(time.perf_counter() - a0, 1),
+        }
+        say(f"seed {seed}: {arm} {_line(row['stages'][arm])}; trained {trained}s ({stamp()})")
+    policy.close()
+    row["seconds"] = round(time.perf_counter() - t0, 1)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"seed-{seed}.json").write_text(json.dumps(row, indent=1))
+    return row
+
+
+def _line(report: dict[str, Any]) -> str:
+    parts = []
+    for half, r in report.items():
+        s = f"{half} {r['success']:.3f}"
+        if "swap" in r and r["swap"]["moved"] is not None:
+            s += f" (moved {r['swap']['moved']:.2f})"
+        parts.append(s)
+    return ", ".join(parts)
+
+
+def _seed_worker(cfg_dict: dict[str, Any], seed: int) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(1)
+    return run_seed(QuickstartConfig(**cfg_dict), seed, log=lambda m: print(m, file=sys.stderr, flush=True))
+
+
+def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> dict[str, Any]:
+    """Run every seed and arm; write ``seed-<n>.json``, ``summary.json``, ``report.md`` and the
+    learning curves; return the summary (see the module docstring)."""
     cfg = cfg or QuickstartConfig()
     say = log or (lambda msg: None)
     started = time.perf_counter()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    spec = envfactory.spec(cfg.env)
-    sft_ids = [t.id for t in spec.tasks_in("sft")][:cfg.sft_tasks]
-    rl_ids = [t.id for t in spec.tasks_in("rl")]
-    eval_ids = [t.id for t in spec.tasks_in("eval")][:cfg.eval_tasks]
-    check_splits(sft_ids, rl_ids, eval_ids)
-    if len(eval_ids) < cfg.eval_tasks:
-        raise ValueError(f"{cfg.env} has {len(eval_ids)} evaluation tasks; eval_tasks={cfg.eval_tasks}")
+    workers = cfg.workers or min(len(cfg.seeds), os.cpu_count() or 1)
+    rows: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {}
+    if workers <= 1:
+        for seed in cfg.seeds:
+            rows.append(run_seed(cfg, seed, log=say))
+            summary = _summarize(cfg, rows, time.perf_counter() - started)
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # the pretrained and reader checkpoints are built once per seed inside the workers
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            futs = [pool.submit(_seed_worker, asdict(cfg), s) for s in cfg.seeds]
+            for f in as_completed(futs):
+                rows.append(f.result())
+                rows.sort(key=lambda r: cfg.seeds.index(r["seed"]))
+                summary = _summarize(cfg, rows, time.perf_counter() - started)
+    return summary
+
+
+def _grid(rows: list[dict[str, Any]], stage: str, half: str) -> list[list[float]]:
+    return [r["stages"][stage][half]["per_task"] for r in rows]
+
+
+def _summarize(cfg: QuickstartConfig, rows: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+    from .algorithms.metrics import plot_learning_curve
+    from .probe import blind_baselines
+    from .stats import bootstrap_mean, holm, paired_bootstrap
+
+    out = Path(cfg.output_dir)
+    halves = eval_tasks(cfg.env, cfg.eval_tasks)
     stages = ["before", "sft", *cfg.arms]
-    grids: dict[str, list[list[float]]] = {s: [] for s in stages}  # stage -> [seed][task] success
-    curves: dict[str, list[tuple[float, float]]] = {}
-    per_seed = []
-    for seed in cfg.seeds:
-        t0 = time.perf_counter()
-        torch.manual_seed(seed)
-        path = pretrained_tiny_model(seed=seed) if cfg.pretrained else build_tiny_model(seed=seed)
-        policy = HFPolicy(path, device="cpu")
-        row: dict[str, Any] = {"seed": seed}
-
-        def trainer(arm: str) -> Trainer:
-            return Trainer(policy, [cfg.env], TrainerConfig(
-                tasks=rl_ids, seed=seed, steps=cfg.rl_steps, algorithm=_algorithm(arm, cfg),
-                sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, max_turns=cfg.max_turns,
-                                        temperature=cfg.temperature),
-                optim=OptimConfig(lr=cfg.rl_lr, tasks_per_step=cfg.tasks_per_step),
-                sft=SFTConfig(epochs=cfg.sft_epochs, lr=cfg.sft_lr, batch_size=cfg.sft_batch_size, tasks=sft_ids),
-                eval=EvalConfig(samples=cfg.eval_samples, seed=10_000 + seed, temperature=cfg.eval_temperature,
-                                tasks=eval_ids),
-                output=OutputConfig(dir=str(out / f"seed-{seed}" / arm), show_progress=False)))
-
-        def evaluate(tr: Trainer, stage: str) -> dict[str, Any]:
-            r = tr.evaluate()
-            grids[stage].append([r["per_task"][f"{cfg.env}/{t}"] for t in eval_ids])
-            row[stage] = r["success"]
-            return r
-
-        tr = trainer(cfg.arms[0])
-        evaluate(tr, "before")
-        row["sft_final_nll"] = tr.sft()["final_nll"]
-        evaluate(tr, "sft")
-        after_sft = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
+    success: dict[str, dict[str, Any]] = {}
+    for half in halves:
+        success[half] = {s: bootstrap_mean(_grid(rows, s, half)) for s in stages if half in rows[0]["stages"][s]}
+    compare: dict[str, dict[str, Any]] = {}
+    rl = [a for a in cfg.arms if a != CONTROL]
+    primary = f"{rl[0]}_minus_{CONTROL}" if rl and CONTROL in cfg.arms else None
+    for half in halves:
+        if half == "unseen":
+            compare[f"sft_minus_before/{half}"] = paired_bootstrap(_grid(rows, "before", half), _grid(rows, "sft", half))
         for arm in cfg.arms:
-            policy.model.load_state_dict(after_sft)  # every arm starts from the same checkpoint
-            tr = trainer(arm)
-            a0 = time.perf_counter()
-            rows = tr.train()
-            r = evaluate(tr, arm)
-            curves[f"{arm} seed {seed}"] = [(0, row["sft"])] + [(x["step"], x["success"]) for x in rows]
-            row[f"{arm}_auc"] = statistics.mean(x["success"] for x in rows) if rows else 0.0
-            row[f"{arm}_tokens_sampled"] = sum(x["tokens_generated"] for x in rows)
-            row[f"{arm}_tool_calls_per_solved"] = r["tool_calls_per_solved"]
-            row[f"{arm}_branches"] = sum(x["branches"] for x in rows)
-            row[f"{arm}_seconds"] = round(time.perf_counter() - a0, 1)
-        row["seconds"] = round(time.perf_counter() - t0, 1)
-        per_seed.append(row)
-        say(f"seed {seed}: " + "  ".join(f"{s} {row[s]:.3f}" for s in stages) + f"  ({row['seconds']} s)")
-        policy.close()
-    compare = {f"{arm}_minus_sft": paired_bootstrap(grids["sft"], grids[arm]) for arm in cfg.arms}
-    compare["sft_minus_before"] = paired_bootstrap(grids["before"], grids["sft"])
-    for i, a in enumerate(cfg.arms):
-        for b in cfg.arms[i + 1:]:
-            compare[f"{a}_minus_{b}"] = paired_bootstrap(grids[b], grids[a])
+            compare[f"{arm}_minus_sft/{half}"] = paired_bootstrap(_grid(rows, "sft", half), _grid(rows, arm, half))
+        for i, a in enumerate(cfg.arms):
+            for b in cfg.arms[i + 1:]:
+                x, y = (b, a) if b == CONTROL else (a, b)  # "<arm> − rft": the control on the right
+                compare[f"{x}_minus_{y}/{half}"] = paired_bootstrap(_grid(rows, y, half), _grid(rows, x, half))
+    primary_key = f"{primary}/unseen" if primary else None
+    secondary = holm({k: v["p"] for k, v in compare.items() if k != primary_key})
+    reading = {half: {s: _mean_reading([r["stages"][s][half] for r in rows])
+                      for s in stages if half in rows[0]["stages"][s]} for half in halves}
     summary = {
-        "env": cfg.env, "seeds": list(cfg.seeds), "arms": list(cfg.arms),
-        "primary_metric": "final success on evaluation-split tasks (paired by seed and task)",
-        "success": {s: [r[s] for r in per_seed] for s in stages},
-        "success_ci": {s: bootstrap_mean(grids[s]) for s in stages},
-        "compare": compare,
-        "rl_beats_sft": {arm: compare[f"{arm}_minus_sft"]["excludes_zero"] and compare[f"{arm}_minus_sft"]["mean"] > 0
-                         for arm in cfg.arms},
-        "auc": {arm: statistics.mean(r[f"{arm}_auc"] for r in per_seed) for arm in cfg.arms},
-        "tasks": {"sft": len(sft_ids), "rl": len(rl_ids), "eval": eval_ids},
-        "seconds": round(time.perf_counter() - started, 1),
-        "per_seed": per_seed, "grids": grids, "config": asdict(cfg),
+        "env": cfg.env, "seeds": [r["seed"] for r in rows], "arms": list(cfg.arms),
+        "primary_metric": "success on the unseen half of the evaluation split, paired by seed and task",
+        "primary_comparison": primary_key,
+        "primary": compare.get(primary_key) if primary_key else None,
+        "success": success, "compare": compare, "holm": secondary, "reading": reading,
+        "blind": {half: blind_baselines(ts) for half, ts in halves.items()},
+        "arms_training": {a: {k: statistics.mean(r["arms"][a][k] for r in rows)
+                              for k in ("tokens_sampled", "tokens_trained", "branches", "train_seconds")}
+                          for a in cfg.arms},
+        "tasks": {h: [t.id for t in ts] for h, ts in halves.items()},
+        "seconds": round(seconds, 1), "per_seed": rows, "config": asdict(cfg),
+        "commit": _commit(),
     }
+    curves = {f"{a} seed {r['seed']}": list(enumerate(r["arms"][a]["train_success"], 1))
+              for r in rows for a in cfg.arms}
     png = plot_learning_curve(curves, out / "learning_curve.png", xlabel="RL step",
-                              title="RL tasks: success of the sampled training episodes (step 0 = after SFT)")
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+                              title="Training success on rl-split tasks (sampled episodes)")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
     (out / "report.md").write_text(_report(summary, Path(png).name))
     return summary
+
+
+def _mean_reading(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = ("success", "item_first", "container_second", "shown", "success_given_shown", "success_given_not_shown")
+    out = {k: _avg([r.get(k) for r in reports]) for k in keys}
+    swaps = [r["swap"] for r in reports if "swap" in r]
+    if swaps:
+        out["swap"] = {k: _avg([s.get(k) for s in swaps]) for k in ("greedy_success", "twin_success", "moved", "stayed")}
+        out["swap"]["solved"] = sum(s["solved"] for s in swaps)
+    return out
+
+
+def _avg(xs: list[Any]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return round(statistics.mean(xs), 4) if xs else None
+
+
+def _commit() -> str | None:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=Path(__file__).resolve().parent).stdout.strip() or None
+    except Exception:
+        return None
 
 
 def _ci(c: dict[str, Any]) -> str:
@@ -198,26 +326,40 @@ def _ci(c: dict[str, Any]) -> str:
 
 def _report(s: dict[str, Any], png: str) -> str:
     c = s["config"]
-    stages = ["before", "sft", *s["arms"]]
     lines = [
         "# envfactory quickstart report", "",
-        f"Environment `{s['env']}`; tiny model{' (pretrained)' if c['pretrained'] else ''}; "
-        f"{len(s['seeds'])} seeds; {s['seconds']} s in all. SFT on {s['tasks']['sft']} sft-split tasks; RL "
-        f"({', '.join(s['arms'])}; M={c['M']}, {c['rl_steps']} steps, lr {c['rl_lr']}, KL {c['kl_coef']}) on "
-        f"{s['tasks']['rl']} rl-split tasks; success on {len(s['tasks']['eval'])} evaluation-split tasks RL "
-        f"never saw x {c['eval_samples']} sampled episodes (temperature {c['eval_temperature']}).", "",
-        "| seed | " + " | ".join(stages) + " |", "|---" * (len(stages) + 1) + "|",
+        f"Environment `{s['env']}`; the tiny model; seeds {s['seeds']}; {s['seconds']} s in all; commit "
+        f"`{(s['commit'] or 'unknown')[:10]}`. Arms from the same post-SFT checkpoint: {', '.join(s['arms'])} "
+        f"(M={c['M']}, {c['rl_steps']} steps x {c['tasks_per_step']} tasks, lr {c['rl_lr']}, KL {c['kl_coef']}). "
+        f"Evaluation: {c['eval_samples']} sampled episodes (temperature {c['eval_temperature']}) of each "
+        "evaluation-split task, paired by seed and task.", "",
     ]
-    for r in s["per_seed"]:
-        lines.append(f"| {r['seed']} | " + " | ".join(f"{r[x]:.3f}" for x in stages) + " |")
-    lines += ["| mean [95% CI] | " + " | ".join(
-        f"{s['success_ci'][x]['mean']:.3f} [{s['success_ci'][x]['ci'][0]:.3f}, {s['success_ci'][x]['ci'][1]:.3f}]"
-        for x in stages) + " |", "",
-        "Paired differences (mean, two-way bootstrap 95% CI over seeds and tasks):", ""]
-    lines += [f"- {k.replace('_minus_', ' − ')}: {_ci(v)}" + (" (excludes 0)" if v["excludes_zero"] else
-                                                             " (includes 0: no difference shown)")
-              for k, v in s["compare"].items()]
-    lines += ["", f"Area under the learning curve (mean training success over the RL steps): "
-              + ", ".join(f"{a} {v:.3f}" for a, v in s["auc"].items()),
-              "", f"![learning curve]({png})", "", f"Evaluation tasks: {', '.join(s['tasks']['eval'])}", ""]
+    for half, succ in s["success"].items():
+        b = s["blind"][half]
+        lines += [f"## {half} ({len(s['tasks'][half])} tasks; blind: random room {b['random']:.3f}, "
+                  f"most frequent room {b['most_frequent']:.3f})", "",
+                  "| stage | success [95% CI] | first call right | shown | success if shown | if not shown "
+                  "| swap: greedy | moved | stayed |", "|---|---|---|---|---|---|---|---|---|"]
+        for stage, m in succ.items():
+            r = s["reading"][half][stage]
+            sw = r.get("swap") or {}
+            lines.append(f"| {stage} | {m['mean']:.3f} [{m['ci'][0]:.3f}, {m['ci'][1]:.3f}] | {_f(r['item_first'])} | "
+                         f"{_f(r['shown'])} | {_f(r['success_given_shown'])} | {_f(r['success_given_not_shown'])} | "
+                         f"{_f(sw.get('greedy_success'))} | {_f(sw.get('moved'))} | {_f(sw.get('stayed'))} |")
+        lines.append("")
+    if s["primary"]:
+        p = s["primary"]
+        lines += [f"**Primary (fixed in advance): {s['primary_comparison'].replace('_minus_', ' − ')} = {_ci(p)}**"
+                  + (" (excludes 0)" if p["excludes_zero"] else " (includes 0: no difference shown)"), ""]
+    lines += ["Other paired differences (two-way bootstrap 95% CI; Holm-corrected p):", ""]
+    lines += [f"- {k.replace('_minus_', ' − ')}: {_ci(v)}, p_holm {s['holm'][k]['p_holm']:.3f}"
+              + (" (significant)" if s["holm"][k]["significant"] else "")
+              for k, v in s["compare"].items() if k in s["holm"]]
+    lines += ["", "Training cost per seed (mean): " + "; ".join(
+        f"{a}: {v['tokens_sampled']:.0f} tokens sampled, {v['tokens_trained']:.0f} trained, {v['train_seconds']:.0f}s"
+        for a, v in s["arms_training"].items()), "", f"![learning curves]({png})", ""]
     return "\n".join(lines)
+
+
+def _f(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["paired_bootstrap", "bootstrap_mean"]
+__all__ = ["paired_bootstrap", "bootstrap_mean", "holm"]
 
 
 def _grid(x: Sequence[Sequence[float]], name: str) -> np.ndarray:
@@ -43,8 +43,10 @@ def bootstrap_mean(x: Sequence[Sequence[float]], *, resamples: int = 10_000, lev
     row_means = d @ col_counts.T / n_t          # [n_s, resamples]: each seed's mean over the resampled tasks
     stats = np.take_along_axis(row_means.T, rows, axis=1).mean(axis=1)
     lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    # two-sided bootstrap p-value of "mean = 0": twice the smaller tail beyond 0 (at least 1 / resamples)
+    p = min(1.0, max(2 * min(float((stats <= 0).mean()), float((stats >= 0).mean())), 1 / resamples))
     return {"mean": float(d.mean()), "ci": [float(lo), float(hi)], "level": level, "seeds": n_s, "tasks": n_t,
-            "resamples": resamples}
+            "resamples": resamples, "p": p}
 
 
 def paired_bootstrap(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *, resamples: int = 10_000,
@@ -60,4 +62,15 @@ def paired_bootstrap(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]],
         raise ValueError(f"the arms are not paired: shapes {x.shape} and {y.shape}")
     out = bootstrap_mean(y - x, resamples=resamples, level=level, seed=seed)
     out["excludes_zero"] = bool(out["ci"][0] > 0 or out["ci"][1] < 0)
+    return out
+
+
+def holm(p_values: dict[str, float], alpha: float = 0.05) -> dict[str, dict[str, Any]]:
+    """Holm-Bonferroni over a family of comparisons: per name, the adjusted p-value and whether
+    the comparison is significant at family-wise error ``alpha``."""
+    order = sorted(p_values, key=lambda k: p_values[k])
+    m, running, out = len(order), 0.0, {}
+    for i, k in enumerate(order):
+        running = max(running, min(1.0, (m - i) * p_values[k]))
+        out[k] = {"p": p_values[k], "p_holm": running, "significant": running < alpha}
     return out

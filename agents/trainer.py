@@ -255,7 +255,8 @@ class Trainer:
     # -- SFT warm start -------------------------------------------------------
     def sft(self, tasks: TaskIds = None, *, epochs: int | None = None, lr: float | None = None,
             batch_size: int | None = None, seed: int | None = None, trajectories: Any = None,
-            successful_only: bool = True) -> dict[str, Any]:
+            successful_only: bool = True, log: Callable[[str], None] | None = None,
+            log_every: int = 0) -> dict[str, Any]:
         """Warm start every learner on its own roles' turns of the tasks' verified reference
         solutions (loss on the sampled-turn tokens only). ``tasks`` defaults to the ``sft`` split.
         ``tasks``, ``epochs``, ``lr`` and ``batch_size`` left ``None`` are ``config.sft``'s
@@ -267,6 +268,8 @@ class Trainer:
                 learner on its own roles' token ids with their loss masks; ``successful_only``
                 keeps only those that succeeded (rejection sampling). Their ids must come from
                 this learner's tokenizer.
+            log, log_every: Called with a progress line (step, mean NLL since the last line) every
+                ``log_every`` optimizer steps.
 
         Raises:
             RuntimeError: a reference solution did not succeed (run ``envfactory verify``).
@@ -305,6 +308,10 @@ class Trainer:
                         torch.nn.utils.clip_grad_norm_(ln.model.parameters(), grad_clip)
                     opt.step()
                     losses.append(float(loss.item()))
+                    if log is not None and log_every and len(losses) % log_every == 0:
+                        steps = epochs * -(-len(rows) // batch_size)
+                        recent = losses[-log_every:]
+                        log(f"step {len(losses)}/{steps} nll {sum(recent) / len(recent):.3f}")
                 self.log.write({"phase": "sft", "learner": ln.label, "epoch": epoch + 1, "nll": losses[-1]})
                 if self.config.output.show_progress:
                     progress("sft", epoch + 1, epochs, started, nll=losses[-1])
@@ -327,7 +334,11 @@ class Trainer:
                 spec = envfactory.spec(t.env_name)
             except KeyError:  # an environment this process does not know: no split to check
                 continue
-            if spec.split(t.task_id) == "eval":
+            try:
+                split = spec.split(t.task_id)
+            except KeyError:  # a task the environment does not hold (a generated supply task): not its eval
+                continue
+            if split == "eval":
                 leaked.append(f"{t.env_name}/{t.task_id}")
         if leaked:
             raise ValueError(f"{len(leaked)} recorded trajectories are of evaluation-split tasks "

@@ -34,7 +34,8 @@ import random
 from envfactory import State, Task, ToolEnvSpec, ToolError, call, register, tool
 
 __all__ = ["ROOMS", "ITEMS", "CONTAINERS", "FindLightState", "find_light_spec", "LEVELS", "FRAMES",
-           "HELDOUT_FRAMES", "HELDOUT_NAMES", "find_light_v3_spec", "swap_answer", "turned_on"]
+           "HELDOUT_FRAMES", "HELDOUT_NAMES", "find_light_v3_spec", "swap_answer", "turned_on", "v3_supply",
+           "made_up_name"]
 
 ROOMS = ("kitchen", "hall", "bedroom", "bath", "garage", "office", "attic", "cellar", "study", "porch")
 ITEMS = ("keys", "wallet", "phone", "umbrella", "scarf", "book", "camera", "guitar", "helmet", "kettle",
@@ -206,6 +207,58 @@ def _v3_task(name: str, i: int) -> Task:
         metadata={"room": room, "item": item, "container": container, "hops": 2, "split": split,
                   "names": "heldout" if heldout else "train"},
     )
+
+
+_SYLLABLES = ("ba", "ko", "ri", "mel", "tan", "su", "dor", "vi", "pel", "gra", "lu", "nim", "fo", "zet", "ca",
+              "mir", "to", "wen", "bri", "sol", "ka", "dun", "pi", "rol")
+
+
+def made_up_name(rng: random.Random) -> str:
+    """A pronounceable made-up word of two or three syllables ("kotan", "brimelo"): a name no
+    pool holds, so a model can only get it right by copying it from what it read."""
+    return "".join(rng.choice(_SYLLABLES) for _ in range(rng.choice((2, 2, 3))))
+
+
+def v3_supply(n: int, *, seed: int = 0, made_up: float = 0.5) -> list[Task]:
+    """``n`` fresh training tasks of FindLight-v3's world (play them on a FindLight-v3 episode:
+    ``episode.reset(task)``): the training phrasings, names from the training pools or, each
+    with probability ``made_up``, made up (:func:`made_up_name`). No held-out name or phrasing
+    ever occurs in them, and their ids (``findlight3-supply-<seed>-<i>``) are not the
+    environment's. The task supply for learning to read without memorising names."""
+    rng = random.Random(f"FindLight-v3-supply/{seed}")
+    held = {x for v in HELDOUT_NAMES.values() for x in v}
+    pools = {k: _pool(names, k, False) for k, names in
+             (("rooms", ROOMS + MORE_ROOMS), ("items", ITEMS + MORE_ITEMS), ("containers", CONTAINERS + MORE_CONTAINERS))}
+
+    def names(kind: str, k: int, avoid: set[str]) -> list[str]:
+        out: list[str] = []
+        while len(out) < k:
+            x = made_up_name(rng) if rng.random() < made_up else rng.choice(pools[kind])
+            if x not in held and x not in avoid and x not in out:
+                out.append(x)
+        return out
+
+    tasks = []
+    for i in range(n):
+        rooms = names("rooms", 8, set())
+        item, *others = names("items", 6, set(rooms))
+        (container,) = names("containers", 1, set(rooms) | {item, *others})
+        room = rng.choice(rooms)
+        where = {t: rng.choice(rooms) for t in others}
+        where[container] = room
+        where[item] = container
+        start = {r: r != room and rng.random() < 0.3 for r in rooms}
+        want = dict(start, **{room: True})
+        tasks.append(Task(
+            id=f"findlight3-supply-{seed}-{i:06d}",
+            instruction=rng.choice(FRAMES).format(item=item),
+            initial_state=FindLightState(lights=start, where=where),
+            solution=[call("locate", thing=item), call("locate", thing=container), call("turn_on", room=room)],
+            check=lambda s, want=want: s.lights == want,
+            metadata={"room": room, "item": item, "container": container, "hops": 2, "split": "sft",
+                      "names": "supply"},
+        ))
+    return tasks
 
 
 def find_light_v3_spec(name: str = "FindLight-v3", n_tasks: int = V3_TASKS) -> ToolEnvSpec:

@@ -1,0 +1,104 @@
+"""FindLight-v3's held-out halves, the task supply, the swap twin, and the reading probe
+(a scripted reader follows the swap; a scripted guesser does not)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import envfactory
+from envfactory.checks.scripted import OraclePolicy, play
+from environments.find_light import FRAMES, HELDOUT_FRAMES, HELDOUT_NAMES, swap_answer, turned_on, v3_supply
+
+HELD = {n for v in HELDOUT_NAMES.values() for n in v}
+
+
+def _words(task) -> set[str]:
+    s = task.initial_state
+    return set(s.lights) | set(s.where) | set(s.where.values()) | set(re.findall(r"[a-z]+", task.instruction.lower()))
+
+
+def test_heldout_names_and_phrasings_occur_only_in_evaluation_tasks() -> None:
+    spec = envfactory.spec("FindLight-v3")
+    tasks = spec.get_tasks()
+    train = [t for t in tasks if spec.split(t) != "eval"]
+    assert train and not any(_words(t) & HELD for t in train)
+    held_frames = [f.split("{item}")[0] for f in HELDOUT_FRAMES]
+    assert not any(t.instruction.startswith(h) for t in train for h in held_frames)
+    halves = {n: [t for t in tasks if spec.split(t) == "eval" and t.metadata["names"] == n] for n in ("train", "heldout")}
+    assert len(halves["train"]) == len(halves["heldout"]) == 200
+    for t in halves["heldout"]:  # what the solution depends on is held out
+        assert {t.metadata["room"], t.metadata["item"], t.metadata["container"]} <= HELD
+
+
+def test_the_supply_is_fresh_solvable_and_never_holds_heldout_names() -> None:
+    spec = envfactory.spec("FindLight-v3")
+    own = {t.id for t in spec.get_tasks()}
+    sup = v3_supply(300, seed=3)
+    assert len({t.id for t in sup}) == 300 and not own & {t.id for t in sup}
+    assert not any(_words(t) & HELD for t in sup)
+    assert {t.instruction.replace(t.metadata["item"], "{item}") for t in sup} <= set(FRAMES)
+    made_up = {t.metadata["room"] for t in sup} - {r for t in spec.get_tasks() for r in t.initial_state.lights}
+    assert len(made_up) > 50  # names no registered task holds: recall cannot solve them
+    ep = envfactory.make("FindLight-v3")
+    assert all(play(ep, OraclePolicy(), t).success for t in sup[:60])
+    assert [t.id for t in v3_supply(5, seed=3)] == [t.id for t in sup[:5]]  # deterministic
+
+
+def test_the_swap_twin_moves_only_the_answer() -> None:
+    spec = envfactory.spec("FindLight-v3")
+    t = spec.tasks_in("eval")[0]
+    other = sorted(r for r in t.initial_state.lights if r != t.metadata["room"])[0]
+    twin = swap_answer(t, other)
+    assert twin.instruction == t.instruction and twin.metadata["original_room"] == t.metadata["room"]
+    ep = envfactory.make("FindLight-v3")
+    assert play(ep, OraclePolicy(), twin).success and turned_on(ep.messages) == [other]
+    ep.reset(twin)  # the original room is wrong in the twin world
+    ep.step(envfactory.call("turn_on", room=t.metadata["room"]))
+    assert ep.step("done").info["success"] is False
+    with pytest.raises(ValueError, match="another of the task's rooms"):
+        swap_answer(t, t.metadata["room"])
+
+
+def _scripted(tokenizer, reads: bool):
+    from agents.scripted_model import ScriptedModel
+
+    def script(ids, turn):
+        text = tokenizer.decode(ids)
+        if turn == 0:
+            said = text.split("<|im_start|>user\n")[1].split("<|im_end|>")[0]
+            item = next(m.group(1) for f in FRAMES + HELDOUT_FRAMES
+                        if (m := re.fullmatch(re.escape(f).replace(re.escape("{item}"), r"(\w+)"), said)))
+            return f'<tool_call>\n{json.dumps({"name": "locate", "arguments": {"thing": item}})}\n</tool_call>'
+        place = re.findall(r"is in the (\w+)\.", text)[-1]
+        if turn == 1:
+            return f'<tool_call>\n{json.dumps({"name": "locate", "arguments": {"thing": place}})}\n</tool_call>'
+        if turn == 2:
+            room = place if reads else "kitchen"
+            return f'<tool_call>\n{json.dumps({"name": "turn_on", "arguments": {"room": room}})}\n</tool_call>'
+        return "Done."
+
+    return ScriptedModel(tokenizer, script)
+
+
+def test_the_probe_tells_a_reader_from_a_guesser() -> None:
+    from transformers import AutoTokenizer
+
+    from agents.probe import blind_baselines, reading_report
+    from agents.tiny import build_tiny_model
+
+    tok = AutoTokenizer.from_pretrained(build_tiny_model())
+    tasks = envfactory.spec("FindLight-v3").tasks_in("eval")[:12]
+    reader = reading_report(_scripted(tok, True), "FindLight-v3", tasks, samples=2)
+    assert reader["success"] == 1.0 and reader["item_first"] == 1.0 and reader["shown"] == 1.0
+    assert reader["swap"]["moved"] == 1.0 and reader["swap"]["stayed"] == 0.0
+    guesser = reading_report(_scripted(tok, False), "FindLight-v3", tasks, samples=2)
+    kitchen = [t for t in tasks if t.metadata["room"] == "kitchen"]
+    assert guesser["success"] == pytest.approx(len(kitchen) / len(tasks), abs=1e-3)
+    assert guesser["success_given_shown"] == guesser["success"]  # shown, yet no better
+    if guesser["swap"]["solved"]:
+        assert guesser["swap"]["moved"] == 0.0 and guesser["swap"]["stayed"] == 1.0
+    b = blind_baselines(tasks)
+    assert b["random"] == pytest.approx(1 / 8) and 0 < b["most_frequent"] <= 1
