@@ -34,7 +34,7 @@ from typing import Any
 
 __all__ = ["QuickstartConfig", "run_quickstart", "ARMS", "check_splits"]
 
-ARMS = ("arpo", "grpo", "arpo_beta0")
+ARMS = ("arpo", "grpo", "arpo_beta0", "rft", "grpo_shuffled")
 
 
 @dataclass
@@ -83,11 +83,13 @@ def check_splits(sft: list[str], rl: list[str], evaluation: list[str]) -> None:
 
 
 def _algorithm(arm: str, cfg: QuickstartConfig) -> Any:
-    from .algorithms.arpo import ARPO, GRPO
+    from .algorithms.arpo import ARPO, GRPO, RFT
 
     common = dict(M=cfg.M, updates=cfg.updates, kl_coef=cfg.kl_coef)
-    if arm == "grpo":
-        return GRPO(**common)
+    if arm in ("grpo", "grpo_shuffled"):  # grpo_shuffled: rewards permuted across the batch (a control)
+        return GRPO(shuffle_rewards=arm == "grpo_shuffled", **common)
+    if arm == "rft":  # rejection-sampling fine-tuning on the M rollouts' successes (a control)
+        return RFT(**common)
     return ARPO(N=cfg.N, k=cfg.k, alpha=cfg.alpha, beta=0.0 if arm == "arpo_beta0" else cfg.beta, **common)
 
 
