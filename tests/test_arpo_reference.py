@@ -183,6 +183,23 @@ def test_rft_trains_on_the_successes_only_with_advantage_one():
     assert all(r.advantages == [0.0] * 3 for r in kl if not r.signal)
 
 
+def test_rft_on_policy_gradient_is_the_sft_gradient():
+    import torch
+
+    from agents.algorithms.loss import policy_loss
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, requires_grad=True)
+    mask = torch.tensor([[1, 1, 0, 1, 0], [1, 0, 1, 1, 1]], dtype=torch.float32)
+    n = int(mask.sum())
+    logp = torch.nn.functional.logsigmoid(logits)
+    loss, _ = policy_loss(logp, logp.detach(), torch.ones_like(logp), mask, num_tokens=n, pg_num_tokens=n)
+    (g_rft,) = torch.autograd.grad(loss, logits)
+    nll = -(torch.nn.functional.logsigmoid(logits) * mask).sum() / n  # the SFT token-mean NLL
+    (g_sft,) = torch.autograd.grad(nll, logits)
+    assert torch.allclose(g_rft, g_sft, atol=1e-6)
+
+
 def test_shuffled_rewards_keep_the_multiset_and_are_seeded():
     rewards = {(0, "agent_0"): [1.0, 1.0, 1.0, 1.0], (1, "agent_0"): [0.0, 0.0, 0.0, 0.0],
                (0, "agent_1"): [5.0, 6.0], (1, "agent_1"): [7.0, 8.0]}

@@ -122,7 +122,7 @@ class _Update:
     clip_eps: float = 0.2
     kl_coef: float = 0.0
     updates: int = 1
-    shuffle_rewards: bool = False
+    shuffle_rewards: bool = field(default=False, kw_only=True)  # keyword-only: subclasses' fields keep their places
 
     signal: ClassVar[Literal["group", "sample"]] = "group"
     """Which samples carry a policy-gradient signal: every sample of a group whose advantages
@@ -493,16 +493,16 @@ def sample_groups(team: "Team", tasks: list[tuple[Any, Any]], algo: Algorithm, *
             if not batch:
                 continue
             before = _prefill([x.state for x in batch])
-            counts = [{a: (len(t.turn_spans), _counts(t)) for a, t in x.state.trajectories.items()} for x in batch]
+            counts = [{a: (len(tr.turn_spans), _counts(tr)) for a, tr in x.state.trajectories.items()} for x in batch]
             advance([x.state for x in batch], seed=rng.randrange(2**31), **kw)
             if batch is batches[0]:
                 per = (_prefill([x.state for x in batch]) - before) / len(batch)
                 for x in batch:
                     groups[x.group].branch_prefill_tokens.append(per)
-            for x, c in zip(batch, counts):  # what each role that played will observe next
-                for a, t in x.state.trajectories.items():
-                    if len(t.turn_spans) > c[a][0]:
-                        x.seen[a] = observation_kind(c[a][1], _counts(t))
+            for x, was in zip(batch, counts):  # what each role that played will observe next
+                for a, tr in x.state.trajectories.items():
+                    if len(tr.turn_spans) > was[a][0]:
+                        x.seen[a] = observation_kind(was[a][1], _counts(tr))
         fresh_branches = []
         for x in active:
             skip = skips.pop(id(x), None)
@@ -511,9 +511,9 @@ def sample_groups(team: "Team", tasks: list[tuple[Any, Any]], algo: Algorithm, *
         # Decide branches from the entropy of the turns just played, all of this round's decisions together.
         deciding: list[tuple[float, _Live, "Rollout", str, dict[str, str]]] = []
         for x in active:
-            pre, seen = preforks.pop(id(x), (None, {}))
-            if pre is None:
+            if id(x) not in preforks:
                 continue
+            pre, seen = preforks.pop(id(x))
             played = [a for a, t in pre.trajectories.items()
                       if t.turn_spans and len(x.state.trajectories[a].turn_spans) > len(t.turn_spans)
                       and (any_obs or seen.get(a) == "valid")]
