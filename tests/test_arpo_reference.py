@@ -236,3 +236,19 @@ def test_controls_are_arms_and_config_names():
     assert not _algorithm("grpo", cfg).shuffle_rewards
     t = TrainerConfig.from_dict({"algorithm": {"name": "rft", "M": 4}})
     assert t.algorithm == RFT(M=4) and TrainerConfig.from_dict(t.to_dict()) == t
+
+
+def test_the_run_scale_is_saved_and_restored_with_a_checkpoint(monkeypatch, tmp_path):
+    from dataclasses import asdict
+
+    import agents.trainer as trainer_mod
+
+    a = ARPO()
+    a.scores([0.01, 0.03])
+    state = asdict(a)  # what Trainer.save writes as the checkpoint's "algorithm"
+    assert state["run_mean_square"] == pytest.approx(a.run_mean_square)
+    tr = _trainer(ARPO())
+    tr.learners, tr.curriculum, tr.log = [], None, SimpleNamespace(truncate_after=lambda step: None)
+    monkeypatch.setattr(trainer_mod, "load_checkpoint", lambda path, parts: {"step": 1, "algorithm": state})
+    tr.load(tmp_path)
+    assert tr.step == 1 and tr.algorithm.run_mean_square == pytest.approx(a.run_mean_square)
