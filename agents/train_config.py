@@ -13,8 +13,9 @@ default is the Trainer's default. A complete file, every value its default but
     respect_splits: true # false: eval-split tasks may be trained on, and every default is the training pool
     seed: 0              # task choice, sampling and branching of every step
     steps: 10            # RL steps of Trainer.train()
-    algorithm: {name: arpo, M: 16, clip_eps: 0.2, kl_coef: 0.0, updates: 1, N: 8, k: 20, alpha: 0.5, beta: 0.2,
-                mode: probability, tau: 0.0, Z: 1, attribution: soft, standardize: true}   # or {name: grpo, M, clip_eps, kl_coef, updates}
+    algorithm: {name: arpo, M: 16, clip_eps: 0.2, kl_coef: 0.0, updates: 1, shuffle_rewards: false, N: 8, k: 20,
+                alpha: 0.5, beta: 0.2, mode: probability, tau: 0.0, Z: 1, attribution: soft, standardize: true,
+                scale: run, scale_ema: 0.1, branch_after: valid_tool_result}   # or {name: grpo | rft, M, clip_eps, kl_coef, updates, shuffle_rewards}
     sampling: {max_new_tokens: 128, temperature: 1.0, max_turns: null, max_context: null, mode: aec}
     optim: {lr: 1.0e-05, tasks_per_step: 4, micro_batch: 16, grad_clip: 1.0}
     sft: null            # {epochs: 10, lr: 0.001, batch_size: 8, tasks: null}: warm start before RL (envfactory train)
@@ -36,12 +37,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from .algorithms.arpo import ARPO, GRPO
+from .algorithms.arpo import ARPO, GRPO, RFT
 
 __all__ = ["TrainerConfig", "SamplingConfig", "OptimConfig", "SFTConfig", "EvalConfig", "RuntimeConfig",
            "OutputConfig", "ALGORITHMS"]
 
-ALGORITHMS: dict[str, type] = {"arpo": ARPO, "grpo": GRPO}
+ALGORITHMS: dict[str, type] = {"arpo": ARPO, "grpo": GRPO, "rft": RFT}
 """The ``algorithm.name`` values and their classes (the section's other keys are the class's fields)."""
 
 
@@ -175,7 +176,7 @@ class TrainerConfig:
     respect_splits: bool = True
     seed: int = 0
     steps: int = 10
-    algorithm: ARPO | GRPO = field(default_factory=ARPO)
+    algorithm: ARPO | GRPO | RFT = field(default_factory=ARPO)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     sft: SFTConfig | None = None
@@ -185,7 +186,7 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.algorithm, tuple(ALGORITHMS.values())):
-            raise TypeError(f"algorithm must be ARPO(...) or GRPO(...), not {type(self.algorithm).__name__}")
+            raise TypeError(f"algorithm must be ARPO(...), GRPO(...) or RFT(...), not {type(self.algorithm).__name__}")
         if self.output.save_trajectories and self.output.dir is None:
             raise ValueError("output.save_trajectories needs output.dir (they go to <dir>/trajectories.jsonl)")
 

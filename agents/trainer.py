@@ -3,7 +3,7 @@
 The loop, step by step (each a separate, obvious piece)::
 
     groups  = sample_groups(team, tasks, algorithm)         # M rollouts per task (ARPO branches), a trajectory per role
-    Â       = group_advantages(rewards of a role in a group) # sparse outcome reward (or payoff), group-normalised
+    Â       = algorithm.advantages(rewards of a role in a group) # outcome reward, group-normalised (RFT: 1 per success)
     loss    = policy_loss(log π_θ, log π_old, Â, loss_mask)  # clipped ratio (+ β·KL), token-mean, observations masked
     optimizer.step() per learner, μ times; push weights to the inference engine (vLLM: load_weights)
 
@@ -37,7 +37,7 @@ from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .rollout import Trajectory
 from .train_config import EvalConfig, SFTConfig, TrainerConfig
 
-__all__ = ["Trainer", "Learner", "Sample", "summarize", "train_from_config"]
+__all__ = ["Trainer", "Learner", "Sample", "summarize", "shuffle_rewards", "train_from_config"]
 
 TaskIds = Sequence[str] | None
 
@@ -54,7 +54,8 @@ class Sample:
     old_logprobs: list[float]
     advantages: list[float]
     signal: bool = True
-    """Whether its group's advantages are not all zero (else it is trained on for the KL term only)."""
+    """Whether it carries a policy-gradient signal: its group's advantages are not all zero (RFT: its
+    own advantage is not zero); else it is trained on for the KL term only."""
 
 
 @dataclass
@@ -92,7 +93,7 @@ class Trainer:
             with another backend (vLLM, an OpenAI-compatible server) pass ``model``.
         envs: Environments (episodes or registered names), single-agent or teams; their tasks form the pool.
         config: Every setting (:class:`~agents.train_config.TrainerConfig`; default: its defaults):
-            the algorithm (ARPO or GRPO), the tasks (default: the ``rl`` split of every environment,
+            the algorithm (ARPO, GRPO or RFT), the tasks (default: the ``rl`` split of every environment,
             :meth:`envfactory.ToolEnvSpec.split`; an ``eval``-split task is an error unless
             ``respect_splits`` is false), sampling, optimisation, SFT and evaluation defaults,
             where the worlds run and what is written.
@@ -430,20 +431,34 @@ class Trainer:
         return row
 
     def samples(self, groups: list[Group]) -> dict[str, list[Sample]]:
-        """Per learner (by label), the role trajectories with signal and their token advantages."""
+        """Per learner (by label), the role trajectories with signal and their token advantages.
+
+        A group's rewards (per role) become advantages by ``algorithm.advantages`` (GRPO/ARPO:
+        group-normalised; RFT: 1 for a success). With ``algorithm.shuffle_rewards`` (the
+        shuffled-rewards control) each role's rewards are first permuted across every
+        trajectory of the batch (all groups), seeded by the trainer's seed and step."""
+        algo = self.algorithm
+        to_adv = getattr(algo, "advantages", group_advantages)
+        per_sample = getattr(algo, "signal", "group") == "sample"
+        rewards = {(gi, agent): [self.reward(e.trajectories[agent]) for e in g.episodes]
+                   for gi, g in enumerate(groups) for agent in g.agents}
+        if getattr(algo, "shuffle_rewards", False):
+            rewards = shuffle_rewards(rewards, random.Random(f"shuffle-rewards:{self.seed}:{self.step}"))
         out: dict[str, list[Sample]] = {ln.label: [] for ln in self.learners}
-        for g in groups:
+        for gi, g in enumerate(groups):
             for agent in g.agents:
                 trajs = [e.trajectories[agent] for e in g.episodes]
-                adv = group_advantages([self.reward(t) for t in trajs])
-                signal = any(adv)
-                if not signal and not self.algorithm.kl_coef:
+                adv = to_adv(rewards[gi, agent])
+                signals = [a != 0.0 for a in adv] if per_sample else [any(adv)] * len(adv)
+                if not any(signals) and not algo.kl_coef:
                     continue  # equal rewards: no signal (as DAPO's dynamic sampling drops such groups)
                 # (with a KL penalty such a group is kept for the KL term only: signal=False keeps it
                 # out of the policy-gradient token-mean, see agents.algorithms.loss)
-                tok_adv = self.algorithm.token_advantages(adv, [len(t.response_ids) for t in trajs], g.lineages[agent])
+                tok_adv = algo.token_advantages(adv, [len(t.response_ids) for t in trajs], g.lineages[agent])
                 rows = out[self.learner_of(agent).label]
-                for t, a in zip(trajs, tok_adv):
+                for t, a, signal in zip(trajs, tok_adv, signals):
+                    if not signal and not algo.kl_coef:
+                        continue  # RFT: a failure is not trained on
                     if sum(t.loss_mask) and t.error is None and t.token_exact:
                         rows.append(Sample(agent, t.prompt_ids + t.response_ids, len(t.prompt_ids),
                                            list(t.loss_mask), list(t.logprobs), a, signal))
@@ -520,6 +535,9 @@ class Trainer:
                 ln.ref_model = _frozen_copy(ln.model)
         meta = load_checkpoint(path, self._parts())
         self.step = int(meta["step"])
+        saved = meta.get("algorithm") or {}
+        if hasattr(self.algorithm, "run_mean_square") and saved.get("run_mean_square") is not None:
+            self.algorithm.run_mean_square = float(saved["run_mean_square"])  # ARPO's running ΔH scale
         if self.curriculum is not None and "curriculum" in meta:
             self.curriculum.load_state_dict(meta["curriculum"])
         self.log.truncate_after(self.step)
@@ -546,6 +564,20 @@ class Trainer:
             self.ray_pool.close()
 
 
+def shuffle_rewards(rewards: dict[Any, list[float]], rng: random.Random) -> dict[Any, list[float]]:
+    """The shuffled-rewards control: ``{(group, agent): rewards}`` with each agent's rewards
+    permuted across all its trajectories of the batch (every group) by ``rng``; the multiset
+    of each agent's rewards is kept, the link to what each trajectory did is cut."""
+    out = {k: list(v) for k, v in rewards.items()}
+    for agent in dict.fromkeys(a for _, a in rewards):
+        slots = [(k, i) for k, v in rewards.items() if k[1] == agent for i in range(len(v))]
+        values = [rewards[k][i] for k, i in slots]
+        rng.shuffle(values)
+        for (k, i), r in zip(slots, values):
+            out[k][i] = r
+    return out
+
+
 def summarize(groups: list[Group]) -> dict[str, Any]:
     """Success, rewards, tool calls per solved episode, tokens and branching figures of some groups.
 
@@ -554,7 +586,11 @@ def summarize(groups: list[Group]) -> dict[str, Any]:
     training row, counts every sampled-token position trained on, copies included).
     ``branch_p_min/mean/max`` describe ARPO's branch probability ``P`` over its branching
     decisions, ``branched_fraction`` the share of decisions that made branches (``None``
-    without decisions).
+    without decisions). ``branch_changes_reward`` is the share of branches (per role) whose
+    reward differs from their parent's (``None`` without branches);
+    ``branch_points_skipped_errors`` counts potential branch points skipped because the
+    observation was a tool or parse error, ``branch_points_skipped`` those skipped for any
+    reason (a turn without tool calls too; see :attr:`~agents.algorithms.arpo.Group.skipped`).
     """
     eps = [e for g in groups for e in g.episodes]
     trajs = [t for e in eps for t in e.trajectories.values()]
@@ -572,6 +608,10 @@ def summarize(groups: list[Group]) -> dict[str, Any]:
                 copied = lin.shared[i] if lin is not None and i < len(lin.shared) else 0
                 sampled += sum(t.loss_mask[copied:])
     ps = [d.p for g in groups for d in g.decisions]
+    changed = [g.episodes[i].trajectories[a].reward != g.episodes[p].trajectories[a].reward
+               for g in groups for a, lin in g.lineages.items() for i, p in enumerate(lin.parent)
+               if p >= 0 and i < len(g.episodes)]
+    skipped = [g.skipped for g in groups]
     return {
         "episodes": len(eps),
         "success": sum(e.success for e in eps) / n,
@@ -587,6 +627,9 @@ def summarize(groups: list[Group]) -> dict[str, Any]:
         "branch_p_mean": sum(ps) / len(ps) if ps else None,
         "branch_p_max": max(ps) if ps else None,
         "branched_fraction": (sum(d.branched for g in groups for d in g.decisions) / len(ps)) if ps else None,
+        "branch_changes_reward": sum(changed) / len(changed) if changed else None,
+        "branch_points_skipped_errors": sum(k.get("tool_error", 0) + k.get("parse_error", 0) for k in skipped),
+        "branch_points_skipped": sum(sum(k.values()) for k in skipped),
         "fills": sum(k == "fill" for g in groups for k in g.kinds),
         "prefill_tokens_per_branch": sum(per_branch) / len(per_branch) if per_branch else None,
         "errors": sum(e.error is not None for e in eps),

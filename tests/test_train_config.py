@@ -76,7 +76,7 @@ def test_a_missing_key_is_its_default_and_yaml_floats_need_no_dot(tmp_path):
     ({"trainer": {}}, "config: unknown key 'trainer'; the valid keys are ['model', 'envs',"),
     ({"optim": {"learning_rate": 1.0}}, "config.optim: unknown key 'learning_rate'; the valid keys are ['lr',"),
     ({"algorithm": {"name": "grpo", "N": 4}}, "config.algorithm (grpo): unknown key 'N'; the valid keys are ['M',"),
-    ({"algorithm": {"name": "ppo"}}, "config.algorithm.name: 'ppo' is not an algorithm; use one of ['arpo', 'grpo']"),
+    ({"algorithm": {"name": "ppo"}}, "config.algorithm.name: 'ppo' is not an algorithm; use one of ['arpo', 'grpo', 'rft']"),
     ({"algorithm": {"M": 2}}, "config.algorithm (arpo): need 1 <= N <= M"),
     ({"steps": "10"}, "config.steps: expected an integer, got str '10'"),
     ({"steps": True}, "config.steps: expected an integer, got bool True"),
