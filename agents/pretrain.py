@@ -308,20 +308,50 @@ class _Rows:
 
         seg = self.seg[i:i + n]
         T = seg.shape[1]
-        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        causal = torch.ones(T, T, dtype=torch.bool, device=seg.device).tril()
         same = (seg[:, :, None] == seg[:, None, :]) | (seg[:, None, :] == 0)
         mask = causal & same & (seg[:, None, :] >= 0)
-        mask |= torch.eye(T, dtype=torch.bool)  # padding attends to itself (no empty softmax rows)
+        mask |= torch.eye(T, dtype=torch.bool, device=seg.device)  # padding attends to itself (no empty softmax rows)
         return self.ids[i:i + n], mask[:, None], self.pos[i:i + n], self.labels[i:i + n]
 
 
+_ASSISTANT = "<|im_start|>assistant\n"
+_TURN_END = "<|im_end|>"
+
+
+def assistant_mask(encode: Callable[[str], list[int]], rest: str) -> tuple[list[int], list[int]]:
+    """Ids of a conversation (the text after the opening) and, per id, 1 when it is the model's
+    own (an assistant turn's content and its closing ``<|im_end|>``), else 0. Encoded piece by
+    piece at the chat markup, whose special tokens end every piece, so the ids are those of the
+    whole text."""
+    ids: list[int] = []
+    mask: list[int] = []
+    pos = 0
+    while pos < len(rest):
+        a = rest.find(_ASSISTANT, pos)
+        if a < 0:
+            piece = encode(rest[pos:])
+            ids += piece
+            mask += [0] * len(piece)
+            break
+        head = encode(rest[pos:a + len(_ASSISTANT)])
+        end = rest.find(_TURN_END, a + len(_ASSISTANT))
+        stop = len(rest) if end < 0 else end + len(_TURN_END)
+        body = encode(rest[a + len(_ASSISTANT):stop])
+        ids += head + body
+        mask += [0] * len(head) + [1] * len(body)
+        pos = stop
+    return ids, mask
+
+
 def _shared_rows(plays: list[Play], encode: Callable[[str], list[int]], n_rows: int, seq_len: int, pad: int,
-                 rng: random.Random) -> _Rows:
+                 rng: random.Random, assistant_only: bool = False) -> _Rows:
     """``n_rows`` rows of ``seq_len`` positions, each one environment's opening (system prompt
     with its tool schemas) followed by conversations of that environment's plays, every
     conversation attending only to the opening and to itself, with the positions it has in
     its own episode: one forward pass scores each play exactly as the model sees it in a
-    rollout, while the opening (most of an episode's tokens) is computed once per row. A row's
+    rollout, while the opening (most of an episode's tokens) is computed once per row
+    (``assistant_only``: only the model's own tokens are scored, as in SFT). A row's
     environment is drawn in proportion to its number of plays; plays are taken in a
     shuffled order, reshuffled whenever an environment's run out. The last conversation of a
     row may be cut."""
@@ -355,10 +385,14 @@ def _shared_rows(plays: list[Play], encode: Callable[[str], list[int]], n_rows: 
                 ids[r, :len(o)] = torch.tensor(o)
                 pos[r, :len(o)] = torch.arange(len(o))
                 seg[r, :len(o)] = 0
-                labels[r, :len(o) - 1] = ids[r, 1:len(o)]
+                if not assistant_only:
+                    labels[r, :len(o) - 1] = ids[r, 1:len(o)]
                 n, first = len(o), False
             P = len(openings[env])
-            conv = encode(rest)
+            if assistant_only:
+                conv, own = assistant_mask(encode, rest)
+            else:
+                conv, own = encode(rest), None
             if k >= 1 and n + len(conv) // 2 > seq_len:  # most of it would be cut: keep it for a later row
                 queues[env].append(play)
                 break
@@ -371,6 +405,11 @@ def _shared_rows(plays: list[Play], encode: Callable[[str], list[int]], n_rows: 
             labels[r, n:n + len(conv) - 1] = t[1:]
             if k == 1:
                 labels[r, P - 1] = t[0]  # the opening's last position predicts the conversation's start
+            if own is not None:  # score only the model's own ids (the position before each predicts it)
+                keep = torch.tensor(own[1:len(conv)], dtype=torch.bool)
+                labels[r, n:n + len(conv) - 1][~keep] = -100
+                if k == 1 and not own[0]:
+                    labels[r, P - 1] = -100
             n += len(conv)
     return _Rows(ids, pos, seg, labels)
 

@@ -78,6 +78,7 @@ class QuickstartConfig:
     workers: int = 0                # seed processes (0: as many as cores, at most one per seed)
     device: str = "cpu"
     output_dir: str = "runs/quickstart"
+    cache_dir: str | None = None    # where reader checkpoints are kept (default: the model cache)
 
     def __post_init__(self) -> None:
         unknown = set(self.arms) - set(ARMS)
@@ -138,8 +139,7 @@ def run_seed(cfg: QuickstartConfig, seed: int, log: Callable[[str], None] | None
     import envfactory
 
     from .hf_policy import HFPolicy
-    from .pretrain import pretrained_tiny_model
-    from .reader import reader_model
+    from .reader import base_model, reader_model
     from .train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
     from .trainer import Trainer
 
@@ -157,11 +157,11 @@ def run_seed(cfg: QuickstartConfig, seed: int, log: Callable[[str], None] | None
 
     torch.manual_seed(seed)
     say(f"seed {seed}: pretrained tiny model (cached after the first run)")
-    before = HFPolicy(pretrained_tiny_model(seed=seed), device=cfg.device)
+    before = HFPolicy(base_model(seed, cfg.reader), device=cfg.device)
     row["stages"]["before"] = _evaluate(before, cfg, {"unseen": halves["unseen"]}, seed, probe=False)
     before.close()
     say(f"seed {seed}: before {row['stages']['before']['unseen']['success']:.3f} on unseen tasks ({stamp()})")
-    path = reader_model(seed, cfg.reader, log=say, device=cfg.device)
+    path = reader_model(seed, cfg.reader, log=say, device=cfg.device, cache_dir=cfg.cache_dir)
     policy = HFPolicy(path, device=cfg.device)
     row["stages"]["sft"] = _evaluate(policy, cfg, halves, seed, cfg.probe)
     say(f"seed {seed}: sft {_line(row['stages']['sft'])} ({stamp()})")
@@ -266,7 +266,7 @@ def _summarize(cfg: QuickstartConfig, rows: list[dict[str, Any]], seconds: float
             compare[f"{arm}_minus_sft/{half}"] = paired_bootstrap(_grid(rows, "sft", half), _grid(rows, arm, half))
         for i, a in enumerate(cfg.arms):
             for b in cfg.arms[i + 1:]:
-                x, y = (b, a) if b == CONTROL else (a, b)  # "<arm> − rft": the control on the right
+                x, y = (b, a) if a == CONTROL else (a, b)  # "<arm> − rft": the control on the right
                 compare[f"{x}_minus_{y}/{half}"] = paired_bootstrap(_grid(rows, y, half), _grid(rows, x, half))
     primary_key = f"{primary}/unseen" if primary else None
     secondary = holm({k: v["p"] for k, v in compare.items() if k != primary_key})

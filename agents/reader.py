@@ -30,52 +30,86 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["READER_CONFIG", "reader_model", "reader_trajectories"]
+__all__ = ["READER_CONFIG", "reader_model", "reader_plays", "base_model"]
 
 _FORMAT = 1  # bump when the recipe changes
 
 READER_CONFIG: dict[str, Any] = {
     "env": "FindLight-v3",
     "supply": 3200,       # fresh supply tasks (besides the environment's sft split)
+    "sft_tasks": None,    # how many of the sft split's tasks (None: all)
     "made_up": 0.5,      # chance that a supply name is made up
-    "epochs": 1,
-    "lr": 2e-3,
-    "batch_size": 8,
+    "epochs": 1,          # passes over the plays
+    "lr": 2e-3,           # AdamW peak learning rate
+    "batch": 1,           # rows per step
+    "seq_len": 2048,      # positions per row: one opening and the plays after it
+    "pretrained": True,   # start from the pretrained tiny model (False: the random build, for tests)
 }
 """The default recipe (all of it is part of the cache key)."""
 
 
-def reader_trajectories(tokenizer: Any, cfg: dict[str, Any], seed: int) -> list[Any]:
-    """The reference plays SFT learns from (sft split first, then the supply), as trajectories."""
+def reader_plays(tokenizer: Any, cfg: dict[str, Any], seed: int) -> list[Any]:
+    """The reference plays SFT learns from (the sft split, then the supply), rendered with
+    ``tokenizer``'s chat template as rollouts render them (:class:`agents.pretrain.Play`)."""
     import envfactory
+    from envfactory.checks.scripted import OraclePolicy
     from environments.find_light import v3_supply
 
-    from .algorithms.sft import reference_rollouts
+    from .pretrain import Play
 
     spec = envfactory.spec(cfg["env"])
-    tasks = spec.tasks_in("sft") + v3_supply(cfg["supply"], seed=seed, made_up=cfg["made_up"])
+    tasks = spec.tasks_in("sft")[:cfg["sft_tasks"]] + v3_supply(cfg["supply"], seed=seed, made_up=cfg["made_up"])
     env = envfactory.make(cfg["env"])
+    schemas = env.tool_schemas()
+    plays = []
     try:
-        return [ro.trajectory for ro in reference_rollouts(tokenizer, [(env, t) for t in tasks])]
+        for t in tasks:
+            env.reset(t)
+            for action in OraclePolicy.actions(t):
+                if env.done:
+                    break
+                env.step(action)
+            if not env.success:
+                raise RuntimeError(f"{cfg['env']}/{t.id}: the reference solution did not succeed")
+            plays.append(Play(cfg["env"], t.id, "sft", "oracle",
+                              tokenizer.apply_chat_template(env.messages, tools=schemas, tokenize=False)))
     finally:
         env.close()
+    return plays
+
+
+def base_model(seed: int, config: dict[str, Any] | None = None) -> str:
+    """The model reader SFT starts from: the pretrained tiny model of ``seed`` (or the random build
+    when ``config["pretrained"]`` is false)."""
+    from .pretrain import pretrained_tiny_model
+    from .tiny import build_tiny_model
+
+    cfg = {**READER_CONFIG, **(config or {})}
+    return pretrained_tiny_model(seed=seed) if cfg["pretrained"] else build_tiny_model(seed=seed)
 
 
 def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_dir: str | os.PathLike[str] | None = None,
                  log: Callable[[str], None] | None = None, device: str = "cpu") -> str:
     """The pretrained tiny model of ``seed`` after reader SFT (see the module docstring); its folder.
-    Built the first time (minutes on 2 cores; progress goes to ``log``), cached afterwards."""
-    import torch
+    Built the first time (minutes on 2 cores; progress lines go to ``log``), cached afterwards.
 
-    from .hf_policy import HFPolicy
-    from .pretrain import pretrained_tiny_model
+    Training packs one opening (system prompt and tools) and the conversations of several
+    plays per row, each conversation attending to the opening and itself at its own episode
+    positions, loss on the model's own tokens only (:func:`agents.pretrain._shared_rows` with
+    ``assistant_only``): per play exactly the SFT loss of a rollout, at about a third of the
+    compute of one sequence per play."""
+    import math
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .pretrain import _loss_sums, _shared_rows, assistant_mask
     from .tiny import cache_root
-    from .train_config import OutputConfig, SFTConfig, TrainerConfig
-    from .trainer import Trainer
 
     cfg = {**READER_CONFIG, **(config or {})}
     say = log or (lambda m: None)
-    base = pretrained_tiny_model(seed=seed)
+    base = base_model(seed, cfg)
     key = hashlib.sha256(json.dumps({"format": _FORMAT, "base": os.path.basename(base), "cfg": cfg, "seed": seed},
                                     sort_keys=True).encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "models"
@@ -83,28 +117,52 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     if (dest / "envfactory-reader.json").exists():
         return str(dest)
     t0 = time.perf_counter()
+    tok = AutoTokenizer.from_pretrained(base)
+    plays = reader_plays(tok, cfg, seed)
+
+    def encode(text: str) -> list[int]:
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    opening = len(encode(plays[0].text.split("<|im_start|>user\n", 1)[0]))
+    conv = sum(len(assistant_mask(encode, p.text[p.text.index("<|im_start|>user\n"):])[0]) for p in plays[:50]) / 50
+    per_row = max(1, int((cfg["seq_len"] - opening) // conv))
+    steps = math.ceil(cfg["epochs"] * len(plays) / per_row / cfg["batch"])
+    pad = tok.convert_tokens_to_ids("<|endoftext|>")
+    rows = _shared_rows(plays, encode, steps * cfg["batch"], cfg["seq_len"], pad, random.Random(seed),
+                        assistant_only=True)
+    say(f"reader sft (seed {seed}): {len(plays)} reference plays, {steps} steps of {cfg['batch']} rows "
+        f"(~{per_row} plays each) ({time.perf_counter() - t0:.0f}s)")
+    rows = _on(rows, device)
     torch.manual_seed(seed)
-    policy = HFPolicy(base, device=device)
-    trajs = reader_trajectories(policy.tokenizer, cfg, seed)
-    say(f"reader sft (seed {seed}): {len(trajs)} reference plays ({time.perf_counter() - t0:.0f}s); "
-        f"{cfg['epochs']} epoch(s) of {len(trajs) // cfg['batch_size']} steps")
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, attn_implementation="sdpa").to(device)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(0.9, 0.99), weight_decay=0.0)
+    warm = max(1, steps // 20)
+    losses: list[float] = []
+    for step in range(steps):
+        for g in opt.param_groups:  # linear warmup, then linear decay to a tenth
+            g["lr"] = cfg["lr"] * min((step + 1) / warm, 1.0 - 0.9 * max(0, step - warm) / max(1, steps - warm))
+        lo, valid = _loss_sums(model, rows, step * cfg["batch"], cfg["batch"])
+        loss = lo[valid].mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        if (step + 1) % max(1, steps // 10) == 0 or step == steps - 1:
+            recent = losses[-max(1, steps // 10):]
+            say(f"reader sft (seed {seed}): step {step + 1}/{steps} nll {sum(recent) / len(recent):.3f} "
+                f"({time.perf_counter() - t0:.0f}s)")
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     try:
-        with tempfile.TemporaryDirectory() as logs:
-            tr = Trainer(policy, [cfg["env"]], TrainerConfig(
-                seed=seed, sft=SFTConfig(epochs=cfg["epochs"], lr=cfg["lr"], batch_size=cfg["batch_size"]),
-                output=OutputConfig(dir=logs, show_progress=False)))
-            r = tr.sft(trajectories=trajs, log_every=max(1, len(trajs) // cfg["batch_size"] // 10),
-                       log=lambda m: say(f"reader sft (seed {seed}): {m} ({time.perf_counter() - t0:.0f}s)"))
-            tr.close()
-        policy.model.save_pretrained(tmp, safe_serialization=True)
+        model.save_pretrained(tmp, safe_serialization=True)
         for f in Path(base).iterdir():
             if f.is_file() and not (tmp / f.name).exists():
                 shutil.copy(f, tmp / f.name)
         (tmp / "envfactory-reader.json").write_text(json.dumps(
-            {"format": _FORMAT, "seed": seed, "base": os.path.basename(base), "config": cfg,
-             "examples": r["examples"], "final_nll": r["final_nll"],
+            {"format": _FORMAT, "seed": seed, "base": os.path.basename(base), "config": cfg, "plays": len(plays),
+             "steps": steps, "nll_first": round(losses[0], 4), "nll_last": round(losses[-1], 4),
              "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
         try:
             os.rename(tmp, dest)
@@ -113,6 +171,13 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        policy.close()
     say(f"reader sft (seed {seed}): done in {time.perf_counter() - t0:.0f}s")
     return str(dest)
+
+
+def _on(rows: Any, device: str) -> Any:
+    if device == "cpu":
+        return rows
+    from .pretrain import _Rows
+
+    return _Rows(rows.ids.to(device), rows.pos.to(device), rows.seg.to(device), rows.labels.to(device))

@@ -1,4 +1,5 @@
-"""The quickstart pipeline end to end, on a tiny budget: splits, paired arms, statistics, report."""
+"""The quickstart pipeline end to end, on a tiny budget: splits, paired arms and controls,
+the reading report, statistics, per-seed files, report."""
 
 from __future__ import annotations
 
@@ -15,18 +16,29 @@ from agents.quickstart import QuickstartConfig, check_splits, run_quickstart  # 
 
 @pytest.mark.slow
 def test_quickstart_measures_every_arm_on_evaluation_tasks_only(tmp_path) -> None:
-    cfg = QuickstartConfig(seeds=[0, 1], arms=["arpo", "grpo"], pretrained=False, sft_tasks=4, sft_epochs=1,
-                           rl_steps=1, M=2, N=1, tasks_per_step=1, max_new_tokens=8, eval_tasks=2,
-                           eval_samples=2, output_dir=str(tmp_path))
+    cfg = QuickstartConfig(seeds=[0, 1], arms=["arpo", "rft", "grpo_shuffled"],
+                           reader={"pretrained": False, "supply": 6, "sft_tasks": 4, "seq_len": 1024},
+                           rl_steps=1, M=2, N=1, tasks_per_step=1, max_new_tokens=8, eval_tasks=3,
+                           eval_samples=1, workers=1, output_dir=str(tmp_path / "out"),
+                           cache_dir=str(tmp_path / "cache"))
     s = run_quickstart(cfg)
     spec = envfactory.spec(cfg.env)
-    assert all(spec.split(t) == "eval" for t in s["tasks"]["eval"]) and len(s["tasks"]["eval"]) == 2
-    for stage in ("before", "sft", "arpo", "grpo"):
-        assert len(s["success"][stage]) == 2 and len(s["grids"][stage]) == 2 and len(s["grids"][stage][0]) == 2
-    assert set(s["compare"]) == {"arpo_minus_sft", "grpo_minus_sft", "sft_minus_before", "arpo_minus_grpo"}
-    assert all(len(c["ci"]) == 2 and c["seeds"] == 2 and c["tasks"] == 2 for c in s["compare"].values())
-    assert json.loads((tmp_path / "summary.json").read_text())["arms"] == ["arpo", "grpo"]
-    assert "Paired differences" in (tmp_path / "report.md").read_text()
+    assert set(s["tasks"]) == {"unseen", "heldout"}
+    assert all(spec.split(t) == "eval" for ts in s["tasks"].values() for t in ts)
+    assert all(spec.task(t).metadata["names"] == "heldout" for t in s["tasks"]["heldout"])
+    assert set(s["success"]["unseen"]) == {"before", "sft", "arpo", "rft", "grpo_shuffled"}
+    assert set(s["success"]["heldout"]) == {"sft", "arpo", "rft", "grpo_shuffled"}
+    assert s["primary_comparison"] == "arpo_minus_rft/unseen" and s["primary"]["seeds"] == 2
+    assert s["primary"]["tasks"] == 3 and "arpo_minus_rft/unseen" not in s["holm"]
+    assert {"sft_minus_before/unseen", "grpo_shuffled_minus_rft/heldout"} <= set(s["holm"])
+    r = s["reading"]["unseen"]["sft"]
+    assert {"item_first", "shown", "success_given_shown", "swap"} <= set(r)
+    for seed in (0, 1):  # each seed's results are on disk on their own
+        row = json.loads((tmp_path / "out" / f"seed-{seed}.json").read_text())
+        assert row["seed"] == seed and row["arms"]["rft"]["tokens_sampled"] > 0
+    assert s["blind"]["unseen"]["random"] == pytest.approx(1 / 8)
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["arms"] == cfg.arms
+    assert "Primary (fixed in advance)" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_overlapping_splits_and_unknown_arms_are_errors() -> None:
@@ -34,3 +46,5 @@ def test_overlapping_splits_and_unknown_arms_are_errors() -> None:
         check_splits(["a"], ["b", "c"], ["c"])
     with pytest.raises(ValueError, match="arms"):
         QuickstartConfig(arms=["ppo"])
+    with pytest.raises(ValueError, match="seeds must differ"):
+        QuickstartConfig(seeds=[1, 1])

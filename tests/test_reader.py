@@ -102,3 +102,39 @@ def test_the_probe_tells_a_reader_from_a_guesser() -> None:
         assert guesser["swap"]["moved"] == 0.0 and guesser["swap"]["stayed"] == 1.0
     b = blind_baselines(tasks)
     assert b["random"] == pytest.approx(1 / 8) and 0 < b["most_frequent"] <= 1
+
+
+def test_packed_sft_scores_exactly_the_model_s_own_tokens() -> None:
+    """assistant_mask encodes a conversation as the whole text encodes, and marks exactly the ids a
+    rollout's loss mask marks (the model's turns and their closing <|im_end|>)."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from agents.algorithms.sft import reference_rollouts
+    from agents.pretrain import _shared_rows, assistant_mask
+    from agents.reader import READER_CONFIG, reader_plays
+    from agents.tiny import build_tiny_model
+
+    tok = AutoTokenizer.from_pretrained(build_tiny_model())
+
+    def encode(text: str) -> list[int]:
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    plays = reader_plays(tok, {**READER_CONFIG, "supply": 3, "sft_tasks": 0}, seed=0)  # supply plays only
+    env = envfactory.make("FindLight-v3")
+    from environments.find_light import v3_supply
+
+    ros = reference_rollouts(tok, [(env, t) for t in v3_supply(3, seed=0)])
+    for play_, ro in zip(plays, ros):
+        rest = play_.text[play_.text.index("<|im_start|>user\n"):]
+        ids, mask = assistant_mask(encode, rest)
+        assert ids == encode(rest)
+        t = ro.trajectory
+        own = [i for i, m in zip(t.response_ids, t.loss_mask) if m]
+        assert [i for i, m in zip(ids, mask) if m] == own
+    opening = encode(plays[0].text[:plays[0].text.index("<|im_start|>user\n")])
+    fit = len(opening) + sum(len(encode(p.text[p.text.index("<|im_start|>user\n"):])) for p in plays)
+    rows = _shared_rows(plays, encode, 1, fit, 0, random.Random(0), assistant_only=True)  # exactly the 3 plays
+    scored = int((rows.labels != -100).sum())
+    assert scored == sum(sum(ro.trajectory.loss_mask) for ro in ros)
