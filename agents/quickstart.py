@@ -26,8 +26,8 @@ Per seed (seeds run in parallel processes, ``workers``):
 Every evaluation plays ``eval_samples`` sampled episodes of each evaluation task with the
 same sampling seed (arms are paired by seed and task) and reports what explains its
 success (:func:`agents.probe.reading_report`): the call chain, success given the room was
-shown, and the greedy swap probe (does a success follow ``locate``'s answer when it is
-swapped for another room?). The blind baselines (a random room, the most frequent
+shown, and (on the ``unseen`` half) the greedy swap probe: does a success follow
+``locate``'s answer when it is swapped for another room? The blind baselines (a random room, the most frequent
 room) are computed on the same tasks.
 
 The primary comparison, fixed in advance: ``<first RL arm> − rft`` on the ``unseen`` half
@@ -127,7 +127,8 @@ def _evaluate(policy: Any, cfg: QuickstartConfig, halves: dict[str, list[Any]], 
     from .probe import reading_report
 
     return {half: reading_report(policy, cfg.env, tasks, samples=cfg.eval_samples, seed=10_000 + seed,
-                                 temperature=cfg.eval_temperature, swap=probe, max_new_tokens=cfg.max_new_tokens)
+                                 temperature=cfg.eval_temperature, swap=probe and half == "unseen",
+                                 max_new_tokens=cfg.max_new_tokens)
             for half, tasks in halves.items()}
 
 
