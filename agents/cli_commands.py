@@ -114,6 +114,8 @@ def _quickstart_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=q.workers, help="seed processes (0: one per core)")
     p.add_argument("--device", default=q.device, help="torch device (cpu, cuda, ...)")
     p.add_argument("--out", default=q.output_dir, help="report folder")
+    p.add_argument("--fresh", action="store_true",
+                   help="run every seed again (default: keep seeds already finished in --out with this recipe)")
 
 
 def _quickstart_run(args: argparse.Namespace) -> Result:
@@ -123,7 +125,8 @@ def _quickstart_run(args: argparse.Namespace) -> Result:
     try:
         cfg = QuickstartConfig(env=args.env, seeds=list(args.seeds), arms=list(args.arms), rl_steps=args.steps,
                                eval_tasks=args.eval_tasks, eval_samples=args.eval_samples, probe=not args.no_probe,
-                               workers=args.workers, device=args.device, output_dir=args.out)
+                               workers=args.workers, device=args.device, output_dir=args.out,
+                               resume=not args.fresh)
     except ValueError as exc:
         return 2, {"error": str(exc)}, f"error: {exc}"
     doc = run_quickstart(cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
@@ -166,7 +169,7 @@ def _train_run(args: argparse.Namespace) -> Result:
         if args.output_dir is not None:
             cfg = dataclasses.replace(cfg, output=dataclasses.replace(cfg.output, dir=args.output_dir))
         if args.device is not None:
-            cfg = dataclasses.replace(cfg, device=args.device)
+            cfg = dataclasses.replace(cfg)
     except (OSError, ValueError) as exc:
         return 2, {"error": str(exc)}, f"error: {exc}"
     if args.print_config:
@@ -196,7 +199,7 @@ def _pretrain_run(args: argparse.Namespace) -> Result:
     config = {"envs": sorted({n.strip() for n in args.envs.split(",") if n.strip()})} if args.envs else None
     try:
         doc = pretrain(seed=args.seed, steps=args.steps, cache_dir=args.cache_dir, config=config,
-                       log=lambda m: print(m, file=sys.stderr))
+                       log=lambda m: print(m, file=sys.stderr, flush=True))
     except (KeyError, ValueError) as exc:
         return 2, {"error": str(exc)}, f"error: {exc}"
     text = (f"{doc['path']}{' (cached)' if doc['cached'] else ''}\n"
@@ -212,7 +215,8 @@ EVAL = Command("evaluate a model or a scripted baseline, one agent or a team (su
                "envfactory eval --env Counter-v0,FileSystem-v0 --policy tiny --episodes 4 --report eval_report\n"
                "envfactory eval --env Bank-v0 --policy hf:HuggingFaceTB/SmolLM2-135M-Instruct --json\n"
                "envfactory eval --env MultiDeal-v0 --policy oracle,noop --episodes 1")
-QUICKSTART = Command("the main job: tiny model, SFT, RL; success on evaluation tasks RL never saw, paired CIs (report)",
+QUICKSTART = Command("the main job: tiny model, reader SFT, RL against a compute-matched control; success on "
+                     "evaluation tasks nothing trained on, what the model reads, paired CIs (report)",
                      _quickstart_args, _quickstart_run,
                      "envfactory quickstart\nenvfactory quickstart --seeds 0 1 2 --steps 20 --out quickstart_report")
 TRAIN = Command("train a policy with GRPO/ARPO: 'train --config FILE' (a JSON or YAML TrainerConfig)",

@@ -33,7 +33,8 @@ room) are computed on the same tasks.
 The primary comparison, fixed in advance: ``<first RL arm> − rft`` on the ``unseen`` half
 (paired two-way bootstrap over seeds and tasks, 95%). Every other comparison is reported
 with Holm-corrected p-values. Each seed's results are written to ``seed-<n>.json`` as
-soon as they exist, and the summary and report are rewritten after every seed.
+soon as they exist, and the summary and report are rewritten after every seed; a run
+started again with the same recipe and folder keeps the seeds already finished (``resume``).
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class QuickstartConfig:
     device: str = "cpu"
     output_dir: str = "runs/quickstart"
     cache_dir: str | None = None    # where reader checkpoints are kept (default: the model cache)
+    resume: bool = True             # keep seeds whose results of this recipe are in output_dir already
 
     def __post_init__(self) -> None:
         unknown = set(self.arms) - set(ARMS)
@@ -151,7 +153,7 @@ def run_seed(cfg: QuickstartConfig, seed: int, log: Callable[[str], None] | None
     halves = eval_tasks(cfg.env, cfg.eval_tasks)
     rl_ids = [t.id for t in spec.tasks_in("rl")]
     check_splits([t.id for t in spec.tasks_in("sft")], rl_ids, [t.id for ts in halves.values() for t in ts])
-    row: dict[str, Any] = {"seed": seed, "stages": {}, "arms": {}}
+    row: dict[str, Any] = {"seed": seed, "recipe": _recipe(cfg), "stages": {}, "arms": {}}
 
     def stamp() -> str:
         return f"{time.perf_counter() - t0:.0f}s"
@@ -196,6 +198,22 @@ def run_seed(cfg: QuickstartConfig, seed: int, log: Callable[[str], None] | None
     return row
 
 
+def _recipe(cfg: QuickstartConfig) -> dict[str, Any]:
+    """What a seed's results depend on: the config without the seeds, workers and folders."""
+    skip = {"seeds", "workers", "output_dir", "cache_dir"}
+    return {k: v for k, v in asdict(cfg).items() if k not in skip}
+
+
+def _finished(cfg: QuickstartConfig, seed: int) -> dict[str, Any] | None:
+    """The saved results of ``seed`` in the output folder, when they are of this recipe."""
+    f = Path(cfg.output_dir) / f"seed-{seed}.json"
+    try:
+        row = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    return row if row.get("recipe") == json.loads(json.dumps(_recipe(cfg))) else None
+
+
 def _line(report: dict[str, Any]) -> str:
     parts = []
     for half, r in report.items():
@@ -221,20 +239,29 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
     started = time.perf_counter()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    workers = cfg.workers or min(len(cfg.seeds), os.cpu_count() or 1)
     rows: list[dict[str, Any]] = []
-    summary: dict[str, Any] = {}
+    todo = []
+    for seed in cfg.seeds:  # a seed already finished with this recipe (a stopped run) is kept
+        done = _finished(cfg, seed) if cfg.resume else None
+        if done is not None:
+            say(f"seed {seed}: kept from {out / f'seed-{seed}.json'}")
+            rows.append(done)
+        else:
+            todo.append(seed)
+    workers = cfg.workers or min(max(1, len(todo)), os.cpu_count() or 1)
+    summary = _summarize(cfg, rows, time.perf_counter() - started) if rows else {}
     if workers <= 1:
-        for seed in cfg.seeds:
+        for seed in todo:
             rows.append(run_seed(cfg, seed, log=say))
+            rows.sort(key=lambda r: cfg.seeds.index(r["seed"]))
             summary = _summarize(cfg, rows, time.perf_counter() - started)
-    else:
+    elif todo:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         # the pretrained and reader checkpoints are built once per seed inside the workers
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            futs = [pool.submit(_seed_worker, asdict(cfg), s) for s in cfg.seeds]
+            futs = [pool.submit(_seed_worker, asdict(cfg), s) for s in todo]
             for f in as_completed(futs):
                 rows.append(f.result())
                 rows.sort(key=lambda r: cfg.seeds.index(r["seed"]))
@@ -284,7 +311,8 @@ def _summarize(cfg: QuickstartConfig, rows: list[dict[str, Any]], seconds: float
                               for k in ("tokens_sampled", "tokens_trained", "branches", "train_seconds")}
                           for a in cfg.arms},
         "tasks": {h: [t.id for t in ts] for h, ts in halves.items()},
-        "seconds": round(seconds, 1), "per_seed": rows, "config": asdict(cfg),
+        "seconds": round(seconds, 1), "seed_seconds": {r["seed"]: r["seconds"] for r in rows},
+        "per_seed": rows, "config": asdict(cfg),
         "commit": _commit(),
     }
     curves = {f"{a} seed {r['seed']}": list(enumerate(r["arms"][a]["train_success"], 1))

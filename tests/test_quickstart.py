@@ -3,6 +3,7 @@ the reading report, statistics, per-seed files, report."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,7 +12,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import envfactory  # noqa: E402
-from agents.quickstart import QuickstartConfig, check_splits, run_quickstart  # noqa: E402
+from agents.quickstart import QuickstartConfig, _finished, check_splits, run_quickstart  # noqa: E402
 
 
 @pytest.mark.slow
@@ -39,6 +40,13 @@ def test_quickstart_measures_every_arm_on_evaluation_tasks_only(tmp_path) -> Non
     assert s["blind"]["unseen"]["random"] == pytest.approx(1 / 8)
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["arms"] == cfg.arms
     assert "Primary (fixed in advance)" in (tmp_path / "out" / "report.md").read_text()
+    # started again, the finished seeds of this recipe are kept; another recipe runs them again
+    said: list[str] = []
+    again = run_quickstart(cfg, log=said.append)
+    assert said == ["seed 0: kept from " + str(tmp_path / "out" / "seed-0.json"),
+                    "seed 1: kept from " + str(tmp_path / "out" / "seed-1.json")]
+    assert again["success"] == s["success"]
+    assert _finished(dataclasses.replace(cfg, rl_steps=2), 0) is None and _finished(cfg, 0) is not None
 
 
 def test_overlapping_splits_and_unknown_arms_are_errors() -> None:
