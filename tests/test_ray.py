@@ -236,7 +236,8 @@ def trainer_pair(**ray_kwargs):
         pol = ScriptedModel(hf.tokenizer, lambda prompt, turn: None if turn else first, fallback=hf)
         pol.model = hf.model
         kw = ray_kwargs if rollout == "ray" else {}
-        cfg = TrainerConfig(algorithm=ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0), seed=3,
+        # branch_after='any': this test is about forking, not ARPO's branch-after-valid-results rule
+        cfg = TrainerConfig(algorithm=ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0, branch_after="any"), seed=3,
                             sampling=SamplingConfig(max_new_tokens=8, max_turns=3),
                             optim=OptimConfig(lr=1e-3, tasks_per_step=2), runtime=RuntimeConfig(rollout=rollout, **kw),
                             output=OutputConfig(show_progress=False))

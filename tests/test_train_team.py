@@ -283,7 +283,8 @@ def test_team_training_runs_arpo_with_forks_on_three_roles(tiny_path):
     pol = ScriptedModel(hf.tokenizer, first_turn_calls, fallback=hf)
     pol.model = hf.model  # trained in place: the fallback samples from the trained weights
     tr = Trainer(pol, [Episode(TALLY, max_turns=2)],
-                 _config(ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0), seed=0, tasks=None, max_turns=None,
+                 # branch_after='any': this test is about forking, not ARPO's branch-after-valid-results rule
+                 _config(ARPO(M=4, N=2, k=4, alpha=1.0, beta=0.0, branch_after="any"), seed=0, tasks=None, max_turns=None,
                          respect_splits=False), reward_fn=_alternating())
     before = _weights(hf.model)
     row = tr.train_step()
