@@ -30,6 +30,7 @@ Each environment has 240 tasks, enough for disjoint SFT / RL / evaluation splits
 from __future__ import annotations
 
 import random
+from typing import Callable
 
 from envfactory import State, Task, ToolEnvSpec, ToolError, call, register, tool
 
@@ -193,19 +194,26 @@ def _v3_task(name: str, i: int) -> Task:
     rng.shuffle(rooms)
     others = rng.sample([t for t in all_items if t != item], 5)
     container = rng.choice(boxes)
+    return _two_hop_task(f"findlight3-{i:04d}", rng, rooms, room, item, others, container,
+                         lambda: frame.format(item=item), split, "heldout" if heldout else "train")
+
+
+def _two_hop_task(task_id: str, rng: random.Random, rooms: list[str], room: str, item: str, others: list[str],
+                  container: str, instruction: Callable[[], str], split: str, names: str) -> Task:
+    """A FindLight-v3-world task: ``item`` in ``container`` in ``room``, the ``others`` in random rooms,
+    some other lights on. ``instruction`` is called after the world is drawn from ``rng``."""
     where = {t: rng.choice(rooms) for t in others}
     where[container] = room
     where[item] = container
     start = {r: r != room and rng.random() < 0.3 for r in rooms}
     want = dict(start, **{room: True})
     return Task(
-        id=f"findlight3-{i:04d}",
-        instruction=frame.format(item=item),
+        id=task_id,
+        instruction=instruction(),
         initial_state=FindLightState(lights=start, where=where),
         solution=[call("locate", thing=item), call("locate", thing=container), call("turn_on", room=room)],
         check=lambda s, want=want: s.lights == want,
-        metadata={"room": room, "item": item, "container": container, "hops": 2, "split": split,
-                  "names": "heldout" if heldout else "train"},
+        metadata={"room": room, "item": item, "container": container, "hops": 2, "split": split, "names": names},
     )
 
 
@@ -244,20 +252,8 @@ def v3_supply(n: int, *, seed: int = 0, made_up: float = 0.5) -> list[Task]:
         item, *others = names("items", 6, set(rooms))
         (container,) = names("containers", 1, set(rooms) | {item, *others})
         room = rng.choice(rooms)
-        where = {t: rng.choice(rooms) for t in others}
-        where[container] = room
-        where[item] = container
-        start = {r: r != room and rng.random() < 0.3 for r in rooms}
-        want = dict(start, **{room: True})
-        tasks.append(Task(
-            id=f"findlight3-supply-{seed}-{i:06d}",
-            instruction=rng.choice(FRAMES).format(item=item),
-            initial_state=FindLightState(lights=start, where=where),
-            solution=[call("locate", thing=item), call("locate", thing=container), call("turn_on", room=room)],
-            check=lambda s, want=want: s.lights == want,
-            metadata={"room": room, "item": item, "container": container, "hops": 2, "split": "sft",
-                      "names": "supply"},
-        ))
+        tasks.append(_two_hop_task(f"findlight3-supply-{seed}-{i:06d}", rng, rooms, room, item, others, container,
+                                   lambda: rng.choice(FRAMES).format(item=item), "sft", "supply"))
     return tasks
 
 
