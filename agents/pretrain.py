@@ -53,7 +53,6 @@ import math
 import os
 import random
 import shutil
-import tempfile
 import time
 import zlib
 from dataclasses import dataclass
@@ -555,7 +554,7 @@ def pretrain(seed: int = 0, steps: int | None = None, cache_dir: str | os.PathLi
     """
     from transformers import AutoTokenizer
 
-    from .tiny import TINY_CONFIG, build_tiny_model, cache_root
+    from .tiny import TINY_CONFIG, build_tiny_model, cache_root, publish_folder
 
     t0 = time.perf_counter()
     log = log or (lambda m: None)
@@ -578,17 +577,7 @@ def pretrain(seed: int = 0, steps: int | None = None, cache_dir: str | os.PathLi
     marker = dest / "envfactory-tiny.json"
     cached = marker.exists()
     if not cached:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
-        try:
-            _train(tmp, base, plays, cfg, seed, log)
-            try:
-                os.rename(tmp, dest)
-            except OSError:  # another process published it first
-                if not marker.exists():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        publish_folder(dest, marker.name, lambda tmp: _train(tmp, base, plays, cfg, seed, log))
     info = json.loads(marker.read_text())["pretrain"]
     return {"path": str(dest), "cached": cached, "elapsed": round(time.perf_counter() - t0, 1), **info}
 

@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -105,7 +104,7 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .pretrain import _loss_sums, _shared_rows, assistant_mask
-    from .tiny import cache_root
+    from .tiny import cache_root, publish_folder
 
     cfg = {**READER_CONFIG, **(config or {})}
     say = log or (lambda m: None)
@@ -153,9 +152,7 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
             recent = losses[-max(1, steps // 10):]
             say(f"reader sft (seed {seed}): step {step + 1}/{steps} nll {sum(recent) / len(recent):.3f} "
                 f"({time.perf_counter() - t0:.0f}s)")
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
-    try:
+    def save(tmp: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         for f in Path(base).iterdir():
             if f.is_file() and not (tmp / f.name).exists():
@@ -164,13 +161,8 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
             {"format": _FORMAT, "seed": seed, "base": os.path.basename(base), "config": cfg, "plays": len(plays),
              "steps": steps, "nll_first": round(losses[0], 4), "nll_last": round(losses[-1], 4),
              "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
-        try:
-            os.rename(tmp, dest)
-        except OSError:  # another process published it first
-            if not (dest / "envfactory-reader.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    publish_folder(dest, "envfactory-reader.json", save)
     say(f"reader sft (seed {seed}): done in {time.perf_counter() - t0:.0f}s")
     return str(dest)
 

@@ -30,12 +30,10 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .tiny import CHAT_TEMPLATE, cache_root
+from .tiny import CHAT_TEMPLATE, cache_root, publish_folder
 
 if TYPE_CHECKING:
     from .hf_policy import HFPolicy
@@ -142,17 +140,7 @@ def smol_model_path(cache_dir: str | os.PathLike[str] | None = None) -> str:
         return str(dest)
     if importlib.util.find_spec("gguf") is None:
         raise _missing("the gguf package (transformers reads GGUF files with it)")
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
-    try:
-        _convert(tmp, gguf)
-        try:
-            os.rename(tmp, dest)
-        except OSError:  # another process published it first
-            if not (dest / _MARKER).exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    publish_folder(dest, _MARKER, lambda tmp: _convert(tmp, gguf))
     return str(dest)
 
 

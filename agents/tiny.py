@@ -21,9 +21,9 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["build_tiny_model", "cache_root", "CHAT_TEMPLATE", "TINY_CONFIG", "SPECIAL_TOKENS",
+__all__ = ["build_tiny_model", "cache_root", "publish_folder", "CHAT_TEMPLATE", "TINY_CONFIG", "SPECIAL_TOKENS",
            "TOOL_TOKENS", "corpus"]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -227,17 +227,23 @@ def build_tiny_model(cache_dir: str | os.PathLike[str] | None = None, seed: int 
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "models"
     texts = corpus()
     dest = root / f"tiny-qwen2-{_key(texts, seed)}"
-    if (dest / "envfactory-tiny.json").exists():
-        return str(dest)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
+    if not (dest / "envfactory-tiny.json").exists():
+        publish_folder(dest, "envfactory-tiny.json", lambda tmp: _build(tmp, texts, seed))
+    return str(dest)
+
+
+def publish_folder(dest: Path, marker: str, build: Callable[[Path], object]) -> None:
+    """Build a cached folder and publish it atomically: ``build(tmp)`` fills a private folder next
+    to ``dest``, which is then renamed to ``dest``. When another process published ``dest`` first
+    (its ``marker`` file exists), that one is kept; the private folder never outlives the call."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=dest.parent))
     try:
-        _build(tmp, texts, seed)
+        build(tmp)
         try:
             os.rename(tmp, dest)
         except OSError:  # another process published it first
-            if not (dest / "envfactory-tiny.json").exists():
+            if not (dest / marker).exists():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return str(dest)
