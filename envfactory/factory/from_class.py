@@ -22,7 +22,9 @@ episode, into an :class:`~envfactory.ToolEnvSpec`:
 * each public method becomes a tool: schema from the signature and the
   Google-style docstring; arguments checked strictly (default), with pydantic's
   coercion (``validation="coerce"``) or passed as the agent sent them, the way
-  the class would receive them (``validation="lax"``); results rendered the
+  the class would receive them (``validation="lax"``); either way the method gets its own
+  copy of any list or dict argument (a class may keep what it is given and change it later,
+  which must change neither a reference solution nor the episode's messages); results rendered the
   project's way (default) or with ``render="str"``, ``"repr"`` or a function;
   an exception raised by the method becomes an error observation carrying the
   class's own message (``errors="message"``, default; ``"detailed"`` adds the
@@ -338,6 +340,18 @@ def _finish_result(result: Any, renderer: Callable[[Any], Any] | None, world: An
     return out
 
 
+_SCALAR_ARGS = frozenset((str, int, float, bool, type(None)))
+
+
+def _own_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments, the method's own: a class may keep (and later change) a list it is
+    given, which must not be the reference solution's or the episode's message."""
+    for v in kwargs.values():
+        if v.__class__ not in _SCALAR_ARGS:
+            return copy.deepcopy(kwargs)
+    return kwargs
+
+
 def _object_binder(key: str) -> Callable[..., Callable[..., Any]]:
     """Tools over the live instance held in the state's field ``key``."""
 
@@ -345,6 +359,7 @@ def _object_binder(key: str) -> Callable[..., Callable[..., Any]]:
         def call(world: Any, /, **kwargs: Any) -> Any:
             own(world)
             obj = world.__dict__[key]
+            kwargs = _own_arguments(kwargs)
             if not own_message:
                 return _finish_result(func(obj, **kwargs), renderer, world)
             try:
@@ -367,6 +382,7 @@ def _attribute_binder(cls: type, mapping: dict[str, str]) -> Callable[..., Calla
     def bind(func: Callable[..., Any], renderer: Any, own_message: bool) -> Callable[..., Any]:
         def call(world: Any, /, **kwargs: Any) -> Any:
             own(world)
+            kwargs = _own_arguments(kwargs)
             obj: Any = object.__new__(cls)
             d = obj.__dict__
             wd = world.__dict__
