@@ -7,10 +7,14 @@ differs from run to run."""
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
+
 import pytest
 
 from envfactory import Episode
-from envfactory.checks.scripted import OraclePolicy, play
+from envfactory.checks.scripted import OraclePolicy, ScriptPolicy, play
+from envfactory.checks.verify import verify_spec
 from envfactory.factory.from_class import ClassTask, from_class
 from envfactory.task import call
 
@@ -57,3 +61,111 @@ def test_a_class_that_keeps_its_arguments_cannot_change_the_reference(validation
     out = play(Episode(spec), OraclePolicy(), "post-hi")
     assert out.success and set(out.rewards.values()) == {1.0}
     assert built.solution[0].arguments["mentions"] == ["ann"]
+
+
+class Ledger:
+    """A ledger that stamps every change with the clock, privately, as real classes do."""
+
+    def __init__(self, entries: list | None = None):
+        self.entries = list(entries or [])
+        self._changed = None
+
+    def add(self, item: str) -> str:
+        """Add an entry.
+
+        Args:
+            item: The entry.
+        """
+        self.entries.append(item)
+        self._changed = datetime.now()
+        return f"added {item}"
+
+
+class Entry:
+    def __init__(self, item: str):
+        self.item = item
+        self.created = datetime.now()  # public, and different on every run
+
+
+class Journal:
+    """A journal whose entries carry their creation time in a public attribute."""
+
+    def __init__(self, entries: list | None = None):
+        self.entries = [Entry(e) for e in entries or []]
+        self.updated = 0.0
+
+    def add(self, item: str) -> str:
+        """Add an entry.
+
+        Args:
+            item: The entry.
+        """
+        self.entries.append(Entry(item))
+        self.updated = time.time()
+        return f"added {item}"
+
+    def items(self) -> list[str]:
+        """The entries."""
+        return [e.item for e in self.entries]
+
+
+class OwnedJournal(Journal):
+    """A journal whose owner says what makes two equal: the entries' text."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OwnedJournal) and self.items() == other.items()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _gold(spec, task_id="add-tea"):
+    return play(Episode(spec), OraclePolicy(), task_id)
+
+
+def _tasks():
+    return [ClassTask("add-tea", "Add tea.", {"entries": ["milk"]}, [call("add", item="tea")])]
+
+
+def test_a_private_clock_stamp_does_not_fail_the_gold_replay():
+    """Before: the expected state was the whole state's hash, ``_changed`` included, so the gold
+    replay (another clock reading) earned 0. The class defines no ``__eq__``: its public
+    attributes are what is compared (the convention of the suites these classes come from)."""
+    spec = from_class(Ledger, name="Ledger-v0", domain="books", tasks=_tasks())
+    assert _gold(spec).success
+    noop = play(Episode(spec), ScriptPolicy([], finish=True), "add-tea")
+    assert not noop.success  # the public entries still decide
+    strict = from_class(Ledger, name="LedgerAll-v0", domain="books", tasks=_tasks(), compare="all")
+    time.sleep(0.002)
+    assert not _gold(strict).success  # the whole state, clock included: what "all" asks for
+
+
+def test_the_owner_can_leave_out_per_run_values_or_bring_an_equality():
+    journal = from_class(Journal, name="Journal-v0", domain="books", tasks=_tasks())
+    time.sleep(0.002)
+    assert not _gold(journal).success  # public per-run values: compared unless left out
+    left_out = from_class(Journal, name="Journal-v1", domain="books", tasks=_tasks(),
+                          compare={"Journal": ["updated"], "Entry": ["created"]})
+    time.sleep(0.002)
+    assert _gold(left_out).success
+    assert not play(Episode(left_out), ScriptPolicy([call("add", item="tee").to_hermes()], finish=True),
+                    "add-tea").success
+    judged = from_class(Journal, name="Journal-v2", domain="books", tasks=_tasks(),
+                        compare=lambda final, expected: final.items() == expected.items())
+    assert _gold(judged).success
+    owned = from_class(OwnedJournal, name="Journal-v3", domain="books", tasks=_tasks())
+    time.sleep(0.002)
+    assert _gold(owned).success  # the class's own __eq__
+    assert not play(Episode(owned), ScriptPolicy([], finish=True), "add-tea").success
+
+
+def test_verify_names_the_attributes_two_replays_disagree_on():
+    spec = from_class(Journal, name="Journal-v4", domain="books", tasks=_tasks())
+    report = verify_spec(spec, lambda: Episode(spec), api_checks=False, random_episodes=1, audit=None)
+    found = [f for f in report.failures if f.check == "tool_determinism"]
+    assert found, report.to_json()["failures"]
+    assert "Journal.updated" in found[0].detail and "Entry.created" in found[0].detail
+    assert "compare=" in found[0].detail
+    fixed = from_class(Journal, name="Journal-v5", domain="books", tasks=_tasks(),
+                       compare={"Journal": ["updated"], "Entry": ["created"]})
+    report = verify_spec(fixed, lambda: Episode(fixed), api_checks=False, random_episodes=1, audit=None)
+    assert report.verified, report.to_json()["failures"]

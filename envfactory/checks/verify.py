@@ -54,6 +54,7 @@ from .scripted import (MODES, ClaimPolicy, NoopPolicy, OraclePolicy, RandomPolic
 from ..definition import ToolEnvSpec
 from ..episode import Episode
 from ..mail import MultiState
+from ..state import copy_state
 
 __all__ = ["Failure", "Report", "verify_spec", "verify_many", "pettingzoo_checks"]
 
@@ -199,7 +200,7 @@ def verify_spec(
         for _ in range(2):
             play(ep, OraclePolicy(), longest.id)
             traces.append(_ending(ep))
-        if traces[0] != traces[1]:
+        if not _alike(spec, traces[0], traces[1]):
             fail.append(Failure("determinism", "the same actions gave different episodes", longest.id))
         report.checks += ["fork", "snapshot"]
         _check_fork_snapshot(spec, ep, make_env, longest, fail)
@@ -334,6 +335,8 @@ def _tool_determinism(spec: ToolEnvSpec, tasks: list[Any]) -> list[Failure]:
     globals, even when no episode-level comparison happens to exercise them."""
     bad: dict[str, Failure] = {}
     team = spec.multi_agent
+    compare = spec.metadata.get("compare")
+    same = _same_states(spec)
     for task in tasks:
         a, b = spec.start_state(task), spec.start_state(task)
         for i, c in enumerate(task.solution):
@@ -345,21 +348,33 @@ def _tool_determinism(spec: ToolEnvSpec, tasks: list[Any]) -> list[Failure]:
                 cast(MultiState, a).acting = cast(MultiState, b).acting = agent
                 cast(MultiState, a).round = cast(MultiState, b).round = i + 1
             out_a, out_b = t.invoke(a, c.arguments), t.invoke(b, c.arguments)
-            if out_a.content != out_b.content or a.hash() != b.hash():
+            if out_a.content != out_b.content or not same(a, b):
                 what = "observation" if out_a.content != out_b.content else "resulting state"
-                bad[c.name] = Failure(
-                    "tool_determinism",
-                    f"tool {c.name!r} is not deterministic: the same call on the same state gave a "
-                    f"different {what} (make it a function of the state and its arguments only)",
-                    task.id)
+                detail = (f"tool {c.name!r} is not deterministic: the same call on the same state gave a "
+                          f"different {what} (make it a function of the state and its arguments only)")
+                if what == "resulting state" and compare is not None and (names := compare.differences(a, b)):
+                    detail += f"; the attributes that differ: {', '.join(names)}; {compare.advice(names)}"
+                bad[c.name] = Failure("tool_determinism", detail, task.id)
                 break
     return list(bad.values())
 
 
+def _same_states(spec: ToolEnvSpec) -> Callable[[Any, Any], bool]:
+    """When two of the environment's states are the same world: as ``from_class(compare=...)``
+    says for an environment of classes (the success checks compare so), else equal hashes."""
+    compare = spec.metadata.get("compare")
+    return compare.same if compare is not None else (lambda a, b: a.hash() == b.hash())
+
+
 def _ending(ep: Episode) -> tuple[Any, ...]:
-    """Everything an episode that just ended leaves behind, for comparisons."""
-    return (ep.state.hash(), json.dumps(ep.log, sort_keys=True), ep.rewards, ep.success, ep.ended_by,
+    """Everything an episode that just ended leaves behind, for comparisons (:func:`_alike`)."""
+    return (copy_state(ep.state), json.dumps(ep.log, sort_keys=True), ep.rewards, ep.success, ep.ended_by,
             json.dumps({a: ep.transcript(a) for a in ep.agents}, sort_keys=True))
+
+
+def _alike(spec: ToolEnvSpec, one: tuple[Any, ...], other: tuple[Any, ...]) -> bool:
+    """Whether two endings (:func:`_ending`) are the same: equal records, and the same world."""
+    return one[1:] == other[1:] and _same_states(spec)(one[0], other[0])
 
 
 def _finish(ep: Episode, policy: Any) -> tuple[Any, ...]:
@@ -395,7 +410,7 @@ def _check_fork_snapshot(spec: ToolEnvSpec, ep: Episode, make_env: Callable[[], 
         child.close()  # a docker fork holds a session of its own
     if ep.state.hash() != before:
         fail.append(Failure("fork", "acting in a fork changed its parent", task.id))
-    if child_end[0] == before and _mutates(spec, rest):
+    if child_end[0].hash() == before and _mutates(spec, rest):
         fail.append(Failure("fork", "the fork did not change while acting", task.id))
     other = make_env()
     try:
@@ -407,9 +422,9 @@ def _check_fork_snapshot(spec: ToolEnvSpec, ep: Episode, make_env: Callable[[], 
     finally:
         other.close()
     parent_end = _finish(ep, oracle)
-    if parent_end != child_end:
+    if not _alike(spec, parent_end, child_end):
         fail.append(Failure("fork", "parent and fork diverged on the same actions", task.id))
-    if restored_end != parent_end:
+    if not _alike(spec, restored_end, parent_end):
         fail.append(Failure("snapshot", "the restored episode diverged from the original", task.id))
 
 

@@ -60,6 +60,7 @@ from ..state import State
 from ..task import Task, ToolCall
 from ..tooling import _REQUIRED, Tool, ToolError, _render_result, make_tool
 from .arguments import ArgSource
+from .class_compare import Compare, Comparison, MatchesReference
 from .pystate import (PyState, PyStateError, decode, encode, lazy_state_copy, note_result, own, record_results,
                       result_digest, seen_results, trusted_for)
 from .tasks_synth import SynthConfig, synthesize
@@ -516,6 +517,7 @@ def from_class(
     errors: Literal["message", "detailed"] = "message",
     read_only: Iterable[str] | Literal["observe"] | None = "observe",
     require_reads: Literal["auto", "always", "never"] | bool = "auto",
+    compare: Compare = "auto",
     state: Literal["auto", "attributes", "objects"] = "auto",
     trusted_modules: Iterable[str] = (),
     description: str = "",
@@ -557,6 +559,16 @@ def from_class(
             a no-op agent from one that looked), ``"always"`` (every task with reads),
             ``"never"`` (the final state and answer facts only). ``ClassTask.require_reads``
             overrides it per task.
+        compare: What success compares between the final state and the state the reference
+            solution produces, when a task brings no ``check`` (:mod:`.class_compare`):
+            ``"auto"`` (default), per class, the class's own ``__eq__`` if it defines one, else
+            its public attributes (``_name`` attributes hold caches, clocks and ids, and the
+            suites such classes come from leave them out), else (no public attribute) all of
+            them; ``"public"``; ``"all"`` (the whole state's hash); ``{"ClassName": [attribute,
+            ...]}``: every attribute but those, for that class wherever its objects are (per-run
+            values: ``{"Entry": ["created"]}``); or ``f(final, expected) -> bool`` over each
+            class's two instances. ``envfactory verify`` names the attributes two replays of a
+            reference disagree on.
         state: ``"attributes"`` (a field per attribute), ``"objects"`` (a field per
             service, holding the live instance, copied as one graph) or ``"auto"``.
         trusted_modules: Modules (besides the classes' packages) whose classes a
@@ -656,6 +668,7 @@ def from_class(
         return build_state([p.instance(c) for p, c in zip(parts, configs_of(cfg))])
 
     probe_state = build_state(probes)
+    comparison = Comparison([(p.key if graph else None, p.cls) for p in parts], probes, compare, mapping, trusted)
     try:  # fail now, naming the place, rather than at the first snapshot
         doc = encode(probe_state.__dict__, trusted)
         again = encode(decode(doc, trusted), trusted)
@@ -698,26 +711,33 @@ def from_class(
     by_name = {t.name: t for t in tools}
 
     def with_reads(task: Task, wanted: bool | None) -> Task:
-        """The task, its check made a :class:`ReadsCheck` when its reads are required."""
-        if wanted is False or (wanted is None and require_reads == "never") or isinstance(task.check, ReadsCheck):
+        """The task, its check made a :class:`ReadsCheck` when its reads are required, and a
+        :class:`~.class_compare.MatchesReference` when ``compare`` is not the whole state."""
+        if isinstance(task.check, ReadsCheck):
+            return task
+        need_reads = not (wanted is False or (wanted is None and require_reads == "never"))
+        need_match = task.check is None and not comparison.whole
+        if not need_reads and not need_match:
             return task
         from ..state import copy_state, state_hash
 
         s = record_results(copy_state(task.initial_state))
-        start = state_hash(s)
+        start = copy_state(s)
         reads: list[tuple[str, str]] = []
         for c in task.solution:
             t = by_name.get(c.name)
             if t is None:  # not ours to judge: the replay at registration reports it
                 return task
-            before = state_hash(s)
+            before = copy_state(s)
+            before_view = comparison.view(s)
             out = t.invoke(s, c.arguments)
-            if out.ok and state_hash(s) == before:
+            if out.ok and comparison.same(s, before, before_view):
                 reads.append((c.name, result_digest(out.content)))
-        end = state_hash(s)
-        if not reads or (wanted is None and require_reads == "auto" and end != start):
-            return task
-        return task.model_copy(update={"check": ReadsCheck(reads, end, task.check),
+        check = MatchesReference(s, comparison) if need_match else task.check
+        if not need_reads or not reads or (wanted is None and require_reads == "auto"
+                                            and not comparison.same(s, start)):
+            return task if check is task.check else task.model_copy(update={"check": check})
+        return task.model_copy(update={"check": ReadsCheck(reads, state_hash(s), check),
                                        "initial_state": record_results(copy_state(task.initial_state))})
 
     def to_task(t: Task | ClassTask) -> Task:
@@ -741,7 +761,7 @@ def from_class(
     spec = ToolEnvSpec(name=name, domain=domain, state_type=state_type, tools=tools, tasks=[],
                        description=description or (inspect.getdoc(classes[0]) or "").split("\n")[0],
                        max_turns=max_turns,
-                       metadata={"synth": synth, "state_from_config": make_state,
+                       metadata={"synth": synth, "state_from_config": make_state, "compare": comparison,
                                  "services": {p.key: f"{p.cls.__module__}.{p.cls.__qualname__}" for p in parts},
                                  "source": "class " + ", ".join(f"{c.__module__}.{c.__qualname__}"
                                                                 for c in classes)})

@@ -59,7 +59,7 @@ import math
 import threading
 import types
 import weakref
-from typing import Any, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Container, Iterable
 
 from pydantic import BaseModel, ConfigDict, SerializationInfo, model_serializer, model_validator
 
@@ -141,8 +141,9 @@ def _trusted_module(module: str, trusted: tuple[str, ...]) -> bool:
 
 # -- encoding ---------------------------------------------------------------------------------
 class _Encoder:
-    def __init__(self, trusted: tuple[str, ...]) -> None:
+    def __init__(self, trusted: tuple[str, ...], omit: Callable[[type], Container[str] | None] | None = None) -> None:
         self.trusted = trusted
+        self.omit = omit  # attributes left out per class (a comparison's view, never a snapshot)
         self.memo: dict[int, str] = {}
         self.refs: dict[tuple[int, bool], str] = {}  # checked names of classes and functions
         self.keep: list[Any] = []  # objects whose id is in memo stay alive meanwhile
@@ -213,7 +214,7 @@ class _Encoder:
 
     def _set_items(self, v: Any, path: str) -> list[Any]:
         def key(x: Any) -> str:
-            return json.dumps(_Encoder(self.trusted).enc(x, ""), sort_keys=True)
+            return json.dumps(_Encoder(self.trusted, self.omit).enc(x, ""), sort_keys=True)
 
         if len(v) < 2:
             items = list(v)
@@ -241,6 +242,9 @@ class _Encoder:
                 state, slots = state
             if state is None or isinstance(state, dict):
                 attrs = state or {}
+                left_out = self.omit(type(v)) if self.omit is not None else None
+                if left_out:
+                    attrs = {k: x for k, x in attrs.items() if k not in left_out}
                 if all(k.__class__ is str and k[:1] != "$" for k in attrs):
                     for k, x in attrs.items():
                         out[k] = self.enc(x, f"{path}/{_esc(k)}")
@@ -291,9 +295,12 @@ class _NoGC:
             gc.enable()
 
 
-def encode(fields: dict[str, Any], trusted: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The document for ``{field: value}`` (one reference table for all fields)."""
-    e = _Encoder(tuple(trusted))
+def encode(fields: dict[str, Any], trusted: tuple[str, ...] = (),
+           omit: Callable[[type], Container[str] | None] | None = None) -> dict[str, Any]:
+    """The document for ``{field: value}`` (one reference table for all fields); ``omit(cls)``
+    names attributes of ``cls``'s objects to leave out (a view for comparisons, which
+    :func:`decode` cannot restore)."""
+    e = _Encoder(tuple(trusted), omit)
     out: dict[str, Any] = {FORMAT_KEY: FORMAT_VERSION}
     with _NoGC():
         for name, value in fields.items():
