@@ -169,3 +169,38 @@ def test_verify_names_the_attributes_two_replays_disagree_on():
                        compare={"Journal": ["updated"], "Entry": ["created"]})
     report = verify_spec(fixed, lambda: Episode(fixed), api_checks=False, random_episodes=1, audit=None)
     assert report.verified, report.to_json()["failures"]
+
+
+class Desk:
+    """A help desk whose constructor sets only constants; ``_load_scenario`` loads the tickets."""
+
+    def __init__(self):
+        self.tickets: list = []
+        self.next_id = 1
+
+    def _load_scenario(self, scenario: dict) -> None:
+        self.tickets = [dict(t) for t in scenario.get("tickets", [])]
+        self.next_id = len(self.tickets) + 1
+
+    def close(self, ticket: int) -> str:
+        """Close a ticket.
+
+        Args:
+            ticket: Its id.
+        """
+        self.tickets[ticket - 1]["open"] = False
+        return "closed"
+
+
+def test_a_class_whose_state_is_only_its_constructor_constants_names_its_loader():
+    """Before: imported (an empty desk), and every task failed at run time."""
+    from envfactory import SpecError
+
+    with pytest.raises(SpecError, match=r"Desk: .*Desk\(\).*loader='_load_scenario'"):
+        from_class(Desk, name="Desk-v0", domain="support", config={})
+    with pytest.raises(SpecError, match=r"Desk: .*loader='_load_scenario'"):  # the scenario as constructor arguments
+        from_class(Desk, name="Desk-v0", domain="support", config={"tickets": [{"open": True}]})
+    spec = from_class(Desk, name="Desk-v0", domain="support", loader="_load_scenario",
+                      tasks=[ClassTask("close-1", "Close ticket 1.", {"tickets": [{"open": True}]},
+                                       [call("close", ticket=1)])])
+    assert _gold(spec, "close-1").success

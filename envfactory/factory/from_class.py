@@ -242,8 +242,22 @@ class _Part:
             if config is not None and not isinstance(config, dict):
                 raise SpecError(f"{cls.__name__}: a configuration is a dict of constructor arguments "
                                 f"(or pass loader=...), got {type(config).__name__}")
-            inst = cls(**{**(svc.init or {}), **(config or {})})
+            args = {**(svc.init or {}), **(config or {})}
+            loaders = _loader_methods(cls)
+            try:
+                inst = cls(**args)
+            except TypeError as exc:
+                if not loaders:
+                    raise
+                raise SpecError(f"{cls.__name__}: {cls.__name__}(**config) failed ({exc}); it looks like it loads its "
+                                f"state in a method: pass loader={loaders[0]!r}") from exc
             how = f"{cls.__name__}(**config)"
+            if not args and loaders and getattr(inst, "__dict__", None):
+                # cls() with nothing: the state is what __init__ sets by itself, constants
+                raise SpecError(f"{cls.__name__}: built as {cls.__name__}() with no configuration, its state "
+                                f"holds only the constructor's constants ({', '.join(sorted(vars(inst)))}), and "
+                                f"{cls.__name__}.{loaders[0]} looks like where it loads its state: pass "
+                                f"loader={loaders[0]!r} (or give constructor arguments in config)")
         else:
             inst = cls(**(svc.init or {}))
             if isinstance(svc.loader, str):
@@ -256,14 +270,33 @@ class _Part:
                 svc.loader(inst, {} if config is None else config)
                 how = f"{cls.__name__}() and the loader"
         if not getattr(inst, "__dict__", None) and not any("__slots__" in vars(k) for k in type(inst).__mro__):
-            hints = [n for n, v in vars(cls).items()
-                     if inspect.isfunction(v) and re.search(r"load|setup|scenario|init_|from_", n)
-                     and not n.startswith("__")]
+            hints = _loader_methods(cls, any_name=True)
             hint = (f"; if it loads its state in a method, pass loader={hints[0]!r}" if hints
                     else "; if it loads its state in a method, pass loader='<method name>'")
             raise SpecError(f"{cls.__name__}: the instance exposes no state after {how} "
                             f"(it has no attributes){hint}")
         return inst
+
+
+def _loader_methods(cls: type, any_name: bool = False) -> list[str]:
+    """Methods of ``cls`` that look like where it loads its state from a scenario: taking an
+    argument, named ``*scenario*`` or privately ``_*load*``, ``_*setup*``, ``_*init*`` (a public
+    ``load`` is more likely a tool); with ``any_name``, any method named like a loader."""
+    out = []
+    for k in cls.__mro__[:-1]:
+        for n, v in vars(k).items():
+            if not inspect.isfunction(v) or n.startswith("__") or n in out:
+                continue
+            if any_name:
+                if re.search(r"load|setup|scenario|init_|from_", n):
+                    out.append(n)
+                continue
+            if not ("scenario" in n or (n.startswith("_") and re.search(r"load|setup|init", n))):
+                continue
+            params = list(inspect.signature(v).parameters.values())[1:]
+            if params and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+                out.append(n)
+    return out
 
 
 def _hint_for(p: inspect.Parameter, hints: dict[str, Any]) -> Any:
