@@ -204,3 +204,49 @@ def test_a_class_whose_state_is_only_its_constructor_constants_names_its_loader(
                       tasks=[ClassTask("close-1", "Close ticket 1.", {"tickets": [{"open": True}]},
                                        [call("close", ticket=1)])])
     assert _gold(spec, "close-1").success
+
+
+class Vault:
+    """A vault whose methods answer a wrong argument with an error-shaped value, not an exception."""
+
+    def __init__(self, items: dict | None = None):
+        self.items = dict(items or {})
+
+    def take(self, name: str) -> dict:
+        """Take an item out.
+
+        Args:
+            name: The item.
+        """
+        if name not in self.items:
+            return {"error": f"no item {name}"}
+        return {"took": self.items.pop(name)}
+
+    def shelve(self, name: str) -> str:
+        """Put an item back.
+
+        Args:
+            name: The item.
+        """
+        if name in self.items:
+            return f"Error: {name} is already here"
+        self.items[name] = 1
+        return "ok"
+
+
+def test_an_error_shaped_answer_leaves_read_only_undecided():
+    """Before: ``take`` and ``shelve`` answered every random call with an error-shaped value, left
+    the state unchanged, and were observed read-only (so synthesis and the reads check took the
+    writers for reads)."""
+    from envfactory.factory.from_class import Service, Synthesis
+
+    synthesis = Synthesis(arguments={"take.name": ["ghost"], "shelve.name": ["gold"]}, n_tasks=1)
+    with pytest.warns(UserWarning, match=r"Vault: .*shelve, take.*read_only="):
+        spec = from_class(Vault, name="Vault-v0", domain="vault", config={"items": {"gold": 1}},
+                          synthesis=synthesis)
+    assert not spec.all_tools["take"].read_only and not spec.all_tools["shelve"].read_only
+    assert spec.metadata["read_only_undecided"] == ["shelve", "take"]
+    pinned = from_class(Service(Vault, read_only=["take"]), name="Vault-v1", domain="vault",
+                        config={"items": {"gold": 1}}, synthesis=synthesis)  # pinned: no warning
+    assert pinned.all_tools["take"].read_only and not pinned.all_tools["shelve"].read_only
+    assert pinned.metadata["read_only_undecided"] == []

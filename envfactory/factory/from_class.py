@@ -50,6 +50,7 @@ import json
 import random
 import re
 import typing
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence, cast
 
@@ -494,19 +495,23 @@ def class_tools(
 
 
 def observe_read_only(tools: Sequence[Tool], synth: SynthConfig, *, seed: int = 0, walks: int = 24,
-                      length: int = 6) -> dict[str, bool]:
+                      length: int = 6) -> dict[str, bool | None]:
     """Which tools change the state, by watching them rather than by their names.
 
     Random walks (``walks`` of ``length`` calls, arguments drawn as task synthesis
     draws them) from sampled initial states; a tool that changed the state once is
-    not read-only; one that ran without error and never changed it is. Tools that
-    never ran without error are left out (their names decide)."""
+    not read-only; one that ran without error and never changed it is. A call that
+    returns an error-shaped value (``"Error: ..."``, ``{"error": ...}``) without changing
+    the state shows nothing either way: a tool seen only so is undecided (``None``; a
+    method that answers a wrong argument with an error value would otherwise look like a
+    reader). Tools that never ran without raising are left out (their names decide)."""
     from ..state import copy_state, state_hash
     from .arguments import draw_arguments
 
     rng = random.Random(f"observe/{seed}")
     changed: set[str] = set()
     ran: set[str] = set()
+    failed: set[str] = set()  # answered with an error-shaped value, state unchanged
     for _ in range(walks):
         state = synth.sample_state(rng)
         for _ in range(length):
@@ -516,13 +521,34 @@ def observe_read_only(tools: Sequence[Tool], synth: SynthConfig, *, seed: int = 
                 continue
             before = state_hash(state)
             trial = copy_state(state)
-            if not t.invoke(trial, args).ok:
+            out = t.invoke(trial, args)
+            if not out.ok:
                 continue
-            ran.add(t.name)
             if state_hash(trial) != before:
                 changed.add(t.name)
                 state = trial
-    return {n: n not in changed for n in ran | changed}
+            elif _error_shaped(out.content):
+                failed.add(t.name)
+            else:
+                ran.add(t.name)
+    seen: dict[str, bool | None] = {n: None for n in failed}
+    seen.update({n: n not in changed for n in ran | changed})
+    return seen
+
+
+_ERROR_START = re.compile(r"\s*(error\b|\{\s*['\"]error['\"]\s*:)", re.IGNORECASE)
+
+
+def _error_shaped(text: str) -> bool:
+    """Whether a method's result reads as a failure it returned rather than raised."""
+    if _ERROR_START.match(text):
+        return True
+    if text[:1] == "{" and '"error"' in text:
+        try:
+            return "error" in json.loads(text)
+        except ValueError:
+            return False
+    return False
 
 
 def _config_sampler(config: Any) -> Callable[[random.Random], Any]:
@@ -581,10 +607,12 @@ def from_class(
         errors: ``"message"``: a method's exception shows as ``Error: <its message>``;
             ``"detailed"``: ``Error: tool 'x' failed: ValueError: <message>``.
         read_only: ``"observe"`` (the default): decided by watching random walks over the
-            tools (:func:`observe_read_only`; a tool that never ran without error falls back
-            to its name); or the methods (or tool names) that never change the state; or
+            tools (:func:`observe_read_only`; a tool that never ran without raising falls back
+            to its name, and so does one seen only returning an error-shaped value, ``"Error: ..."``
+            or ``{"error": ...}``, which a ``UserWarning`` and ``spec.metadata["read_only_undecided"]``
+            name); or the methods (or tool names) that never change the state; or
             ``None``: by name prefix (``get_``, ``list_``, ...). A :class:`Service`'s own
-            ``read_only`` wins for its methods.
+            ``read_only`` wins for its methods (it pins them; the others are observed).
         require_reads: Whether a given task's success also needs the results its reference
             solution's reads returned to appear among the episode's tool results
             (:class:`ReadsCheck`): ``"auto"`` (default) for tasks whose reference leaves the
@@ -719,6 +747,7 @@ def from_class(
             p.svc = svc
     tools: list[Tool] = []
     owner: dict[str, str] = {}
+    pinned: set[str] = set()  # a Service's own read_only decides its tools; observation, the rest
     for part in parts:
         svc = part.svc
         ro = set(svc.read_only) if svc.read_only is not None else None
@@ -732,6 +761,8 @@ def from_class(
                     f"'{part.key}_')) or exclude one")
             owner[tname] = f"{part.cls.__name__}.{m}"
             is_ro = (m in ro or tname in ro) if ro is not None else m.startswith(READ_PREFIXES)
+            if ro is not None:
+                pinned.add(tname)
             tools.append(_method_tool(part.cls, m, tool_name=tname, read_only=is_ro, bind=bind,
                                       validation=validation, render=render, errors=errors))
     if not tools:
@@ -786,15 +817,30 @@ def from_class(
         sample_state=lambda rng: make_state(sample(rng)),
         arguments=dict(synthesis.arguments), prefix=name.split("-")[0].lower(),
     )
+    undecided: list[str] = []
     if observe:
         seen = observe_read_only(tools, synth, seed=seed)
         for t in tools:
-            if t.name in seen:
-                t.read_only = seen[t.name]
+            if t.name in pinned:
+                continue
+            verdict = seen.get(t.name)
+            if verdict is not None:
+                t.read_only = verdict
+            elif t.name in seen:
+                undecided.append(t.name)
+        if undecided:
+            undecided.sort()
+            warnings.warn(
+                f"{label}: could not observe whether {', '.join(undecided)} change the state (every random "
+                f"call that did not raise answered with an error value and changed nothing); their names "
+                f"decide (read-only: {[n for n in undecided if by_name[n].read_only]}); pin the read-only "
+                f"methods with read_only=[...] or Service(cls, read_only=[...]), or give Synthesis(arguments=...) "
+                f"that make them succeed", UserWarning, stacklevel=2)
     spec = ToolEnvSpec(name=name, domain=domain, state_type=state_type, tools=tools, tasks=[],
                        description=description or (inspect.getdoc(classes[0]) or "").split("\n")[0],
                        max_turns=max_turns,
                        metadata={"synth": synth, "state_from_config": make_state, "compare": comparison,
+                                 "read_only_undecided": undecided,
                                  "services": {p.key: f"{p.cls.__module__}.{p.cls.__qualname__}" for p in parts},
                                  "source": "class " + ", ".join(f"{c.__module__}.{c.__qualname__}"
                                                                 for c in classes)})
