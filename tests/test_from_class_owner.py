@@ -139,6 +139,24 @@ def test_a_private_clock_stamp_does_not_fail_the_gold_replay():
     assert not _gold(strict).success  # the whole state, clock included: what "all" asks for
 
 
+def test_synthesized_tasks_compare_as_the_owner_does_too():
+    """Before: a synthesized task's check held every leaf its walk changed, the clock stamp
+    included, so no later replay of its reference passed."""
+    from envfactory.factory.from_class import Synthesis
+
+    for cls, compare in ((Ledger, "auto"), (Journal, {"Journal": ["updated"], "Entry": ["created"]}),
+                         (OwnedJournal, "auto")):
+        spec = from_class(cls, name=f"{cls.__name__}Synth-v0", domain="books", config={"entries": ["milk"]},
+                          compare=compare, read_only=None,
+                          synthesis=Synthesis(arguments={"item": ["tea", "jam", "rye"]}, n_tasks=3))
+        tasks = spec.get_tasks()
+        assert tasks
+        time.sleep(0.002)
+        for t in tasks:
+            assert _gold(spec, t.id).success, (cls.__name__, t.id)
+            assert not play(Episode(spec), ScriptPolicy([], finish=True), t.id).success
+
+
 def test_the_owner_can_leave_out_per_run_values_or_bring_an_equality():
     journal = from_class(Journal, name="Journal-v0", domain="books", tasks=_tasks())
     time.sleep(0.002)

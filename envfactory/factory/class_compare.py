@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass, field
 from typing import Any, Callable, Container, Iterable, Literal, Mapping
 
 from ..definition import SpecError
-from ..state import state_hash
+from ..state import canonical_json, leaf_at, state_hash
+from .checks import ChangeCheck
 from .pystate import encode
 
-__all__ = ["Compare", "Comparison", "MatchesReference"]
+__all__ = ["Compare", "Comparison", "MatchesReference", "OwnerChangeCheck"]
 
 Compare = Literal["auto", "public", "all"] | Mapping[str, Iterable[str]] | Callable[[Any, Any], bool]
 
@@ -86,9 +88,42 @@ class Comparison:
         self.omit_types = omit_types
         self.whole = self.judge is None and not any(self.eq) and not omit_types and not self.omit_names
         """Whether this is the whole state's hash (the engine's own comparison)."""
+        self.by_content = self.judge is None and not any(self.eq)
+        """Whether :meth:`view` alone decides (no instances to keep for an equality)."""
 
     def _omit(self, cls: type) -> Container[str] | None:
         return self.omit_types.get(cls) or self.omit_names.get(cls.__name__)
+
+    def narrow(self, check: ChangeCheck, final: Any) -> Callable[[Any], bool]:
+        """A synthesized task's check (the leaves its walk changed, valued as in ``final``) made to
+        judge only what this comparison compares: the leaves of left-out attributes dropped; an
+        owner's equality judges the whole final state instead."""
+        if self.whole:
+            return check
+        if not self.by_content:
+            return MatchesReference(final, self)
+        root = json.loads(canonical_json(final))
+        by_name = {**{c.__name__: o for c, o in self.omit_types.items()}, **self.omit_names}
+        kept = tuple((p, _strip(v, by_name)) for p, v in check.expected if self._judged(root, p, by_name))
+        return OwnerChangeCheck(kept, by_name)
+
+    def _judged(self, root: Any, path: tuple[str, ...], by_name: Mapping[str, Container[str]]) -> bool:
+        """Whether the leaf at ``path`` of a state's canonical JSON is compared."""
+        if self.parts[0][0] is None:  # a state of attributes: the path starts with a field
+            omit = self._omit(self.parts[0][1])
+            attr = next((a for a, f in self.mapping.items() if f == path[0]), None)
+            if omit and attr is not None and attr in omit:
+                return False
+        node = root
+        for k in path:
+            if not isinstance(node, dict):
+                return True
+            if "$class" in node:
+                omit = by_name.get(_class_name(node["$class"]))
+                if omit and k in omit:
+                    return False
+            node = node.get(k)
+        return True
 
     def _instances(self, state: Any) -> list[Any]:
         d = state.__dict__
@@ -119,7 +154,7 @@ class Comparison:
         if self.judge is not None:  # the owner's function decides; nothing is compared by content
             return ""
         doc = encode(self._fields(state), self.trusted, omit=self._omit)
-        return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     def same(self, a: Any, b: Any, b_view: str | None = None) -> bool:
         """Whether ``a`` and ``b`` are the same world, as the classes' owners would say."""
@@ -178,6 +213,28 @@ def _diff(x: Any, y: Any, owner: str, attr: str, out: set[str]) -> None:
             _diff(p, q, owner, attr, out)
         return
     out.add(f"{owner}.{attr}")
+
+
+def _strip(node: Any, omit: Mapping[str, Container[str]]) -> Any:
+    """JSON data (a canonical state's leaf) without the attributes ``omit`` leaves out, by class name."""
+    if isinstance(node, dict):
+        left_out = omit.get(_class_name(node["$class"])) if "$class" in node else None
+        return {k: _strip(v, omit) for k, v in node.items() if not (left_out and k in left_out)}
+    if isinstance(node, list):
+        return [_strip(v, omit) for v in node]
+    return node
+
+
+@dataclass(frozen=True, eq=False)
+class OwnerChangeCheck(ChangeCheck):
+    """A synthesized task's :class:`~.checks.ChangeCheck` that leaves out, inside its leaves too,
+    the attributes a :class:`Comparison` leaves out (``omit``: class name -> attributes)."""
+
+    omit: Mapping[str, Container[str]] = field(default_factory=dict)
+
+    def __call__(self, state: Any) -> bool:
+        root = json.loads(canonical_json(state))
+        return all(_strip(leaf_at(root, path), self.omit) == want for path, want in self.expected)
 
 
 class MatchesReference:

@@ -61,6 +61,7 @@ from ..state import State
 from ..task import Task, ToolCall
 from ..tooling import _REQUIRED, Tool, ToolError, _render_result, make_tool
 from .arguments import ArgSource
+from .checks import ChangeCheck
 from .class_compare import Compare, Comparison, MatchesReference
 from .pystate import (PyState, PyStateError, decode, encode, lazy_state_copy, note_result, own, record_results,
                       result_digest, seen_results, trusted_for)
@@ -780,26 +781,30 @@ def from_class(
         if isinstance(task.check, ReadsCheck):
             return task
         need_reads = not (wanted is False or (wanted is None and require_reads == "never"))
-        need_match = task.check is None and not comparison.whole
+        need_match = not comparison.whole and (task.check is None or isinstance(task.check, ChangeCheck))
         if not need_reads and not need_match:
             return task
         from ..state import copy_state, state_hash
 
+        def mark(state: Any) -> tuple[Any, str]:  # what comparison.same needs of the state as it is now
+            return (None if comparison.by_content else copy_state(state)), comparison.view(state)
+
         s = record_results(copy_state(task.initial_state))
-        start = copy_state(s)
+        start = mark(s)
         reads: list[tuple[str, str]] = []
         for c in task.solution:
             t = by_name.get(c.name)
             if t is None:  # not ours to judge: the replay at registration reports it
                 return task
-            before = copy_state(s)
-            before_view = comparison.view(s)
+            before = mark(s)
             out = t.invoke(s, c.arguments)
-            if out.ok and comparison.same(s, before, before_view):
+            if out.ok and comparison.same(s, *before):
                 reads.append((c.name, result_digest(out.content)))
-        check = MatchesReference(s, comparison) if need_match else task.check
+        check = task.check
+        if need_match:
+            check = MatchesReference(s, comparison) if check is None else comparison.narrow(check, s)
         if not need_reads or not reads or (wanted is None and require_reads == "auto"
-                                            and not comparison.same(s, start)):
+                                            and not comparison.same(s, *start)):
             return task if check is task.check else task.model_copy(update={"check": check})
         return task.model_copy(update={"check": ReadsCheck(reads, state_hash(s), check),
                                        "initial_state": record_results(copy_state(task.initial_state))})
