@@ -52,18 +52,19 @@ class Comparison:
     """How :func:`~.from_class.from_class` compares two of an environment's states.
 
     Args:
-        parts: ``(state field, class)`` per service (one field holding the instance), or the
-            one class's ``(None, class)`` when the state has a field per attribute.
+        parts: ``(state field, class)`` per service (a field holding the instance), or the one
+            class's ``("", class)`` when the state has a field per attribute (``mapping``).
         probes: An instance per part (what ``"auto"`` looks at).
         compare: See the module's docstring.
-        mapping: ``{attribute: state field}`` for a state of attributes.
+        mapping: ``{attribute: state field}`` for a state of attributes, else empty.
         trusted: The modules whose classes snapshots may name.
     """
 
-    def __init__(self, parts: list[tuple[str | None, type]], probes: list[Any], compare: Compare,
+    def __init__(self, parts: list[tuple[str, type]], probes: list[Any], compare: Compare,
                  mapping: dict[str, str], trusted: tuple[str, ...]) -> None:
         self.parts = parts
         self.mapping = mapping
+        self.attributes = bool(mapping)
         self.trusted = trusted
         self.judge: Callable[[Any, Any], bool] | None = None
         self.eq: list[bool] = [False] * len(parts)
@@ -109,7 +110,7 @@ class Comparison:
 
     def _judged(self, root: Any, path: tuple[str, ...], by_name: Mapping[str, Container[str]]) -> bool:
         """Whether the leaf at ``path`` of a state's canonical JSON is compared."""
-        if self.parts[0][0] is None:  # a state of attributes: the path starts with a field
+        if self.attributes:  # the path starts with a field
             omit = self._omit(self.parts[0][1])
             attr = next((a for a, f in self.mapping.items() if f == path[0]), None)
             if omit and attr is not None and attr in omit:
@@ -129,10 +130,10 @@ class Comparison:
         d = state.__dict__
         out = []
         for key, cls in self.parts:
-            if key is not None:
+            if not self.attributes:
                 out.append(d[key])
             else:  # a state of attributes: the instance, rebuilt around the fields' values
-                inst = object.__new__(cls)
+                inst: Any = object.__new__(cls)
                 inst.__dict__.update({a: d[f] for a, f in self.mapping.items()})
                 out.append(inst)
         return out
@@ -140,7 +141,7 @@ class Comparison:
     def _fields(self, state: Any) -> dict[str, Any]:
         """The state's fields as compared by content (the parts judged by an equality left out)."""
         d = state.__dict__
-        if self.parts[0][0] is None:
+        if self.attributes:
             if self.eq[0]:
                 return {}
             omit = self._omit(self.parts[0][1]) or ()
@@ -171,7 +172,7 @@ class Comparison:
         every attribute looked at, whatever the comparison leaves out."""
         names: set[str] = set()
         da, db = encode(a.__dict__, self.trusted), encode(b.__dict__, self.trusted)
-        if self.parts[0][0] is None:
+        if self.attributes:
             cls_name = self.parts[0][1].__name__
             for attr, f in self.mapping.items():
                 _diff(da.get(f), db.get(f), cls_name, attr, names)

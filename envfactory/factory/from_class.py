@@ -730,7 +730,7 @@ def from_class(
         return build_state([p.instance(c) for p, c in zip(parts, configs_of(cfg))])
 
     probe_state = build_state(probes)
-    comparison = Comparison([(p.key if graph else None, p.cls) for p in parts], probes, compare, mapping, trusted)
+    comparison = Comparison([(p.key if graph else "", p.cls) for p in parts], probes, compare, mapping, trusted)
     try:  # fail now, naming the place, rather than at the first snapshot
         doc = encode(probe_state.__dict__, trusted)
         again = encode(decode(doc, trusted), trusted)
@@ -802,7 +802,8 @@ def from_class(
                 reads.append((c.name, result_digest(out.content)))
         check = task.check
         if need_match:
-            check = MatchesReference(s, comparison) if check is None else comparison.narrow(check, s)
+            check = (comparison.narrow(task.check, s) if isinstance(task.check, ChangeCheck)
+                     else MatchesReference(s, comparison))
         if not need_reads or not reads or (wanted is None and require_reads == "auto"
                                             and not comparison.same(s, *start)):
             return task if check is task.check else task.model_copy(update={"check": check})
