@@ -7,7 +7,8 @@ Checks (each failure names the check and, where it applies, the task):
   and an object schema, and no two roles have different tools of one name;
 * ``tasks``: at least one task, every (joint) reference solution replays without tool errors;
 * ``tool_determinism``: each reference call, run twice on equal states, gives
-  equal observations and states;
+  equal observations and states (for an environment of classes, states compared as
+  ``from_class(compare=...)`` says; a failure names the attributes that differ);
 * ``reference``: the oracle (each role plays its steps of the reference
   solution) succeeds on every task, with reward 1 unless the environment has
   a payoff; teams in turn order (AEC) and with simultaneous moves (Parallel);
