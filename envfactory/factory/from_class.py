@@ -236,6 +236,7 @@ class _Part:
         self.svc = svc
         self.cls = svc.cls
         self.key = key
+        self.loaders = _loader_methods(svc.cls) if svc.loader is None else []  # for the error messages
 
     def instance(self, config: Any) -> Any:
         svc, cls = self.svc, self.cls
@@ -245,7 +246,7 @@ class _Part:
                 raise SpecError(f"{cls.__name__}: a configuration is a dict of constructor arguments "
                                 f"(or pass loader=...), got {type(config).__name__}")
             args = {**(svc.init or {}), **(config or {})}
-            loaders = _loader_methods(cls)
+            loaders = self.loaders
             try:
                 inst = cls(**args)
             except TypeError as exc:
