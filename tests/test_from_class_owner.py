@@ -223,6 +223,27 @@ def test_a_class_whose_state_is_only_its_constructor_constants_names_its_loader(
                                        [call("close", ticket=1)])])
     assert _gold(spec, "close-1").success
 
+    class Board:  # builds its whole state itself, through a helper named like a loader
+        def __init__(self):
+            self.cells: list = []
+            self._setup(3)
+
+        def _setup(self, size: int) -> None:
+            self.cells = [0] * size
+
+        def mark(self, cell: int) -> str:
+            """Mark a cell.
+
+            Args:
+                cell: The cell.
+            """
+            self.cells[cell] = 1
+            return "marked"
+
+    board = from_class(Board, name="Board-v0", domain="games", read_only=None,
+                       tasks=[ClassTask("mark-0", "Mark cell 0.", {}, [call("mark", cell=0)])])
+    assert _gold(board, "mark-0").success
+
 
 class Vault:
     """A vault whose methods answer a wrong argument with an error-shaped value, not an exception."""

@@ -284,8 +284,13 @@ class _Part:
 def _loader_methods(cls: type, any_name: bool = False) -> list[str]:
     """Methods of ``cls`` that look like where it loads its state from a scenario: taking an
     argument, named ``*scenario*`` or privately ``_*load*``, ``_*setup*``, ``_*init*`` (a public
-    ``load`` is more likely a tool); with ``any_name``, any method named like a loader."""
-    out = []
+    ``load`` is more likely a tool), that the constructor does not call itself; with ``any_name``,
+    any method named like a loader."""
+    out: list[str] = []
+    try:  # a method the constructor calls is how it builds its state, not a loader left out
+        init_source = inspect.getsource(cls.__init__) if inspect.isfunction(cls.__init__) else ""
+    except (OSError, TypeError):
+        init_source = ""
     for k in cls.__mro__[:-1]:
         for n, v in vars(k).items():
             if not inspect.isfunction(v) or n.startswith("__") or n in out:
@@ -297,7 +302,8 @@ def _loader_methods(cls: type, any_name: bool = False) -> list[str]:
             if not ("scenario" in n or (n.startswith("_") and re.search(r"load|setup|init", n))):
                 continue
             params = list(inspect.signature(v).parameters.values())[1:]
-            if params and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+            if params and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD) \
+                    and not re.search(rf"\b{n}\b", init_source):
                 out.append(n)
     return out
 
