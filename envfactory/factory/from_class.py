@@ -288,7 +288,8 @@ def _loader_methods(cls: type, any_name: bool = False) -> list[str]:
     any method named like a loader."""
     out: list[str] = []
     try:  # a method the constructor calls is how it builds its state, not a loader left out
-        init_source = inspect.getsource(cls.__init__) if inspect.isfunction(cls.__init__) else ""
+        init = inspect.getattr_static(cls, "__init__", None)
+        init_source = inspect.getsource(init) if inspect.isfunction(init) else ""
     except (OSError, TypeError):
         init_source = ""
     for k in cls.__mro__[:-1]:
