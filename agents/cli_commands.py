@@ -190,6 +190,7 @@ def _pretrain_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--envs", default=None,
                    help="only these environments, comma-separated (default: every single-agent one)")
     p.add_argument("--cache-dir", default=None, help="model cache folder (default: $ENVFACTORY_CACHE/models)")
+    p.add_argument("--device", default="cpu", help="torch device to train on (cpu, cuda, ...)")
 
 
 def _pretrain_run(args: argparse.Namespace) -> Result:
@@ -199,7 +200,7 @@ def _pretrain_run(args: argparse.Namespace) -> Result:
     config = {"envs": sorted({n.strip() for n in args.envs.split(",") if n.strip()})} if args.envs else None
     try:
         doc = pretrain(seed=args.seed, steps=args.steps, cache_dir=args.cache_dir, config=config,
-                       log=lambda m: print(m, file=sys.stderr, flush=True))
+                       log=lambda m: print(m, file=sys.stderr, flush=True), device=args.device)
     except (KeyError, ValueError) as exc:
         return 2, {"error": str(exc)}, f"error: {exc}"
     text = (f"{doc['path']}{' (cached)' if doc['cached'] else ''}\n"

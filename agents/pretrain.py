@@ -413,6 +413,13 @@ def _shared_rows(plays: list[Play], encode: Callable[[str], list[int]], n_rows: 
     return _Rows(ids, pos, seg, labels)
 
 
+def rows_on(rows: _Rows, device: str) -> _Rows:
+    """``rows`` with their tensors on ``device`` (the same object on the CPU)."""
+    if str(device) == "cpu":
+        return rows
+    return _Rows(rows.ids.to(device), rows.pos.to(device), rows.seg.to(device), rows.labels.to(device))
+
+
 def _loss_sums(model: Any, rows: _Rows, i: int, n: int) -> tuple[Any, Any]:
     """Next-token losses at every position of rows ``i .. i+n`` and where they count (labels != -100)."""
     import torch
@@ -452,7 +459,7 @@ def _key(base: str, chash: str, cfg: dict[str, Any], seed: int) -> str:
 
 
 def _train(dest: Path, base: str, plays: list[Play], cfg: dict[str, Any], seed: int,
-           log: Callable[[str], None]) -> dict[str, Any]:
+           log: Callable[[str], None], device: str = "cpu") -> dict[str, Any]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -484,6 +491,8 @@ def _train(dest: Path, base: str, plays: list[Play], cfg: dict[str, Any], seed: 
         # the held-out slice: the same for every seed, each play scored as a rollout sees it
         held_rows = _shared_rows(held, encode, max(1, cfg["heldout_tokens"] // 2048), 2048, pad, random.Random(0))
         rows = _shared_rows(train, encode, steps * batch, seq_len, pad, random.Random(seed))
+        model.to(device)
+        held_rows, rows = rows_on(held_rows, device), rows_on(rows, device)
         decay = [p for p in model.parameters() if p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
@@ -518,6 +527,7 @@ def _train(dest: Path, base: str, plays: list[Play], cfg: dict[str, Any], seed: 
                     f"({time.perf_counter() - t0:.0f}s)")
         after = lm_loss(model, held_rows)
         model.eval()
+        model.to("cpu")
         for f in Path(base).iterdir():
             if f.is_file() and f.name != "model.safetensors":
                 shutil.copy(f, dest / f.name)
@@ -533,7 +543,7 @@ def _train(dest: Path, base: str, plays: list[Play], cfg: dict[str, Any], seed: 
             "loss_before": round(before[0], 4), "loss_after": round(after[0], 4),
             "conversation_loss_before": round(before[1], 4), "conversation_loss_after": round(after[1], 4),
             "train_loss_first": round(train_losses[0], 4), "train_loss_last": round(train_losses[-1], 4),
-            "seconds": seconds, "torch": torch.__version__,
+            "seconds": seconds, "torch": torch.__version__, "device": str(device),
         }
         (dest / "envfactory-tiny.json").write_text(json.dumps(info, indent=2, default=list))
         log(f"pretrain: held-out loss {before[0]:.3f} -> {after[0]:.3f} (conversations {before[1]:.3f} -> "
@@ -544,8 +554,13 @@ def _train(dest: Path, base: str, plays: list[Play], cfg: dict[str, Any], seed: 
 
 
 def pretrain(seed: int = 0, steps: int | None = None, cache_dir: str | os.PathLike[str] | None = None, *,
-             config: dict[str, Any] | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+             config: dict[str, Any] | None = None, log: Callable[[str], None] | None = None,
+             device: str = "cpu") -> dict[str, Any]:
     """Pretrain (or reuse from the cache) the tiny model of ``seed``; a report of it.
+
+    ``device``: where it trains (``"cuda"`` on a GPU machine); the saved model is the same
+    folder either way (the cache key does not hold the device: a checkpoint trained on a GPU
+    differs from the CPU one by floating-point order only, and is reused on the CPU).
 
     Returns:
         ``{"path", "corpus_hash", "loss_before", "loss_after", "seconds", "cached", ...}``: the
@@ -577,7 +592,7 @@ def pretrain(seed: int = 0, steps: int | None = None, cache_dir: str | os.PathLi
     marker = dest / "envfactory-tiny.json"
     cached = marker.exists()
     if not cached:
-        publish_folder(dest, marker.name, lambda tmp: _train(tmp, base, plays, cfg, seed, log))
+        publish_folder(dest, marker.name, lambda tmp: _train(tmp, base, plays, cfg, seed, log, device))
     info = json.loads(marker.read_text())["pretrain"]
     return {"path": str(dest), "cached": cached, "elapsed": round(time.perf_counter() - t0, 1), **info}
 

@@ -43,8 +43,9 @@ READER_CONFIG: dict[str, Any] = {
     "batch": 1,           # rows per step
     "seq_len": 2048,      # positions per row: one opening and the plays after it
     "pretrained": True,   # start from the pretrained tiny model (False: the random build, for tests)
+    "base_seed": 0,       # which pretrained checkpoint every seed starts from (None: the seed's own)
 }
-"""The default recipe (all of it is part of the cache key)."""
+"""The default recipe (all of it is part of the cache key; the base through its folder)."""
 
 
 def reader_plays(tokenizer: Any, cfg: dict[str, Any], seed: int) -> list[Any]:
@@ -78,13 +79,22 @@ def reader_plays(tokenizer: Any, cfg: dict[str, Any], seed: int) -> list[Any]:
 
 
 def base_model(seed: int, config: dict[str, Any] | None = None) -> str:
-    """The model reader SFT starts from: the pretrained tiny model of ``seed`` (or the random build
-    when ``config["pretrained"]`` is false)."""
+    """The model reader SFT starts from: one pretrained checkpoint for every seed, that of
+    ``config["base_seed"]`` (the seed's own when it is ``None``), or the random build of ``seed``
+    when ``config["pretrained"]`` is false.
+
+    One checkpoint, as a study of fine-tuning starts every seed from one published model: the
+    seeds vary the SFT data, its order and everything after. Pretraining seeds differ in whether
+    they learn to copy at all: from checkpoint 1, reader SFT left its first call on the wrong
+    item (greedy 0.00 of 40 unseen tasks after 400 steps), from checkpoint 0 the same SFT data
+    and order reached 0.80 (``benchmarks/results/RESULTS.md``)."""
     from .pretrain import pretrained_tiny_model
     from .tiny import build_tiny_model
 
     cfg = {**READER_CONFIG, **(config or {})}
-    return pretrained_tiny_model(seed=seed) if cfg["pretrained"] else build_tiny_model(seed=seed)
+    if not cfg["pretrained"]:
+        return build_tiny_model(seed=seed)
+    return pretrained_tiny_model(seed=seed if cfg["base_seed"] is None else cfg["base_seed"])
 
 
 def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_dir: str | os.PathLike[str] | None = None,
@@ -103,13 +113,14 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .pretrain import _loss_sums, _shared_rows, assistant_mask
+    from .pretrain import _loss_sums, _shared_rows, assistant_mask, rows_on
     from .tiny import cache_root, publish_folder
 
     cfg = {**READER_CONFIG, **(config or {})}
     say = log or (lambda m: None)
     base = base_model(seed, cfg)
-    key = hashlib.sha256(json.dumps({"format": _FORMAT, "base": os.path.basename(base), "cfg": cfg, "seed": seed},
+    recipe = {k: v for k, v in cfg.items() if k != "base_seed"}  # the base is keyed by its folder
+    key = hashlib.sha256(json.dumps({"format": _FORMAT, "base": os.path.basename(base), "cfg": recipe, "seed": seed},
                                     sort_keys=True).encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "models"
     dest = root / f"tiny-qwen2-reader-{key}"
@@ -131,7 +142,7 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
                         assistant_only=True)
     say(f"reader sft (seed {seed}): {len(plays)} reference plays, {steps} steps of {cfg['batch']} rows "
         f"(~{per_row} plays each) ({time.perf_counter() - t0:.0f}s)")
-    rows = _on(rows, device)
+    rows = rows_on(rows, device)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, attn_implementation="sdpa").to(device)
     model.train()
@@ -162,14 +173,7 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
              "steps": steps, "nll_first": round(losses[0], 4), "nll_last": round(losses[-1], 4),
              "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
 
+    model.to("cpu")
     publish_folder(dest, "envfactory-reader.json", save)
     say(f"reader sft (seed {seed}): done in {time.perf_counter() - t0:.0f}s")
     return str(dest)
-
-
-def _on(rows: Any, device: str) -> Any:
-    if device == "cpu":
-        return rows
-    from .pretrain import _Rows
-
-    return _Rows(rows.ids.to(device), rows.pos.to(device), rows.seg.to(device), rows.labels.to(device))
