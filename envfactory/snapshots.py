@@ -162,7 +162,7 @@ def check_referee(snap: dict[str, Any], agents: tuple[str, ...]) -> None:
     if not _int(snap.get("round"), 1):
         raise SnapshotError(f"snapshot field 'round': an integer of at least 1, got {str(snap.get('round'))[:80]!r}")
     pos = snap.get("pos")
-    if not (_int(pos) and pos <= len(agents)):
+    if not (pos.__class__ is int and 0 <= pos <= len(agents)):
         raise SnapshotError(f"snapshot field 'pos': an integer from 0 to {len(agents)}, got {str(pos)[:80]!r}")
     _per_agent("transcripts", snap.get("transcripts"), agents, _messages, "a list of messages")
     _per_agent("last_tool", snap.get("last_tool"), agents, _messages, "a list of messages")

@@ -502,7 +502,7 @@ def _check_call(ref: str, func: Any, args: list[Any], path: str) -> None:
             m = _EXPONENT.search(a)
             digits = m.group(1).replace("_", "") if m else ""
             if digits.lstrip("+-") and abs(int(digits[:12])) > MAX_DECODE_EXPONENT:
-                why = f"a Fraction of exponent {m.group(1)[:12]}"
+                why = f"a Fraction of exponent {digits[:12]}"
         if why:
             raise PyStateError(f"{path}: refusing {ref}(...): it would make {why} (the limits are "
                                f"envfactory.factory.pystate.MAX_DECODE_SIZE = {MAX_DECODE_SIZE:,} and "
