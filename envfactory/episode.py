@@ -650,7 +650,10 @@ class Episode(Environment):
         if snapshot.get("env") != self.spec.name:
             raise SnapshotError(f"snapshot is of {snapshot.get('env')!r}; this environment is {self.spec.name!r}")
         check_seal(snapshot)
-        snap = json.loads(json.dumps(snapshot))
+        try:
+            snap = json.loads(json.dumps(snapshot))
+        except RecursionError:
+            raise SnapshotError("not a snapshot: nested too deep") from None
         check_referee(snap, tuple(self.agents))
         try:
             task = self.spec.task(snap["task_id"])

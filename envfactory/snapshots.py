@@ -53,8 +53,8 @@ def _canonical(snapshot: dict[str, Any]) -> bytes:
     body = {k: v for k, v in snapshot.items() if k != MAC_FIELD}
     try:
         return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
-    except (TypeError, ValueError) as exc:
-        raise SnapshotError(f"not a snapshot: it is not JSON data ({exc})") from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise SnapshotError(f"not a snapshot: it is not JSON data ({type(exc).__name__}: {exc})") from None
 
 
 def _mac(snapshot: dict[str, Any]) -> str:

@@ -531,8 +531,13 @@ def decode(doc: dict[str, Any], trusted: tuple[str, ...] = ()) -> dict[str, Any]
     if version != FORMAT_VERSION:
         raise PyStateError(f"not a pystate document of version {FORMAT_VERSION} (got {version!r})")
     d = _Decoder(doc, tuple(trusted))
-    with _NoGC():
-        return {k: d.dec(x, "/" + _esc(k)) for k, x in doc.items() if k != FORMAT_KEY}
+    try:
+        with _NoGC():
+            return {k: d.dec(x, "/" + _esc(k)) for k, x in doc.items() if k != FORMAT_KEY}
+    except PyStateError:
+        raise
+    except Exception as exc:  # a malformed document: wrong shapes under the tags, nested too deep
+        raise PyStateError(f"not a valid pystate document: {type(exc).__name__}: {str(exc)[:500]}") from None
 
 
 # -- copying ----------------------------------------------------------------------------------

@@ -52,3 +52,20 @@ def test_the_decoder_still_builds_small_values():
     rng.random()
     again = pystate.decode(pystate.encode({"r": rng}))["r"]
     assert again.random() == rng.random()
+
+
+@pytest.mark.parametrize("value", [
+    {"$reduce": "builtins:list", "$args": [], "$kv": [[1, 2]]},   # list[1] = 2: IndexError
+    {"$reduce": "builtins:dict", "$args": [], "$items": [1]},     # a dict has no append
+    {"$reduce": "builtins:bytearray", "$args": [], "$state": {"a": 1}},  # no __dict__ to update
+    {"$tuple": 5},
+    {"$dict": 5},
+    {"$bytes": 5},
+    {"$reduce": "builtins:list", "$args": 5},
+])
+def test_a_malformed_document_is_a_pystate_error(value):
+    """Whatever is wrong in a document, loading it is a PyStateError (a ValueError, which pydantic
+    reports as a validation error and restore as a SnapshotError), never a TypeError or an
+    AttributeError from inside the decoder."""
+    with pytest.raises(pystate.PyStateError):
+        _decode(value)

@@ -160,3 +160,13 @@ def test_a_restored_world_state_is_decoded_under_the_limits():
     snap["state"][field] = BOMB  # tests/adversarial/test_snapshot_decoding.py
     with pytest.raises(SnapshotError, match="refus"):
         Episode(spec).restore(sign_snapshot(snap))
+
+
+def test_a_deeply_nested_snapshot_is_refused_not_a_recursion_error():
+    snap = _counter(1).snapshot()
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    snap["state"] = {"value": deep}
+    with pytest.raises(SnapshotError):
+        envfactory.make("Counter-v0").restore(snap)
