@@ -642,7 +642,7 @@ class Episode(Environment):
         Raises:
             SnapshotError: not a snapshot of this environment, edited (its seal does not match),
                 a referee field of the wrong type, a verdict contradicting the ending, or a
-                state the world refuses. The episode is then unchanged.
+                state the world refuses. Every check but the world's runs before anything changes.
         """
         if not isinstance(snapshot, dict) or snapshot.get("format") != SNAPSHOT_FORMAT:
             raise SnapshotError(f"not an envfactory snapshot of format {SNAPSHOT_FORMAT} "
