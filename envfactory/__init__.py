@@ -17,7 +17,7 @@ team: :class:`Role` objects, a :class:`MultiState` and joint solutions, :func:`b
 """
 
 from .definition import Role, SpecError, ToolEnvSpec
-from .env import Environment, EpisodeError, StepResult
+from .env import Environment, EpisodeError, SnapshotError, StepResult
 from .episode import Episode
 from .mail import ConflictError, MultiState
 from .parsing import ActionTypeError, parse_action
@@ -36,6 +36,7 @@ __all__ = [
     "Environment",
     "Episode",
     "EpisodeError",
+    "SnapshotError",
     "SpecError",
     "State",
     "StepResult",

@@ -32,13 +32,19 @@ if TYPE_CHECKING:
     from .state import State
     from .task import Task
 
-__all__ = ["Environment", "StepResult", "EpisodeError", "Message"]
+__all__ = ["Environment", "StepResult", "EpisodeError", "SnapshotError", "Message"]
 
 Message = dict[str, Any]
 
 
 class EpisodeError(RuntimeError):
     """The environment was used out of protocol (step before reset, step after the end)."""
+
+
+class SnapshotError(ValueError):
+    """``restore()`` refuses a snapshot: not one, of another environment, edited (its seal does
+    not match), a referee field of the wrong type or a verdict contradicting the ending, or a
+    world state that cannot be loaded (see :mod:`envfactory.snapshots`)."""
 
 
 @dataclass(slots=True)

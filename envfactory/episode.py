@@ -48,9 +48,10 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from .definition import DEFAULT_SPLIT, PERMISSION_PREFIX, DrawSplit, ToolEnvSpec, split_members, task_for_seed
-from .env import Environment, EpisodeError, Message, StepResult
+from .env import Environment, EpisodeError, Message, SnapshotError, StepResult
 from .mail import CONFLICT_PREFIX, Mailbox, MultiState
 from .parsing import ParsedAction, parse_action, parse_text
+from .snapshots import WORLD_GONE, check_referee, check_seal, sign_snapshot
 from .state import State
 from .task import Task, ToolCall
 from .tooling import ToolOutcome
@@ -623,30 +624,50 @@ class Episode(Environment):
                "last_words", "log", "terminated", "truncated", "success", "rewards", "answer", "ended_by")
 
     def snapshot(self) -> dict[str, Any]:
-        """The whole episode (referee and world) as JSON data, for :meth:`restore`."""
+        """The whole episode (referee and world) as JSON data, for :meth:`restore`; sealed
+        (``"mac"``) under the snapshot key (:mod:`envfactory.snapshots`), so an edited copy is
+        refused."""
         if self._task is None:
             raise EpisodeError(f"{self.spec.name}: nothing to snapshot; call reset() first")
         snap = {"format": SNAPSHOT_FORMAT, "env": self.spec.name, "task_id": self._task.id,
                 "max_turns": self.max_turns, "state": self.world.dump()}
         snap.update({k: getattr(self, "_" + k) for k in self._FIELDS})
-        return json.loads(json.dumps(snap))
+        return sign_snapshot(json.loads(json.dumps(snap)))
 
     def restore(self, snapshot: dict[str, Any]) -> None:
-        """Continue exactly from ``snapshot`` (taken from an episode of the same environment).
-        The success of an ended episode is judged again here, from the snapshot's state."""
+        """Continue exactly from ``snapshot`` (taken from an episode of the same environment, in
+        this process or one sharing its ``ENVFACTORY_SNAPSHOT_KEY``). The success of an ended
+        episode is judged again here, from the snapshot's state.
+
+        Raises:
+            SnapshotError: not a snapshot of this environment, edited (its seal does not match),
+                a referee field of the wrong type, a verdict contradicting the ending, or a
+                state the world refuses. Every check but the world's runs before anything changes.
+        """
         if not isinstance(snapshot, dict) or snapshot.get("format") != SNAPSHOT_FORMAT:
-            raise ValueError(f"not an envfactory snapshot of format {SNAPSHOT_FORMAT} "
-                             "(take one with Episode.snapshot())")
+            raise SnapshotError(f"not an envfactory snapshot of format {SNAPSHOT_FORMAT} "
+                                "(take one with Episode.snapshot())")
         if snapshot.get("env") != self.spec.name:
-            raise ValueError(f"snapshot is of {snapshot.get('env')!r}; this environment is {self.spec.name!r}")
-        snap = json.loads(json.dumps(snapshot))
-        task = self.spec.task(snap["task_id"])
-        self.world.load(task, snap["state"])
+            raise SnapshotError(f"snapshot is of {snapshot.get('env')!r}; this environment is {self.spec.name!r}")
+        check_seal(snapshot)
+        try:
+            snap = json.loads(json.dumps(snapshot))
+        except RecursionError:
+            raise SnapshotError("not a snapshot: nested too deep") from None
+        check_referee(snap, tuple(self.agents))
+        try:
+            task = self.spec.task(snap["task_id"])
+        except (KeyError, IndexError, ValueError) as exc:
+            raise SnapshotError(f"snapshot field 'task_id': {exc}") from None
+        try:
+            self.world.load(task, snap["state"])
+        except ValueError as exc:  # pydantic's ValidationError, PyStateError: a state the world refuses
+            raise SnapshotError(f"snapshot field 'state': {type(exc).__name__}: {str(exc)[:2000]}") from None
         self._task = task
-        self.max_turns = int(snap["max_turns"])
+        self.max_turns = snap["max_turns"]
         for k in self._FIELDS:
             setattr(self, "_" + k, snap[k])
-        if self.done and self._ended_by not in ("timeout", "world_lost"):
+        if self.done and self._ended_by not in WORLD_GONE:
             self._answer, self._success, self._rewards = self._judge(self._answer)
 
     # -- views ----------------------------------------------------------------

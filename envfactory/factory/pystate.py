@@ -51,11 +51,14 @@ from __future__ import annotations
 import base64
 import copy as _copy_mod
 import copyreg
+import decimal
+import fractions
 import gc
 import hashlib
 import importlib
 import json
 import math
+import re
 import threading
 import types
 import weakref
@@ -447,6 +450,7 @@ class _Decoder:
             args = [self.dec(a, f"{path}/$args/{i}") for i, a in enumerate(v.get("$args", []))]
         finally:
             self.busy.discard(path)
+        _check_call(v["$reduce"], func, args, path)
         try:
             obj = func(*args)
         except Exception as exc:
@@ -463,6 +467,53 @@ class _Decoder:
         for i, (k, x) in enumerate(v.get("$kv", ())):
             obj[self.dec(k, f"{path}/$kv/{i}/0")] = self.dec(x, f"{path}/$kv/{i}/1")
         return obj
+
+
+MAX_DECODE_SIZE = 1 << 24
+"""The most bytes or items one constructor call of a document may be asked to make out of a
+number (``bytes(n)``, ``list(range(n))``): a few dozen bytes of JSON must not allocate
+gigabytes. Documents :func:`encode` writes never ask for any (bytes travel as ``$bytes``)."""
+MAX_DECODE_EXPONENT = 10_000
+"""The largest decimal exponent a ``Fraction`` or a conversion of a ``Decimal`` may expand
+(``Fraction("1e999999999")``, ``int(Decimal("1e999999999"))`` take minutes and gigabytes)."""
+_EXPONENT = re.compile(r"[eE]\s*([+-]?[\d_]+)")
+
+
+def _check_call(ref: str, func: Any, args: list[Any], path: str) -> None:
+    """Refuse a constructor call whose arguments would make it allocate without bound."""
+    target, call_args = func, list(args)
+    if ref == "copyreg:__newobj__" and call_args:
+        target, call_args = call_args[0], call_args[1:]
+    elif ref == "copyreg:__newobj_ex__" and call_args:
+        target = call_args[0]
+        more = call_args[1] if len(call_args) > 1 else ()
+        kw = call_args[2] if len(call_args) > 2 else {}
+        call_args = list(more) if isinstance(more, (tuple, list)) else [more]
+        call_args += list(kw.values()) if isinstance(kw, dict) else [kw]
+    sized = isinstance(target, type) and issubclass(target, (bytes, bytearray))
+    fraction = isinstance(target, type) and issubclass(target, fractions.Fraction)
+    for a in call_args:
+        why = None
+        if sized and a.__class__ is int and a > MAX_DECODE_SIZE:
+            why = f"a buffer of {a:,} bytes"
+        elif isinstance(a, range):
+            try:
+                n = len(a)
+            except OverflowError:
+                n = MAX_DECODE_SIZE + 1
+            if n > MAX_DECODE_SIZE:
+                why = f"{n:,} items from a range"
+        elif isinstance(a, decimal.Decimal) and a.is_finite() and abs(a.adjusted()) > MAX_DECODE_EXPONENT:
+            why = f"a Decimal of exponent {a.adjusted():,}"
+        elif fraction and isinstance(a, str):
+            m = _EXPONENT.search(a)
+            digits = m.group(1).replace("_", "") if m else ""
+            if digits.lstrip("+-") and abs(int(digits[:12])) > MAX_DECODE_EXPONENT:
+                why = f"a Fraction of exponent {digits[:12]}"
+        if why:
+            raise PyStateError(f"{path}: refusing {ref}(...): it would make {why} (the limits are "
+                               f"envfactory.factory.pystate.MAX_DECODE_SIZE = {MAX_DECODE_SIZE:,} and "
+                               f"MAX_DECODE_EXPONENT = {MAX_DECODE_EXPONENT:,})")
 
 
 def _set_state(obj: Any, state: Any) -> None:
@@ -487,8 +538,13 @@ def decode(doc: dict[str, Any], trusted: tuple[str, ...] = ()) -> dict[str, Any]
     if version != FORMAT_VERSION:
         raise PyStateError(f"not a pystate document of version {FORMAT_VERSION} (got {version!r})")
     d = _Decoder(doc, tuple(trusted))
-    with _NoGC():
-        return {k: d.dec(x, "/" + _esc(k)) for k, x in doc.items() if k != FORMAT_KEY}
+    try:
+        with _NoGC():
+            return {k: d.dec(x, "/" + _esc(k)) for k, x in doc.items() if k != FORMAT_KEY}
+    except PyStateError:
+        raise
+    except Exception as exc:  # a malformed document: wrong shapes under the tags, nested too deep
+        raise PyStateError(f"not a valid pystate document: {type(exc).__name__}: {str(exc)[:500]}") from None
 
 
 # -- copying ----------------------------------------------------------------------------------

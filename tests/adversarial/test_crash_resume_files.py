@@ -32,6 +32,7 @@ from envfactory import call
 from envfactory.runtime.container import Limits
 from envfactory.runtime.docker import SNAPSHOT_EVERY, WORK_FILES
 from envfactory.runtime.pool import Pool, wait_background
+from envfactory.snapshots import sign_snapshot
 from envfactory.state import canonical_json
 
 from conftest import require_docker
@@ -212,6 +213,7 @@ def test_dump_and_load_carry_the_work_folder() -> None:
         assert set(dumped) == {"state", WORK_FILES} and dumped["state"] == ep.world.dump()
         snap = ep.snapshot()
         snap["state"] = dumped
+        snap = sign_snapshot(snap)  # an edited snapshot is refused unless sealed again
         other.reset(0)
         _run(other, WRITE.format(f="stale"))  # replaced by the dump's folder
         other.restore(snap)

@@ -25,7 +25,7 @@ def test_alias_bomb_is_refused_quickly(tmp_path):
     t0 = time.perf_counter()
     with pytest.raises(SpecError, match="expands to more than"):
         load_spec_file(path)
-    assert time.perf_counter() - t0 < 5.0  # before the fix: over a minute
+    assert time.perf_counter() - t0 < 1.0  # before the fix: over a minute
 
 
 def test_recursive_alias_is_an_error_not_a_hang(tmp_path):
