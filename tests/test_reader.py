@@ -138,3 +138,18 @@ def test_packed_sft_scores_exactly_the_model_s_own_tokens() -> None:
     rows = _shared_rows(plays, encode, 1, fit, 0, random.Random(0), assistant_only=True)  # exactly the 3 plays
     scored = int((rows.labels != -100).sum())
     assert scored == sum(sum(ro.trajectory.loss_mask) for ro in ros)
+
+
+def test_every_seed_starts_from_one_pretrained_checkpoint_unless_told(monkeypatch) -> None:
+    """Reader SFT of every seed starts from pretraining seed ``base_seed`` (0), or from the seed's
+    own checkpoint with ``base_seed=None``; the random build ignores it."""
+    import agents.pretrain as pretrain
+    import agents.tiny as tiny
+    from agents.reader import base_model
+
+    monkeypatch.setattr(pretrain, "pretrained_tiny_model", lambda seed=0, **kw: f"pretrained-{seed}")
+    monkeypatch.setattr(tiny, "build_tiny_model", lambda cache_dir=None, seed=0: f"random-{seed}")
+    assert [base_model(s) for s in (0, 3, 4)] == ["pretrained-0"] * 3
+    assert base_model(3, {"base_seed": None}) == "pretrained-3"
+    assert base_model(3, {"base_seed": 2}) == "pretrained-2"
+    assert base_model(3, {"pretrained": False}) == "random-3"
