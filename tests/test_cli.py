@@ -276,6 +276,8 @@ def test_running_one_command_builds_only_its_arguments():
     (["generate", "--from-prompt", "x"], "--from-prompt needs --llm-url and --model"),
     (["serve", "Nope-v0", "--protocol", "mcp"], "no environment named 'Nope-v0'"),
     (["eval-team", "Counter-v0", "--policies", "noop"], "single-agent"),
+    (["serve", "Bank-v0", "--runtime", "nope"], "no runtime 'nope'; the runtimes: local, docker"),
+    (["serve", "Bank-v0", "--runtime", "nope", "--protocol", "openenv", "--port", "0"], "no runtime 'nope'"),
 ])
 def test_errors_go_to_stderr_with_a_nonzero_exit(argv, fragment, capfd, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # eval-team must not leave a report behind
@@ -287,6 +289,24 @@ def test_errors_go_to_stderr_with_a_nonzero_exit(argv, fragment, capfd, tmp_path
     out = capfd.readouterr()
     assert fragment in json.loads(out.out)["error"]  # stdout: the JSON document and nothing else
     assert fragment in out.err
+
+
+def test_unrecognized_arguments_are_said_by_the_command(capfd):
+    """An argument the command does not take: its own usage and name, not the top level's."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["play", "Nope-v0"])
+    out = capfd.readouterr()
+    assert exc.value.code == 2 and not out.out
+    assert "usage: envfactory play" in out.err and "Traceback" not in out.err
+    assert "envfactory play: error: unrecognized arguments: Nope-v0 ('envfactory play --help'" in out.err
+
+
+def test_train_overrides_reach_the_config(capfd, tmp_path):
+    """``train --device/--steps/--output-dir`` change the config it runs (--print-config shows it)."""
+    argv = ["train", "--print-config", "--device", "cuda:1", "--steps", "3", "--output-dir", str(tmp_path), "--json"]
+    assert cli.main(argv) == 0
+    doc = json.loads(capfd.readouterr().out)
+    assert doc["device"] == "cuda:1" and doc["steps"] == 3 and doc["output"]["dir"] == str(tmp_path)
 
 
 def test_unknown_names_suggest_the_closest_instead_of_listing_all(monkeypatch, capfd):

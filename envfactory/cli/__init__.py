@@ -211,6 +211,14 @@ def _command_name(argv: list[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of command ``name`` in :func:`build_parser`'s ``parser`` (the top level if none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            return action.choices[name]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     """``envfactory ARGS``; returns the exit code (0: done, 1: a check failed, 2: a usage error)."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -223,8 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no command {name!r}{did_you_mean(name, table)} ('envfactory --help' lists them)")
     args, unknown = parser.parse_known_args(argv)
     cmd, source = table[args.command]
-    if unknown and not isinstance(cmd, _Broken):
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if unknown and not isinstance(cmd, _Broken):  # said by the command's parser: its usage, its name
+        _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)} "
+                                               f"('envfactory {args.command} --help' lists its arguments)")
     if args.json:
         with stdout_to_stderr():
             code, doc, text = _run(args.command, cmd, source, args)

@@ -63,6 +63,14 @@ def check_listen(host: str, port: int) -> None:
 
 
 def _serve_run(args: argparse.Namespace) -> Result:
+    from ..registry import RUNTIMES, spec
+
+    try:
+        spec(args.name)  # first: its module may add a runtime (importing from_mcp adds "mcp")
+    except KeyError as exc:
+        raise CommandError(str(exc.args[0]) if exc.args else str(exc)) from None
+    if args.runtime not in RUNTIMES:  # else the server would start and fail at its first episode
+        raise CommandError(f"no runtime {args.runtime!r}; the runtimes: {', '.join(RUNTIMES)}")
     if args.protocol == "openenv" or args.transport != "stdio":
         check_listen(args.host, args.port)
     try:
