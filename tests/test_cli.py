@@ -344,6 +344,25 @@ def test_serve_rejects_a_port_out_of_range(bad, capfd):
     assert "argument --port" in out.err and "0-65535" in out.err and "Traceback" not in out.err and not out.out
 
 
+@pytest.mark.parametrize("argv, fragment", [
+    (["serve", "Bank-v0", "--port", "99999"], "argument --port: 99999 is not a port number"),
+    (["verfy", "Bank-v0"], "no command 'verfy'; did you mean 'verify'?"),
+    (["play", "Nope-v0"], "unrecognized arguments: Nope-v0"),
+    (["tasks", "synth"], "the following arguments are required: name"),
+])
+def test_usage_errors_under_json_are_one_json_document_too(argv, fragment, capfd):
+    """A usage error (argparse's) with --json: stdout is ``{"error": ...}`` as for any other error;
+    stderr has the usage and the message; the exit code is 2."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*argv, "--json"])
+    out = capfd.readouterr()
+    assert exc.value.code == 2 and fragment in json.loads(out.out)["error"]
+    assert fragment in out.err and "usage: envfactory" in out.err
+    with pytest.raises(SystemExit):
+        cli.main(argv)  # without --json: nothing on stdout
+    assert capfd.readouterr().out == ""
+
+
 @pytest.mark.parametrize("protocol", [["--protocol", "mcp", "--transport", "streamable-http"],
                                       ["--protocol", "openenv"]])
 def test_serve_on_a_busy_port_is_a_clear_error(protocol, capfd):
