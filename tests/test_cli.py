@@ -277,6 +277,7 @@ def test_running_one_command_builds_only_its_arguments():
     (["serve", "Nope-v0", "--protocol", "mcp"], "no environment named 'Nope-v0'"),
     (["eval-team", "Counter-v0", "--policies", "noop"], "single-agent"),
     (["serve", "Bank-v0", "--runtime", "nope"], "no runtime 'nope'; the runtimes: local, docker"),
+    (["verify", "Counter-v0", "--runtime", "nope"], "no runtime 'nope'; the runtimes: local, docker"),
     (["serve", "Bank-v0", "--runtime", "nope", "--protocol", "openenv", "--port", "0"], "no runtime 'nope'"),
 ])
 def test_errors_go_to_stderr_with_a_nonzero_exit(argv, fragment, capfd, tmp_path, monkeypatch):
@@ -289,6 +290,16 @@ def test_errors_go_to_stderr_with_a_nonzero_exit(argv, fragment, capfd, tmp_path
     out = capfd.readouterr()
     assert fragment in json.loads(out.out)["error"]  # stdout: the JSON document and nothing else
     assert fragment in out.err
+
+
+def test_a_bad_spec_file_is_named_once(tmp_path, capfd):
+    path = tmp_path / "bomb.yaml"
+    path.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n"
+                    + "".join(f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdef", "bcdefg"))
+                    + "name: Bomb-v0\n")
+    assert cli.main(["generate", "--from-spec", str(path)]) == 2
+    err = capfd.readouterr().err
+    assert f"envfactory generate: error: {path}: the YAML expands to more than" in err and err.count(str(path)) == 1
 
 
 def test_unrecognized_arguments_are_said_by_the_command(capfd):

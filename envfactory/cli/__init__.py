@@ -73,6 +73,16 @@ class CommandError(Exception):
         self.code = code
 
 
+def check_runtime(runtime: str) -> None:
+    """Raise :class:`CommandError` unless ``runtime`` is a registered runtime
+    (:data:`envfactory.registry.RUNTIMES`): said before any world starts, not as a traceback
+    from the first ``make``."""
+    from ..registry import RUNTIMES
+
+    if runtime not in RUNTIMES:
+        raise CommandError(f"no runtime {runtime!r}; the runtimes: {', '.join(RUNTIMES)}")
+
+
 def examples_epilog(example: str) -> str | None:
     """The ``--help`` epilog of a command whose examples are ``example`` (one command line a line)."""
     lines = [line for line in example.strip().splitlines() if line.strip()]
