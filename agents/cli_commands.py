@@ -169,7 +169,7 @@ def _train_run(args: argparse.Namespace) -> Result:
         if args.output_dir is not None:
             cfg = dataclasses.replace(cfg, output=dataclasses.replace(cfg.output, dir=args.output_dir))
         if args.device is not None:
-            cfg = dataclasses.replace(cfg)
+            cfg = dataclasses.replace(cfg, device=args.device)
     except (OSError, ValueError) as exc:
         return 2, {"error": str(exc)}, f"error: {exc}"
     if args.print_config:

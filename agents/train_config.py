@@ -208,7 +208,9 @@ class TrainerConfig:
 
         Raises:
             OSError: the file cannot be read.
-            ValueError: it does not parse, or :meth:`from_dict` refuses it.
+            ValueError: it does not parse, its YAML aliases expand it beyond
+                ``envfactory.factory.yaml_budget.MAX_YAML_NODES`` nodes (an alias bomb), or
+                :meth:`from_dict` refuses it.
         """
         text = Path(path).read_text()
         if str(path).endswith(".json"):
@@ -219,8 +221,10 @@ class TrainerConfig:
         else:
             import yaml
 
-            try:
-                d = yaml.safe_load(text)
+            from envfactory.factory.yaml_budget import load_yaml
+
+            try:  # the spec files' loader: an alias bomb is refused before anything expands it
+                d = load_yaml(text, path, what="a training config")
             except yaml.YAMLError as exc:  # its message carries the line and column
                 raise ValueError(f"{path}: not valid YAML: {exc}") from exc
         try:

@@ -14,7 +14,9 @@ The one trajectory format and its one writer and reader. One row per role trajec
 
 ``load_dataset("json", data_files=".../trajectories.jsonl")`` or ``load_dataset("parquet", ...)``
 reads them; :func:`load_trajectories` reads them back into trajectories, and
-``Trainer.sft(trajectories=...)`` trains on them. ``envfactory eval --save-trajectories DIR``
+``Trainer.sft(trajectories=...)`` trains on them. :func:`to_sft_dataset` makes them a
+conversational ``datasets.Dataset`` that TRL's ``SFTTrainer`` trains on as it is (``messages``
+and ``tools`` as real lists, not JSON text). ``envfactory eval --save-trajectories DIR``
 (or ``--trajectories FILE``) and a Trainer with ``output.save_trajectories`` write them.
 """
 
@@ -27,7 +29,8 @@ from typing import Any, Iterable
 
 from .rollout import Trajectory
 
-__all__ = ["save_trajectories", "load_trajectories", "trajectory_row", "row_trajectory", "FORMATS"]
+__all__ = ["save_trajectories", "load_trajectories", "trajectory_row", "row_trajectory", "to_sft_dataset",
+           "FORMATS"]
 
 FORMATS = ("jsonl", "parquet")
 _JSON_COLUMNS = ("messages", "tools")
@@ -113,3 +116,49 @@ def load_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
             except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
                 raise ValueError(f"{p}:{i}: not a trajectory row ({type(exc).__name__}: {exc})") from None
     return out
+
+
+SFT_COLUMNS = ("messages", "tools", "env_name", "task_id", "agent", "reward", "success")
+
+
+def to_sft_dataset(trajectories: Iterable[Trajectory] | str | os.PathLike[str], *,
+                   successful_only: bool = True) -> Any:
+    """Trajectories as a conversational ``datasets.Dataset`` that TRL's ``SFTTrainer`` trains on
+    unchanged (no ``json.loads`` mapping first).
+
+    Each row has ``messages``: the role's conversation as a list of message dicts (``role``,
+    ``content``, and a tool response's ``name`` and ``tool_call_id``), exactly as recorded, so the
+    chat template renders the text the model saw and wrote: an assistant turn's tool calls are in
+    its ``content`` as the model wrote them (``<tool_call>...</tool_call>``, the form the
+    project's template and Hermes-style templates expect); ``tools``: the tool schemas rendered
+    into the prompt, a list of OpenAI-style function schemas (the ``tools`` that ``SFTTrainer``
+    hands to ``apply_chat_template``); and ``env_name``, ``task_id``, ``agent``, ``reward``,
+    ``success``. ``messages`` and ``tools`` are ``datasets.Json`` columns: every message and
+    schema keeps its own keys (no columnar padding with ``None``), and a map over the dataset sees
+    plain lists and dicts.
+
+    Args:
+        trajectories: ``Trajectory`` objects, or a file or folder written by :func:`save_trajectories`.
+        successful_only: Keep only the trajectories that succeeded (the default: rejection
+            sampling, as ``Trainer.sft(trajectories=...)`` does); ``False`` keeps failures too.
+            Trajectories that ended in an error, or in which the role never took a turn, are
+            always left out.
+
+    Raises:
+        ValueError: no trajectory is left to train on.
+    """
+    from datasets import Dataset, Features, Json, List, Value
+
+    trajs = load_trajectories(trajectories) if isinstance(trajectories, (str, os.PathLike)) else list(trajectories)
+    keep = [t for t in trajs if t.error is None and t.turns > 0
+            and any(m.get("role") == "assistant" for m in t.messages) and (t.success or not successful_only)]
+    if not keep:
+        raise ValueError(f"none of {len(trajs)} trajectories is fit for SFT (an error, no assistant turn"
+                         + (", or not successful: successful_only=True" if successful_only else "") + ")")
+    features = Features({"messages": List(Json()), "tools": List(Json()), "env_name": Value("string"),
+                         "task_id": Value("string"), "agent": Value("string"), "reward": Value("float64"),
+                         "success": Value("bool")})
+    rows = [{"messages": [dict(m) for m in t.messages], "tools": list(t.tools), "env_name": t.env_name,
+             "task_id": t.task_id, "agent": t.agent, "reward": float(t.reward), "success": bool(t.success)}
+            for t in keep]
+    return Dataset.from_list(rows, features=features)

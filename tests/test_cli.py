@@ -276,6 +276,9 @@ def test_running_one_command_builds_only_its_arguments():
     (["generate", "--from-prompt", "x"], "--from-prompt needs --llm-url and --model"),
     (["serve", "Nope-v0", "--protocol", "mcp"], "no environment named 'Nope-v0'"),
     (["eval-team", "Counter-v0", "--policies", "noop"], "single-agent"),
+    (["serve", "Bank-v0", "--runtime", "nope"], "no runtime 'nope'; the runtimes: local, docker"),
+    (["verify", "Counter-v0", "--runtime", "nope"], "no runtime 'nope'; the runtimes: local, docker"),
+    (["serve", "Bank-v0", "--runtime", "nope", "--protocol", "openenv", "--port", "0"], "no runtime 'nope'"),
 ])
 def test_errors_go_to_stderr_with_a_nonzero_exit(argv, fragment, capfd, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # eval-team must not leave a report behind
@@ -287,6 +290,34 @@ def test_errors_go_to_stderr_with_a_nonzero_exit(argv, fragment, capfd, tmp_path
     out = capfd.readouterr()
     assert fragment in json.loads(out.out)["error"]  # stdout: the JSON document and nothing else
     assert fragment in out.err
+
+
+def test_a_bad_spec_file_is_named_once(tmp_path, capfd):
+    path = tmp_path / "bomb.yaml"
+    path.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n"
+                    + "".join(f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdef", "bcdefg"))
+                    + "name: Bomb-v0\n")
+    assert cli.main(["generate", "--from-spec", str(path)]) == 2
+    err = capfd.readouterr().err
+    assert f"envfactory generate: error: {path}: the YAML expands to more than" in err and err.count(str(path)) == 1
+
+
+def test_unrecognized_arguments_are_said_by_the_command(capfd):
+    """An argument the command does not take: its own usage and name, not the top level's."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["play", "Nope-v0"])
+    out = capfd.readouterr()
+    assert exc.value.code == 2 and not out.out
+    assert "usage: envfactory play" in out.err and "Traceback" not in out.err
+    assert "envfactory play: error: unrecognized arguments: Nope-v0 ('envfactory play --help'" in out.err
+
+
+def test_train_overrides_reach_the_config(capfd, tmp_path):
+    """``train --device/--steps/--output-dir`` change the config it runs (--print-config shows it)."""
+    argv = ["train", "--print-config", "--device", "cuda:1", "--steps", "3", "--output-dir", str(tmp_path), "--json"]
+    assert cli.main(argv) == 0
+    doc = json.loads(capfd.readouterr().out)
+    assert doc["device"] == "cuda:1" and doc["steps"] == 3 and doc["output"]["dir"] == str(tmp_path)
 
 
 def test_unknown_names_suggest_the_closest_instead_of_listing_all(monkeypatch, capfd):
@@ -322,6 +353,25 @@ def test_serve_rejects_a_port_out_of_range(bad, capfd):
     assert exc.value.code == 2
     out = capfd.readouterr()
     assert "argument --port" in out.err and "0-65535" in out.err and "Traceback" not in out.err and not out.out
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["serve", "Bank-v0", "--port", "99999"], "argument --port: 99999 is not a port number"),
+    (["verfy", "Bank-v0"], "no command 'verfy'; did you mean 'verify'?"),
+    (["play", "Nope-v0"], "unrecognized arguments: Nope-v0"),
+    (["tasks", "synth"], "the following arguments are required: name"),
+])
+def test_usage_errors_under_json_are_one_json_document_too(argv, fragment, capfd):
+    """A usage error (argparse's) with --json: stdout is ``{"error": ...}`` as for any other error;
+    stderr has the usage and the message; the exit code is 2."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*argv, "--json"])
+    out = capfd.readouterr()
+    assert exc.value.code == 2 and fragment in json.loads(out.out)["error"]
+    assert fragment in out.err and "usage: envfactory" in out.err
+    with pytest.raises(SystemExit):
+        cli.main(argv)  # without --json: nothing on stdout
+    assert capfd.readouterr().out == ""
 
 
 @pytest.mark.parametrize("protocol", [["--protocol", "mcp", "--transport", "streamable-http"],

@@ -13,7 +13,7 @@ The human text goes to stdout; an error (a :class:`CommandError`, or a non-zero 
 whose document is ``{"error": ...}``) goes to stderr as ``envfactory NAME: error: ...``.
 With ``--json``, everything the command (or any library or child process) writes to
 stdout goes to stderr, and stdout carries only the JSON document (``{"error": ...}``
-for an error).
+for an error, a usage error that argparse finds included).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import json
 import os
 import sys
 from importlib import metadata
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, NoReturn
 
 __all__ = ["main", "build_parser", "commands", "BUILTIN_COMMANDS", "COMMAND_GROUP", "Command", "CommandError",
            "Result"]
@@ -71,6 +71,16 @@ class CommandError(Exception):
     def __init__(self, message: str, code: int = 2) -> None:
         super().__init__(message)
         self.code = code
+
+
+def check_runtime(runtime: str) -> None:
+    """Raise :class:`CommandError` unless ``runtime`` is a registered runtime
+    (:data:`envfactory.registry.RUNTIMES`): said before any world starts, not as a traceback
+    from the first ``make``."""
+    from ..registry import RUNTIMES
+
+    if runtime not in RUNTIMES:
+        raise CommandError(f"no runtime {runtime!r}; the runtimes: {', '.join(RUNTIMES)}")
 
 
 def examples_epilog(example: str) -> str | None:
@@ -126,6 +136,23 @@ def commands() -> dict[str, tuple[Command, str]]:
     return table
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors (a bad ``--port``, an unknown command) also give
+    ``{"error": ...}`` on stdout when the command line asks for ``--json`` (:data:`_JSON_ERRORS`),
+    as every other error does; the usage and message still go to stderr, the exit code stays 2.
+    Sub-parsers are of the same class (argparse makes them of their parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        if _JSON_ERRORS:
+            with contextlib.suppress(Exception):
+                sys.stdout.write(json.dumps({"error": message}, indent=2) + "\n")
+                sys.stdout.flush()
+        super().error(message)
+
+
+_JSON_ERRORS = False  # set by main() for a command line with --json
+
+
 def build_parser(table: dict[str, tuple[Command, str]] | None = None, chosen: str | None = None
                  ) -> argparse.ArgumentParser:
     """The ``envfactory`` parser over ``table`` (default: :func:`commands`). Only the ``chosen``
@@ -133,21 +160,21 @@ def build_parser(table: dict[str, tuple[Command, str]] | None = None, chosen: st
     so parsing ``envfactory list`` never builds ``train``'s. A command whose arguments cannot be
     built becomes a stand-in in ``table``."""
     table = commands() if table is None else table
-    parser = argparse.ArgumentParser(prog="envfactory",
-                                     description="The envfactory command line. Every command takes --json for scripts.",
-                                     epilog=examples_epilog("envfactory list\nenvfactory verify --all --json\n"
-                                                            "envfactory COMMAND --help"),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="envfactory",
+                     description="The envfactory command line. Every command takes --json for scripts.",
+                     epilog=examples_epilog("envfactory list\nenvfactory verify --all --json\n"
+                                            "envfactory COMMAND --help"),
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (cmd, source) in table.items():
-        own = argparse.ArgumentParser(prog=f"envfactory {name}", add_help=False)
+        own = _Parser(prog=f"envfactory {name}", add_help=False)
         if chosen is None or name == chosen:
             try:  # on a parser of its own first: a command that fails leaves nothing half-added
                 cmd.add_arguments(own)
             except Exception as exc:  # noqa: BLE001 - a command whose arguments cannot be built
                 cmd = _broken(name, source, f"adding its arguments failed: {type(exc).__name__}: {exc}")
                 table[name] = (cmd, source)
-                own = argparse.ArgumentParser(add_help=False)
+                own = _Parser(add_help=False)
         p = sub.add_parser(name, help=cmd.help, description=cmd.help.replace("%%", "%"), parents=[own],
                            epilog=examples_epilog(cmd.example), formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--json", action="store_true", help="machine-readable output on stdout (only JSON)")
@@ -211,9 +238,19 @@ def _command_name(argv: list[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of command ``name`` in :func:`build_parser`'s ``parser`` (the top level if none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            return action.choices[name]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     """``envfactory ARGS``; returns the exit code (0: done, 1: a check failed, 2: a usage error)."""
+    global _JSON_ERRORS
     argv = sys.argv[1:] if argv is None else list(argv)
+    _JSON_ERRORS = "--json" in argv
     table = commands()
     name = _command_name(argv) or ""
     parser = build_parser(table, chosen=name)
@@ -223,8 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no command {name!r}{did_you_mean(name, table)} ('envfactory --help' lists them)")
     args, unknown = parser.parse_known_args(argv)
     cmd, source = table[args.command]
-    if unknown and not isinstance(cmd, _Broken):
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if unknown and not isinstance(cmd, _Broken):  # said by the command's parser: its usage, its name
+        _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)} "
+                                               f"('envfactory {args.command} --help' lists its arguments)")
     if args.json:
         with stdout_to_stderr():
             code, doc, text = _run(args.command, cmd, source, args)

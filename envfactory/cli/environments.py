@@ -7,7 +7,7 @@ import sys
 import time
 from typing import AbstractSet, Any
 
-from . import Command, CommandError, Result
+from . import Command, CommandError, Result, check_runtime
 
 
 
@@ -88,6 +88,7 @@ def _verify_run(args: argparse.Namespace) -> Result:
     from ..checks.verify import verify_many
 
     chosen = _chosen([] if args.all else args.names)
+    check_runtime(args.runtime)
     audit = None if args.no_audit else "full" if args.audit else "quick"
     with progress_bar(len(chosen), "verify", "env") as bar:
         doc = verify_many(chosen, runtime=args.runtime, audit=audit, audit_fails=args.fail_on_hack,

@@ -34,7 +34,8 @@ def _generate_run(args: argparse.Namespace) -> Result:
         try:
             spec = from_spec(args.from_spec)
         except Exception as exc:  # noqa: BLE001 - whatever the file got wrong, say it
-            raise CommandError(f"{args.from_spec}: {exc}") from None
+            msg = str(exc)  # a SpecError names the file already; anything else gets its name
+            raise CommandError(msg if msg.startswith(str(args.from_spec)) else f"{args.from_spec}: {msg}") from None
         rep = verify_spec(spec, make_env=lambda: Episode(spec)).to_json()
         text = f"{'PASS' if rep['verified'] else 'FAIL'}  {spec.name}: {rep['tasks']} tasks" + "".join(
             f"\n      {f['check']}: {f['detail']}" for f in rep["failures"][:10])

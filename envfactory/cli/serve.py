@@ -7,7 +7,7 @@ import errno
 import importlib
 import socket
 
-from . import Command, CommandError, Result
+from . import Command, CommandError, Result, check_runtime
 
 # what each protocol's server module is; both read the arguments declared below
 PROTOCOLS = {"mcp": "envfactory.faces.mcp_server", "openenv": "envfactory.faces.openenv_server"}
@@ -63,6 +63,13 @@ def check_listen(host: str, port: int) -> None:
 
 
 def _serve_run(args: argparse.Namespace) -> Result:
+    from ..registry import spec
+
+    try:
+        spec(args.name)  # first: its module may add a runtime (importing from_mcp adds "mcp")
+    except KeyError as exc:
+        raise CommandError(str(exc.args[0]) if exc.args else str(exc)) from None
+    check_runtime(args.runtime)  # else the server would start and fail at its first episode
     if args.protocol == "openenv" or args.transport != "stdio":
         check_listen(args.host, args.port)
     try:

@@ -29,6 +29,7 @@ from .arguments import FRESH_WORDS
 from ..definition import DEFAULT_SYSTEM_PROMPT
 from ..users import user_tool
 from .spec_file import ComposedFile, EntitySpec, EnvFile, FieldSpec, OperationSpec, TaskRules
+from .yaml_budget import load_yaml
 from .spec_words import default_policies, policy_text, with_finders
 from .task_kinds import KindSynth
 from .tasks_synth import (BANNED_ANSWERS, SynthConfig, _anchored, _blindly_reachable, _change_task,
@@ -49,11 +50,7 @@ def _load(path: Path) -> EnvFile | ComposedFile:
     text = path.read_text()
     try:
         if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-            _yaml_size_ok(path, yaml.compose(text, Loader=loader))
-            data = _yaml_on_keys(yaml.load(text, Loader=loader))
+            data = _yaml_on_keys(load_yaml(text, path))
         else:
             data = json.loads(text)
     except SpecError:
@@ -68,38 +65,6 @@ def _load(path: Path) -> EnvFile | ComposedFile:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}"
                              for e in exc.errors(include_url=False))
         raise SpecError(f"{path}: invalid spec: {problems}") from None
-
-
-MAX_YAML_NODES = 200_000  # a spec file expands to a few thousand nodes; an alias bomb to billions
-
-
-def _yaml_size_ok(path: Path, root: Any) -> None:
-    """Refuse a YAML document whose aliases expand it beyond :data:`MAX_YAML_NODES` nodes (an alias
-    bomb: a few hundred bytes that expand exponentially), counted on the composed node graph, where
-    every alias is one shared node, so the count itself costs one visit per distinct node."""
-    sizes: dict[int, int] = {}
-
-    def size(node: Any) -> int:
-        key = id(node)
-        if key in sizes:
-            return sizes[key]
-        sizes[key] = 1  # a node that contains itself (a recursive alias) counts once
-        value = node.value
-        if isinstance(value, list):
-            total = 1
-            for item in value:
-                for part in (item if isinstance(item, tuple) else (item,)):
-                    total += size(part)
-                    if total > MAX_YAML_NODES:
-                        break
-        else:
-            total = 1
-        sizes[key] = total
-        return total
-
-    if root is not None and size(root) > MAX_YAML_NODES:
-        raise SpecError(f"{path}: the YAML expands to more than {MAX_YAML_NODES:,} nodes through its aliases "
-                        "(*name); a spec file needs far fewer: write the repeated parts out, or use fewer aliases")
 
 
 def _yaml_on_keys(node: Any) -> Any:
