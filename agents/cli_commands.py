@@ -108,7 +108,7 @@ def _quickstart_args(p: argparse.ArgumentParser) -> None:
                    help="arms, each from the same SFT checkpoint (rft: the compute-matched continued-SFT control)")
     p.add_argument("--steps", type=int, default=q.rl_steps, help="RL steps per seed and arm")
     p.add_argument("--eval-tasks", type=int, default=q.eval_tasks,
-                   help="evaluation tasks per half of the eval split (default: all)")
+                   help="evaluation tasks per half of the eval split (default 60 of 200; 0: all)")
     p.add_argument("--eval-samples", type=int, default=q.eval_samples, help="sampled episodes per evaluation task")
     p.add_argument("--no-probe", action="store_true", help="skip the greedy swap probe")
     p.add_argument("--workers", type=int, default=q.workers, help="seed processes (0: one per core)")
@@ -124,7 +124,7 @@ def _quickstart_run(args: argparse.Namespace) -> Result:
 
     try:
         cfg = QuickstartConfig(env=args.env, seeds=list(args.seeds), arms=list(args.arms), rl_steps=args.steps,
-                               eval_tasks=args.eval_tasks, eval_samples=args.eval_samples, probe=not args.no_probe,
+                               eval_tasks=args.eval_tasks or None, eval_samples=args.eval_samples, probe=not args.no_probe,
                                workers=args.workers, device=args.device, output_dir=args.out,
                                resume=not args.fresh)
     except ValueError as exc:

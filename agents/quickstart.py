@@ -73,7 +73,7 @@ class QuickstartConfig:
     tasks_per_step: int = 4
     max_new_tokens: int = 40
     temperature: float = 1.0        # sampling temperature of RL's rollouts
-    eval_tasks: int | None = None   # per half of the evaluation split (None: all of it)
+    eval_tasks: int | None = 60     # per half of the evaluation split (None: all 200 of each)
     eval_samples: int = 2           # sampled episodes per evaluation task
     eval_temperature: float = 1.0
     probe: bool = True              # the greedy swap probe at every evaluation
@@ -410,7 +410,7 @@ def figures_block(s: dict[str, Any]) -> str:
     :func:`write_figures` and checked against its results file by ``tests/test_quickstart.py``."""
     lines = [f"Commit `{(s.get('commit') or 'unknown')[:10]}`, seeds {s['seeds']}, "
              f"{', '.join(f'{len(v)} {h}' for h, v in s['tasks'].items())} evaluation tasks x "
-             f"{s['config']['eval_samples']} samples, {s['seconds'] / 60:.0f} min.", "",
+             f"{s['config']['eval_samples']} samples, {_minutes(s['seed_seconds'].values())} min per seed.", "",
              "| half | stage | success [95% CI] | first call right | success if shown | swap: moved |",
              "|---|---|---|---|---|---|"]
     for half, succ in s["success"].items():
@@ -430,6 +430,11 @@ def figures_block(s: dict[str, Any]) -> str:
     if others:
         lines.append("Others (Holm-corrected): " + "; ".join(others) + ".")
     return "\n".join(lines)
+
+
+def _minutes(seconds: Any) -> str:
+    lo, hi = round(min(seconds) / 60), round(max(seconds) / 60)
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
 
 
 def write_figures(results: str | os.PathLike[str], readme: str | os.PathLike[str] = "README.md") -> None:
