@@ -47,6 +47,7 @@ def test_quickstart_measures_every_arm_on_evaluation_tasks_only(tmp_path) -> Non
                     "seed 1: kept from " + str(tmp_path / "out" / "seed-1.json")]
     assert again["success"] == s["success"]
     assert _finished(dataclasses.replace(cfg, rl_steps=2), 0) is None and _finished(cfg, 0) is not None
+    assert _finished(dataclasses.replace(cfg, resume=False), 0) is not None  # a --fresh run's seeds are kept later
 
 
 def test_overlapping_splits_and_unknown_arms_are_errors() -> None:
@@ -56,3 +57,23 @@ def test_overlapping_splits_and_unknown_arms_are_errors() -> None:
         QuickstartConfig(arms=["ppo"])
     with pytest.raises(ValueError, match="seeds must differ"):
         QuickstartConfig(seeds=[1, 1])
+
+
+def test_readme_figures_are_generated_from_a_results_file_of_the_current_recipe() -> None:
+    """The README's quickstart figures are exactly figures_block() of the results file it names,
+    that file records the commit it came from, and its recipe is what the code runs today: a
+    changed default (a reader recipe, a learning rate) fails here until the figures are measured again."""
+    from pathlib import Path
+
+    from agents.quickstart import RUN_OPTIONS, _recipe, figures_block, readme_figures
+
+    root = Path(__file__).resolve().parents[1]
+    results, block = readme_figures(root / "README.md")
+    s = json.loads((root / results).read_text())
+    assert block == figures_block(s), f"README.md's quickstart figures differ from {results}: run write_figures"
+    assert s["commit"] and len(s["commit"]) == 40
+    now = _recipe(QuickstartConfig(**{k: s["config"][k] for k in RUN_OPTIONS}))
+    assert s["recipe"] == json.loads(json.dumps(now)), f"{results} was measured with another recipe: measure again"
+    changed = dict(s, success={**s["success"], "unseen": {**s["success"]["unseen"], "sft": {
+        **s["success"]["unseen"]["sft"], "mean": s["success"]["unseen"]["sft"]["mean"] + 0.01}}})
+    assert figures_block(changed) != block  # the comparison can fail
