@@ -14,7 +14,8 @@ separately:
 
 Per seed (seeds run in parallel processes, ``workers``):
 
-1. ``before``: the pretrained tiny model (:mod:`agents.pretrain`);
+1. ``before``: the pretrained tiny model (:mod:`agents.pretrain`): one checkpoint for every seed
+   (``READER_CONFIG["base_seed"]``, see :func:`agents.reader.base_model`);
 2. ``sft``: after reader SFT (:mod:`agents.reader`; cached like pretraining);
 3. every arm from that same checkpoint, ``rl_steps`` steps of ``tasks_per_step`` rl-split
    tasks x ``M`` sampled episodes each, then evaluated. Arms: ``arpo``, ``grpo``,
