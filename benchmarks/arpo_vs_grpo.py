@@ -7,7 +7,9 @@ rollout budget (M per task, the same steps), and the same evaluation on both hal
 the evaluation split. Prints one JSON object: per arm, success with its CI, sampled and
 trained tokens and training wall-clock; every pairwise difference in success (paired
 two-way bootstrap, Holm-corrected over the family), and in sampled tokens and wall-clock
-(paired by seed). Not in CI (about an hour on 2 cores for 10 seeds with a warm cache).
+(paired by seed). Not in CI, and not run yet: the quickstart measured 6–7 min per seed for two
+arms on 2 cores (2026-11-25), about 2.5 min per arm, so five arms take about 14 min per seed and
+10 seeds on 2 cores about 70 min warm, plus about 7 min of reader SFT per seed not yet cached.
 
     python benchmarks/arpo_vs_grpo.py [--seeds 0 1 2 3 4 5 6 7 8 9] [--steps 12]
 """
