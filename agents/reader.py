@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["READER_CONFIG", "reader_model", "reader_plays", "base_model"]
+__all__ = ["READER_CONFIG", "reader_model", "reader_plays", "base_model", "schedule_lr", "sft_step",
+           "save_beside_base"]
 
 _FORMAT = 1  # bump when the recipe changes
 
@@ -113,7 +114,7 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .pretrain import _loss_sums, _shared_rows, assistant_mask, rows_on
+    from .pretrain import _shared_rows, assistant_mask, rows_on
     from .tiny import cache_root, publish_folder
 
     cfg = {**READER_CONFIG, **(config or {})}
@@ -150,24 +151,14 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     warm = max(1, steps // 20)
     losses: list[float] = []
     for step in range(steps):
-        for g in opt.param_groups:  # linear warmup, then linear decay to a tenth
-            g["lr"] = cfg["lr"] * min((step + 1) / warm, 1.0 - 0.9 * max(0, step - warm) / max(1, steps - warm))
-        lo, valid = _loss_sums(model, rows, step * cfg["batch"], cfg["batch"])
-        loss = lo[valid].mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(sft_step(model, opt, rows, step * cfg["batch"], cfg["batch"],
+                               schedule_lr(cfg["lr"], step, warm, steps)))
         if (step + 1) % max(1, steps // 10) == 0 or step == steps - 1:
             recent = losses[-max(1, steps // 10):]
             say(f"reader sft (seed {seed}): step {step + 1}/{steps} nll {sum(recent) / len(recent):.3f} "
                 f"({time.perf_counter() - t0:.0f}s)")
     def save(tmp: Path) -> None:
-        model.save_pretrained(tmp, safe_serialization=True)
-        for f in Path(base).iterdir():
-            if f.is_file() and not (tmp / f.name).exists():
-                shutil.copy(f, tmp / f.name)
+        save_beside_base(model, base, tmp)
         (tmp / "envfactory-reader.json").write_text(json.dumps(
             {"format": _FORMAT, "seed": seed, "base": os.path.basename(base), "config": cfg, "plays": len(plays),
              "steps": steps, "nll_first": round(losses[0], 4), "nll_last": round(losses[-1], 4),
@@ -177,3 +168,36 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     publish_folder(dest, "envfactory-reader.json", save)
     say(f"reader sft (seed {seed}): done in {time.perf_counter() - t0:.0f}s")
     return str(dest)
+
+
+def schedule_lr(peak: float, step: int, warm: int, total: int) -> float:
+    """Reader SFT's learning rate at ``step``: linear warmup over ``warm`` steps, then linear
+    decay to a tenth of ``peak`` at ``total``."""
+    return peak * min((step + 1) / warm, 1.0 - 0.9 * max(0, step - warm) / max(1, total - warm))
+
+
+def sft_step(model: Any, opt: Any, rows: Any, i: int, n: int, lr: float) -> float:
+    """One optimizer step of the loss on rows ``i .. i+n`` (scored positions only) at ``lr``,
+    gradients clipped to norm 1; the step's mean loss."""
+    import torch
+
+    from .pretrain import _loss_sums
+
+    for g in opt.param_groups:
+        g["lr"] = lr
+    lo, valid = _loss_sums(model, rows, i, n)
+    loss = lo[valid].mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return float(loss.detach())
+
+
+def save_beside_base(model: Any, base: str, folder: Path) -> None:
+    """Save ``model`` into ``folder`` with the files of the model folder ``base`` it lacks
+    (tokenizer, chat template, envfactory's markers), so the folder loads on its own."""
+    model.save_pretrained(folder, safe_serialization=True)
+    for f in Path(base).iterdir():
+        if f.is_file() and not (folder / f.name).exists():
+            shutil.copy(f, folder / f.name)

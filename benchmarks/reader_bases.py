@@ -44,10 +44,10 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agents.hf_policy import HFPolicy
-    from agents.pretrain import _loss_sums, _shared_rows, pretrained_tiny_model
+    from agents.pretrain import _shared_rows, pretrained_tiny_model
     from agents.probe import episode_facts, play
     from agents.quickstart import eval_tasks
-    from agents.reader import READER_CONFIG, reader_plays
+    from agents.reader import READER_CONFIG, reader_plays, save_beside_base, schedule_lr, sft_step
 
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
@@ -65,22 +65,11 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="reader-bases-"))
     try:
         model.train()
-        for step in range(a.steps):
-            for g in opt.param_groups:  # the reader's schedule, spanning --schedule steps
-                g["lr"] = a.lr * min((step + 1) / 20, 1.0 - 0.9 * max(0, step - 20) / max(1, a.schedule - 20))
-            lo, valid = _loss_sums(model, rows, step, 1)
-            loss = lo[valid].mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            losses.append(float(loss.detach()))
+        for step in range(a.steps):  # the reader's step and schedule, spanning --schedule steps
+            losses.append(sft_step(model, opt, rows, step, 1, schedule_lr(a.lr, step, 20, a.schedule)))
             if (step + 1) % a.every and step + 1 != a.steps:
                 continue
-            model.save_pretrained(folder)
-            for f in Path(base).iterdir():
-                if f.is_file() and not (folder / f.name).exists():
-                    shutil.copy(f, folder / f.name)
+            save_beside_base(model, base, folder)
             pol = HFPolicy(str(folder))
             facts = [episode_facts(t, e[0]) for t, e in
                      zip(tasks, play(pol, "FindLight-v3", tasks, samples=1, seed=1, temperature=0.0))]
