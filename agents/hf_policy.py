@@ -8,7 +8,10 @@ of an earlier sequence (:class:`~agents.prefix_cache.PrefixCache`).
 Batch layout: row ``i`` of the attention cache holds the reused prefix (``c_i``
 ids), padding up to the longest reused prefix, left padding, the rest of the
 prompt, then the sampled ids. Padding slots are masked out and position ids are
-passed explicitly, so every row computes exactly what it would alone.
+passed explicitly, so every row computes exactly what it would alone. Rows are
+sorted by their ids (prompts with a common prefix side by side) and sampling's
+one-token steps run :mod:`agents.decode_attention`, which reads such a prefix
+once per run of rows instead of once per row.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import decode_attention
 from .policy import Generation, Policy, check_prompts, default_stop_ids, sampling_stats
 from .prefix_cache import PrefixCache, common_prefix_len
 
@@ -116,6 +120,7 @@ class HFPolicy(Policy):
         self._weights_version = self._param_version()
         self.prefix_tokens_reused = 0  # prompt tokens served from the prefix cache
         self.min_shared_prefix = 32  # shorter shared prefixes are not worth a separate forward
+        self.decode_attention = True  # agents.decode_attention while sampling (False: transformers' own)
 
     # -- bookkeeping -------------------------------------------------------
     def clear_cache(self) -> None:
@@ -138,14 +143,19 @@ class HFPolicy(Policy):
         stops = set(default_stop_ids(self.tokenizer) if stop_token_ids is None else stop_token_ids)
         was_training = self.model.training
         threads = torch.get_num_threads()
+        attention = self.model.config._attn_implementation
         self.model.eval()
         try:
             if self.threads:
                 torch.set_num_threads(self.threads)
+            if self.decode_attention and attention in ("sdpa", "eager"):
+                self.model.set_attn_implementation(decode_attention.register())
             with torch.inference_mode():
                 return self._generate(prompts, max_new_tokens, temperature, top_p, stops, seed)
         finally:
             self.model.train(was_training)
+            if self.model.config._attn_implementation != attention:
+                self.model.set_attn_implementation(attention)
             if self.threads:
                 torch.set_num_threads(threads)
 
@@ -166,12 +176,13 @@ class HFPolicy(Policy):
             return
         prefixes = list(shared.values())
         self._share_prefixes(prefixes, depth + 1)
-        cache, mask, _, _ = self._prefill_batch(prefixes)
+        cache, mask, _, _, _ = self._prefill_batch(prefixes)
         self._keep(prefixes, [[] for _ in prefixes], cache, mask)
 
     def _prefill_batch(self, prompts: list[np.ndarray], extra: int = 0
-                       ) -> tuple[Any, torch.Tensor, torch.Tensor, list[int]]:
-        """Run the uncached part of every prompt; return (cache, mask, last logits, next positions).
+                       ) -> tuple[Any, torch.Tensor, torch.Tensor, list[int], list[int]]:
+        """Run the uncached part of every prompt; return (cache, mask, last logits, next positions,
+        ids reused per row: they sit at columns ``[0, reused)``).
         ``extra``: room to reserve in the cache for the tokens to be sampled."""
         B = len(prompts)
         hits = [self._cache.lookup(p) for p in prompts]
@@ -204,18 +215,22 @@ class HFPolicy(Policy):
         out = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
                          past_key_values=cache, use_cache=True, logits_to_keep=1)
         next_pos = [len(p) for p in prompts]
-        return out.past_key_values, mask, out.logits[:, -1, :], next_pos
+        return out.past_key_values, mask, out.logits[:, -1, :], next_pos, reuse
 
     def _generate(self, prompts: list[list[int]], max_new: int, temperature: float, top_p: float,
                   stops: set[int], seed: int | None) -> list[Generation]:
         B = len(prompts)
-        arrs = [np.asarray(p, dtype=np.int64) for p in prompts]
+        # rows sorted by their ids, so that prompts sharing a prefix are neighbours (decode_attention
+        # reads a shared prefix once per run of rows); results go back in the caller's order
+        order = decode_attention.sort_rows([np.asarray(p, dtype=np.int64) for p in prompts])
+        arrs = [np.asarray(prompts[i], dtype=np.int64) for i in order]
         self._share_prefixes(arrs)
-        cache, mask, logits, next_pos = self._prefill_batch(arrs, extra=max_new)
+        cache, mask, logits, next_pos, reused = self._prefill_batch(arrs, extra=max_new)
         dev = self.device
+        plan = decode_attention.plan_batch(arrs, reused, mask) if self.decode_attention else None
         gens = None
-        if seed is not None:
-            gens = [torch.Generator(device=dev).manual_seed((int(seed) * 1_000_003 + i) % (2**63)) for i in range(B)]
+        if seed is not None:  # row i of the caller draws from its own generator, wherever it sits in the batch
+            gens = [torch.Generator(device=dev).manual_seed((int(seed) * 1_000_003 + i) % (2**63)) for i in order]
         out_ids: list[list[int]] = [[] for _ in range(B)]
         out_lp: list[list[float]] = [[] for _ in range(B)]
         out_ent: list[list[float]] = [[] for _ in range(B)]
@@ -251,11 +266,14 @@ class HFPolicy(Policy):
             next_pos = [n + 1 if a else n for n, a in zip(next_pos, active)]
             feed = torch.tensor([[t if a else self.pad_id] for t, a in zip(tok_l, active)], dtype=torch.long)
             out = self.model(input_ids=feed.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                             past_key_values=cache, use_cache=True, logits_to_keep=1)
+                             past_key_values=cache, use_cache=True, logits_to_keep=1, ef_plan=plan)
             cache = out.past_key_values
             logits = out.logits[:, -1, :]
         self._keep(arrs, out_ids, cache, mask)
-        return [Generation(out_ids[i], out_lp[i], out_ent[i], finish[i]) for i in range(B)]
+        gens_out: list[Generation | None] = [None] * B
+        for row, i in enumerate(order):
+            gens_out[i] = Generation(out_ids[row], out_lp[row], out_ent[row], finish[row])
+        return gens_out  # type: ignore[return-value]
 
     def _keep(self, prompts: list[np.ndarray], sampled: list[list[int]], cache: Any, mask: torch.Tensor) -> None:
         """Store each row's keys/values (prompt + every sampled id that was fed)."""
