@@ -26,7 +26,7 @@ from . import decode_attention
 from .policy import Generation, Policy, check_prompts, default_stop_ids, sampling_stats
 from .prefix_cache import PrefixCache, common_prefix_len
 
-__all__ = ["HFPolicy"]
+__all__ = ["HFPolicy", "sample_ids"]
 
 
 def _growing_cache(n_layers: int, capacity: int) -> Any:
@@ -60,6 +60,20 @@ def _growing_cache(n_layers: int, capacity: int) -> Any:
     cache.layers = [GrowingLayer() for _ in range(n_layers)]
     cache.layer_class_to_replicate = None
     return cache
+
+
+def sample_ids(logp: torch.Tensor, gens: list[torch.Generator] | None = None) -> torch.Tensor:
+    """One id per row of ``logp`` (``[rows, vocab]`` log-probabilities, ``-inf`` allowed), by
+    inverse CDF: one uniform per row, from row ``i``'s generator ``gens[i]`` when given. Eight
+    times cheaper here than ``torch.multinomial`` row by row (which draws an exponential per
+    vocabulary entry) at 16 rows x 4k ids."""
+    rows, dev = logp.shape[0], logp.device
+    u = torch.rand(rows, device=dev) if gens is None else torch.cat(
+        [torch.rand(1, generator=g, device=dev) for g in gens])
+    cdf = logp.exp().cumsum(dim=-1)
+    # u in (0, 1]: the first id whose cumulative mass reaches u * total has mass > 0
+    tok = torch.searchsorted(cdf, ((1.0 - u)[:, None] * cdf[:, -1:]).contiguous()).squeeze(1)
+    return tok.clamp_max(cdf.shape[-1] - 1)
 
 
 class HFPolicy(Policy):
@@ -240,11 +254,8 @@ class HFPolicy(Policy):
             logp, ent = sampling_stats(logits[:, : self.vocab_size], temperature, top_p)
             if temperature <= 0:
                 tok = logp.argmax(dim=-1)
-            elif gens is None:
-                tok = torch.multinomial(logp.exp(), 1).squeeze(1)
             else:
-                probs = logp.exp()
-                tok = torch.cat([torch.multinomial(probs[i], 1, generator=gens[i]) for i in range(B)])
+                tok = sample_ids(logp, gens)
             lp = logp.gather(1, tok[:, None]).squeeze(1).tolist()
             ent_l = ent.tolist()
             tok_l = tok.tolist()

@@ -97,3 +97,17 @@ def test_stops_in_a_shared_run_leave_the_other_rows_exact(hf: HFPolicy) -> None:
         assert c.token_ids == f.token_ids[:n]
         assert np.allclose(c.logprobs, f.logprobs[:n], atol=1e-4)
     assert max(base) < V
+
+
+def test_sample_ids_draws_each_id_with_its_probability_and_never_a_masked_one() -> None:
+    from agents.hf_policy import sample_ids
+
+    p = torch.tensor([0.05, 0.0, 0.55, 0.3, 0.0, 0.1])
+    logp = p.log().expand(4000, -1).contiguous()  # -inf where the mass is 0
+    gens = [torch.Generator().manual_seed(i) for i in range(4000)]
+    ids = sample_ids(logp, gens)
+    freq = torch.bincount(ids, minlength=6).float() / 4000
+    assert freq[1] == 0 and freq[4] == 0
+    assert torch.allclose(freq, p, atol=0.03), freq  # 3 standard errors at most ~0.024
+    assert torch.equal(ids, sample_ids(logp, [torch.Generator().manual_seed(i) for i in range(4000)]))
+    assert sample_ids(torch.log(torch.tensor([[0.0, 0.0, 1.0]]))).item() == 2
