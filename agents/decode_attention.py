@@ -121,7 +121,8 @@ def _decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
     bias = None
     if mask is not None:  # (B, 1, 1, L) bool (True: attend) or additive float
         m2 = mask.reshape(B, 1, 1, mask.shape[-1])[..., -L:]
-        bias = torch.zeros(m2.shape, dtype=q.dtype).masked_fill(~m2, float("-inf")) if m2.dtype == torch.bool \
+        bias = torch.zeros(m2.shape, dtype=q.dtype, device=q.device).masked_fill(~m2, float("-inf")) \
+            if m2.dtype == torch.bool \
             else m2.to(q.dtype)
     segments = plan.segments if plan is not None else [Segment(0, B, 0, 0)]
     outs = []
