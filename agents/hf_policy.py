@@ -76,6 +76,15 @@ def sample_ids(logp: torch.Tensor, gens: list[torch.Generator] | None = None) ->
     return tok.clamp_max(cdf.shape[-1] - 1)
 
 
+def _keep_rows(cache: Any, rows: list[int]) -> Any:
+    """The batch cache of :func:`_growing_cache` with only ``rows`` (in that order)."""
+    idx = torch.tensor(rows, dtype=torch.long, device=cache.layers[0]._k.device)
+    for layer in cache.layers:
+        layer._k, layer._v = layer._k.index_select(0, idx), layer._v.index_select(0, idx)
+        layer.keys, layer.values = layer._k[:, :, : layer._n], layer._v[:, :, : layer._n]
+    return cache
+
+
 class HFPolicy(Policy):
     """A transformers model as a :class:`~agents.policy.Policy`.
 
@@ -249,7 +258,8 @@ class HFPolicy(Policy):
         out_lp: list[list[float]] = [[] for _ in range(B)]
         out_ent: list[list[float]] = [[] for _ in range(B)]
         finish = ["length"] * B
-        active = [True] * B
+        live = list(range(B))  # the row of arrs each batch row holds: finished rows leave the batch
+        active = [True] * B  # per batch row
         for step in range(max_new):
             logp, ent = sampling_stats(logits[:, : self.vocab_size], temperature, top_p)
             if temperature <= 0:
@@ -259,39 +269,54 @@ class HFPolicy(Policy):
             lp = logp.gather(1, tok[:, None]).squeeze(1).tolist()
             ent_l = ent.tolist()
             tok_l = tok.tolist()
-            for i in range(B):
-                if not active[i]:
+            for j, i in enumerate(live):
+                if not active[j]:
                     continue
-                out_ids[i].append(tok_l[i])
-                out_lp[i].append(lp[i])
-                out_ent[i].append(ent_l[i])
-                if tok_l[i] in stops:
-                    active[i] = False
+                out_ids[i].append(tok_l[j])
+                out_lp[i].append(lp[j])
+                out_ent[i].append(ent_l[j])
+                if tok_l[j] in stops:
+                    active[j] = False
                     finish[i] = "stop"
             if not any(active) or step == max_new - 1:
                 break
-            # feed the sampled ids; finished rows feed padding that nothing attends to
+            done = [j for j, a in enumerate(active) if not a]
+            if len(done) * 4 >= len(live):  # a quarter of the batch is finished: they leave it
+                self._keep([arrs[live[j]] for j in done], [out_ids[live[j]] for j in done], cache, mask, done)
+                keep = [j for j, a in enumerate(active) if a]
+                cache, mask = _keep_rows(cache, keep), mask[keep]
+                next_pos = [next_pos[j] for j in keep]
+                if gens is not None:
+                    gens = [gens[j] for j in keep]
+                tok_l = [tok_l[j] for j in keep]
+                live, active = [live[j] for j in keep], [True] * len(keep)
+                if plan is not None:
+                    plan = decode_attention.plan_batch([arrs[i] for i in live], [reused[i] for i in live], mask)
+            # feed the sampled ids; finished rows still in the batch feed padding that nothing attends to
             col = torch.tensor([[1 if a else 0] for a in active], dtype=torch.long)
             mask = torch.cat([mask, col], dim=1)
-            pos = torch.tensor([[next_pos[i]] for i in range(B)], dtype=torch.long)
+            pos = torch.tensor([[p] for p in next_pos], dtype=torch.long)
             next_pos = [n + 1 if a else n for n, a in zip(next_pos, active)]
             feed = torch.tensor([[t if a else self.pad_id] for t, a in zip(tok_l, active)], dtype=torch.long)
             out = self.model(input_ids=feed.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
                              past_key_values=cache, use_cache=True, logits_to_keep=1, ef_plan=plan)
             cache = out.past_key_values
             logits = out.logits[:, -1, :]
-        self._keep(arrs, out_ids, cache, mask)
+        self._keep([arrs[i] for i in live], [out_ids[i] for i in live], cache, mask)
         gens_out: list[Generation | None] = [None] * B
         for row, i in enumerate(order):
             gens_out[i] = Generation(out_ids[row], out_lp[row], out_ent[row], finish[row])
         return gens_out  # type: ignore[return-value]
 
-    def _keep(self, prompts: list[np.ndarray], sampled: list[list[int]], cache: Any, mask: torch.Tensor) -> None:
-        """Store each row's keys/values (prompt + every sampled id that was fed)."""
+    def _keep(self, prompts: list[np.ndarray], sampled: list[list[int]], cache: Any, mask: torch.Tensor,
+              rows: list[int] | None = None) -> None:
+        """Store each row's keys/values (prompt + every sampled id that was fed); ``rows``: the
+        batch row of each prompt (default: the i-th)."""
         if self._cache.max_tokens == 0:
             return
         layers = [(layer.keys, layer.values) for layer in cache.layers]
-        for i, (p, s) in enumerate(zip(prompts, sampled)):
+        for n, (p, s) in enumerate(zip(prompts, sampled)):
+            i = n if rows is None else rows[n]
             cols = torch.nonzero(mask[i], as_tuple=True)[0].to(self.device)
             ids = np.concatenate([p, np.asarray(s[:-1], dtype=np.int64)]) if s else p
             if len(cols) != len(ids):  # an invariant of the layout; never store a misaligned cache

@@ -111,3 +111,28 @@ def test_sample_ids_draws_each_id_with_its_probability_and_never_a_masked_one() 
     assert torch.allclose(freq, p, atol=0.03), freq  # 3 standard errors at most ~0.024
     assert torch.equal(ids, sample_ids(logp, [torch.Generator().manual_seed(i) for i in range(4000)]))
     assert sample_ids(torch.log(torch.tensor([[0.0, 0.0, 1.0]]))).item() == 2
+
+
+def test_rows_that_finish_leave_the_batch_and_their_cache_is_kept_exact(hf: HFPolicy) -> None:
+    hf.clear_cache()
+    prompts = [list(range(30, 130)) + [7 + i] for i in range(8)]
+    free = hf.generate(prompts, max_new_tokens=16, temperature=0.0)
+    # ids that end about half the rows early: the batch shrinks (a quarter finished) more than once
+    stops = sorted({g.token_ids[2] for g in free[:3]} | {free[5].token_ids[6]})
+    cut = hf.generate(prompts, max_new_tokens=16, temperature=0.0, stop_token_ids=stops)
+    assert sum(c.finish_reason == "stop" for c in cut) >= 2
+    for f, c in zip(free, cut):
+        n = next((k + 1 for k, t in enumerate(f.token_ids) if t in stops), len(f.token_ids))
+        assert c.token_ids == f.token_ids[:n]
+        assert np.allclose(c.logprobs, f.logprobs[:n], atol=1e-4)
+    # a next turn of a row that left early starts from the keys/values kept when it left
+    early = min(range(8), key=lambda i: len(cut[i].token_ids))
+    nxt = prompts[early] + cut[early].token_ids + [9, 10]
+    before = hf.prefill_tokens_computed()
+    g = hf.generate([nxt], max_new_tokens=6, temperature=0.0)[0]
+    assert hf.prefill_tokens_computed() - before <= 3
+    with torch.no_grad():
+        logits = hf.model(torch.tensor([nxt + g.token_ids])).logits[0, len(nxt) - 1:-1]
+    logp, _ = sampling_stats(logits, 0.0, 1.0)
+    assert torch.allclose(logp.gather(1, torch.tensor(g.token_ids)[:, None]).squeeze(1),
+                          torch.tensor(g.logprobs), atol=1e-4)
