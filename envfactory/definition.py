@@ -160,6 +160,12 @@ class ToolEnvSpec:
             episode (a deal was closed); checked after every turn.
         payoff: ``payoff(task, final_state, success) -> {agent: reward}`` for
             mixed-motive games; by default every role gets the joint reward.
+        legal_actions: ``legal_actions(state, agent) -> [ToolCall]``: the moves ``agent``
+            may legally make now (asked on the state as its tools would see it this turn:
+            for a team, ``acting`` and ``round`` set) (a game's move list: its board, its budget, the cells
+            not fired at yet); empty when it has none. Optional: without it, the tools'
+            schemas (enums, bounds) are all that says what may be called. The random
+            policy draws from it (:class:`~envfactory.checks.scripted.RandomPolicy`).
         isolation: For the Docker runtime: ``session`` (many sessions share a
             container; pure-state worlds) or ``container`` (one container per
             session; worlds that execute agent code).
@@ -179,6 +185,7 @@ class ToolEnvSpec:
     finish_tool: bool = True
     terminal: Callable[[Any], bool] | None = None
     payoff: Payoff | None = None
+    legal_actions: Callable[[Any, str], Sequence[ToolCall]] | None = None
     isolation: Literal["session", "container"] = "session"
     module: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)

@@ -23,7 +23,9 @@ within its budget; the reference solution is expert against expert.
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 import envfactory.faces.pettingzoo_env as multi
 from envfactory import ConflictError, MultiState, Role, Task, ToolEnvSpec, ToolError, by, register, tool
@@ -65,7 +67,7 @@ def _result(lot_bids: dict[str, int]) -> tuple[str | None, int]:
 
 
 @tool
-def bid(state: AuctionState, lot: str, amount: int) -> str:
+def bid(state: AuctionState, lot: str, amount: Annotated[int, Field(ge=0)]) -> str:
     """Seal your bid on a lot (one bid per lot; 0 declines it). Bids are binding and count against
     your budget; the other bidder learns nothing until the lot closes.
 
@@ -106,6 +108,14 @@ def auction_status(state: AuctionState) -> str:
             lines.append(f"{lot}: open; you have not bid")
     lines.append(f"Budget left: {state.budget[me] - _spent(state, me)}")
     return "\n".join(lines)
+
+
+def legal_moves(state: AuctionState, agent: str) -> list[ToolCall]:
+    """The bids ``agent`` may seal now: any whole amount from 0 to its remaining budget on each lot it
+    has not bid on yet."""
+    left = state.budget[agent] - _spent(state, agent)
+    return [ToolCall("bid", {"lot": lot, "amount": a}) for lot in state.lots if agent not in state.bids.get(lot, {})
+            for a in range(left + 1)]
 
 
 def surplus(values: dict[str, dict[str, int]], state: AuctionState) -> dict[str, int]:
@@ -212,6 +222,7 @@ SPEC = register(ToolEnvSpec(
     max_turns=12,
     terminal=lambda state: all(_closed(state, lot) for lot in state.lots),
     payoff=payoff,
+    legal_actions=legal_moves,
     metadata={"competitive": True, "zero_sum": True, "expert": ExpertBidder, "policies": {"naive": NaiveBidder}},
 ))
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import random
 import zlib
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 import envfactory.faces.pettingzoo_env as multi
 from envfactory import ConflictError, MultiState, Role, Task, ToolEnvSpec, ToolError, by, register, tool
@@ -59,8 +59,11 @@ def _hits(state: BattleState, shooter: str) -> set[tuple[int, int]]:
     return {(s.row, s.col) for s in state.shots.get(shooter, []) if s.result != "miss"}
 
 
+Coordinate = Annotated[int, Field(ge=0, le=SIZE - 1)]  # the board's size, in the tool's schema
+
+
 @tool
-def fire(state: BattleState, row: int, col: int) -> str:
+def fire(state: BattleState, row: Coordinate, col: Coordinate) -> str:
     """Fire one shot at the enemy grid (one shot per round).
 
     Args:
@@ -108,6 +111,16 @@ def view_boards(state: BattleState) -> str:
         right.append(" ".join(("X" if (r, c) in own else "o") if (r, c) in theirs else ("S" if (r, c) in own else ".")
                               for c in range(SIZE)))
     return "\n".join(left + right)
+
+
+def legal_moves(state: BattleState, agent: str) -> list[ToolCall]:
+    """The shots ``agent`` may fire now: every cell of the enemy grid it has not fired at, while the
+    game is undecided and it has not fired this round (none otherwise)."""
+    mine = state.shots.get(agent, [])
+    if state.winner is not None or any(s.round == state.round for s in mine):
+        return []
+    fired = {(s.row, s.col) for s in mine}
+    return [ToolCall("fire", {"row": r, "col": c}) for r in range(SIZE) for c in range(SIZE) if (r, c) not in fired]
 
 
 def _decided_and_played(state: BattleState) -> bool:
@@ -263,6 +276,7 @@ SPEC = register(ToolEnvSpec(
     max_turns=2 * SIZE * SIZE,
     terminal=lambda state: state.winner is not None,
     payoff=payoff,
+    legal_actions=legal_moves,
     metadata={"competitive": True, "zero_sum": True, "expert": ExpertAdmiral, "policies": {"naive": NaiveAdmiral}},
 ))
 
