@@ -419,13 +419,18 @@ class ToolEnvSpec:
     def replay(self, state: State, calls: Sequence[ToolCall]) -> list[str]:
         """Run ``calls`` on ``state`` in place, with permissions; return the error observations.
 
-        A call without ``agent`` is made by the first role (the sole agent)."""
+        A call without ``agent`` is made by the first role (the sole agent). A team's calls get the
+        rounds of turn-order play, one call per turn: a call by a role later in the turn order than the
+        previous call's is made in the same round, any other in the next."""
         errors = []
         team = bool(self.roles)
+        rnd, last = 1, -1
         for i, c in enumerate(calls):
             agent = c.agent or self._agents[0]
             if team:
-                cast("MultiState", state).acting, cast("MultiState", state).round = agent, i + 1
+                pos = self._agents.index(agent) if agent in self._agents else len(self._agents)
+                rnd, last = (rnd if pos > last else rnd + 1), pos
+                cast("MultiState", state).acting, cast("MultiState", state).round = agent, rnd
             t = self._role_tools.get(agent, {}).get(c.name)
             if t is None:
                 errors.append(f"call {i} ({agent}: {c.name}): not a tool of {agent}")

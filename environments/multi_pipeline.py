@@ -41,6 +41,18 @@ class PipelineState(MultiState):
     stock: dict[str, int]
     orders: dict[str, WorkOrder] = {}
     packages: dict[str, str] = {}    # package id -> work order id
+    one_job: bool = False            # rush tasks: each clerk does one job (register, pack, ship) per round
+    deadline: int = 0                # rush tasks: the last round in which a parcel can ship (0: none)
+    jobs: dict[str, int] = {}        # clerk -> the round of its last job
+
+
+def _job(state: PipelineState) -> None:
+    """Count a job for the acting clerk (rush tasks allow one per round each)."""
+    if state.one_job:
+        if state.jobs.get(state.acting) == state.round:
+            raise ToolError("you already did a job this round: each clerk can register, pack or ship only once "
+                            "per round")
+        state.jobs[state.acting] = state.round
 
 
 @tool
@@ -54,6 +66,7 @@ def register_order(state: PipelineState, customer: str, sku: str, quantity: int)
     """
     if quantity < 1:
         raise ToolError("quantity must be at least 1")
+    _job(state)
     wid = f"WO-{len(state.orders) + 1}"
     state.orders[wid] = WorkOrder(id=wid, customer=customer, sku=sku.upper(), quantity=quantity)
     return f"Registered work order {wid}: {quantity} x {sku.upper()} for {customer}."
@@ -79,6 +92,7 @@ def pack_order(state: PipelineState, order_id: str) -> str:
         raise ConflictError(f"{order_id} is already {wo.status}")
     if state.stock.get(wo.sku, 0) < wo.quantity:
         raise ToolError(f"not enough {wo.sku} in stock ({state.stock.get(wo.sku, 0)} left)")
+    _job(state)
     state.stock[wo.sku] -= wo.quantity
     pid = f"PKG-{len(state.packages) + 1}"
     state.packages[pid] = order_id
@@ -101,6 +115,9 @@ def ship_parcel(state: PipelineState, parcel_id: str, address: str, carrier: Lit
     wo = state.orders[wid]
     if wo.status == "shipped":
         raise ConflictError(f"parcel {parcel_id} was already shipped")
+    if state.deadline and state.round > state.deadline:
+        raise ConflictError(f"the last truck left at the end of round {state.deadline}; nothing ships any more")
+    _job(state)
     wo.status, wo.address, wo.carrier = "shipped", address, carrier
     return f"Shipped {parcel_id} ({wid}) by {carrier} to {address}."
 
@@ -125,6 +142,12 @@ def tasks() -> list[Task]:
     def add_goal(placed: list[PlacedOrder], stock: dict[str, int], goal: str, param: Any, seed: int | None,
                  notes: str | None = None, instruction: str | None = None) -> None:
         wanted = [(o, outcome(goal, param, o, stock)) for o in placed]
+        meta: dict[str, Any] = {} if seed is None else {"generator_seed": seed, "goal": goal}
+        if goal == "rush":
+            # the pipelined reference is a turn-order schedule (the scripted oracle plays one step of
+            # the joint plan at a time, so in simultaneous rounds it cannot overlap the stations); one
+            # agent holding every tool does one job per round: 3 per order, past the deadline
+            meta.update(modes=["aec"], deadline=param, jobs=3 * len(placed))
         expected = sorted((o.customer, o.sku, q, status, addr, car) for o, (status, q, addr, car) in wanted
                           if status != "absent")
 
@@ -134,6 +157,17 @@ def tasks() -> list[Task]:
             return got == expected
 
         steps, wo, pkg = [], 0, 0
+        if goal == "rush":  # one hand-over up front, then one order per round through all three stations
+            plan = "; ".join(f"WO-{k} = {q} x {o.sku} for {o.customer}, to {addr} by {car}"
+                             for k, (o, (_, q, addr, car)) in enumerate(wanted, 1))
+            steps.append(by("intake_0", "send_message", to="all",
+                            content=f"I register one order per round, in this order: {plan}. Pack WO-k as parcel "
+                                    "PKG-k and ship it the same round."))
+            for k, (o, (_, q, addr, car)) in enumerate(wanted, 1):
+                steps += [by("intake_0", "register_order", customer=o.customer, sku=o.sku, quantity=q),
+                          by("warehouse_0", "pack_order", order_id=f"WO-{k}"),
+                          by("shipping_0", "ship_parcel", parcel_id=f"PKG-{k}", address=addr, carrier=car)]
+            wanted = []
         for o, (status, q, addr, car) in wanted:
             if status == "absent":
                 continue
@@ -156,9 +190,9 @@ def tasks() -> list[Task]:
             id=f"pipeline-{len(out):03d}",
             instruction=instruction or GOALS[goal][0](param, len(placed)),
             private={"intake_0": "Order details: " + (notes or " ".join(note(o) for o in placed))},
-            initial_state=PipelineState(stock=dict(stock)),
-            check=check, solution=steps,
-            metadata={} if seed is None else {"generator_seed": seed, "goal": goal}))
+            initial_state=PipelineState(stock=dict(stock), one_job=goal == "rush",
+                                        deadline=param if goal == "rush" else 0),
+            check=check, solution=steps, metadata=meta))
 
     add([("Ines Park", "MUG-RED", 2, "12 Elm St, Springfield", "ground")])
     add([("Tom Okafor", "TEAPOT", 1, "4 Harbour Rd, Portsmouth", "express")])
@@ -212,6 +246,10 @@ GOALS: dict[str, tuple[Any, int]] = {
     "town_rule": (lambda p, n: f"Our same-day courier only serves {p}: a parcel for an address in {p} goes by "
                                "express, every other parcel by ground, whatever the customer said about urgency.",
                   2),
+    "rush": (lambda p, n: f"The carrier's last truck of the day leaves at the end of round {p}: all {n} orders intake "
+                          "took must be registered, packed and shipped by then (express if urgent, ground "
+                          "otherwise). Each of you can do only one job (register, pack or ship) per round, so work "
+                          "in parallel.", 4),
     "cap": (lambda p, n: "This week a customer may buy at most two of any product: register each order for two "
                          "units if more were asked (the quantity asked for otherwise), then pack and ship it, "
                          "express if urgent.", 2),
@@ -278,11 +316,11 @@ def generate(rng: random.Random, goal: str = "ship_all") -> tuple[list[PlacedOrd
     so that the goal makes a difference: an urgent and a non-urgent order, one cancelled, a gift, a
     pending payment, an order the stock cannot fill, a changed address, orders in and out of the town,
     a quantity above the cap. At least one order always ships."""
-    n = max(GOALS[goal][1], rng.choice((1, 1, 2)))
+    n = rng.randint(4, 5) if goal == "rush" else max(GOALS[goal][1], rng.choice((1, 1, 2)))
     stock = {sku: rng.randint(2, 12) for sku in rng.sample(_SKUS, rng.randint(3, 6))}
     left = dict(stock)
     orders = []
-    param = rng.choice(_TOWNS) if goal == "town_rule" else None
+    param = rng.choice(_TOWNS) if goal == "town_rule" else n + 3 if goal == "rush" else None
     for k in range(n):
         sku = rng.choice([x for x, q in left.items() if q > 0])
         qty = rng.randint(1, min(4, left[sku]))
@@ -290,7 +328,7 @@ def generate(rng: random.Random, goal: str = "ship_all") -> tuple[list[PlacedOrd
             qty = rng.randint(3, 4)
             stock[sku] = left[sku] = max(left[sku], qty)
         left[sku] -= qty
-        town = (param if k == 0 else rng.choice([t for t in _TOWNS if t != param])) if param else None
+        town = (param if k == 0 else rng.choice([t for t in _TOWNS if t != param])) if goal == "town_rule" else None
         urgent = rng.random() < 0.5
         if goal in ("urgent_only", "priority", "ground_only", "town_rule"):
             urgent = k == 0 if goal in ("urgent_only", "ground_only") else k != 0  # the goal overrides the urge

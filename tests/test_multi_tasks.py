@@ -87,3 +87,35 @@ def test_reference_solutions_fit_the_round_limit_with_simultaneous_moves(name):
     spec = envfactory.spec(name)
     closing = 0 if spec.terminal is not None else 1  # a world that ends itself needs no finish round
     assert max(len(t.solution) for t in spec.get_tasks()) + closing <= spec.max_turns
+
+
+MULTI_AGENT = sorted(s.name for s in envfactory.specs() if getattr(s, "multi_agent", False))
+# the environments whose tasks once had a single instruction (variation only in private notes)
+VARIED = {"MultiMeeting-v0": "goal", "MultiPipeline-v0": "goal", "MultiRooms-v0": "goal", "MultiSupport-v0": "goal",
+          "GameBattleship-v0": "rule", "GameAuction-v0": "format"}
+
+
+@pytest.mark.parametrize("name", MULTI_AGENT)
+def test_every_multi_agent_environment_has_at_least_10_distinct_instructions(name):
+    tasks = envfactory.spec(name).get_tasks()
+    assert len({t.instruction for t in tasks}) >= 10, name
+
+
+@pytest.mark.parametrize("name", sorted(VARIED))
+def test_instructions_vary_in_the_goal_not_only_in_the_numbers(name):
+    """With every number masked, at least 10 different instructions remain (not one frame with numbers
+    swapped in), and the tasks name several goals (rules, formats), each with its own instruction."""
+    import re
+
+    tasks = envfactory.spec(name).get_tasks()
+    frames = {re.sub(r"\d+", "#", t.instruction) for t in tasks}
+    assert len(frames) >= 10, sorted(frames)
+    goals = {t.metadata.get(VARIED[name]) for t in tasks if "generator_seed" in t.metadata}
+    assert len(goals) >= (10 if name.startswith("Multi") else 4), goals
+    by_goal: dict = {}
+    for t in tasks:
+        if "generator_seed" in t.metadata and t.id.split("-")[1] != "000":
+            by_goal.setdefault(t.metadata[VARIED[name]], set()).add(re.sub(r"\d+", "#", t.instruction))
+    for g, texts in by_goal.items():  # two goals never share an instruction
+        others = set().union(*(v for k, v in by_goal.items() if k != g))
+        assert not texts & others, (g, texts & others)

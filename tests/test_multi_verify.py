@@ -21,7 +21,7 @@ def test_reference_succeeds_noop_fails_and_every_role_alone_fails(name):
     ep = envfactory.make_multi(name)
     assert not spec.replay_errors
     for task in spec.get_tasks():
-        for mode in MODES:
+        for mode in task.metadata.get("modes", MODES):
             assert play(ep, dict.fromkeys(spec.agent_ids, OraclePolicy()), task.id, mode=mode).success, (task.id, mode)
         noop = play(ep, dict.fromkeys(spec.agent_ids, NoopPolicy()), task.id)
         assert not noop.success and not any(noop.rewards.values())

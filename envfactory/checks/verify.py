@@ -11,7 +11,9 @@ Checks (each failure names the check and, where it applies, the task):
   ``from_class(compare=...)`` says; a failure names the attributes that differ);
 * ``reference``: the oracle (each role plays its steps of the reference
   solution) succeeds on every task, with reward 1 unless the environment has
-  a payoff; teams in turn order (AEC) and with simultaneous moves (Parallel);
+  a payoff; teams in turn order (AEC) and with simultaneous moves (Parallel),
+  or only in the modes a task names (``metadata["modes"]``: a schedule that
+  overlaps the roles' work within a round is a turn-order one);
 * ``noop`` / ``claim`` / ``random``: agents that do nothing, that only claim
   success, and seeded random agents fail and earn 0; where the environment lists
   its legal moves (``spec.legal_actions``), every move the random player draws
@@ -174,7 +176,7 @@ def verify_spec(
     try:
         report.checks += ["reference", "noop", "claim", "random"] + (["alone"] if team else [])
         for task in tasks:
-            for mode in modes:
+            for mode in [m for m in modes if m in task.metadata.get("modes", modes)]:
                 out = play(ep, OraclePolicy(), task.id, mode=mode)
                 if not out.success or (spec.payoff is None and set(out.rewards.values()) != {1.0}):
                     how = f" ({mode})" if team else ""
