@@ -10,8 +10,10 @@ Tasks: four hand-written ones, then generated ones (:func:`generate`, seeded
 everything; ship only the urgent orders; everything express, or everything ground; leave out a
 cancelled order; ship a gift to its recipient; hold an unpaid order in the warehouse; fill only
 what the stock allows (the stock is the warehouse's to see); ship to a changed address; a carrier
-rule by town; a cap on the quantity. :func:`outcome` says what each goal makes of each order, and
-the check compares every work order with it.
+rule by town; a cap on the quantity; a rush (4-5 orders, each clerk does one job per round, the
+last truck leaves at the end of round N + 3: only the three stations working in parallel make it;
+one agent holding every tool and note cannot, see :mod:`envfactory.checks.merged`). :func:`outcome`
+says what each goal makes of each order, and the check compares every work order with it.
 """
 
 from __future__ import annotations
