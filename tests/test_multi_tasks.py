@@ -122,3 +122,67 @@ def test_instructions_vary_in_the_goal_not_only_in_the_numbers(name):
     for g, texts in by_goal.items():  # two goals never share an instruction
         others = set().union(*(v for k, v in by_goal.items() if k != g))
         assert not texts & others, (g, texts & others)
+
+
+def test_meeting_goals_pick_one_hour_among_several_that_suit_everyone():
+    """Where the calendars share several free hours, the goal (earliest, afternoon, not on Monday, a
+    guest's preference...) decides, and a meeting at any other common hour fails the check."""
+    from environments.multi_meeting import Meeting
+
+    spec = envfactory.spec("MultiMeeting-v0")
+    several = 0
+    for t in spec.get_tasks():
+        busy = t.initial_state.busy
+        slots = [f"{d} {h}" for d in ("mon", "tue", "wed") for h in (9, 10, 11, 13, 14, 15, 16)]
+        common = [s for s in slots if all(s not in busy[a] for a in busy)]
+        target = next(c for c in t.solution if c.name == "schedule_meeting").arguments
+        for slot in common:
+            day, hour = slot.split()
+            state = t.initial_state.model_copy(deep=True)
+            state.meetings = [Meeting(id="MTG-9", day=day, hour=int(hour), accepted=["guest_0", "guest_1"])]
+            assert t.check(state) == ((day, int(hour)) == (target["day"], target["hour"])), (t.id, slot)
+        several += len(common) > 1
+    assert several >= 25
+
+
+def test_support_amounts_follow_the_goal_not_the_price():
+    """Refunding the full price of the order(s) the reference refunds passes only where the goal owes
+    the full price: a restocking fee, a price match, a coupon, a late credit or a cap changes it."""
+    from environments.multi_support import Refund
+
+    spec = envfactory.spec("MultiSupport-v0")
+    differs = {}
+    for t in spec.get_tasks()[4:]:
+        orders = t.initial_state.orders
+        state = t.initial_state.model_copy(deep=True)
+        for k, c in enumerate(c for c in t.solution if c.name == "open_refund"):
+            oid = c.arguments["order_id"]
+            state.refunds[f"R-{k + 1}"] = Refund(id=f"R-{k + 1}", order_id=oid, amount_cents=orders[oid].amount_cents,
+                                                reason="", status="refunded")
+        differs.setdefault(t.metadata["goal"], []).append(not t.check(state))
+    for goal in ("price_match", "coupon", "late"):
+        assert all(differs[goal]), goal
+    assert any(differs["restocking"]) and any(differs["cap"]) and not any(differs["batch"])
+
+
+def test_pipeline_goals_are_not_met_by_shipping_every_order_as_noted():
+    """Registering, packing and shipping every order just as intake's notes say (the plain goal) fails
+    every other goal's check: the goal changes what must happen, not only the words."""
+    import random
+
+    from environments.multi_pipeline import WorkOrder, generate, outcome
+
+    spec = envfactory.spec("MultiPipeline-v0")
+    seen = set()
+    for t in spec.get_tasks()[4:]:
+        goal = t.metadata["goal"]
+        placed, stock, param = generate(random.Random(f"MultiPipeline/{t.metadata['generator_seed']}"), goal)
+        state = t.initial_state.model_copy(deep=True)
+        for k, o in enumerate(placed, 1):
+            _, q, addr, car = outcome("ship_all", None, o, stock)
+            state.orders[f"WO-{k}"] = WorkOrder(id=f"WO-{k}", customer=o.customer, sku=o.sku, quantity=o.quantity,
+                                                status="shipped", package=f"PKG-{k}", address=o.address, carrier=car)
+        plain_ok = t.check(state)
+        assert plain_ok == (goal in ("ship_all", "rush")), (t.id, goal)
+        seen.add(goal)
+    assert len(seen) >= 11
