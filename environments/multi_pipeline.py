@@ -182,7 +182,8 @@ def tasks() -> list[Task]:
                 continue
             steps.append(by("intake_0", "send_message", to="warehouse_0", content=f"Please pack WO-{wo}."))
             if status == "shipped":
-                steps.append(by("intake_0", "send_message", to="shipping_0", content=f"WO-{wo} goes to {addr} by {car}."))
+                steps.append(by("intake_0", "send_message", to="shipping_0",
+                                content=f"WO-{wo} goes to {addr} by {car}."))
             pkg += 1
             steps.append(by("warehouse_0", "pack_order", order_id=f"WO-{wo}"))
             if status == "shipped":

@@ -105,8 +105,8 @@ GOALS: dict[str, Any] = {
     "joint": lambda p: "Sales and engineering meet together this time: one room big enough for both teams, at an hour "
                        "that suits both, booked by either of the two leads (not both). HR books its own room as "
                        "usual.",
-    "fix_booking": lambda p: "sales_0 booked a room earlier by mistake, and it does not suit the sales meeting. Sort it "
-                             "out: in the end each lead holds exactly one booking, in a room that fits their team.",
+    "fix_booking": lambda p: "sales_0 booked a room earlier by mistake, and it does not suit the sales meeting. Sort "
+                             "it out: in the end each lead holds exactly one booking, in a room that fits their team.",
     "mornings": lambda p: "The building closes at noon today. Each lead books one room that fits their team, and every "
                           "meeting has to be in the morning (09:00 to 11:00).",
     "waste": lambda p: "Big rooms are precious: each lead books one room that fits their team with at most 4 seats to "
