@@ -18,7 +18,7 @@ that hour only.
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -56,7 +56,8 @@ def my_calendar(state: MeetingState) -> str:
 
 
 @tool
-def schedule_meeting(state: MeetingState, day: str, hour: int) -> str:
+def schedule_meeting(state: MeetingState, day: Literal["mon", "tue", "wed"],
+                     hour: Literal[9, 10, 11, 13, 14, 15, 16]) -> str:
     """Schedule the team meeting (withdrawing any earlier invitation) and invite both guests.
 
     Args:

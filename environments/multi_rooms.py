@@ -17,13 +17,14 @@ only; at most 4 seats to spare; at most two rooms in use; a two-hour workshop in
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Literal
 
 import envfactory.faces.pettingzoo_env as multi
 from envfactory import ConflictError, MultiState, Role, Task, ToolEnvSpec, ToolError, by, register, tool
 from tools.messaging import TOOLS as MESSAGING
 
 SLOTS = ("09:00", "10:00", "11:00", "14:00")
+Slot = Literal["09:00", "10:00", "11:00", "14:00"]  # SLOTS, as an enum in the tools' schemas
 LEADS = ("sales_0", "eng_0", "hr_0")
 
 
@@ -43,7 +44,7 @@ def list_rooms(state: RoomsState) -> str:
 
 
 @tool
-def book_room(state: RoomsState, room: str, slot: str) -> str:
+def book_room(state: RoomsState, room: str, slot: Slot) -> str:
     """Book a room for your meeting at an hour.
 
     Args:
@@ -63,7 +64,7 @@ def book_room(state: RoomsState, room: str, slot: str) -> str:
 
 
 @tool
-def cancel_booking(state: RoomsState, room: str, slot: str) -> str:
+def cancel_booking(state: RoomsState, room: str, slot: Slot) -> str:
     """Cancel one of your own bookings.
 
     Args:
