@@ -347,8 +347,9 @@ def _session_key(ctx: Any, stdio: bool) -> str | None:
     meta = ctx.meta
     if meta is not None:
         meta = meta if isinstance(meta, dict) else getattr(meta, "model_extra", None) or dict(meta)
-        if isinstance(meta.get(EPISODE_META), str):
-            return meta[EPISODE_META]
+        eid = meta.get(EPISODE_META)
+        if isinstance(eid, str) and eid.startswith("ep-"):  # an episode id, never another session's key
+            return eid
     request = ctx.request
     headers = getattr(request, "headers", None)
     if headers is not None:

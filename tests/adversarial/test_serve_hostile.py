@@ -250,6 +250,22 @@ def test_mcp_restarting_an_episode_by_id_reuses_it_instead_of_leaking_it():
         service.close()
 
 
+def test_mcp_meta_names_only_episode_ids_not_other_sessions():
+    """Was: _meta["envfactory/episode"] = "http:<another client's Mcp-Session-Id>" reached that
+    client's episode (the value was used as the session key as it was). Only episode ids count."""
+    from types import SimpleNamespace
+
+    from envfactory.faces.mcp_server import EPISODE_META, _session_key
+
+    def ctx(value, sid=None):
+        return SimpleNamespace(meta={EPISODE_META: value},
+                               request=SimpleNamespace(headers={"mcp-session-id": sid} if sid else {}))
+
+    assert _session_key(ctx("http:victim", "mine"), False) == "http:mine"
+    assert _session_key(ctx("stdio"), False) is None
+    assert _session_key(ctx("ep-0123"), False) == "ep-0123"
+
+
 # -- MCP face over streamable HTTP (the CLI) --------------------------------------------------
 def _serve(*extra: str, env: dict | None = None):
     proc = subprocess.Popen([sys.executable, "-m", "envfactory.cli", "serve", "Counter-v0", "--protocol", "mcp",
