@@ -66,9 +66,10 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-body", type=positive_int, default=DEFAULT_MAX_BODY,
                    help="streamable-http and openenv: largest request body and WebSocket message, in bytes "
                         "(default 4 MiB; larger: 413, or the WebSocket closes with 1009)")
-    p.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT,
-                   help="seconds a session may go without a request before it is closed and its world "
-                        "released (default 1800; 0: never); a later request is a 'session expired' error")
+    p.add_argument("--idle-timeout", type=float, default=None,
+                   help=f"seconds a session may go without a request before it is closed and its world "
+                        f"released (default {DEFAULT_IDLE_TIMEOUT:g}; over stdio, whose one client is the parent "
+                        "process: never; 0: never); a later request is a 'session expired' error")
 
 
 def check_listen(host: str, port: int) -> None:
@@ -104,7 +105,7 @@ def _serve_run(args: argparse.Namespace) -> Result:
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         check_listen(args.host, args.port)
-    if args.idle_timeout < 0:
+    if args.idle_timeout is not None and args.idle_timeout < 0:
         raise CommandError("--idle-timeout must be 0 (never) or a number of seconds")
     try:
         module = importlib.import_module(PROTOCOLS[args.protocol])

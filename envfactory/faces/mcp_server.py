@@ -507,12 +507,20 @@ def serve_http(service: EpisodeService, host: str = "127.0.0.1", port: int = 800
 
 
 # -- CLI: envfactory serve NAME --protocol mcp ----------------------------------------
+def _idle_timeout(args: argparse.Namespace) -> float | None:
+    """``--idle-timeout``, or by default: the network default, and never over stdio (one client,
+    the parent process, which may well think for longer)."""
+    if args.idle_timeout is not None:
+        return args.idle_timeout or None
+    return None if args.transport == "stdio" else DEFAULT_IDLE_TIMEOUT
+
+
 def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
     """``envfactory serve NAME --protocol mcp`` (its arguments: :data:`envfactory.cli.serve.SERVE`)."""
     try:
         service = EpisodeService(args.name, runtime=args.runtime, task=args.task, seed=args.seed,
                                  max_turns=args.max_turns, max_episodes=args.max_episodes, split=args.split,
-                                 idle_timeout=args.idle_timeout)
+                                 idle_timeout=_idle_timeout(args))
     except (KeyError, ValueError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         return 2, {"error": msg}, f"error: {msg}"

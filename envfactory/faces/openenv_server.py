@@ -452,7 +452,9 @@ def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
     try:
         serve_openenv(args.name, args.host, args.port, runtime=args.runtime, task=args.task, seed=args.seed,
                       max_turns=args.max_turns, max_sessions=args.max_episodes, split=args.split, token=args.token,
-                      max_body=args.max_body, idle_timeout=args.idle_timeout, allow_no_token=args.allow_no_token)
+                      max_body=args.max_body,
+                      idle_timeout=DEFAULT_IDLE_TIMEOUT if args.idle_timeout is None else args.idle_timeout,
+                      allow_no_token=args.allow_no_token)
     except KeyboardInterrupt:
         pass
     return 0, {"served": args.name, "protocol": "openenv"}, ""

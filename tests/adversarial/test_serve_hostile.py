@@ -327,6 +327,31 @@ def test_mcp_http_token_body_cap_and_the_sdk_client():
         _stop(proc)
 
 
+def test_mcp_http_idle_episode_is_session_expired_over_the_wire():
+    """``--idle-timeout`` reaches the served episodes: a session-less client (the SDK's Client, the
+    episode id in _meta) comes back after the timeout and is told its session expired."""
+    import anyio
+    from mcp import Client
+
+    from envfactory.faces.mcp_server import EPISODE_META
+
+    proc, url, seen = _serve("--idle-timeout", "0.5")
+    assert url, seen
+    try:
+        async def main():
+            async with Client(url) as c:
+                start = await c.call_tool("start_episode", {"seed": 1})
+                meta = {EPISODE_META: start.structured_content["episode"]}
+                assert not (await c.call_tool("read_counter", {}, meta=meta)).is_error
+                await anyio.sleep(1.0)
+                late = await c.call_tool("read_counter", {}, meta=meta)
+                assert late.is_error and "session expired" in late.content[0].text, late.content
+
+        anyio.run(main)
+    finally:
+        _stop(proc)
+
+
 def test_cli_refuses_a_public_address_without_a_token():
     for protocol in ("mcp", "openenv"):
         argv = [sys.executable, "-m", "envfactory.cli", "serve", "Counter-v0", "--protocol", protocol,
