@@ -70,6 +70,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help=f"seconds a session may go without a request before it is closed and its world "
                         f"released (default {DEFAULT_IDLE_TIMEOUT:g}; over stdio, whose one client is the parent "
                         "process: never; 0: never); a later request is a 'session expired' error")
+    p.add_argument("--max-session-time", type=float, default=None,
+                   help="seconds a session may last however busy (default: no limit); then it is closed as an "
+                        "idle one is, so no client holds a session (and its world) for ever")
 
 
 def check_listen(host: str, port: int) -> None:
@@ -105,6 +108,8 @@ def _serve_run(args: argparse.Namespace) -> Result:
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         check_listen(args.host, args.port)
+    if args.max_session_time is not None and args.max_session_time <= 0:
+        raise CommandError("--max-session-time must be a number of seconds above 0")
     if args.idle_timeout is not None and args.idle_timeout < 0:
         raise CommandError("--idle-timeout must be 0 (never) or a number of seconds")
     try:

@@ -106,6 +106,8 @@ class EpisodeService:
         idle_timeout: Seconds an episode may go without a request before it is closed (its world
             released, by a background reaper or at the next request); a later request to it is a
             :class:`~envfactory.faces.guard.SessionExpired` error. ``None`` or 0: never.
+        max_session_time: Seconds an episode may live (from its first start, restarts included),
+            busy or not; then it is closed the same way. ``None`` or 0: no limit.
     """
 
     _EXPIRED_KEPT = 4096  # closed episodes (and session keys) remembered, to say "expired" and not "unknown"
@@ -113,7 +115,7 @@ class EpisodeService:
 
     def __init__(self, name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
                  max_turns: int | None = None, max_episodes: int = 256, split: DrawSplit = DEFAULT_SPLIT,
-                 idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT) -> None:
+                 idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT, max_session_time: float | None = None) -> None:
         from ..registry import spec as get_spec
 
         self.spec = get_spec(name)
@@ -133,15 +135,18 @@ class EpisodeService:
             raise ValueError("max_episodes must be at least 1")
         self.max_episodes = max_episodes
         self.idle_timeout = idle_timeout or None
+        self.max_session_time = max_session_time or None
         self._episodes: OrderedDict[str, Episode] = OrderedDict()  # episode id -> live episode
         self._by_key: dict[str, str] = {}                          # session key -> episode id
         self._last: dict[str, float] = {}                          # episode id -> time of its last request
+        self._born: dict[str, float] = {}                          # episode id -> when it was made
         self._busy: dict[str, int] = {}                            # episode id -> requests in flight
         self._expired: OrderedDict[str, str] = OrderedDict()       # closed episode id / session key -> why
         self._lock = threading.RLock()
         self._stop = threading.Event()
-        if self.idle_timeout is not None:
-            interval = min(max(self.idle_timeout / 4, 0.05), 60.0)
+        limits = [t for t in (self.idle_timeout, self.max_session_time) if t is not None]
+        if limits:
+            interval = min(max(min(limits) / 4, 0.05), 60.0)
             threading.Thread(target=_reaper, args=(weakref.ref(self), self._stop, interval), daemon=True,
                              name="envfactory-mcp-reaper").start()
 
@@ -192,6 +197,7 @@ class EpisodeService:
                 ep = make(self.name, self.runtime, max_turns=self.max_turns, split=self.split)
                 eid = key if key is not None and key.startswith("ep-") else "ep-" + secrets.token_hex(8)
                 self._episodes[eid] = ep
+                self._born[eid] = time.monotonic()
                 if key is not None:
                     self._by_key[key] = eid
                     self._expired.pop(key, None)
@@ -222,6 +228,7 @@ class EpisodeService:
         """With the lock held: close episode ``eid`` and remember why for its id and session keys."""
         ep = self._episodes.pop(eid)
         self._last.pop(eid, None)
+        self._born.pop(eid, None)
         self._busy.pop(eid, None)
         for k in [k for k, v in self._by_key.items() if v == eid] + [eid]:
             self._by_key.pop(k, None)
@@ -235,14 +242,19 @@ class EpisodeService:
             pass
 
     def _reap(self) -> None:
-        """With the lock held: close every episode idle past the timeout with no request in flight."""
-        if self.idle_timeout is None:
-            return
+        """With the lock held: close every episode with no request in flight that is idle past the
+        timeout, or older than the session time limit."""
         now = time.monotonic()
         for eid, last in list(self._last.items()):
-            if now - last > self.idle_timeout and not self._busy.get(eid):
+            if self._busy.get(eid):
+                continue
+            if self.idle_timeout is not None and now - last > self.idle_timeout:
                 self._drop(eid, f"session expired: episode {eid} had no request for {now - last:.1f} s (the "
                                 f"server's idle timeout is {self.idle_timeout:g} s) and was closed; call "
+                                "start_episode to play another")
+            elif self.max_session_time is not None and now - self._born.get(eid, now) > self.max_session_time:
+                self._drop(eid, f"session expired: episode {eid} reached the server's session time limit "
+                                f"({self.max_session_time:g} s, --max-session-time) and was closed; call "
                                 "start_episode to play another")
 
     def reap(self) -> None:
@@ -329,6 +341,7 @@ class EpisodeService:
             self._episodes.clear()
             self._by_key.clear()
             self._last.clear()
+            self._born.clear()
             self._busy.clear()
 
 
@@ -520,7 +533,7 @@ def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
     try:
         service = EpisodeService(args.name, runtime=args.runtime, task=args.task, seed=args.seed,
                                  max_turns=args.max_turns, max_episodes=args.max_episodes, split=args.split,
-                                 idle_timeout=_idle_timeout(args))
+                                 idle_timeout=_idle_timeout(args), max_session_time=args.max_session_time)
     except (KeyError, ValueError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         return 2, {"error": msg}, f"error: {msg}"

@@ -105,13 +105,15 @@ class EnvfactoryEnvironment(Environment):
             ``all``): seeds draw from it, a task outside it is refused.
         idle_timeout: Seconds a session may go without a request; the next one finds it closed
             (:class:`~envfactory.faces.guard.SessionExpired`, "session expired"). ``None``: never.
+        max_session_time: Seconds a session may last, busy or not; its next request after that
+            finds it closed the same way. ``None``: no limit.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # every instance owns its own Episode (and world)
 
     def __init__(self, name: str = "Counter-v0", runtime: str = "local", task: str | None = None,
                  seed: int | None = None, max_turns: int | None = None, split: DrawSplit = DEFAULT_SPLIT,
-                 idle_timeout: float | None = None) -> None:
+                 idle_timeout: float | None = None, max_session_time: float | None = None) -> None:
         super().__init__()
         split_members(split)  # ValueError on an unknown split
         self.split = split
@@ -128,7 +130,8 @@ class EnvfactoryEnvironment(Environment):
         self._steps = 0
         self._pool: ThreadPoolExecutor | None = None
         self.idle_timeout = idle_timeout
-        self._last = time.monotonic()
+        self.max_session_time = max_session_time
+        self._last = self._born = time.monotonic()
         self._expired: str | None = None  # why this session is closed, once it is
 
     def _touch(self) -> None:
@@ -139,6 +142,10 @@ class EnvfactoryEnvironment(Environment):
             self.close()
             self._expired = (f"session expired: no request for {now - self._last:.1f} s (the server's idle "
                              f"timeout is {self.idle_timeout:g} s); its episode was closed: open a new session")
+        if self._expired is None and self.max_session_time and now - self._born > self.max_session_time:
+            self.close()
+            self._expired = (f"session expired: sessions last at most {self.max_session_time:g} s (the server's "
+                             "--max-session-time); its episode was closed: open a new session")
         if self._expired is not None:
             raise SessionExpired(self._expired)
         self._last = now
@@ -326,12 +333,13 @@ class EnvfactoryClient(EnvClient[EnvfactoryAction, EnvfactoryObservation, State]
 def build_app(name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
               max_turns: int | None = None, max_sessions: int = 256, split: DrawSplit = DEFAULT_SPLIT,
               token: str | None = None, max_body: int = DEFAULT_MAX_BODY,
-              idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT) -> Any:
+              idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT, max_session_time: float | None = None) -> Any:
     """The FastAPI app (``openenv-core``'s ``create_app``) serving ``name``, plus ``GET /tasks``.
 
     ``max_sessions`` WebSocket sessions at once (openenv-core refuses more: ``CAPACITY_REACHED``);
     one idle for ``idle_timeout`` seconds is closed (openenv-core's reaper, and the session's own
-    check at its next request: "session expired"); an HTTP body over ``max_body`` bytes is 413;
+    check at its next request: "session expired"), and so is one older than ``max_session_time``
+    at its next request (or when it idles); an HTTP body over ``max_body`` bytes is 413;
     with ``token`` every request must carry it (``Authorization: Bearer``; else 401). The
     returned app is the guarded one; ``app.state.inner`` is openenv-core's."""
     from fastapi import HTTPException
@@ -341,7 +349,8 @@ def build_app(name: str, *, runtime: str = "local", task: str | None = None, see
     probe = EnvfactoryEnvironment(name, runtime, task, seed, max_turns, split)  # fail now: unknown env, team env
     if task is not None:
         probe.spec.task_in_split(task, split)  # unknown task, or one the split does not hold
-    factory = functools.partial(EnvfactoryEnvironment, name, runtime, task, seed, max_turns, split, idle_timeout)
+    factory = functools.partial(EnvfactoryEnvironment, name, runtime, task, seed, max_turns, split, idle_timeout,
+                                max_session_time or None)
     app = create_app(factory, EnvfactoryAction, EnvfactoryObservation, env_name=probe.name,
                      concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions,
                                                           session_timeout=idle_timeout))
@@ -454,6 +463,7 @@ def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
                       max_turns=args.max_turns, max_sessions=args.max_episodes, split=args.split, token=args.token,
                       max_body=args.max_body,
                       idle_timeout=DEFAULT_IDLE_TIMEOUT if args.idle_timeout is None else args.idle_timeout,
+                      max_session_time=args.max_session_time,
                       allow_no_token=args.allow_no_token)
     except KeyboardInterrupt:
         pass

@@ -147,6 +147,20 @@ def test_openenv_reaper_releases_idle_sessions():
             ws.close()
 
 
+def test_openenv_session_time_limit_ends_even_a_busy_session():
+    with BackgroundServer("Counter-v0", max_session_time=1.0) as url:
+        with _ws(url) as ws:
+            assert _ask(ws, "reset", {"seed": 1})["type"] == "observation"
+            deadline = time.monotonic() + 10
+            while (r := _ask(ws, "step", {"text": "hi"}))["type"] == "observation" and time.monotonic() < deadline:
+                if r["data"]["done"]:
+                    assert _ask(ws, "reset", {"seed": 1})["type"] == "observation"
+                time.sleep(0.1)
+            assert r["type"] == "error" and "at most 1 s" in r["data"]["message"], r
+        with _ws(url) as ws:
+            assert _ask(ws, "reset", {"seed": 1})["type"] == "observation"
+
+
 def test_openenv_sessions_beyond_the_limit_are_refused_clearly():
     with BackgroundServer("Counter-v0", max_sessions=2) as url:
         with _ws(url) as a, _ws(url) as b:
@@ -218,6 +232,21 @@ def test_mcp_idle_episode_expires_and_is_closed():
         assert closed == [eid] and eid not in service._episodes
         # starting again on the same session is a fresh episode
         assert service.start("http:idle", seed=1)["episode"] != eid
+    finally:
+        service.close()
+
+
+def test_mcp_session_time_limit_ends_even_a_busy_episode():
+    service = EpisodeService("Counter-v0", idle_timeout=None, max_session_time=0.5)
+    try:
+        eid = service.start("http:busy", seed=1)["episode"]
+        t0 = time.monotonic()
+        with pytest.raises(EpisodeError, match="time limit") as info:
+            while time.monotonic() - t0 < 5:
+                service.play("http:busy", "read_counter", {})
+                time.sleep(0.05)
+        assert time.monotonic() - t0 < 2 and eid not in service._episodes
+        assert "session expired" in str(info.value)
     finally:
         service.close()
 
