@@ -29,7 +29,8 @@ from typing import Any, Awaitable, Callable, Sequence
 from ..env import EpisodeError
 
 __all__ = ["TOKEN_VARIABLE", "DEFAULT_MAX_BODY", "DEFAULT_IDLE_TIMEOUT", "CONNECTION_HEADROOM", "SessionExpired",
-           "resolve_token", "is_loopback", "check_exposure", "TokenGuard", "BodyLimit", "guard", "uvicorn_config"]
+           "resolve_token", "is_loopback", "check_exposure", "TokenGuard", "BodyLimit", "LocalOnly", "guard",
+           "uvicorn_config"]
 
 TOKEN_VARIABLE = "ENVFACTORY_TOKEN"
 DEFAULT_MAX_BODY = 4 << 20
@@ -137,6 +138,55 @@ class TokenGuard:
             [(b"www-authenticate", b'Bearer realm="envfactory"')])
 
 
+def _local_name(host: str | None) -> bool:
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class LocalOnly:
+    """ASGI middleware for a server on a loopback address: a request whose ``Host`` is not a
+    loopback name (DNS rebinding: a web page's name re-pointed at 127.0.0.1) or whose ``Origin``
+    is a web page elsewhere (browsers let any page open a WebSocket to localhost) is refused 403,
+    so no web page the user visits can play episodes here. Clients that are not browsers send no
+    ``Origin`` and pass. (The MCP SDK guards its own app the same way.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        from urllib.parse import urlsplit
+
+        headers = {k.lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        why = None
+        try:
+            host = urlsplit("//" + headers.get(b"host", "")).hostname
+        except ValueError:
+            host = None
+        if not _local_name(host):
+            why = f"Host {headers.get(b'host', '')!r} is not this machine's loopback name"
+        elif b"origin" in headers:
+            try:
+                origin = urlsplit(headers[b"origin"]).hostname
+            except ValueError:
+                origin = None
+            if not _local_name(origin):
+                why = f"Origin {headers[b'origin']!r} is a web page elsewhere"
+        if why is None:
+            await self.app(scope, receive, send)
+            return
+        await _refuse(scope, send, 403, {"error": "forbidden",
+                                         "detail": f"{why}: this server listens on loopback for local clients only"})
+
+
 class BodyLimit:
     """ASGI middleware: an HTTP request body over ``max_body`` bytes is answered 413 with a JSON
     error, whether its ``Content-Length`` says so (nothing is read) or it streams past the cap
@@ -199,13 +249,16 @@ class BodyLimit:
                 raise
 
 
-def guard(app: ASGIApp, *, token: str | None, max_body: int | None) -> ASGIApp:
-    """``app`` behind the body cap (when ``max_body``) and then the token check (when ``token``):
-    a request without the token is refused before its body is read."""
+def guard(app: ASGIApp, *, token: str | None, max_body: int | None, local_only: bool = False) -> ASGIApp:
+    """``app`` behind the body cap (when ``max_body``), the token check (when ``token``) and the
+    loopback Host/Origin check (when ``local_only``): a request without the token is refused
+    before its body is read."""
     if max_body is not None:
         app = BodyLimit(app, max_body)
     if token is not None:
         app = TokenGuard(app, token)
+    if local_only:
+        app = LocalOnly(app)
     return app
 
 

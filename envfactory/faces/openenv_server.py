@@ -57,8 +57,8 @@ from pydantic import Field
 
 from ..definition import DEFAULT_SPLIT, DrawSplit, served_tasks, split_members
 from ..env import EpisodeError
-from .guard import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY, SessionExpired, check_exposure, guard, resolve_token,
-                    uvicorn_config)
+from .guard import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY, SessionExpired, check_exposure, guard, is_loopback,
+                    resolve_token, uvicorn_config)
 
 __all__ = ["EnvfactoryAction", "EnvfactoryObservation", "EnvfactoryEnvironment", "EnvfactoryClient", "build_app",
            "serve_openenv", "BackgroundServer", "serve_run"]
@@ -333,14 +333,16 @@ class EnvfactoryClient(EnvClient[EnvfactoryAction, EnvfactoryObservation, State]
 def build_app(name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
               max_turns: int | None = None, max_sessions: int = 256, split: DrawSplit = DEFAULT_SPLIT,
               token: str | None = None, max_body: int = DEFAULT_MAX_BODY,
-              idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT, max_session_time: float | None = None) -> Any:
+              idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT, max_session_time: float | None = None,
+              local_only: bool = False) -> Any:
     """The FastAPI app (``openenv-core``'s ``create_app``) serving ``name``, plus ``GET /tasks``.
 
     ``max_sessions`` WebSocket sessions at once (openenv-core refuses more: ``CAPACITY_REACHED``);
     one idle for ``idle_timeout`` seconds is closed (openenv-core's reaper, and the session's own
     check at its next request: "session expired"), and so is one older than ``max_session_time``
     at its next request (or when it idles); an HTTP body over ``max_body`` bytes is 413;
-    with ``token`` every request must carry it (``Authorization: Bearer``; else 401). The
+    with ``token`` every request must carry it (``Authorization: Bearer``; else 401); ``local_only``
+    (a loopback server) refuses web pages (a foreign ``Host`` or ``Origin``: 403). The
     returned app is the guarded one; ``app.state.inner`` is openenv-core's."""
     from fastapi import HTTPException
     from openenv.core.env_server.types import ConcurrencyConfig
@@ -374,7 +376,7 @@ def build_app(name: str, *, runtime: str = "local", task: str | None = None, see
         except ValueError as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
 
-    return guard(app, token=resolve_token(token), max_body=max_body)
+    return guard(app, token=resolve_token(token), max_body=max_body, local_only=local_only)
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -391,7 +393,7 @@ def _server(name: str, host: str, kw: dict[str, Any]) -> Any:
 
     allow_no_token = kw.pop("allow_no_token", False)
     check_exposure(host, resolve_token(kw.get("token")), allow_no_token)
-    app = build_app(name, **kw)
+    app = build_app(name, **kw, local_only=is_loopback(host))
     return uvicorn.Server(uvicorn_config(app, max_body=kw.get("max_body", DEFAULT_MAX_BODY),
                                          max_sessions=kw.get("max_sessions", 256)))
 

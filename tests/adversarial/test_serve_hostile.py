@@ -173,6 +173,23 @@ def test_openenv_sessions_beyond_the_limit_are_refused_clearly():
             assert _ask(a, "step", {"text": "Done."})["type"] == "observation"
 
 
+def test_openenv_on_loopback_refuses_web_pages():
+    """Was: any web page the user opened could play on the loopback server (browsers let a page
+    open a WebSocket to localhost; DNS rebinding sends a foreign Host). Now 403 for a foreign
+    Origin or Host; clients that are not browsers (no Origin) and local pages play."""
+    with BackgroundServer("Counter-v0") as url:
+        with pytest.raises(InvalidStatus) as info:
+            _ws(url, origin="http://evil.example")
+        assert info.value.response.status_code == 403 and b"Origin" in info.value.response.body
+        r = httpx.post(url + "/reset", json={"seed": 1}, headers={"host": "evil.example:8000"}, timeout=10)
+        assert r.status_code == 403 and "Host" in r.json()["detail"]
+        r = httpx.post(url + "/reset", json={"seed": 1}, headers={"origin": "https://evil.example"}, timeout=10)
+        assert r.status_code == 403
+        with _ws(url, origin="http://localhost:3000") as ws:
+            assert _ask(ws, "reset", {"seed": 1})["type"] == "observation"
+        assert httpx.post(url + "/reset", json={"seed": 1}, timeout=10).status_code == 200
+
+
 def test_openenv_refuses_a_public_address_without_a_token():
     with pytest.raises(ValueError, match="without a token"):
         BackgroundServer("Counter-v0", host="0.0.0.0")
@@ -342,6 +359,8 @@ def test_mcp_http_token_body_cap_and_the_sdk_client():
         assert r.status_code == 413
         r = httpx.post(url, json=_INIT, headers=auth, timeout=10)
         assert r.status_code == 200
+        r = httpx.post(url, json=_INIT, headers={**auth, "origin": "http://evil.example"}, timeout=10)
+        assert r.status_code == 403  # the MCP SDK's own DNS-rebinding protection, on loopback
 
         async def main():
             async with httpx.AsyncClient(headers={"authorization": "Bearer " + TOKEN}) as http:
