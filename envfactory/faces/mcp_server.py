@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import socket
 import sys
@@ -356,12 +357,17 @@ def _reaper(ref: Any, stop: threading.Event, interval: float) -> None:
 
 
 # -- the MCP server (official SDK, low-level Server) ---------------------------------
+# what a client may name as an episode (the ids start_episode gives are ep- and 16 hex digits): short,
+# so ids kept in memory (live and expired) stay small whatever a client sends
+_EPISODE_ID = re.compile(r"ep-[A-Za-z0-9_-]{1,64}")
+
+
 def _session_key(ctx: Any, stdio: bool) -> str | None:
     meta = ctx.meta
     if meta is not None:
         meta = meta if isinstance(meta, dict) else getattr(meta, "model_extra", None) or dict(meta)
         eid = meta.get(EPISODE_META)
-        if isinstance(eid, str) and eid.startswith("ep-"):  # an episode id, never another session's key
+        if isinstance(eid, str) and _EPISODE_ID.fullmatch(eid):  # an episode id, never another session's key
             return eid
     request = ctx.request
     headers = getattr(request, "headers", None)

@@ -310,6 +310,10 @@ def test_mcp_meta_names_only_episode_ids_not_other_sessions():
     assert _session_key(ctx("http:victim", "mine"), False) == "http:mine"
     assert _session_key(ctx("stdio"), False) is None
     assert _session_key(ctx("ep-0123"), False) == "ep-0123"
+    # was: any "ep-..." string became an episode id kept in memory (live, then among the expired):
+    # 4 MiB ids x 4,096 remembered = 16 GiB. Now ids are at most 67 characters.
+    assert _session_key(ctx("ep-" + "a" * (1 << 20), "mine"), False) == "http:mine"
+    assert _session_key(ctx("ep-a/b"), False) is None
 
 
 # -- MCP face over streamable HTTP (the CLI) --------------------------------------------------
