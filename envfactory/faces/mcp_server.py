@@ -259,7 +259,8 @@ class EpisodeService:
                                 "start_episode to play another")
 
     def reap(self) -> None:
-        """Close every episode idle past ``idle_timeout`` (the background reaper calls this)."""
+        """Close every episode idle past ``idle_timeout`` or older than ``max_session_time`` (the
+        background reaper calls this)."""
         with self._lock:
             self._reap()
 

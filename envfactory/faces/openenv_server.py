@@ -296,7 +296,6 @@ class EnvfactoryClient(EnvClient[EnvfactoryAction, EnvfactoryObservation, State]
 
     def __init__(self, base_url: str, *args: Any, token: str | None = None, **kw: Any) -> None:
         super().__init__(base_url, *args, **kw)
-        self._token = token
         if token is not None:
             from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -343,7 +342,7 @@ def build_app(name: str, *, runtime: str = "local", task: str | None = None, see
     at its next request (or when it idles); an HTTP body over ``max_body`` bytes is 413;
     with ``token`` every request must carry it (``Authorization: Bearer``; else 401); ``local_only``
     (a loopback server) refuses web pages (a foreign ``Host`` or ``Origin``: 403). The
-    returned app is the guarded one; ``app.state.inner`` is openenv-core's."""
+    returned app is openenv-core's behind those guards (:func:`envfactory.faces.guard.guard`)."""
     from fastapi import HTTPException
     from openenv.core.env_server.types import ConcurrencyConfig
 
