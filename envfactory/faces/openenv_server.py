@@ -129,6 +129,9 @@ class EnvfactoryEnvironment(Environment):
         self._episode_id: str | None = None
         self._steps = 0
         self._pool: ThreadPoolExecutor | None = None
+        # one request at a time, and close() (openenv-core's reaper, on another thread) waits for
+        # the one in flight: a world is never closed under a step
+        self._lock = threading.RLock()
         self.idle_timeout = idle_timeout
         self.max_session_time = max_session_time
         self._last = self._born = time.monotonic()
@@ -152,6 +155,10 @@ class EnvfactoryEnvironment(Environment):
 
     # -- the OpenEnv interface ---------------------------------------------------
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EnvfactoryObservation:
+        with self._lock:
+            return self._reset(seed, episode_id, **kwargs)
+
+    def _reset(self, seed: int | None, episode_id: str | None, **kwargs: Any) -> EnvfactoryObservation:
         self._touch()
         task_id = kwargs.pop("task_id", None) or kwargs.pop("task", None)
         if kwargs:
@@ -178,6 +185,10 @@ class EnvfactoryEnvironment(Environment):
             metadata=meta)
 
     def step(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Observation:
+        with self._lock:
+            return self._step(action)
+
+    def _step(self, action: Any) -> Observation:
         kind = getattr(action, "type", None)
         if kind == "list_tools":
             action = ListToolsAction()
@@ -271,6 +282,10 @@ class EnvfactoryEnvironment(Environment):
         """Release the episode (its world). The session is then closed: openenv-core calls this
         when the WebSocket ends and when its reaper finds the session idle; a request that still
         reaches it is refused as expired."""
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         if self._expired is None:
             self._expired = ("session expired: the server closed this session (idle past its timeout, "
                              "or released); open a new session")

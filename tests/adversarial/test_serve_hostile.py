@@ -161,6 +161,40 @@ def test_openenv_session_time_limit_ends_even_a_busy_session():
             assert _ask(ws, "reset", {"seed": 1})["type"] == "observation"
 
 
+def test_openenv_close_waits_for_the_step_in_flight():
+    """openenv-core's reaper closes a session on another thread than the one stepping it (a
+    container world's step runs on the session's own thread): was, the world closed under the
+    step. Now close() waits for it; the next request is "session expired"."""
+    import threading
+
+    from envfactory.faces.openenv_server import EnvfactoryAction, EnvfactoryEnvironment
+
+    env = EnvfactoryEnvironment("Counter-v0")
+    env.reset(seed=1)
+    ep = env._episode
+    real_step, order = ep.step, []
+
+    def slow_step(action):
+        order.append("step starts")
+        time.sleep(0.5)
+        out = real_step(action)
+        order.append("step ends")
+        return out
+
+    ep.step = slow_step
+    real_close = ep.close
+    ep.close = lambda: (order.append("close"), real_close())
+    stepping = threading.Thread(target=env.step, args=(EnvfactoryAction(text="hi"),))
+    stepping.start()
+    while not order:
+        time.sleep(0.01)
+    env.close()
+    stepping.join()
+    assert order == ["step starts", "step ends", "close"]
+    with pytest.raises(EpisodeError, match="session expired"):
+        env.step(EnvfactoryAction(text="hi"))
+
+
 def test_openenv_sessions_beyond_the_limit_are_refused_clearly():
     with BackgroundServer("Counter-v0", max_sessions=2) as url:
         with _ws(url) as a, _ws(url) as b:
