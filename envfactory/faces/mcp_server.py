@@ -266,8 +266,11 @@ class EpisodeService:
 
     @contextmanager
     def _held(self, eid: str) -> Iterator[None]:
-        """A request in flight on ``eid``: the reaper leaves it alone; its idle time starts after."""
+        """A request in flight on ``eid``: the reaper leaves it alone; its idle time starts after.
+        An episode closed since it was looked up (the reaper runs on its own thread) is expired."""
         with self._lock:
+            if eid not in self._episodes:
+                raise SessionExpired(self._expired.get(eid, f"session expired: episode {eid} was closed"))
             self._busy[eid] = self._busy.get(eid, 0) + 1
         try:
             yield

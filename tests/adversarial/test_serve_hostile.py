@@ -302,6 +302,32 @@ def test_mcp_session_time_limit_ends_even_a_busy_episode():
         service.close()
 
 
+def test_mcp_episode_reaped_between_lookup_and_step_is_expired_not_stepped():
+    """The reaper runs on its own thread: an episode it closes after a request looked it up and
+    before the step starts is that request's "session expired" (was: the step ran on the closed
+    world)."""
+    service = EpisodeService("Counter-v0", idle_timeout=None)
+    try:
+        eid = service.start("http:x", seed=1)["episode"]
+        real_episode = service.episode
+
+        def looked_up_then_reaped(key, **kw):
+            found = real_episode(key, **kw)
+            with service._lock:
+                service._drop(eid, "session expired: reaped just now")
+            return found
+
+        service.episode = looked_up_then_reaped
+        stepped = []
+        ep = service._episodes[eid]
+        ep.step = lambda *a, **k: stepped.append(a)
+        with pytest.raises(EpisodeError, match="reaped just now"):
+            service.play("http:x", "read_counter", {})
+        assert not stepped
+    finally:
+        service.close()
+
+
 def test_mcp_reaper_closes_episodes_nobody_asks_about():
     service = EpisodeService("Counter-v0", idle_timeout=0.2)
     try:
