@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
 import socket
 
 from . import Command, CommandError, Result, check_runtime
@@ -70,6 +71,10 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help=f"seconds a session may go without a request before it is closed and its world "
                         f"released (default {DEFAULT_IDLE_TIMEOUT:g}; over stdio, whose one client is the parent "
                         "process: never; 0: never); a later request is a 'session expired' error")
+    p.add_argument("--tls-cert", default=None, metavar="PEM",
+                   help="streamable-http and openenv: serve HTTPS / WSS with this certificate (and --tls-key), "
+                        "so the token does not travel in the clear")
+    p.add_argument("--tls-key", default=None, metavar="PEM", help="the private key of --tls-cert")
     p.add_argument("--max-session-time", type=float, default=None,
                    help="seconds a session may last however busy (default: no limit); then it is closed as an "
                         "idle one is, so no client holds a session (and its world) for ever")
@@ -108,6 +113,11 @@ def _serve_run(args: argparse.Namespace) -> Result:
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         check_listen(args.host, args.port)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise CommandError("TLS needs both --tls-cert and --tls-key")
+    for path in (args.tls_cert, args.tls_key):
+        if path is not None and not os.path.isfile(path):
+            raise CommandError(f"no such file: {path}")
     if args.max_session_time is not None and args.max_session_time <= 0:
         raise CommandError("--max-session-time must be a number of seconds above 0")
     if args.idle_timeout is not None and args.idle_timeout < 0:

@@ -30,7 +30,7 @@ from ..env import EpisodeError
 
 __all__ = ["TOKEN_VARIABLE", "DEFAULT_MAX_BODY", "DEFAULT_IDLE_TIMEOUT", "CONNECTION_HEADROOM", "SessionExpired",
            "resolve_token", "is_loopback", "check_exposure", "TokenGuard", "BodyLimit", "LocalOnly", "guard",
-           "uvicorn_config"]
+           "uvicorn_config", "scheme"]
 
 TOKEN_VARIABLE = "ENVFACTORY_TOKEN"
 DEFAULT_MAX_BODY = 4 << 20
@@ -262,11 +262,21 @@ def guard(app: ASGIApp, *, token: str | None, max_body: int | None, local_only: 
     return app
 
 
-def uvicorn_config(app: Any, *, max_body: int, max_sessions: int, **kw: Any) -> Any:
+def uvicorn_config(app: Any, *, max_body: int, max_sessions: int, tls_cert: str | None = None,
+                   tls_key: str | None = None, **kw: Any) -> Any:
     """uvicorn's config with its own limits set: WebSocket messages over ``max_body`` close that
     connection (1009, message too big), and connections beyond ``max_sessions`` plus
-    :data:`CONNECTION_HEADROOM` are answered 503."""
+    :data:`CONNECTION_HEADROOM` are answered 503. With ``tls_cert`` (and ``tls_key``, PEM files)
+    uvicorn serves HTTPS / WSS, so the token does not travel in the clear."""
     import uvicorn
 
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("TLS needs both a certificate and its key (--tls-cert and --tls-key)")
     return uvicorn.Config(app, log_level="warning", ws_max_size=max_body,
-                          limit_concurrency=max_sessions + CONNECTION_HEADROOM, **kw)
+                          limit_concurrency=max_sessions + CONNECTION_HEADROOM, ssl_certfile=tls_cert,
+                          ssl_keyfile=tls_key, **kw)
+
+
+def scheme(tls_cert: str | None) -> str:
+    """``https`` when serving TLS, else ``http``."""
+    return "http" if tls_cert is None else "https"

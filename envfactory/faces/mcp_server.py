@@ -56,7 +56,7 @@ from ..episode import Episode
 from ..env import EpisodeError
 from ..task import ToolCall
 from .guard import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY, SessionExpired, check_exposure, guard, resolve_token,
-                    uvicorn_config)
+                    scheme, uvicorn_config)
 
 __all__ = ["EpisodeService", "build_server", "build_http_app", "serve_stdio", "serve_http", "serve_run",
            "CONTROL_TOOLS", "EPISODE_META"]
@@ -494,10 +494,12 @@ def build_http_app(service: EpisodeService, host: str = "127.0.0.1", *, json_res
 
 def serve_http(service: EpisodeService, host: str = "127.0.0.1", port: int = 8000, *,
                ready: Any = None, json_response: bool = False, token: str | None = None,
-               max_body: int = DEFAULT_MAX_BODY, allow_no_token: bool = False) -> None:
+               max_body: int = DEFAULT_MAX_BODY, allow_no_token: bool = False, tls_cert: str | None = None,
+               tls_key: str | None = None) -> None:
     """Serve over streamable HTTP at ``http://host:port/mcp`` (``port=0``: a free port). The URL is
     written to stderr once the server listens (``ready(url)`` is called too, when given). Beyond
-    loopback a token is required unless ``allow_no_token``."""
+    loopback a token is required unless ``allow_no_token``; ``tls_cert`` / ``tls_key`` (PEM
+    files) serve HTTPS."""
     import anyio
     import uvicorn
 
@@ -509,8 +511,9 @@ def serve_http(service: EpisodeService, host: str = "127.0.0.1", port: int = 800
     sock.bind((host, port))
     sock.listen(128)
     real_port = sock.getsockname()[1]
-    url = f"http://{host}:{real_port}/mcp"
-    config = uvicorn_config(app, max_body=max_body, max_sessions=service.max_episodes, lifespan="on")
+    config = uvicorn_config(app, max_body=max_body, max_sessions=service.max_episodes, lifespan="on",
+                            tls_cert=tls_cert, tls_key=tls_key)
+    url = f"{scheme(tls_cert)}://{host}:{real_port}/mcp"
     userver = uvicorn.Server(config)
 
     async def main() -> None:
@@ -557,7 +560,7 @@ def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
             sys.stdout = sys.stderr
             return 0, {"served": service.name, "transport": "stdio"}, ""
         serve_http(service, args.host, args.port, token=args.token, max_body=args.max_body,
-                   allow_no_token=args.allow_no_token)
+                   allow_no_token=args.allow_no_token, tls_cert=args.tls_cert, tls_key=args.tls_key)
         return 0, {"served": service.name, "transport": "streamable-http"}, ""
     except KeyboardInterrupt:
         return 0, {"served": service.name}, ""

@@ -58,7 +58,7 @@ from pydantic import Field
 from ..definition import DEFAULT_SPLIT, DrawSplit, served_tasks, split_members
 from ..env import EpisodeError
 from .guard import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY, SessionExpired, check_exposure, guard, is_loopback,
-                    resolve_token, uvicorn_config)
+                    resolve_token, scheme, uvicorn_config)
 
 __all__ = ["EnvfactoryAction", "EnvfactoryObservation", "EnvfactoryEnvironment", "EnvfactoryClient", "build_app",
            "serve_openenv", "BackgroundServer", "serve_run"]
@@ -406,25 +406,32 @@ def _server(name: str, host: str, kw: dict[str, Any]) -> Any:
     import uvicorn
 
     allow_no_token = kw.pop("allow_no_token", False)
+    tls = {"tls_cert": kw.pop("tls_cert", None), "tls_key": kw.pop("tls_key", None)}
     check_exposure(host, resolve_token(kw.get("token")), allow_no_token)
     app = build_app(name, **kw, local_only=is_loopback(host))
     return uvicorn.Server(uvicorn_config(app, max_body=kw.get("max_body", DEFAULT_MAX_BODY),
-                                         max_sessions=kw.get("max_sessions", 256)))
+                                         max_sessions=kw.get("max_sessions", 256), **tls))
+
+
+def _url(server: Any, host: str, sock: socket.socket) -> str:
+    return f"{scheme(server.config.ssl_certfile)}://{host}:{sock.getsockname()[1]}"
 
 
 def serve_openenv(name: str, host: str = "127.0.0.1", port: int = 8000, *, ready: Any = None, **kw: Any) -> None:
     """Serve until interrupted (``port=0``: a free port). The URL goes to stderr once the server
-    listens (``ready(url)`` is called too, when given). ``kw``: :func:`build_app`'s, and
-    ``allow_no_token`` (serve beyond loopback without a token)."""
+    listens (``ready(url)`` is called too, when given). ``kw``: :func:`build_app`'s,
+    ``allow_no_token`` (serve beyond loopback without a token), and ``tls_cert`` / ``tls_key``
+    (PEM files: HTTPS and WSS)."""
     server = _server(name, host, kw)
     sock = _listen(host, port)
-    url = f"http://{host}:{sock.getsockname()[1]}"
+    url = _url(server, host, sock)
 
     def announce() -> None:
         while not server.started and not server.should_exit:
             threading.Event().wait(0.01)
         if server.started:
-            print(f"envfactory: serving {name} over OpenEnv at {url} (WebSocket {url}/ws)", file=sys.stderr,
+            ws = url.replace("http", "ws", 1)
+            print(f"envfactory: serving {name} over OpenEnv at {url} (WebSocket {ws}/ws)", file=sys.stderr,
                   flush=True)
             if ready is not None:
                 ready(url)
@@ -439,15 +446,15 @@ class BackgroundServer:
         with BackgroundServer("Counter-v0") as url:
             with GenericEnvClient(base_url=url).sync() as env: ...
 
-    ``kw``: :func:`build_app`'s (``token``, ``max_body``, ``idle_timeout``, ``max_sessions``, ...)
-    and ``allow_no_token``.
+    ``kw``: :func:`build_app`'s (``token``, ``max_body``, ``idle_timeout``, ``max_sessions``, ...),
+    ``allow_no_token`` and ``tls_cert`` / ``tls_key``.
     """
 
     def __init__(self, name: str, host: str = "127.0.0.1", port: int = 0, **kw: Any) -> None:
         self._server = _server(name, host, kw)
         self.app = self._server.config.app
         self._sock = _listen(host, port)
-        self.url = f"http://{host}:{self._sock.getsockname()[1]}"
+        self.url = _url(self._server, host, self._sock)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     def __enter__(self) -> str:
@@ -480,7 +487,7 @@ def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
                       max_body=args.max_body,
                       idle_timeout=DEFAULT_IDLE_TIMEOUT if args.idle_timeout is None else args.idle_timeout,
                       max_session_time=args.max_session_time,
-                      allow_no_token=args.allow_no_token)
+                      allow_no_token=args.allow_no_token, tls_cert=args.tls_cert, tls_key=args.tls_key)
     except KeyboardInterrupt:
         pass
     return 0, {"served": args.name, "protocol": "openenv"}, ""

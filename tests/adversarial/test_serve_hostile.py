@@ -233,6 +233,31 @@ def test_openenv_refuses_a_public_address_without_a_token():
         assert r.status_code == 200
 
 
+def test_openenv_serves_tls_so_the_token_is_not_in_the_clear(tmp_path):
+    import shutil
+    import ssl
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    ctx = ssl.create_default_context(cafile=str(cert))
+    with BackgroundServer("Counter-v0", token=TOKEN, tls_cert=str(cert), tls_key=str(key)) as url:
+        assert url.startswith("https://")
+        r = httpx.post(url + "/reset", json={"seed": 1}, headers={"authorization": "Bearer " + TOKEN},
+                       verify=ctx, timeout=10)
+        assert r.status_code == 200
+        with pytest.raises(httpx.HTTPError):  # plain HTTP is not served
+            httpx.get(url.replace("https://", "http://") + "/health", timeout=10)
+        with connect(url.replace("https://", "wss://") + "/ws", proxy=None, ssl=ctx,
+                     additional_headers={"Authorization": "Bearer " + TOKEN}) as ws:
+            assert _ask(ws, "reset", {"seed": 1})["type"] == "observation"
+    with pytest.raises(ValueError, match="both"):
+        BackgroundServer("Counter-v0", tls_cert=str(cert))
+
+
 # -- MCP face: the episode service -----------------------------------------------------------
 def test_mcp_sessions_of_one_client_cannot_evict_anothers_episode():
     """Was: 260 MCP sessions opened by another client evicted the victim's episode (least recently
@@ -474,6 +499,10 @@ def test_cli_refuses_a_public_address_without_a_token():
         r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60,
                            env={**env, "PYTHONPATH": str(ROOT)})
         assert r.returncode == 2 and "without a token" in r.stderr and "--token" in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "envfactory.cli", "serve", "Counter-v0", "--protocol", "openenv",
+                        "--port", "0", "--tls-cert", "cert.pem"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2 and "--tls-key" in r.stderr, r.stderr
 
 
 def test_basic_credentials_are_checked_like_bearer_ones():
