@@ -52,7 +52,7 @@ from .env import Environment, EpisodeError, Message, SnapshotError, StepResult
 from .mail import CONFLICT_PREFIX, Mailbox, MultiState
 from .parsing import ParsedAction, parse_action, parse_text
 from .snapshots import WORLD_GONE, check_referee, check_seal, sign_snapshot
-from .state import State
+from .state import State, copy_state
 from .task import Task, ToolCall
 from .tooling import ToolOutcome
 from .users import USER_TOOL, UserResponder, host_reply, user_facts
@@ -110,6 +110,14 @@ class Episode(Environment):
         self._gone = "timeout"  # or "world_lost": why the world is gone, once it is
         self._task: Task | None = None
         self._terminated = self._truncated = False
+        # what reset() sets, computed once: each agent's system prompt, and the referee's scalar
+        # fields (one dict update instead of a dozen attribute writes)
+        self._system = {a: spec.render_system_prompt(a) for a in self.agents}
+        self._fresh = {"_round": 1, "_pos": 0, "_terminated": False, "_truncated": False, "_success": None,
+                       "_answer": None, "_ended_by": None, "_timed_out": None}
+        if not self._team:
+            self._fresh.update(_seen_mail={self._solo_agent: 0}, _rewards={self._solo_agent: 0.0})
+        self._tasks_built = False
 
     # -- protocol -------------------------------------------------------------
     @property
@@ -135,7 +143,31 @@ class Episode(Environment):
         """
         if task is None:
             task = self.spec.draw_task(self.split, seed, pool=self.tasks)
-        t = self.spec.task(task)
+        if task.__class__ is Task and self._tasks_built:
+            t = task  # what spec.task() returns for a Task once the tasks are built
+        else:
+            t = self.spec.task(task)
+            self._tasks_built = True
+        if not self._team:  # the sole agent: the same fields, written out
+            if self._in_process:  # LocalWorld.start, inlined (a sole agent's state needs no team)
+                self.world._state = copy_state(t.initial_state)  # type: ignore[attr-defined]
+            else:
+                self.world.start(t)
+            self._task = t
+            a = self._solo_agent
+            opening = t.instruction
+            if t.private:
+                note = t.private.get(a)
+                if note:
+                    opening += "\n\nPrivate notes (only you know this): " + note
+            opened: list[Message] = [{"role": "system", "content": self._system[a]},
+                                     {"role": "user", "content": opening}]
+            self._transcripts = {a: opened}
+            self._last_tool, self._acted = {a: []}, {a: 0}
+            self._counts = {a: {"tool_calls": 0, "tool_errors": 0, "parse_errors": 0}}
+            self._passed, self._last_words, self._log = [], {}, []
+            self.__dict__.update(self._fresh)  # with _seen_mail and _rewards: a sole agent's are never
+            return opened.copy()               # changed in place (only replaced), so they are shared
         self.world.start(t)
         self._task = t
         self._transcripts: dict[str, list[Message]] = {}
@@ -143,7 +175,7 @@ class Episode(Environment):
             opening = t.instruction
             if t.private.get(a):
                 opening += "\n\nPrivate notes (only you know this): " + t.private[a]
-            self._transcripts[a] = [{"role": "system", "content": self.spec.render_system_prompt(a)},
+            self._transcripts[a] = [{"role": "system", "content": self._system[a]},
                                     {"role": "user", "content": opening}]
         self._seen_mail = dict.fromkeys(self.agents, 0)
         self._last_tool: dict[str, list[Message]] = {a: [] for a in self.agents}
