@@ -290,9 +290,11 @@ def _identical(a: Any, b: Any) -> bool:
         if len(a) != len(b):
             return False
         if a == b:  # equal (C speed); identical when every key is a string and the values one scalar class
+            # (a key or a value equal to a string is a string, or an str enum, which serializes as one:
+            # only numbers need the other side's classes, 1 == 1.0 == True)
             kinds = set(map(type, a.values()))
-            if len(kinds) == 1 and kinds <= _SCALAR_CLASSES and kinds == set(map(type, b.values())) \
-                    and set(map(type, a)) == _STR and set(map(type, b)) == _STR:
+            if len(kinds) == 1 and kinds <= _SCALAR_CLASSES and set(map(type, a)) == _STR \
+                    and (kinds == _STR or kinds == set(map(type, b.values()))):
                 return True
         get = b.get
         for k, v in a.items():
@@ -311,9 +313,9 @@ def _identical(a: Any, b: Any) -> bool:
                 return True
         return all(map(_identical, a, b))
     if c is set or c is frozenset:  # sets of strings: equal sets serialize alike
-        return a == b and set(map(type, a)) <= _STR and set(map(type, b)) <= _STR
-    if isinstance(a, BaseModel):
-        if not plain_model(c) or a.__pydantic_extra__ or b.__pydantic_extra__:
+        return a == b and set(map(type, a)) <= _STR  # b's members equal strings: strings (or str enums)
+    if _PLAIN.get(c) or (isinstance(a, BaseModel) and plain_model(c)):
+        if a.__pydantic_extra__ or b.__pydantic_extra__:
             return False
         da, db = a.__dict__, b.__dict__
         if len(da) != len(db):
@@ -353,10 +355,10 @@ def live_leaf(state: BaseModel, path: LeafPath) -> Any:
             if v is _MISSING:
                 return ABSENT if all(k.__class__ is str for k in node) else UNSURE
             node = v
-        elif isinstance(node, BaseModel):
+        elif _PLAIN.get(c) or (isinstance(node, BaseModel) and plain_model(c)):
             # a plain model's __dict__ is its fields, dumped under their names
             v = node.__dict__.get(key, _MISSING)
-            if v is _MISSING or not (_PLAIN.get(c) or plain_model(c)) or node.__pydantic_extra__:
+            if v is _MISSING or node.__pydantic_extra__:
                 return UNSURE
             node = v
         elif c in _SCALAR_CLASSES or c is float or c is list or c is tuple or c is set or c is frozenset:

@@ -172,7 +172,8 @@ class Task(BaseModel):
                 f"task {self.id!r} has neither a check nor an expected state; "
                 "register it through an ToolEnvSpec, which replays the reference solution"
             )
-        kept = self._expected_final
+        private = self.__pydantic_private__  # (the attribute itself goes through pydantic's __getattr__)
+        kept = private.get("_expected_final") if private else None
         if kept is not None and kept[0] == self.expected_state_hash and same_state(final_state, kept[1]):
             return True  # the same canonical JSON as the reference's final state, without serializing
         return state_hash(final_state) == self.expected_state_hash
