@@ -185,3 +185,39 @@ def test_references_pass_and_hacks_fail_on_real_tasks(name):
         assert task.state_ok(tampered) == bool(slow)
         judged += 1
     assert judged >= 5
+
+
+# -- the transcript, written when read ---------------------------------------------------------
+_INC = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
+_TWO = ('<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
+        '<tool_call>{"name": "read_counter", "arguments": {}}</tool_call>')
+
+
+def _assistant(content, calls):
+    return {"role": "assistant", "content": content,
+            "tool_calls": [{"id": cid, "type": "function", "function": {"name": n, "arguments": a}}
+                           for cid, n, a in calls]}
+
+
+def test_the_transcript_reads_the_same_when_written_lazily():
+    env = envfactory.make("Counter-v0")
+    opening = env.reset("counter-0-5")
+    r1 = env.step(_INC)
+    fork = env.fork()                      # taken while the turn is not written yet
+    r2 = env.step(_TWO)
+    want = opening + [_assistant(_INC, [("call_1_0", "increment", {"by": 1})]), *r1.messages,
+                      _assistant(_TWO, [("call_2_0", "increment", {"by": 1}), ("call_2_1", "read_counter", {})]),
+                      *r2.messages]
+    assert env.messages == want
+    assert [m["content"] for m in r2.messages] == ["2", "2"]
+    assert fork.messages == want[:4]       # the fork has its own transcript
+    fork.step(_INC)
+    assert env.messages == want and len(fork.messages) == 6
+    snap = env.snapshot()                  # a snapshot and a restore see every turn
+    other = envfactory.make("Counter-v0")
+    other.restore(snap)
+    assert other.messages == want
+    env.step("It shows 2.")                # the slow path (an answer) comes after the pending turns
+    assert env.messages[:-1] == want and env.messages[-1]["content"] == "It shows 2."
+    env.reset("counter-0-5")
+    assert env.messages == opening
