@@ -315,10 +315,16 @@ _LISTING_FORMAT = 1
 
 
 def listing_cache_path() -> Path:
-    """Where :func:`listing` keeps its rows: ``$ENVFACTORY_CACHE/listing.json`` (default
-    ``~/.cache/envfactory``)."""
+    """Where :func:`listing` keeps its rows: ``$ENVFACTORY_CACHE/listing-<key>.json`` (default
+    ``~/.cache/envfactory``), one file per Python, envfactory location and import path (two
+    checkouts, or two virtual environments, never read each other's entries)."""
+    import hashlib
+    import json
+
     root = os.environ.get("ENVFACTORY_CACHE")
-    return (Path(root).expanduser() if root else Path.home() / ".cache" / "envfactory") / "listing.json"
+    here = os.path.dirname(os.path.realpath(__file__))
+    key = hashlib.sha256(json.dumps([sys.version, here, sys.path]).encode()).hexdigest()[:16]
+    return (Path(root).expanduser() if root else Path.home() / ".cache" / "envfactory") / f"listing-{key}.json"
 
 
 def _stamp(path: str) -> list[int] | None:

@@ -40,7 +40,7 @@ def test_cached_counts_equal_a_fresh_synthesis(tmp_path):
     modules = ("environments.bank", "environments.counter", "environments.spec_envs.hotel")
     cold = _list(tmp_path, names, watch=modules)
     assert cold["imported"] == sorted(modules)
-    assert listing_cache_path().name == "listing.json" and (tmp_path / "listing.json").is_file()
+    assert listing_cache_path().name.startswith("listing-") and len(list(tmp_path.glob("listing-*.json"))) == 1
     warm = _list(tmp_path, names, watch=modules)
     assert warm["imported"] == []  # nothing imported, nothing synthesized
     assert warm["rows"] == cold["rows"]
@@ -54,7 +54,7 @@ def test_cached_counts_equal_a_fresh_synthesis(tmp_path):
 def test_in_process_listing_without_cache_is_describe(tmp_path, monkeypatch):
     monkeypatch.setenv("ENVFACTORY_CACHE", str(tmp_path))
     assert listing(["Counter-v0"], cache=False) == [envfactory.spec("Counter-v0").describe()]
-    assert not (tmp_path / "listing.json").exists()
+    assert not list(tmp_path.glob("listing*"))
 
 
 _MODULE = '''
@@ -101,7 +101,8 @@ def test_a_changed_definition_is_described_again(tmp_path):
     assert run() == (3, False)
     (src / f"{module}.py").write_text(_MODULE.format(helper=helper).replace("Add one.", "Add one to n."))
     assert run() == (3, True)  # the module itself changed (same count, described again)
-    (cache / "listing.json").write_text("{not json")
+    (cached,) = cache.glob("listing-*.json")
+    cached.write_text("{not json")
     assert run() == (3, True)  # an unreadable cache is rebuilt, never trusted
 
 
@@ -122,12 +123,23 @@ def test_a_spec_file_change_invalidates_its_entry(tmp_path):
     watch = ("environments.spec_envs.hotel",)
     _list(cache, ["Hotel-v0"], watch=watch)
     assert _list(cache, ["Hotel-v0"], watch=watch)["imported"] == []
-    doc = json.loads((cache / "listing.json").read_text())
+    (cached,) = cache.glob("listing-*.json")
+    doc = json.loads(cached.read_text())
     (files,) = {i["deps"] for i in doc["envs"].values()}
     hotel = str(spec_dir / "hotel.yaml")
     assert hotel in doc["depsets"][files]  # the YAML file is one of the entry's sources
     # pretend the file changed since (a different stamp): the entry is stale
     doc["depsets"][files][hotel] = [0, len(yaml_src)]
-    (cache / "listing.json").write_text(json.dumps(doc))
+    cached.write_text(json.dumps(doc))
     assert _list(cache, ["Hotel-v0"], watch=watch)["imported"] == list(watch)
 
+
+
+def test_another_import_path_reads_another_cache(monkeypatch, tmp_path):
+    """Two checkouts (or virtual environments) resolve the same module names to other files: each
+    import path keeps its own cache file, so neither reads entries built from the other's code."""
+    monkeypatch.setenv("ENVFACTORY_CACHE", str(tmp_path))
+    here = listing_cache_path()
+    monkeypatch.setattr(sys, "path", ["/elsewhere/checkout", *sys.path])
+    there = listing_cache_path()
+    assert here.parent == there.parent == tmp_path and here != there
