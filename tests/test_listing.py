@@ -143,3 +143,19 @@ def test_another_import_path_reads_another_cache(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "path", ["/elsewhere/checkout", *sys.path])
     there = listing_cache_path()
     assert here.parent == there.parent == tmp_path and here != there
+
+
+def test_the_first_make_builds_only_its_own_tasks():
+    """make() and reset() of one environment build that environment's tasks, not those of the
+    other environments of its spec file (or of any other module)."""
+    code = """
+import envfactory
+from envfactory import registry
+env = envfactory.make("Hotel-v1")
+env.reset(seed=0)
+built = sorted(n for n, s in registry._REGISTRY.items() if getattr(s, "_tasks", None) is not None)
+print(built)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "['Hotel-v1']"
