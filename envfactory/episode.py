@@ -112,6 +112,7 @@ class Episode(Environment):
         self._terminated = self._truncated = False
         self._tx: dict[str, list[Message]] = {}
         self._pending: list[tuple[Any, ...]] = []
+        self._eager = False  # see write_transcripts_eagerly
         # what reset() sets, computed once: each agent's system prompt, and the referee's scalar
         # fields (one dict update instead of a dozen attribute writes)
         self._system = {a: spec.render_system_prompt(a) for a in self.agents}
@@ -135,6 +136,12 @@ class Episode(Environment):
     @_transcripts.setter
     def _transcripts(self, value: dict[str, list[Message]]) -> None:
         self._tx, self._pending = value, []
+
+    def write_transcripts_eagerly(self) -> None:
+        """Write every turn into the transcript as it is played (for a caller that reads each turn's
+        messages, as the Gymnasium face does: deferring them would only add work)."""
+        self._transcripts  # noqa: B018 - the property writes what is pending
+        self._eager = True
 
     def _flush(self) -> None:
         transcript = self._tx[self._solo_agent]
@@ -337,8 +344,10 @@ class Episode(Environment):
             self._log.append((rnd, agent, name, args, kind, t.read_only))
             new: list[Message] = [{"role": "tool", "tool_call_id": cid, "name": name, "content": o.content}]
             counts["tool_calls"] += 1
-            # the assistant message is written when the transcript is read (see _transcripts)
-            self._pending.append((parsed.content, None, cid, name, args, new))
+            if self._eager:
+                openai_calls = [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]
+            else:  # the assistant message is written when the transcript is read (see _transcripts)
+                self._pending.append((parsed.content, None, cid, name, args, new))
         else:
             found = []
             for c in calls:
@@ -349,7 +358,12 @@ class Episode(Environment):
             new = []
             openai_calls, timed_out = self._record(agent, rnd, str(rnd), calls, found,
                                                    self._run_batch(agent, rnd, calls), counts, new)
-            self._pending.append((parsed.content, openai_calls, None, None, None, new))
+            if not self._eager:
+                self._pending.append((parsed.content, openai_calls, None, None, None, new))
+        if self._eager:  # a reader of every turn (the Gymnasium face): written now
+            transcript = self._tx[agent]
+            transcript.append({"role": "assistant", "content": parsed.content, "tool_calls": openai_calls})
+            transcript += new
         self._last_tool[agent] = new
         acted = self._acted[agent] = self._acted[agent] + 1
         info: dict[str, Any] = {"turn": acted, "round": rnd, "task_id": task.id,
@@ -374,7 +388,10 @@ class Episode(Environment):
                      ) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         """The sole agent answers without a tool call: what :meth:`_turn` does for it (the episode
         ends and is judged), with the assistant message written when the transcript is read."""
-        self._pending.append((parsed.content, False, None, None, None, ()))
+        if self._eager:
+            self._tx[agent].append({"role": "assistant", "content": parsed.content})
+        else:
+            self._pending.append((parsed.content, False, None, None, None, ()))
         acted = self._acted[agent] = self._acted[agent] + 1
         new: list[Message] = []
         self._last_tool[agent] = new

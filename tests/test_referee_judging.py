@@ -221,3 +221,14 @@ def test_the_transcript_reads_the_same_when_written_lazily():
     assert env.messages[:-1] == want and env.messages[-1]["content"] == "It shows 2."
     env.reset("counter-0-5")
     assert env.messages == opening
+
+
+def test_an_eager_episode_writes_the_same_transcript():
+    lazy, eager = envfactory.make("Counter-v0"), envfactory.make("Counter-v0")
+    eager.write_transcripts_eagerly()
+    for env in (lazy, eager):
+        env.reset("counter-0-5")
+        env.step(_INC)
+        env.step(_TWO)
+        env.step("It shows 2.")
+    assert eager._pending == [] and eager.messages == lazy.messages and len(lazy.messages) == 8
