@@ -20,7 +20,7 @@ import gymnasium
 from gymnasium import spaces
 
 __all__ = ["bench_step", "bench_fork", "bench_bigstate", "bench_docker", "bench_scale", "PlainCounterEnv",
-           "PlainToolEnv"]
+           "PlainToolEnv", "PlainTaskEnv"]
 
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
@@ -116,12 +116,150 @@ def _time_episodes(env: gymnasium.Env, action: str, episodes: int, episode_len: 
     return samples
 
 
-def bench_step(n: int = 20000) -> dict[str, Any]:
+class PlainTaskEnv(PlainToolEnv):
+    """The third baseline, for ``reset`` + calls: :class:`PlainToolEnv` whose ``reset`` starts from a
+    task's initial state as a hand-written env over the same pydantic state would, with the same copy
+    (:func:`envfactory.copy_state`, the fastest deep copy of it), and returns the instruction."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        task = (options or {})["task"]
+        self.state = self._copy(task.initial_state)
+        self.value = 0
+        self.turn = 0
+        return task.instruction, {}
+
+    def __init__(self) -> None:
+        super().__init__()
+        from envfactory.state import copy_state
+
+        self._copy = copy_state
+
+
+def _spread(values: list[float], digits: int = 2) -> tuple[float, float, float]:
+    return round(min(values), digits), round(statistics.median(values), digits), round(max(values), digits)
+
+
+def _put(out: dict[str, Any], key: str, unit: str, values: list[float]) -> None:
+    """``key_{min,median,max}_<unit>`` of one figure measured once per repeat."""
+    lo, mid, hi = _spread(values, 3 if unit == "ratio" else 2)
+    out[f"{key}_min_{unit}"], out[f"{key}_median_{unit}"], out[f"{key}_max_{unit}"] = lo, mid, hi
+
+
+def _final_answer_samples(episode: Any, task: Any, n: int) -> tuple[list[float], list[float]]:
+    """Per-step time (ns) of the last reference call (a plain step) and of the final answer right
+    after it (the step that ends and judges the episode), each timed on its own, ``n`` episodes:
+    the same position in the same episode, so the difference is the judging."""
+    clock = time.perf_counter_ns
+    calls = [c.to_hermes() for c in task.solution]
+    answer = " ".join(task.answer_facts) or "Done."
+    plain, final = [], []
+    step = episode.step
+    for _ in range(n):
+        episode.reset(task)
+        for c in calls[:-1]:
+            step(c)
+        t0 = clock()
+        step(calls[-1])
+        t1 = clock()
+        r = step(answer)
+        t2 = clock()
+        plain.append(t1 - t0)
+        final.append(t2 - t1)
+        if not (r.terminated and r.info.get("success")):
+            raise RuntimeError(f"{task.id}: the reference solution and answer did not end in success ({r.info})")
+    return plain, final
+
+
+def _referee_figures(repeats: int, n: int) -> dict[str, Any]:
+    """The referee against hand-written code, repeated: ``reset`` + 3 calls against
+    :class:`PlainTaskEnv` (the same pydantic state, parse and tool), ``reset`` alone against the
+    task copy, and the final-answer step against a plain step, for a task judged by a check
+    function (Counter-v0), by the reference's final-state hash (FileSystem-v0) and by the changed
+    leaves (a spec file's ChangeCheck, Hotel-v1). Each repeat takes medians over ``n`` samples;
+    each figure is reported as min/median/max over the repeats."""
+    from envfactory.registry import make
+    from envfactory.state import copy_state
+
+    action = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
+    counter = make("Counter-v0", max_turns=10**9)
+    task = counter.spec.task(0)
+    plain = PlainTaskEnv()
+    options = {"task": task}
+    judged = {"check": (counter, task)}
+    fs = make("FileSystem-v0")
+    hashed = [t for t in fs.spec.get_tasks() if t.check is None and not t.answer_facts and len(t.solution) >= 2]
+    if hashed:
+        judged["hash"] = (fs, hashed[0])
+    try:
+        hotel = make("Hotel-v1")
+        changed = [t for t in hotel.spec.get_tasks() if type(t.check).__name__ == "ChangeCheck"
+                   and not t.answer_facts and len(t.solution) >= 2]
+        if changed:
+            judged["changecheck"] = (hotel, changed[0])
+    except Exception:  # noqa: BLE001 - a missing spec file leaves the other figures
+        pass
+    clock = time.perf_counter_ns
+    figures: dict[str, list[float]] = {}
+
+    def add(key: str, value: float) -> None:
+        figures.setdefault(key, []).append(value)
+
+    ep_reset, ep_step, pl_reset, pl_step = counter.reset, counter.step, plain.reset, plain.step
+    init = task.initial_state
+    for _ in range(repeats):
+        ours, theirs, resets, copies = [], [], [], []
+        for _ in range(n):  # interleaved, so that drift hits both equally
+            t0 = clock()
+            ep_reset(task)
+            ep_step(action)
+            ep_step(action)
+            ep_step(action)
+            t1 = clock()
+            pl_reset(options=options)
+            pl_step(action)
+            pl_step(action)
+            pl_step(action)
+            t2 = clock()
+            ep_reset(task)
+            t3 = clock()
+            copy_state(init)
+            t4 = clock()
+            ours.append(t1 - t0)
+            theirs.append(t2 - t1)
+            resets.append(t3 - t2)
+            copies.append(t4 - t3)
+        o, p = statistics.median(ours) / 1000, statistics.median(theirs) / 1000
+        r, c = statistics.median(resets) / 1000, statistics.median(copies) / 1000
+        add("step_reset3_envfactory", o)
+        add("step_reset3_plain_pydantic", p)
+        add("step_reset3_vs_plain_pydantic", o / p)
+        add("step_reset_envfactory", r)
+        add("step_reset_task_copy", c)
+        add("step_reset_beyond_copy", r - c)
+        for how, (episode, t) in judged.items():
+            plain_ns, final_ns = _final_answer_samples(episode, t, max(200, n // 10))
+            pm, fm = statistics.median(plain_ns) / 1000, statistics.median(final_ns) / 1000
+            add(f"step_final_{how}", fm)
+            add(f"step_final_{how}_plain_step", pm)
+            add(f"step_final_{how}_vs_plain_step", fm / pm)
+    out: dict[str, Any] = {}
+    for key, values in figures.items():
+        _put(out, key, "ratio" if key.endswith(("_vs_plain_pydantic", "_vs_plain_step")) else "us", values)
+    out["step_final_tasks"] = {how: f"{episode.spec.name}/{t.id}" for how, (episode, t) in judged.items()}
+    out["step_repeats"] = repeats
+    return out
+
+
+def bench_step(n: int = 20000, repeats: int = 5) -> dict[str, Any]:
     """Median time of one trivial tool-call step: envfactory (Gymnasium adapter over
     the local runtime, and the engine's own ``Episode.step``) against
-    :class:`PlainCounterEnv`, interleaved in rounds."""
+    :class:`PlainCounterEnv`, interleaved in rounds; then the referee figures
+    (:func:`_referee_figures`: ``reset`` + 3 calls against a hand-written ``gymnasium.Env`` with
+    the same pydantic state, the final-answer step against a plain step), each repeated
+    ``repeats`` times with min/median/max, and the machine's load before and after."""
     from envfactory.faces.gym_env import ToolGymEnv
 
+    load_before = [round(x, 2) for x in os.getloadavg()]
     action = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
     ours = ToolGymEnv("Counter-v0", max_turns=10**9)
     episode = ours.env  # the engine alone, without the Gymnasium face
@@ -141,7 +279,7 @@ def bench_step(n: int = 20000) -> dict[str, Any]:
         episode_s += _time_episodes(episode, action, 1, episode_len, lambda: episode.reset(0))
     o, p, e = _median_us(ours_s), _median_us(plain_s), _median_us(episode_s)
     t = _median_us(tool_s)
-    return {
+    out = {
         "step_envfactory_us": round(o, 2),
         "step_episode_us": round(e, 2),
         "step_plain_gymnasium_us": round(p, 2),
@@ -152,6 +290,11 @@ def bench_step(n: int = 20000) -> dict[str, Any]:
         "step_episode_vs_same_tool_ratio": round(e / t, 2),
         "step_samples": len(ours_s) * episode_len,
     }
+    out.update(_referee_figures(repeats, max(1000, n // 4)))
+    out["step_loadavg_before"] = load_before
+    out["step_loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    out["step_cpus"] = os.cpu_count()
+    return out
 
 
 def bench_fork(n: int = 2000) -> dict[str, Any]:

@@ -327,6 +327,7 @@ class ToolEnvSpec:
                     self.replay_errors[t.id] = errs
                 if t.check is None and t.expected_state_hash is None:
                     t.expected_state_hash = state_hash(s)
+                    t.keep_expected_final(s)  # judged by comparing with it, the hash where unsure
                 if t.answer_facts and t.answer_rivals is None:
                     t.answer_rivals = self.answer_rivals(t.answer_facts)
             self._task_index = index

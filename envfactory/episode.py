@@ -52,7 +52,7 @@ from .env import Environment, EpisodeError, Message, SnapshotError, StepResult
 from .mail import CONFLICT_PREFIX, Mailbox, MultiState
 from .parsing import ParsedAction, parse_action, parse_text
 from .snapshots import WORLD_GONE, check_referee, check_seal, sign_snapshot
-from .state import State
+from .state import State, copy_state
 from .task import Task, ToolCall
 from .tooling import ToolOutcome
 from .users import USER_TOOL, UserResponder, host_reply, user_facts
@@ -110,6 +110,50 @@ class Episode(Environment):
         self._gone = "timeout"  # or "world_lost": why the world is gone, once it is
         self._task: Task | None = None
         self._terminated = self._truncated = False
+        self._tx: dict[str, list[Message]] = {}
+        self._pending: list[tuple[Any, ...]] = []
+        self._eager = False  # see write_transcripts_eagerly
+        # what reset() sets, computed once: each agent's system prompt, and the referee's scalar
+        # fields (one dict update instead of a dozen attribute writes)
+        self._system = {a: spec.render_system_prompt(a) for a in self.agents}
+        self._fresh = {"_round": 1, "_pos": 0, "_terminated": False, "_truncated": False, "_success": None,
+                       "_answer": None, "_ended_by": None, "_timed_out": None}
+        if not self._team:
+            self._fresh.update(_seen_mail={self._solo_agent: 0}, _rewards={self._solo_agent: 0.0})
+        self._tasks_built = False
+
+    # -- the transcripts, written lazily ----------------------------------------
+    # A sole agent's usual turn (world tools, no error; or an answer) is kept in _pending as
+    # (content, tool_calls or None (one call) or False (an answer), call id, name, arguments, tool
+    # messages) and written into the transcript as OpenAI-style messages when anything reads it:
+    # the step path builds no assistant message that nobody reads.
+    @property
+    def _transcripts(self) -> dict[str, list[Message]]:
+        if self._pending:
+            self._flush()
+        return self._tx
+
+    @_transcripts.setter
+    def _transcripts(self, value: dict[str, list[Message]]) -> None:
+        self._tx, self._pending = value, []
+
+    def write_transcripts_eagerly(self) -> None:
+        """Write every turn into the transcript as it is played (for a caller that reads each turn's
+        messages, as the Gymnasium face does: deferring them would only add work)."""
+        self._transcripts  # noqa: B018 - the property writes what is pending
+        self._eager = True
+
+    def _flush(self) -> None:
+        transcript = self._tx[self._solo_agent]
+        for content, openai_calls, cid, name, args, new in self._pending:
+            if openai_calls is False:  # an answer without a tool call
+                transcript.append({"role": "assistant", "content": content})
+                continue
+            if openai_calls is None:
+                openai_calls = [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]
+            transcript.append({"role": "assistant", "content": content, "tool_calls": openai_calls})
+            transcript += new
+        self._pending = []  # a new list: a fork made before this flush keeps its own
 
     # -- protocol -------------------------------------------------------------
     @property
@@ -135,7 +179,31 @@ class Episode(Environment):
         """
         if task is None:
             task = self.spec.draw_task(self.split, seed, pool=self.tasks)
-        t = self.spec.task(task)
+        if task.__class__ is Task and self._tasks_built:
+            t = task  # what spec.task() returns for a Task once the tasks are built
+        else:
+            t = self.spec.task(task)
+            self._tasks_built = True
+        if not self._team:  # the sole agent: the same fields, written out
+            if self._in_process:  # LocalWorld.start, inlined (a sole agent's state needs no team)
+                self.world._state = copy_state(t.initial_state)  # type: ignore[attr-defined]
+            else:
+                self.world.start(t)
+            self._task = t
+            a = self._solo_agent
+            opening = t.instruction
+            if t.private:
+                note = t.private.get(a)
+                if note:
+                    opening += "\n\nPrivate notes (only you know this): " + note
+            opened: list[Message] = [{"role": "system", "content": self._system[a]},
+                                     {"role": "user", "content": opening}]
+            self._tx, self._pending = {a: opened}, []  # (the _transcripts setter, written out)
+            self._last_tool, self._acted = {a: []}, {a: 0}
+            self._counts = {a: {"tool_calls": 0, "tool_errors": 0, "parse_errors": 0}}
+            self._passed, self._last_words, self._log = [], {}, []
+            self.__dict__.update(self._fresh)  # with _seen_mail and _rewards: a sole agent's are never
+            return opened.copy()               # changed in place (only replaced), so they are shared
         self.world.start(t)
         self._task = t
         self._transcripts: dict[str, list[Message]] = {}
@@ -143,7 +211,7 @@ class Episode(Environment):
             opening = t.instruction
             if t.private.get(a):
                 opening += "\n\nPrivate notes (only you know this): " + t.private[a]
-            self._transcripts[a] = [{"role": "system", "content": self.spec.render_system_prompt(a)},
+            self._transcripts[a] = [{"role": "system", "content": self._system[a]},
                                     {"role": "user", "content": opening}]
         self._seen_mail = dict.fromkeys(self.agents, 0)
         self._last_tool: dict[str, list[Message]] = {a: [] for a in self.agents}
@@ -242,6 +310,8 @@ class Episode(Environment):
         parsed = parse_text(action) if action.__class__ is str else parse_action(action)
         calls = parsed.calls
         if parsed.errors or not calls or self._timed_out is not None:
+            if not (calls or parsed.errors or parsed.attempted) and self._timed_out is None:
+                return self._solo_answer(agent, task, parsed)
             return self._slow(agent, parsed)
         world_tools = self._solo_tools
         rnd = self._round
@@ -274,7 +344,10 @@ class Episode(Environment):
             self._log.append((rnd, agent, name, args, kind, t.read_only))
             new: list[Message] = [{"role": "tool", "tool_call_id": cid, "name": name, "content": o.content}]
             counts["tool_calls"] += 1
-            openai_calls = [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]
+            if self._eager:
+                openai_calls = [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]
+            else:  # the assistant message is written when the transcript is read (see _transcripts)
+                self._pending.append((parsed.content, None, cid, name, args, new))
         else:
             found = []
             for c in calls:
@@ -285,9 +358,12 @@ class Episode(Environment):
             new = []
             openai_calls, timed_out = self._record(agent, rnd, str(rnd), calls, found,
                                                    self._run_batch(agent, rnd, calls), counts, new)
-        transcript = self._transcripts[agent]
-        transcript.append({"role": "assistant", "content": parsed.content, "tool_calls": openai_calls})
-        transcript += new
+            if not self._eager:
+                self._pending.append((parsed.content, openai_calls, None, None, None, new))
+        if self._eager:  # a reader of every turn (the Gymnasium face): written now
+            transcript = self._tx[agent]
+            transcript.append({"role": "assistant", "content": parsed.content, "tool_calls": openai_calls})
+            transcript += new
         self._last_tool[agent] = new
         acted = self._acted[agent] = self._acted[agent] + 1
         info: dict[str, Any] = {"turn": acted, "round": rnd, "task_id": task.id,
@@ -305,6 +381,32 @@ class Episode(Environment):
             self._round = rnd + 1
             return new, 0.0, False, False, info
         self._pos = 1  # as _turn leaves it: the round was not started again
+        info.update(success=self._success, answer=self._answer, ended_by=self._ended_by)
+        return new, self._rewards[agent], self._terminated, self._truncated, info
+
+    def _solo_answer(self, agent: str, task: Task, parsed: ParsedAction
+                     ) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        """The sole agent answers without a tool call: what :meth:`_turn` does for it (the episode
+        ends and is judged), with the assistant message written when the transcript is read."""
+        if self._eager:
+            self._tx[agent].append({"role": "assistant", "content": parsed.content})
+        else:
+            self._pending.append((parsed.content, False, None, None, None, ()))
+        acted = self._acted[agent] = self._acted[agent] + 1
+        new: list[Message] = []
+        self._last_tool[agent] = new
+        self._passed.append(agent)
+        self._last_words[agent] = parsed.answer
+        counts = self._counts[agent]
+        info: dict[str, Any] = {"turn": acted, "round": self._round, "task_id": task.id,
+                                "tool_calls": counts["tool_calls"], "tool_errors": counts["tool_errors"],
+                                "parse_errors": counts["parse_errors"]}
+        self._pos += 1
+        terminal = self._terminal
+        if terminal is not None and terminal(self.world.state()):
+            self._end("terminal", terminated=True)
+        else:
+            self._end("answer", terminated=True)
         info.update(success=self._success, answer=self._answer, ended_by=self._ended_by)
         return new, self._rewards[agent], self._terminated, self._truncated, info
 

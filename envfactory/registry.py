@@ -26,7 +26,8 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from .definition import DEFAULT_SPLIT, DrawSplit, SpecError, did_you_mean, split_members
@@ -34,7 +35,7 @@ from .episode import Episode
 from .task import Task
 
 __all__ = ["register", "register_lazy", "names", "make", "make_multi", "spec", "specs", "discover", "ENTRY_POINT_GROUP",
-           "RUNTIMES"]
+           "RUNTIMES", "listing", "listing_cache_path"]
 
 ENTRY_POINT_GROUP = "envfactory.environments"
 GYM_NAMESPACE = "envfactory"
@@ -44,6 +45,7 @@ RUNTIMES = {"local": "envfactory.world:LocalWorld", "docker": "envfactory.runtim
 
 _REGISTRY: dict[str, Any] = {}          # name -> spec (its module is imported)
 _LAZY: dict[str, "_Lazy"] = {}          # name -> where it will come from (not imported yet)
+_ANNOUNCED: dict[str, str] = {}         # name -> the module announced for it (kept once imported): the listing cache
 _discovered = False
 _discovery_errors: dict[str, str] = {}  # entry point or module -> error
 _lock = threading.RLock()
@@ -81,6 +83,8 @@ def register(env_spec: Any, *, replace: bool = False) -> Any:
     with _lock:
         _REGISTRY[name] = env_spec
         _LAZY.pop(name, None)
+        if _ANNOUNCED.get(name) not in (None, env_spec.module):
+            del _ANNOUNCED[name]  # replaced by another module's spec: not what the announcement names
     _register_gym(name, bool(getattr(env_spec, "multi_agent", False)))
     return env_spec
 
@@ -98,6 +102,8 @@ def register_lazy(name: str, module: str, *, multi_agent: bool = False, replace:
     with _lock:
         if name in _REGISTRY:
             if not replace:
+                if getattr(_REGISTRY[name], "module", None) == module:
+                    _ANNOUNCED[name] = module
                 return  # already imported and registered: the table adds nothing
             del _REGISTRY[name]
         elif name in _LAZY and _LAZY[name].module != module and not replace:
@@ -106,6 +112,7 @@ def register_lazy(name: str, module: str, *, multi_agent: bool = False, replace:
                 f"(module {_LAZY[name].module}); {_source} announces it again (module {module})"
             )
         _LAZY[name] = _Lazy(module, multi_agent, _source)
+        _ANNOUNCED[name] = module
     _register_gym(name, multi_agent)
 
 
@@ -301,6 +308,148 @@ def specs() -> list[Any]:
                 warnings.warn(f"envfactory: {module} was announced to register {n!r} but did not",
                               RuntimeWarning, stacklevel=2)
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+# -- the listing (``envfactory list``) ------------------------------------------
+_LISTING_FORMAT = 1
+
+
+def listing_cache_path() -> Path:
+    """Where :func:`listing` keeps its rows: ``$ENVFACTORY_CACHE/listing-<key>.json`` (default
+    ``~/.cache/envfactory``), one file per Python, envfactory location and import path (two
+    checkouts, or two virtual environments, never read each other's entries)."""
+    import hashlib
+    import json
+
+    root = os.environ.get("ENVFACTORY_CACHE")
+    here = os.path.dirname(os.path.realpath(__file__))
+    key = hashlib.sha256(json.dumps([sys.version, here, sys.path]).encode()).hexdigest()[:16]
+    return (Path(root).expanduser() if root else Path.home() / ".cache" / "envfactory") / f"listing-{key}.json"
+
+
+def _stamp(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_mtime_ns, st.st_size]
+
+
+def _loaded_sources() -> list[str]:
+    """The files of every loaded module outside the standard library (site-packages included):
+    what a definition built in this process may have depended on."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    std = tuple({paths["stdlib"], paths["platstdlib"]})
+    keep = tuple({paths["purelib"], paths["platlib"]})
+    out = set()
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if isinstance(f, str) and (not f.startswith(std) or f.startswith(keep)):
+            out.add(f)
+    return sorted(out)
+
+
+def _read_listing(path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    ok = (isinstance(doc, dict) and doc.get("format") == _LISTING_FORMAT and doc.get("python") == sys.version
+          and isinstance(doc.get("envs"), dict) and isinstance(doc.get("depsets"), list)
+          and all(isinstance(d, dict) for d in doc["depsets"]))
+    return doc if ok else {}
+
+
+def _write_listing(path: Path, doc: dict[str, Any]) -> None:
+    import json
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".listing.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+    except OSError:
+        pass  # a read-only home: the listing is computed every time, never wrong
+
+
+def listing(only: Iterable[str] | None = None, *, cache: bool = True) -> list[dict[str, Any]]:
+    """Every environment's listing entry (``spec.describe()``: name, domain, multi_agent, tasks,
+    tools, description), sorted by name: what ``envfactory list`` prints.
+
+    Counting an environment's tasks means building them (synthesis and a replay of every reference
+    solution: seconds per family), so the entries of announced environments (entry points,
+    :func:`register_lazy`) are kept in :func:`listing_cache_path`, each with the source files its
+    definition was built from (every loaded module outside the standard library, the spec file
+    included) and their modification times and sizes. An entry is used only while every one of those
+    files is unchanged; otherwise that environment is imported and described again. A listing on a
+    warm cache imports no environment module. Environments registered directly (not announced), and
+    those whose tasks are already built in this process, are described afresh.
+
+    Args:
+        only: These environments (default: every known one).
+        cache: Read and update the cache (``False``: describe every environment afresh).
+    """
+    discover()
+    path = listing_cache_path()
+    doc = _read_listing(path) if cache else {}
+    envs: dict[str, Any] = doc.get("envs", {})
+    depsets: list[dict[str, Any]] = doc.get("depsets", [])  # each: {source file: [mtime_ns, size]}
+    now: dict[str, Any] = {}  # path -> its stamp in this process (each file is looked at once)
+
+    def unchanged(entry: Any) -> bool:
+        try:
+            files = depsets[entry["deps"]]
+        except (KeyError, IndexError, TypeError):
+            return False
+        for f, then in files.items():
+            if f not in now:
+                now[f] = _stamp(f)
+            if now[f] is None or now[f] != then:
+                return False
+        return True
+
+    rows: dict[str, dict[str, Any]] = {}
+    built: list[str] = []
+    for name in (names() if only is None else [n.removeprefix(GYM_NAMESPACE + "/") for n in only]):
+        s = _REGISTRY.get(name)
+        module = _ANNOUNCED.get(name)
+        cacheable = module is not None and (s is None or getattr(s, "module", None) == module)
+        if s is not None and (not cacheable or getattr(s, "_tasks", None) is not None):
+            rows[name] = s.describe()  # already built here (or not announced): no synthesis to save
+            continue
+        entry = envs.get(name) if cacheable else None
+        if isinstance(entry, dict) and entry.get("module") == module and isinstance(entry.get("row"), dict) \
+                and unchanged(entry):
+            rows[name] = dict(entry["row"])
+            continue
+        try:
+            s = spec(name)
+        except SpecError as exc:  # a module that fails to import: warned about and skipped, as specs() does
+            _discovery_errors[module or name] = str(exc)
+            warnings.warn(f"envfactory: {exc}", RuntimeWarning, stacklevel=2)
+            continue
+        rows[name] = s.describe()
+        if cacheable:
+            built.append(name)
+    if cache and built:
+        depsets.append({f: _stamp(f) for f in _loaded_sources()})
+        for name in built:
+            envs[name] = {"module": _ANNOUNCED[name], "row": rows[name], "deps": len(depsets) - 1}
+        # keep only the dependency sets (and files) that an entry still uses
+        used = sorted({e["deps"] for e in envs.values() if isinstance(e, dict) and isinstance(e.get("deps"), int)
+                       and 0 <= e["deps"] < len(depsets)})
+        renumber = {old: new for new, old in enumerate(used)}
+        envs = {n: {**e, "deps": renumber[e["deps"]]} for n, e in envs.items()
+                if isinstance(e, dict) and e.get("deps") in renumber}
+        depsets = [depsets[i] for i in used]
+        _write_listing(path, {"format": _LISTING_FORMAT, "python": sys.version, "envs": envs, "depsets": depsets})
+    return [rows[n] for n in sorted(rows)]
 
 
 def _world_factory(runtime: str) -> Any:

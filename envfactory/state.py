@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 __all__ = ["State", "canonical_json", "copy_state", "state_hash", "state_to_json", "ABSENT", "flatten",
-           "state_leaves", "diff_leaves", "leaf_at"]
+           "state_leaves", "diff_leaves", "leaf_at", "same_state", "live_leaf", "plain_model", "UNSURE"]
 
 S = TypeVar("S", bound="State")
 
@@ -231,3 +231,145 @@ def leaf_at(root: Any, path: LeafPath) -> Any:
             return ABSENT
         node = node[key]
     return node
+
+
+# -- judging without serializing the whole state -------------------------------------------------
+# A success check compares the final state with what the reference produced. Serializing the whole
+# state (model_dump, canonical JSON, SHA-256) costs far more than the step that ends the episode;
+# the functions below look at the live objects instead, and say "I do not know" (False or UNSURE)
+# wherever the serialized form could differ from what they see, so that the caller falls back to
+# the canonical form and no verdict changes.
+UNSURE = object()
+"""What :func:`live_leaf` answers where the live objects do not show the canonical leaf for sure."""
+
+_SCALAR_CLASSES = frozenset({str, int, bool, type(None)})
+_STR = {str}
+_PLAIN: dict[type, bool] = {}
+
+
+def _schema_is_plain(node: Any) -> bool:
+    """No custom serialization anywhere in a pydantic core schema: no serializer function or
+    format, no computed field, no excluded field, no root model."""
+    if isinstance(node, dict):
+        if "serialization" in node or node.get("computed_fields") or node.get("serialization_exclude") \
+                or node.get("root_model"):
+            return False
+        return all(_schema_is_plain(v) for k, v in node.items() if k not in ("cls", "metadata", "config"))
+    if isinstance(node, list):
+        return all(_schema_is_plain(v) for v in node)
+    return True
+
+
+def plain_model(cls: type) -> bool:
+    """Whether a model class dumps (``model_dump(mode="python")``) as exactly its fields' values
+    under their names: nothing in its core schema (nested models included) serializes otherwise,
+    it brings no copier of its own (the factory's arbitrary Python states) and dumps no aliases."""
+    ok = _PLAIN.get(cls)
+    if ok is None:
+        try:
+            ok = (getattr(cls, "__state_copy__", None) is None
+                  and not cls.model_config.get("serialize_by_alias")  # type: ignore[attr-defined]
+                  and _schema_is_plain(cls.__pydantic_core_schema__))  # type: ignore[attr-defined]
+        except (AttributeError, RecursionError):
+            ok = False
+        _PLAIN[cls] = ok
+    return ok
+
+
+def _identical(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    c = a.__class__
+    if c is not b.__class__:
+        return False
+    if c in _SCALAR_CLASSES:
+        return a == b
+    if c is float:
+        return repr(a) == repr(b)  # -0.0 and 0.0 serialize apart; NaN and NaN together
+    if c is dict:
+        if len(a) != len(b):
+            return False
+        if a == b:  # equal (C speed); identical when every key is a string and the values one scalar class
+            # (a key or a value equal to a string is a string, or an str enum, which serializes as one:
+            # only numbers need the other side's classes, 1 == 1.0 == True)
+            kinds = set(map(type, a.values()))
+            if len(kinds) == 1 and kinds <= _SCALAR_CLASSES and set(map(type, a)) == _STR \
+                    and (kinds == _STR or kinds == set(map(type, b.values()))):
+                return True
+        get = b.get
+        for k, v in a.items():
+            if k.__class__ is not str:
+                return False
+            w = get(k, _MISSING)
+            if w is _MISSING or not (v is w or _identical(v, w)):
+                return False
+        return True
+    if c is list or c is tuple:
+        if len(a) != len(b):
+            return False
+        if a == b:
+            kinds = set(map(type, a))
+            if len(kinds) == 1 and kinds <= _SCALAR_CLASSES and kinds == set(map(type, b)):
+                return True
+        return all(map(_identical, a, b))
+    if c is set or c is frozenset:  # sets of strings: equal sets serialize alike
+        return a == b and set(map(type, a)) <= _STR  # b's members equal strings: strings (or str enums)
+    if _PLAIN.get(c) or (isinstance(a, BaseModel) and plain_model(c)):
+        if a.__pydantic_extra__ or b.__pydantic_extra__:
+            return False
+        da, db = a.__dict__, b.__dict__
+        if len(da) != len(db):
+            return False
+        for k, v in da.items():
+            w = db.get(k, _MISSING)
+            if w is _MISSING or not (v is w or _identical(v, w)):
+                return False
+        return True
+    return False
+
+
+_MISSING = object()
+
+
+def same_state(a: BaseModel, b: BaseModel) -> bool:
+    """``True`` only when ``a`` and ``b`` certainly have the same :func:`canonical_json` (hence
+    the same :func:`state_hash`): the same classes all the way down, equal strings, integers and
+    booleans, floats with the same representation, string-keyed dicts and string sets, plain models
+    (:func:`plain_model`). ``False`` means *not known*: compare the hashes."""
+    try:
+        return _identical(a, b)
+    except RecursionError:
+        return False
+
+
+def live_leaf(state: BaseModel, path: LeafPath) -> Any:
+    """The leaf at ``path`` of ``json.loads(canonical_json(state))`` (as :func:`leaf_at` finds it,
+    ``ABSENT`` included), read from the live objects without serializing the state; :data:`UNSURE`
+    wherever they do not show it for sure (then serialize). Leaves: strings, numbers, booleans,
+    ``None``, lists of those and empty dicts."""
+    node: Any = state
+    for key in path:
+        c = node.__class__
+        if c is dict:
+            v = node.get(key, _MISSING)
+            if v is _MISSING:
+                return ABSENT if all(k.__class__ is str for k in node) else UNSURE
+            node = v
+        elif _PLAIN.get(c) or (isinstance(node, BaseModel) and plain_model(c)):
+            # a plain model's __dict__ is its fields, dumped under their names
+            v = node.__dict__.get(key, _MISSING)
+            if v is _MISSING or node.__pydantic_extra__:
+                return UNSURE
+            node = v
+        elif c in _SCALAR_CLASSES or c is float or c is list or c is tuple or c is set or c is frozenset:
+            return ABSENT  # not a dict in the canonical form: nothing below it
+        else:
+            return UNSURE
+    c = node.__class__
+    if c in _SCALAR_CLASSES or c is float:
+        return node
+    if (c is list or c is tuple) and all(x.__class__ in _SCALAR_CLASSES for x in node):
+        return list(node)
+    if c is dict and not node:
+        return {}
+    return UNSURE

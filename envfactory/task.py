@@ -8,9 +8,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from .state import State, copy_state, state_hash
+from .state import State, copy_state, same_state, state_hash
 
 __all__ = ["ToolCall", "Task", "by", "call", "normalize_answer", "number_rivals"]
 
@@ -138,6 +138,8 @@ class Task(BaseModel):
     difficulty: int | None = None
     expected_state_hash: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # (expected_state_hash, the reference's final state): see keep_expected_final
+    _expected_final: tuple[str, State] | None = PrivateAttr(default=None)
 
     @field_validator("solution", mode="after")
     @classmethod
@@ -170,7 +172,17 @@ class Task(BaseModel):
                 f"task {self.id!r} has neither a check nor an expected state; "
                 "register it through an ToolEnvSpec, which replays the reference solution"
             )
+        private = self.__pydantic_private__  # (the attribute itself goes through pydantic's __getattr__)
+        kept = private.get("_expected_final") if private else None
+        if kept is not None and kept[0] == self.expected_state_hash and same_state(final_state, kept[1]):
+            return True  # the same canonical JSON as the reference's final state, without serializing
         return state_hash(final_state) == self.expected_state_hash
+
+    def keep_expected_final(self, state: State) -> None:
+        """Keep the reference's final ``state`` (its hash is :attr:`expected_state_hash`), so that a
+        final state identical to it is judged without serializing either (:func:`same_state`);
+        anything else is judged by the hash, as before."""
+        self._expected_final = (self.expected_state_hash or state_hash(state), state)
 
     def answer_ok(self, answer: str | None) -> bool:
         """Whether the final answer contains every required fact."""

@@ -40,9 +40,9 @@ def _chosen(names: list[str]) -> list[Any]:
 
 # -- list ------------------------------------------------------------------
 def _list_run(args: argparse.Namespace) -> Result:
-    from .. import specs
+    from ..registry import listing
 
-    rows = [s.describe() for s in specs()]
+    rows = listing()  # cached per environment, keyed by its source files: no synthesis on a warm cache
     lines = _table(
         ["name", "domain", "agents", "tasks", "tools", "description"],
         [[r["name"], r["domain"], "multi" if r["multi_agent"] else "single", r["tasks"], r["tools"],

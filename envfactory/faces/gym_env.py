@@ -155,6 +155,7 @@ class ToolGymEnv(gymnasium.Env[str, str]):
                             "(envfactory.faces.pettingzoo_env.env / parallel_env)")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        env.write_transcripts_eagerly()  # step() reads every turn's messages
         self.env = env
         self.render_mode = render_mode
         self.observation_space = _text_space("obs")
@@ -186,7 +187,7 @@ class ToolGymEnv(gymnasium.Env[str, str]):
         env = self.env
         # Episode.step's one-role turn, without the dispatch and the StepResult
         new, reward, terminated, truncated, info = env._solo_turn(action)
-        transcript = env._transcripts[env._solo_agent]  # env.messages, without the property
+        transcript = env._tx[env._solo_agent]  # env.messages, without the properties (written eagerly)
         info["messages"] = transcript[self._seen:]
         self._seen = len(transcript)
         if len(new) == 1:  # the usual single response, checked alone (the block around it fits)

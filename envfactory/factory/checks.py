@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..state import ABSENT, State, canonical_json, diff_leaves, flatten, leaf_at, state_leaves
+from ..state import ABSENT, UNSURE, State, canonical_json, diff_leaves, flatten, leaf_at, live_leaf, state_leaves
 
 __all__ = ["ABSENT", "ChangeCheck", "flatten", "state_leaves", "diff_leaves"]
 
@@ -33,8 +33,16 @@ class ChangeCheck:
         return cls(tuple(sorted(changed.items(), key=lambda kv: kv[0])))
 
     def __call__(self, state: State) -> bool:
-        root = json.loads(canonical_json(state))
-        return all(leaf_at(root, path) == want for path, want in self.expected)
+        # the changed leaves read from the live state (no serialization); the canonical form where
+        # a leaf cannot be read for sure (see envfactory.state.live_leaf)
+        for path, want in self.expected:
+            got = live_leaf(state, path)
+            if got is UNSURE:
+                root = json.loads(canonical_json(state))
+                return all(leaf_at(root, path) == want for path, want in self.expected)
+            if got != want:
+                return False
+        return True
 
     def __bool__(self) -> bool:
         return bool(self.expected)
