@@ -25,7 +25,9 @@ What a client sees:
 * every environment tool call is one turn of the episode: its observation is the
   text content, a failed call (invalid arguments, a tool error, an unknown tool)
   comes back with ``isError``, and ``_meta`` carries ``envfactory/reward``,
-  ``envfactory/done``, ``envfactory/success`` and ``envfactory/ended_by``.
+  ``envfactory/done``, ``envfactory/success`` and ``envfactory/ended_by`` (``None`` ones
+  left out) with the episode id ``envfactory/episode``; ``start_episode``,
+  ``episode_status`` and ``end_episode`` carry the same ``_meta`` (the reward so far).
 
 Which episode a request belongs to: ``_meta["envfactory/episode"]`` when the request
 carries it (the id ``start_episode`` returns); else the HTTP session
@@ -206,14 +208,14 @@ class EpisodeService:
 
     def play(self, key: str | None, name: str, arguments: dict[str, Any] | None) -> tuple[str, bool, dict[str, Any]]:
         """One environment tool call as one turn: ``(observation, is_error, step info)``."""
-        _, ep = self.episode(key)
+        eid, ep = self.episode(key)
         if ep.done:
             raise EpisodeError(f"the episode has ended ({ep.ended_by}, reward {ep.rewards[ep.agents[0]]}); "
                                "call start_episode to play another")
         r = ep.step([ToolCall(name, dict(arguments or {}))])
         content = "\n".join(str(m.get("content", "")) for m in r.messages) or "(no output)"
         last = ep.log[-1] if ep.log else {"ok": False}
-        return content, not last["ok"], self._step_meta(ep, r.reward)
+        return content, not last["ok"], self._step_meta(eid, ep, r.reward)
 
     def end(self, key: str | None, answer: str = "") -> dict[str, Any]:
         _, ep = self.episode(key)
@@ -221,10 +223,16 @@ class EpisodeService:
             ep.step({"role": "assistant", "content": answer})
         return self.status(key)
 
+    def meta(self, key: str | None) -> dict[str, Any]:
+        """The ``_meta`` of a control call (start, status, end): the episode id and where it stands,
+        as an environment tool call's ``_meta`` says it (the reward so far)."""
+        eid, ep = self.episode(key, autostart=False)
+        return self._step_meta(eid, ep, ep.rewards[ep.agents[0]])
+
     @staticmethod
-    def _step_meta(ep: Episode, reward: float) -> dict[str, Any]:
-        return {"envfactory/reward": reward, "envfactory/done": ep.done, "envfactory/success": ep.success,
-                "envfactory/ended_by": ep.ended_by}
+    def _step_meta(eid: str, ep: Episode, reward: float) -> dict[str, Any]:
+        return {EPISODE_META: eid, "envfactory/reward": reward, "envfactory/done": ep.done,
+                "envfactory/success": ep.success, "envfactory/ended_by": ep.ended_by}
 
     def instruction(self, key: str | None) -> str:
         _, ep = self.episode(key)
@@ -281,10 +289,10 @@ def build_server(service: EpisodeService, *, stdio: bool) -> Any:
                 if unknown:
                     return text(f"Error: unexpected argument(s) {sorted(unknown)}", error=True)
                 info = service.start(key, args.get("task_id"), args.get("seed"))
-                return text(info["instruction"], structured=info, meta={EPISODE_META: info["episode"]})
+                return text(info["instruction"], structured=info, meta=service.meta(info["episode"]))
             if params.name == "episode_status":
                 st = service.status(key)
-                return text(json.dumps(st), structured=st)
+                return text(json.dumps(st), structured=st, meta=service.meta(st["episode"]))
             if params.name == "list_tasks":
                 unknown = set(args) - {"split"}
                 if unknown:
@@ -293,7 +301,7 @@ def build_server(service: EpisodeService, *, stdio: bool) -> Any:
                 return text(json.dumps(rows), structured={"tasks": rows})
             if params.name == "end_episode":
                 st = service.end(key, str(args.get("answer", "")))
-                return text(json.dumps(st), structured=st)
+                return text(json.dumps(st), structured=st, meta=service.meta(st["episode"]))
             if params.name not in env_tools:
                 return text(f"Error: unknown tool '{params.name}'. Available tools: "
                             f"{', '.join(t.name for t in tools)}.", error=True)
