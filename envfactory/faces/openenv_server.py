@@ -42,52 +42,23 @@ import sys
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
-from openenv.core.client_types import StepResult
-from openenv.core.env_client import EnvClient
+# first: openenv_types loads openenv-core (without its Gradio web UI), before the imports below would
+from .openenv_types import EnvfactoryAction, EnvfactoryObservation
+
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.mcp_types import (CallToolAction, CallToolObservation, ListToolsAction,
                                                 ListToolsObservation, ToolError, ToolErrorType)
 from openenv.core.env_server.mcp_types import Tool as McpTool
-from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
-from pydantic import Field
+from openenv.core.env_server.types import EnvironmentMetadata, Observation, State
 
 from ..definition import DEFAULT_SPLIT, DrawSplit, served_tasks, split_members
 from ..env import EpisodeError
 
 __all__ = ["EnvfactoryAction", "EnvfactoryObservation", "EnvfactoryEnvironment", "EnvfactoryClient", "build_app",
            "serve_openenv", "BackgroundServer", "serve_run"]
-
-
-class EnvfactoryAction(Action):
-    """One assistant turn: model text and/or structured tool calls."""
-
-    text: str = Field(default="", description="The agent's message: Hermes <tool_call>{...}</tool_call> blocks "
-                                              "(several allowed) or a bare JSON call; no call ends the episode")
-    tool_calls: Optional[list[dict[str, Any]]] = Field(
-        default=None, description="OpenAI-style tool calls ({'name', 'arguments'} or {'function': {...}})")
-    # openenv's MCP tool interface (MCPToolClient sends these over the same /ws step): openenv-core
-    # routes them to its own action types only for servers without an action class of their own
-    type: Optional[Literal["list_tools", "call_tool"]] = Field(
-        default=None, description="MCP tool interface: 'list_tools', or 'call_tool' with tool_name and arguments")
-    tool_name: Optional[str] = None
-    arguments: Optional[dict[str, Any]] = None
-
-
-class EnvfactoryObservation(Observation):
-    """What the agent sees after a reset or a step (``reward`` and ``done`` from the base class)."""
-
-    text: str = Field(default="", description="reset: the instruction; step: the tool responses, joined")
-    messages: list[dict[str, Any]] = Field(default_factory=list, description="the new chat messages")
-    task_id: Optional[str] = None
-    instruction: str = ""
-    system_prompt: str = ""
-    tools: list[dict[str, Any]] = Field(default_factory=list, description="reset: OpenAI tool schemas")
-    max_turns: Optional[int] = None
-    success: Optional[bool] = None
-    info: dict[str, Any] = Field(default_factory=dict)
 
 
 class EnvfactoryEnvironment(Environment):
@@ -246,37 +217,14 @@ class EnvfactoryEnvironment(Environment):
             self._pool = None
 
 
-class EnvfactoryClient(EnvClient[EnvfactoryAction, EnvfactoryObservation, State]):
-    """A typed OpenEnv client (optional: ``GenericEnvClient`` plays the same server with dicts)::
+def __getattr__(name: str) -> Any:
+    """``EnvfactoryClient`` lives in :mod:`.openenv_client`, loaded on first use: a server never
+    imports openenv-core's client side (``requests``, its container providers)."""
+    if name == "EnvfactoryClient":
+        from .openenv_client import EnvfactoryClient
 
-        with EnvfactoryClient(base_url=url).sync() as env:
-            obs = env.reset(task_id="counter-0-1").observation      # an EnvfactoryObservation
-            r = env.step(EnvfactoryAction(text='<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'))
-    """
-
-    def list_tasks(self, split: str | None = None) -> list[dict[str, Any]]:
-        """The tasks the server serves (``task_id``, ``split``, ``kind``, ``instruction``), optionally
-        those of one ``split`` within the server's (``GET /tasks``)."""
-        import httpx
-
-        ws = self._ws_url[: -len("/ws")]  # EnvClient keeps only the WebSocket URL
-        url = ws.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
-        r = httpx.get(url + "/tasks", params={} if split is None else {"split": split}, timeout=30)
-        if r.status_code != 200:
-            raise ValueError(r.json().get("detail", r.text) if r.headers.get("content-type", "").startswith(
-                "application/json") else r.text)
-        return r.json()["tasks"]
-
-    def _step_payload(self, action: EnvfactoryAction) -> dict[str, Any]:
-        return action.model_dump(exclude_defaults=True) if isinstance(action, EnvfactoryAction) else dict(action)
-
-    def _parse_result(self, payload: dict[str, Any]) -> StepResult[EnvfactoryObservation]:
-        obs = EnvfactoryObservation(**payload.get("observation", {}), reward=payload.get("reward"),
-                                    done=payload.get("done", False))
-        return StepResult(observation=obs, reward=payload.get("reward"), done=payload.get("done", False))
-
-    def _parse_state(self, payload: dict[str, Any]) -> State:
-        return State(**payload)
+        return EnvfactoryClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_app(name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
