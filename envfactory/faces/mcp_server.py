@@ -10,11 +10,12 @@ What a client sees:
 
 * the environment's tools (``spec.tool_schemas()``: names, descriptions, JSON
   schemas; ``readOnlyHint`` from ``Tool.read_only``), ``finish`` included;
-* ``start_episode(task_id?, seed?)``: starts (or restarts) the session's episode and
+* ``start_episode(task_id?, seed?, split?)``: starts (or restarts) the session's episode and
   returns the task instruction (structured: ``episode``, ``task_id``,
   ``instruction``, ``system_prompt``, ``tools``, ``max_turns``); a seed draws from the
-  server's split (``--split``, default ``train``: sft and rl tasks), and a task of another
-  split is refused, so a client never meets an evaluation task unless the server serves them;
+  server's split (``--split``, default ``train``: sft and rl tasks), or from ``split``
+  within it, and a task of another split is refused, so a client never meets an
+  evaluation task unless the server serves them;
 * ``list_tasks(split?)``: the tasks the server serves (``task_id``, ``split``, ``kind``,
   ``instruction``), optionally of one split within it;
 * ``episode_status()``: ``task_id, done, terminated, truncated, reward, success,
@@ -49,7 +50,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ..definition import DEFAULT_SPLIT, DrawSplit, SpecError, served_tasks, split_members
+from ..definition import DEFAULT_SPLIT, DrawSplit, SpecError, served_tasks, split_members, within_split
 from ..episode import Episode
 from ..env import EpisodeError
 from ..task import ToolCall
@@ -67,8 +68,10 @@ _START_SCHEMA = {
     "properties": {
         "task_id": {"type": "string", "description": "The task to play (default: the server's --task, else "
                                                      "one drawn from seed)."},
-        "seed": {"type": "integer", "description": "Picks the task of the server's split as "
+        "seed": {"type": "integer", "description": "Picks the task of the split as "
                                                    "envfactory.make(NAME, split=...).reset(seed=seed) does."},
+        "split": {"type": "string", "description": "The split to draw from or play (sft, rl, eval, train or "
+                                                    "all) within the server's split (default: the server's)."},
     },
     "additionalProperties": False,
 }
@@ -147,14 +150,18 @@ class EpisodeService:
         return served_tasks(self.spec, self.split, split)
 
     # -- episodes ------------------------------------------------------------
-    def start(self, key: str | None, task_id: str | None = None, seed: int | None = None) -> dict[str, Any]:
-        """Start (or restart) the episode of session ``key`` (``None``: a new, session-less episode)."""
-        if task_id is None and seed is None:
+    def start(self, key: str | None, task_id: str | None = None, seed: int | None = None,
+              split: str | None = None) -> dict[str, Any]:
+        """Start (or restart) the episode of session ``key`` (``None``: a new, session-less episode):
+        task ``task_id``, else the one ``seed`` draws from ``split`` (default: the served split; it
+        must lie within it, ``ValueError`` otherwise), else the server's default task, else a random one."""
+        draw = within_split(self.split, split)
+        if task_id is None and seed is None and split is None:
             task_id, seed = self.default_task, self.default_seed
         if task_id is None:
-            task = self.spec.draw_task(self.split, seed)
+            task = self.spec.draw_task(draw, seed)
         else:
-            task = self.spec.task_in_split(task_id, self.split)  # KeyError: unknown, or not served
+            task = self.spec.task_in_split(task_id, draw)  # KeyError: unknown, or not in the split
         with self._lock:
             eid = self._by_key.get(key) if key is not None else None
             ep = self._episodes.get(eid) if eid is not None else None
@@ -285,10 +292,10 @@ def build_server(service: EpisodeService, *, stdio: bool) -> Any:
         args = dict(params.arguments or {})
         try:
             if params.name == "start_episode":
-                unknown = set(args) - {"task_id", "seed"}
+                unknown = set(args) - {"task_id", "seed", "split"}
                 if unknown:
                     return text(f"Error: unexpected argument(s) {sorted(unknown)}", error=True)
-                info = service.start(key, args.get("task_id"), args.get("seed"))
+                info = service.start(key, args.get("task_id"), args.get("seed"), args.get("split"))
                 return text(info["instruction"], structured=info, meta=service.meta(info["episode"]))
             if params.name == "episode_status":
                 st = service.status(key)

@@ -15,8 +15,9 @@ or a typed ``EnvClient`` subclass built on :class:`EnvfactoryAction` / :class:`E
   client never meets an evaluation task unless the server was started for them. ``GET /tasks``
   (``?split=``) lists the served tasks; :meth:`EnvfactoryClient.list_tasks` calls it.
 * **Reset.** ``reset(task_id=...)`` picks a task by id (``task`` is accepted too), ``reset(seed=...)``
-  picks one as ``envfactory.make(NAME, split=...).reset(seed=...)`` does; neither: the server's
-  ``--task`` / ``--seed``, else a random task of the split. The observation's ``text`` is the instruction; ``messages`` the
+  picks one as ``envfactory.make(NAME, split=...).reset(seed=...)`` does, from the served split or
+  from ``reset(split=...)`` within it (``--split all`` and ``split="eval"``: an evaluation run);
+  none of them: the server's ``--task`` / ``--seed``, else a random task of the split. The observation's ``text`` is the instruction; ``messages`` the
   opening messages (system prompt, instruction); ``tools`` the OpenAI tool schemas; ``task_id``,
   ``instruction``, ``system_prompt`` and ``max_turns`` say the rest.
 * **Step.** The action is ``{"text": model text}`` (Hermes ``<tool_call>`` blocks, several per
@@ -54,7 +55,7 @@ from openenv.core.env_server.mcp_types import (CallToolAction, CallToolObservati
 from openenv.core.env_server.mcp_types import Tool as McpTool
 from openenv.core.env_server.types import EnvironmentMetadata, Observation, State
 
-from ..definition import DEFAULT_SPLIT, DrawSplit, served_tasks, split_members
+from ..definition import DEFAULT_SPLIT, DrawSplit, served_tasks, split_members, within_split
 from ..env import EpisodeError
 
 __all__ = ["EnvfactoryAction", "EnvfactoryObservation", "EnvfactoryEnvironment", "EnvfactoryClient", "build_app",
@@ -96,14 +97,17 @@ class EnvfactoryEnvironment(Environment):
     # -- the OpenEnv interface ---------------------------------------------------
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EnvfactoryObservation:
         task_id = kwargs.pop("task_id", None) or kwargs.pop("task", None)
+        split = kwargs.pop("split", None)
         if kwargs:
-            raise ValueError(f"unexpected reset argument(s) {sorted(kwargs)}; use task_id, seed or episode_id")
-        if task_id is None and seed is None:
+            raise ValueError(f"unexpected reset argument(s) {sorted(kwargs)}; use task_id, seed, split or "
+                             "episode_id")
+        draw = within_split(self.split, split)  # ValueError: a split the server does not serve
+        if task_id is None and seed is None and split is None:
             task_id, seed = self.default_task, self.default_seed
         if task_id is None:
-            task = self.spec.draw_task(self.split, seed)
+            task = self.spec.draw_task(draw, seed)
         else:  # KeyError on an unknown task or one the split does not hold: an error reply, the session lives on
-            task = self.spec.task_in_split(task_id, self.split)
+            task = self.spec.task_in_split(task_id, draw)
         if self._episode is None:
             from ..registry import make
 
