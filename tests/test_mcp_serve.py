@@ -258,6 +258,10 @@ def test_every_episode_call_carries_the_step_meta():
             assert end.meta["envfactory/reward"] == st["reward"] and end.meta["envfactory/success"] == st["success"]
             again = await c.call_tool("end_episode", {}, **kw)  # ending an ended episode: the same verdict
             assert again.meta["envfactory/done"] is True and again.meta["envfactory/reward"] == st["reward"]
+            late = await c.call_tool(facts.solution[0].name, facts.solution[0].arguments, **kw)
+            assert late.is_error and "has ended" in late.content[0].text  # refused, and says where it stands
+            assert late.meta[EPISODE_META] == eid and late.meta["envfactory/done"] is True
+            assert late.meta["envfactory/reward"] == st["reward"]
 
     anyio.run(main)
     service.close()

@@ -28,7 +28,8 @@ What a client sees:
   comes back with ``isError``, and ``_meta`` carries ``envfactory/reward``,
   ``envfactory/done``, ``envfactory/success`` and ``envfactory/ended_by`` (``None`` ones
   left out) with the episode id ``envfactory/episode``; ``start_episode``,
-  ``episode_status`` and ``end_episode`` carry the same ``_meta`` (the reward so far).
+  ``episode_status``, ``end_episode`` and a refused call (the episode has ended, an unknown
+  tool) carry the same ``_meta`` (the reward so far) whenever the session has an episode.
 
 Which episode a request belongs to: ``_meta["envfactory/episode"]`` when the request
 carries it (the id ``start_episode`` returns); else the HTTP session
@@ -311,7 +312,7 @@ def build_server(service: EpisodeService, *, stdio: bool) -> Any:
                 return text(json.dumps(st), structured=st, meta=service.meta(st["episode"]))
             if params.name not in env_tools:
                 return text(f"Error: unknown tool '{params.name}'. Available tools: "
-                            f"{', '.join(t.name for t in tools)}.", error=True)
+                            f"{', '.join(t.name for t in tools)}.", error=True, meta=standing(key))
             if service.runtime == "local":
                 out, failed, meta = service.play(key, params.name, args)
             else:  # a container world blocks on I/O: keep the event loop free
@@ -321,7 +322,14 @@ def build_server(service: EpisodeService, *, stdio: bool) -> Any:
             return text(out, error=failed, meta=meta)
         except (EpisodeError, KeyError, ValueError, SpecError) as exc:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-            return text(f"Error: {msg}", error=True)
+            return text(f"Error: {msg}", error=True, meta=standing(key))
+
+    def standing(key: str | None) -> dict[str, Any] | None:
+        """The ``_meta`` of a refused call: where the session's episode stands, if it has one."""
+        try:
+            return service.meta(key)
+        except EpisodeError:
+            return None
 
     async def list_resources(ctx: Any, params: Any) -> Any:
         return types.ListResourcesResult(resources=[
