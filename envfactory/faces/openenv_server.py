@@ -273,12 +273,14 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_openenv(name: str, host: str = "127.0.0.1", port: int = 8000, *, ready: Any = None, **kw: Any) -> None:
+def serve_openenv(name: str, host: str = "127.0.0.1", port: int = 8000, *, ready: Any = None, app: Any = None,
+                  **kw: Any) -> None:
     """Serve until interrupted (``port=0``: a free port). The URL goes to stderr once the server
-    listens (``ready(url)`` is called too, when given)."""
+    listens (``ready(url)`` is called too, when given). ``app``: one :func:`build_app` already built
+    (``kw`` are its arguments otherwise)."""
     import uvicorn
 
-    app = build_app(name, **kw)
+    app = build_app(name, **kw) if app is None else app
     sock = _listen(host, port)
     url = f"http://{host}:{sock.getsockname()[1]}"
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
@@ -330,15 +332,14 @@ class BackgroundServer:
 
 # -- CLI: envfactory serve NAME --protocol openenv (arguments: envfactory.cli.serve.SERVE) ----
 def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
-    try:
-        build_app(args.name, runtime=args.runtime, task=args.task, seed=args.seed, max_turns=args.max_turns,
-                  max_sessions=args.max_episodes, split=args.split)
+    try:  # built once, before listening: an unknown environment, task or split is a usage error
+        app = build_app(args.name, runtime=args.runtime, task=args.task, seed=args.seed, max_turns=args.max_turns,
+                        max_sessions=args.max_episodes, split=args.split)
     except (KeyError, ValueError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         return 2, {"error": msg}, f"error: {msg}"
     try:
-        serve_openenv(args.name, args.host, args.port, runtime=args.runtime, task=args.task, seed=args.seed,
-                      max_turns=args.max_turns, max_sessions=args.max_episodes, split=args.split)
+        serve_openenv(args.name, args.host, args.port, app=app)
     except KeyboardInterrupt:
         pass
     return 0, {"served": args.name, "protocol": "openenv"}, ""
