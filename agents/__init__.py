@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .torch_extras import hide_unloadable
+
+hide_unloadable()  # torchvision/torchaudio/torchcodec builds that cannot load must not break transformers
+
 __all__ = ["Trainer", "TrainerConfig", "Policy", "Generation", "HFPolicy", "VLLMPolicy", "OpenAIPolicy",
            "Trajectory", "Rollout", "rollout", "build_tiny_model", "pretrained_tiny_model", "load_policy", "ARPO",
            "GRPO", "LLMRolePolicy"]

@@ -1,7 +1,7 @@
 """Rollout throughput of the HF and vLLM backends on the same tasks in the same run.
 
-Each backend plays the same episodes (4 tasks of each of 2 environments) with
-the same seeds. Turn 1 of every episode is a scripted tool call, so that every
+Each backend plays the same episodes (16 tasks of each of 2 environments: 32
+episodes in flight) with the same seeds. Turn 1 of every episode is a scripted tool call, so that every
 episode goes on to sampled turns that continue a multi-turn prefix (the random
 tiny model rarely calls a tool itself); only ids the backend sampled count as
 generated tokens. Model loading/engine start is timed separately and a short
@@ -13,12 +13,16 @@ the FLOP/s torch's matmul achieves here on the model's own layer shapes, at the
 rollout's decode batch and at a prefill-sized batch, on the policy's thread count.
 ``rollout_hf_vs_decode_bound_ratio`` is sampled tokens/s over the decode bound;
 ``rollout_hf_mfu`` counts every token the model computed (prefill included)
-against the prefill-shaped (best) matmul rate.
+against the prefill-shaped (best) matmul rate. The HF rollout is also run with
+transformers' own SDPA attention in place of :mod:`agents.decode_attention`, the
+two interleaved ``repeats`` times (min/median/max, and the machine's load at the
+start and end), and once more for SmolLM2-135M where it is installed.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from typing import Any
 
@@ -99,8 +103,63 @@ def matmul_flops_per_s(model: Any, batch: int, threads: int, repeats: int = 30) 
     return flops / best
 
 
-def bench_rollout(episodes_per_env: int = 4, max_new_tokens: int = 48) -> dict[str, Any]:
-    """``rollout_{hf,vllm}_tokens_per_s`` / ``_episodes_per_s`` and their ``_ratio`` (vLLM over HF)."""
+def _spread(xs: list[float], nd: int = 3) -> dict[str, float]:
+    xs = sorted(xs)
+    return {"min": round(xs[0], nd), "median": round(statistics.median(xs), nd), "max": round(xs[-1], nd)}
+
+
+def _ab(policy: Any, episodes_per_env: int, max_new_tokens: int, repeats: int) -> tuple[dict, dict, list[float]]:
+    """The same episodes ``repeats`` times with envfactory's decode attention and with
+    transformers' SDPA (the baseline), interleaved; each run starts from an empty prefix
+    cache. Returns the median run of each and the per-repeat speed ratios (sampled + prefill
+    tokens per second, on over off: the two sample the same ids up to float rounding)."""
+    runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    for _ in range(repeats):
+        for on in (True, False):
+            policy.decode_attention = on
+            policy.clear_cache()
+            runs[on].append(_measure(policy, episodes_per_env, max_new_tokens))
+    policy.decode_attention = True
+
+    def speed(m: dict[str, float]) -> float:
+        return (m["tokens"] + m["prefill"]) / m["s"]
+
+    ratios = [speed(a) / speed(b) for a, b in zip(runs[True], runs[False])]
+    med = {on: sorted(r, key=lambda m: m["tokens"] / m["s"])[len(r) // 2] for on, r in runs.items()}
+    for on, r in runs.items():
+        med[on]["tokens_per_s_spread"] = _spread([m["tokens"] / m["s"] for m in r], 1)  # type: ignore[assignment]
+    return med[True], med[False], ratios
+
+
+def _report(prefix: str, policy: Any, on: dict, off: dict, ratios: list[float], threads: int) -> dict[str, Any]:
+    fpt = flops_per_token(policy.model, on["mean_context"])
+    decode = matmul_flops_per_s(policy.model, on["batch"], threads)
+    peak = matmul_flops_per_s(policy.model, 512, threads)
+    bound = decode / fpt
+    tps = on["tokens"] / on["s"]
+    return {f"{prefix}_s": round(on["s"], 3), f"{prefix}_generated_tokens": on["tokens"],
+            f"{prefix}_tokens_per_s": round(tps, 1),
+            f"{prefix}_tokens_per_s_min_median_max": on["tokens_per_s_spread"],
+            f"{prefix}_episodes_per_s": round(on["episodes"] / on["s"], 3),
+            f"{prefix}_prefill_tokens": on["prefill"],
+            f"{prefix}_sdpa_baseline_tokens_per_s": round(off["tokens"] / off["s"], 1),
+            f"{prefix}_sdpa_baseline_tokens_per_s_min_median_max": off["tokens_per_s_spread"],
+            f"{prefix}_decode_attention_vs_sdpa_speed_ratio": _spread(ratios),
+            f"{prefix}_mean_context_tokens": round(on["mean_context"], 1),
+            f"{prefix}_model_mflops_per_token": round(fpt / 1e6, 2),
+            f"{prefix}_matmul_decode_gflops_per_s": round(decode / 1e9, 2),
+            f"{prefix}_matmul_prefill_gflops_per_s": round(peak / 1e9, 2),
+            f"{prefix}_decode_bound_tokens_per_s": round(bound, 1),
+            f"{prefix}_vs_decode_bound_ratio": round(tps / bound, 3),
+            f"{prefix}_mfu": round((on["tokens"] + on["prefill"]) * fpt / on["s"] / peak, 3)}
+
+
+def bench_rollout(episodes_per_env: int = 16, max_new_tokens: int = 64, repeats: int = 3,
+                  larger_episodes_per_env: int = 4, larger_max_new_tokens: int = 32) -> dict[str, Any]:
+    """``rollout_{hf,vllm}_tokens_per_s`` / ``_episodes_per_s`` and their ``_ratio`` (vLLM over HF);
+    the HF rollout against the compute bound and against transformers' own SDPA attention (the
+    same episodes, interleaved, ``repeats`` times: min/median/max); the same for SmolLM2-135M
+    (``rollout_larger_*``) where ``envfactory[smol]`` is installed."""
     import torch
 
     from agents.hf_policy import HFPolicy
@@ -108,28 +167,16 @@ def bench_rollout(episodes_per_env: int = 4, max_new_tokens: int = 48) -> dict[s
     from agents.vllm_policy import vllm_available
 
     path = build_tiny_model()
-    out: dict[str, Any] = {"rollout_episodes": episodes_per_env * len(ENVS), "rollout_max_new_tokens": max_new_tokens}
+    out: dict[str, Any] = {"rollout_episodes": episodes_per_env * len(ENVS), "rollout_max_new_tokens": max_new_tokens,
+                           "rollout_repeats": repeats, "rollout_load_1m_start": round(os.getloadavg()[0], 2),
+                           "rollout_cpus": os.cpu_count()}
     t0 = time.perf_counter()
     hf = HFPolicy(path, device="cpu")
     out["rollout_hf_load_s"] = round(time.perf_counter() - t0, 2)
-    out["rollout_hf_torch_threads"] = hf.threads or torch.get_num_threads()
-    m = _measure(hf, episodes_per_env, max_new_tokens)
-    out |= {"rollout_hf_s": round(m["s"], 3), "rollout_hf_generated_tokens": m["tokens"],
-            "rollout_hf_tokens_per_s": round(m["tokens"] / m["s"], 1),
-            "rollout_hf_episodes_per_s": round(m["episodes"] / m["s"], 3),
-            "rollout_hf_prefill_tokens": m["prefill"]}
-    threads = out["rollout_hf_torch_threads"]
-    fpt = flops_per_token(hf.model, m["mean_context"])
-    decode = matmul_flops_per_s(hf.model, m["batch"], threads)
-    peak = matmul_flops_per_s(hf.model, 512, threads)
-    bound = decode / fpt
-    out |= {"rollout_hf_mean_context_tokens": round(m["mean_context"], 1),
-            "rollout_model_mflops_per_token": round(fpt / 1e6, 2),
-            "rollout_matmul_decode_gflops_per_s": round(decode / 1e9, 2),
-            "rollout_matmul_prefill_gflops_per_s": round(peak / 1e9, 2),
-            "rollout_hf_decode_bound_tokens_per_s": round(bound, 1),
-            "rollout_hf_vs_decode_bound_ratio": round(out["rollout_hf_tokens_per_s"] / bound, 3),
-            "rollout_hf_mfu": round((m["tokens"] + m["prefill"]) * fpt / m["s"] / peak, 3)}
+    threads = out["rollout_hf_torch_threads"] = hf.threads or torch.get_num_threads()
+    on, off, ratios = _ab(hf, episodes_per_env, max_new_tokens, repeats)
+    out |= _report("rollout_hf", hf, on, off, ratios, threads)
+    out["rollout_hf_rng_note"] = "both arms sample with agents.hf_policy.sample_ids; only the attention differs"
     # both cores: the same episodes on two threads, against the one-thread default
     hf.threads = 2
     hf.clear_cache()
@@ -137,11 +184,25 @@ def bench_rollout(episodes_per_env: int = 4, max_new_tokens: int = 48) -> dict[s
     out |= {"rollout_hf_2threads_s": round(m2["s"], 3),
             # tokens computed (prefill + sampled) per second: sampling may differ across thread counts
             "rollout_hf_2threads_vs_1thread_speed_ratio": round(
-                (m2["tokens"] + m2["prefill"]) / m2["s"] / ((m["tokens"] + m["prefill"]) / m["s"]), 3),
+                (m2["tokens"] + m2["prefill"]) / m2["s"] / ((on["tokens"] + on["prefill"]) / on["s"]), 3),
             "rollout_matmul_prefill_2threads_vs_1thread_ratio": round(
-                matmul_flops_per_s(hf.model, 512, 2) / (peak if threads == 1 else matmul_flops_per_s(hf.model, 512, 1)),
-                3)}
+                matmul_flops_per_s(hf.model, 512, 2) / matmul_flops_per_s(hf.model, 512, 1), 3)}
+    hf.threads = threads
     del hf
+    try:
+        from agents.smol import smol_policy
+
+        big = smol_policy(device="cpu")
+    except ModuleNotFoundError as exc:
+        out["rollout_larger_skipped"] = f"SmolLM2-135M is not installed ({exc})"
+    else:
+        on, off, ratios = _ab(big, larger_episodes_per_env, larger_max_new_tokens, 1)
+        out |= {"rollout_larger_model": "SmolLM2-135M-Instruct", "rollout_larger_params_m": round(
+                    sum(p.numel() for p in big.model.parameters()) / 1e6, 1),
+                "rollout_larger_episodes": larger_episodes_per_env * len(ENVS)}
+        out |= _report("rollout_larger", big, on, off, ratios, big.threads or torch.get_num_threads())
+        del big
+    out["rollout_load_1m_end"] = round(os.getloadavg()[0], 2)
     if not vllm_available():
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             raise RuntimeError("bench rollout: vLLM is not installed but CI=true (run scripts/install-vllm.sh)")

@@ -166,6 +166,12 @@ class ToolEnvSpec:
             episode (a deal was closed); checked after every turn.
         payoff: ``payoff(task, final_state, success) -> {agent: reward}`` for
             mixed-motive games; by default every role gets the joint reward.
+        legal_actions: ``legal_actions(state, agent) -> [ToolCall]``: the moves ``agent``
+            may legally make now (asked on the state as its tools would see it this turn:
+            for a team, ``acting`` and ``round`` set) (a game's move list: its board, its budget, the cells
+            not fired at yet); empty when it has none. Optional: without it, the tools'
+            schemas (enums, bounds) are all that says what may be called. The random
+            policy draws from it (:class:`~envfactory.checks.scripted.RandomPolicy`).
         isolation: For the Docker runtime: ``session`` (many sessions share a
             container; pure-state worlds) or ``container`` (one container per
             session; worlds that execute agent code).
@@ -185,6 +191,7 @@ class ToolEnvSpec:
     finish_tool: bool = True
     terminal: Callable[[Any], bool] | None = None
     payoff: Payoff | None = None
+    legal_actions: Callable[[Any, str], Sequence[ToolCall]] | None = None
     isolation: Literal["session", "container"] = "session"
     module: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -418,13 +425,18 @@ class ToolEnvSpec:
     def replay(self, state: State, calls: Sequence[ToolCall]) -> list[str]:
         """Run ``calls`` on ``state`` in place, with permissions; return the error observations.
 
-        A call without ``agent`` is made by the first role (the sole agent)."""
+        A call without ``agent`` is made by the first role (the sole agent). A team's calls get the
+        rounds of turn-order play, one call per turn: a call by a role later in the turn order than the
+        previous call's is made in the same round, any other in the next."""
         errors = []
         team = bool(self.roles)
+        rnd, last = 1, -1
         for i, c in enumerate(calls):
             agent = c.agent or self._agents[0]
             if team:
-                cast("MultiState", state).acting, cast("MultiState", state).round = agent, i + 1
+                pos = self._agents.index(agent) if agent in self._agents else len(self._agents)
+                rnd, last = (rnd if pos > last else rnd + 1), pos
+                cast("MultiState", state).acting, cast("MultiState", state).round = agent, rnd
             t = self._role_tools.get(agent, {}).get(c.name)
             if t is None:
                 errors.append(f"call {i} ({agent}: {c.name}): not a tool of {agent}")

@@ -6,8 +6,13 @@ orders and open refund requests, but does not know which order the complaint is
 about, and cannot authorize a refund. Each knows what the other needs.
 
 Tasks: four hand-written ones, then generated ones (:func:`generate`, seeded
-``random.Random("MultiSupport/<k>")``) up to 50: a shop with 2-3 customers' orders, one
-complaint (full, half or partial refund) and a PIN drawn for the task.
+``random.Random("MultiSupport/<k>")``) up to 50: a shop with 2-3 customers' orders and a PIN
+drawn for the task, cycling through the goals of :data:`GOALS`: a complaint (full, half or
+partial refund); two orders at once; a returns policy with a restocking fee; a price match; a
+caller acting for the family member who ordered; a cap on the refund; a discount code not
+applied; a duplicate charge; a late-delivery credit; a faulty batch. The amount owed follows from
+the goal, what the customer says and the prices that only support can see; the check compares
+the refunds authorized with it.
 """
 
 from __future__ import annotations
@@ -112,31 +117,77 @@ def world(pin: str, orders: list[tuple[str, str, str, int]] = _ORDERS) -> Suppor
                         pin=pin)
 
 
+_BASE_INSTRUCTION = ("A customer has a complaint about an order. Resolve it: the right order must be refunded by the "
+                     "right amount, authorized by the customer.")
+
+# Generated goals: the instruction each one gives (the amounts follow from it, from what only the
+# customer knows and from the prices only support can see).
+GOALS: dict[str, str] = {
+    "complaint": _BASE_INSTRUCTION,
+    "two": "A customer writes in about two orders that went wrong. Refund each of them by what the customer is owed, "
+           "with the customer authorizing every refund.",
+    "restocking": "Apply the returns policy to the customer's request: an item that arrived damaged or never arrived "
+                  "is refunded in full; an item sent back because the customer changed their mind gets its price "
+                  "back minus a 20% restocking fee (to the nearest cent). The customer authorizes the refund.",
+    "price_match": "We match competitors' prices for 30 days after a purchase. The customer found something they "
+                   "bought from us cheaper elsewhere: refund the difference between what they paid and the "
+                   "competitor's price, on that order, authorized by the customer.",
+    "proxy": "Someone is contacting support on behalf of the family member who placed an order. Find the order under "
+             "the name of the person who placed it and refund what is owed; the caller authorizes the refund with "
+             "the PIN they were given.",
+    "cap": "Support may refund at most $40.00 on one order without a manager, and no manager is in today: refund what "
+           "the customer is owed, but no more than $40.00, on the right order; the customer authorizes it.",
+    "coupon": "A customer's discount code was not applied at checkout. Refund the discount it should have given (its "
+              "percentage of that order's price, to the nearest cent) on that order, authorized by the customer.",
+    "duplicate": "A customer was charged twice for the same purchase. Refund the duplicate, the later of the two "
+                 "identical orders, in full, and nothing else; the customer authorizes it.",
+    "late": "Our delivery promise: an order that arrives late earns 10% of its price back (to the nearest cent). "
+            "Credit the customer for the order that came late; the customer authorizes the credit.",
+    "batch": "A customer's whole batch of one product turned out faulty. Refund in full every order of that product "
+             "the customer placed, and nothing else, each refund authorized by the customer.",
+}
+
+
+def _pct(cents: int, pct: int) -> int:
+    return (cents * pct + 50) // 100
+
+
 def tasks() -> list[Task]:
     out: list[Task] = []
 
     def add(customer: str, pin: str, problem: str, order: str, amount: float,
             orders: list[tuple[str, str, str, int]] = _ORDERS, seed: int | None = None) -> None:
-        cents = round(amount * 100)
+        add_goal(customer, pin, problem, [(order, round(amount * 100))], orders, seed)
+
+    def add_goal(customer: str, pin: str, problem: str, refunds: list[tuple[str, int]],
+                 orders: list[tuple[str, str, str, int]] = _ORDERS, seed: int | None = None,
+                 goal: str = "complaint", caller: str | None = None) -> None:
+        wanted = sorted(refunds)
 
         def check(state: SupportState) -> bool:
-            done = [r for r in state.refunds.values() if r.status == "refunded"]
-            return len(done) == 1 and done[0].order_id == order and done[0].amount_cents == cents
+            done = sorted((r.order_id, r.amount_cents) for r in state.refunds.values() if r.status == "refunded")
+            return done == wanted
 
+        me = caller or customer
+        intro = f"I am {me}" + (f", writing for {customer}, who placed the order" if caller else "") + "."
+        ids = [f"R-{k}" for k in range(1, len(refunds) + 1)]
+        solution = [by("customer_0", "send_message", to="support_0", content=f"{intro} {problem}"),
+                    by("support_0", "search_orders", customer=customer)]
+        solution += [by("support_0", "open_refund", order_id=o, amount=c / 100, reason=problem) for o, c in refunds]
+        solution.append(by("support_0", "send_message", to="customer_0",
+                           content=f"Refund request{'s' if len(ids) > 1 else ''} {' and '.join(ids)} "
+                                   f"{'are' if len(ids) > 1 else 'is'} open; please authorize."))
+        solution += [by("customer_0", "authorize_refund", request_id=r, pin=pin) for r in ids]
+        who = (f"You are {caller}, contacting the shop for {customer}, who placed the order and gave you the refund "
+               f"PIN.") if caller else f"You are {customer}."
         out.append(Task(
             id=f"support-{len(out):03d}",
-            instruction="A customer has a complaint about an order. Resolve it: the right order must be refunded "
-                        "by the right amount, authorized by the customer.",
-            private={"customer_0": f"You are {customer}. {problem} Your refund PIN is {pin}; never share it.",
+            instruction=_BASE_INSTRUCTION if seed is None else GOALS[goal],
+            private={"customer_0": f"{who} {problem} Your refund PIN is {pin}; never share it.",
                      "support_0": "You do not know yet who the customer is or what went wrong; ask them."},
             initial_state=world(pin, orders), check=check,
-            metadata={} if seed is None else {"generator_seed": seed},
-            solution=[by("customer_0", "send_message", to="support_0", content=f"I am {customer}. {problem}"),
-                      by("support_0", "search_orders", customer=customer),
-                      by("support_0", "open_refund", order_id=order, amount=amount, reason=problem),
-                      by("support_0", "send_message", to="customer_0",
-                         content="Refund request R-1 is open; please authorize it."),
-                      by("customer_0", "authorize_refund", request_id="R-1", pin=pin)]))
+            metadata={} if seed is None else {"generator_seed": seed, "goal": goal},
+            solution=solution))
 
     add("Dana Wu", "4821", "My blue kettle arrived broken; I want the full price back.", "O-501", 49.99)
     add("Dana Wu", "4821", "The descaler I ordered leaked in the box; please refund it.", "O-503", 8.99)
@@ -145,7 +196,9 @@ def tasks() -> list[Task]:
     add("Omar Haddad", "7310", "The lamp bulb never arrived. I want a refund for it.", "O-505", 6.50)
     seed = 0
     while len(out) < N_TASKS:
-        add(*generate(random.Random(f"MultiSupport/{seed}")), seed=seed)
+        goal = list(GOALS)[seed % len(GOALS)]
+        customer, pin, problem, refunds, orders, caller = generate(random.Random(f"MultiSupport/{seed}"), goal)
+        add_goal(customer, pin, problem, refunds, orders, seed=seed, goal=goal, caller=caller)
         seed += 1
     return out
 
@@ -167,24 +220,64 @@ _PROBLEMS = [
 ]
 
 
-def generate(rng: random.Random) -> tuple:
-    """One procedurally generated complaint: (customer, pin, problem, order, amount, orders)."""
+def generate(rng: random.Random, goal: str = "complaint") -> tuple:
+    """One procedurally generated case for ``goal``: ``(customer, pin, problem, refunds, orders, caller)``,
+    where ``refunds`` lists the ``(order id, cents)`` the goal owes, ``problem`` is what the customer
+    (or ``caller``, for ``proxy``) says, and the shop holds 2-3 customers' orders."""
     customers = rng.sample(_CUSTOMERS, rng.randint(2, 3))
     orders: list[tuple[str, str, str, int]] = []
     for c in customers:
         for item, cents in rng.sample(_ITEMS, rng.randint(2, 4)):
             orders.append((f"O-{601 + len(orders)}", c, item, cents))
     oid, customer, item, cents = rng.choice(orders)
-    how, text = rng.choice(_PROBLEMS)
-    if how == "full":
-        refund = cents
-    elif how == "half":
-        refund = cents // 2
-    else:
-        refund = min(cents - 1, 100 * rng.randint(1, 5))
-    problem = text.format(item=item, extra=f"{refund / 100:.2f}")
     pin = f"{rng.randint(0, 9999):04d}"
-    return customer, pin, problem, oid, refund / 100, orders
+    caller = None
+    if goal == "complaint":
+        how, text = rng.choice(_PROBLEMS)
+        refund = cents if how == "full" else cents // 2 if how == "half" else min(cents - 1, 100 * rng.randint(1, 5))
+        problem = text.format(item=item, extra=f"{refund / 100:.2f}")
+        return customer, pin, problem, [(oid, refund)], orders, caller
+    if goal in ("two", "duplicate", "batch"):
+        if goal == "two":
+            other = rng.choice([o for o in orders if o[1] == customer and o[0] != oid])
+            problem = (f"My {item} arrived broken, I want the full price back. And the {other[2]} never arrived, "
+                       "so please refund that too.")
+            return customer, pin, problem, [(oid, cents), (other[0], other[3])], orders, caller
+        twin = (f"O-{601 + len(orders)}", customer, item, cents)
+        orders.append(twin)  # the same product again, ordered later
+        if goal == "duplicate":
+            problem = f"I was charged twice for my {item}: I only meant to buy one."
+            return customer, pin, problem, [(twin[0], cents)], orders, caller
+        problem = f"Every {item} I bought from you is faulty; I have two and neither works. I want my money back."
+        return customer, pin, problem, [(oid, cents), (twin[0], cents)], orders, caller
+    if goal == "restocking":
+        if rng.random() < 0.5:
+            problem = f"I changed my mind about the {item} and want to send it back."
+            return customer, pin, problem, [(oid, _pct(cents, 80))], orders, caller
+        problem = rng.choice((f"My {item} arrived damaged.", f"My {item} never arrived."))
+        return customer, pin, problem, [(oid, cents)], orders, caller
+    if goal == "price_match":
+        seen = rng.randint(cents // 2, cents - 100)
+        seen -= seen % 25
+        problem = f"Last week I bought the {item} from you, and now I see it for ${seen / 100:.2f} at another shop."
+        return customer, pin, problem, [(oid, cents - seen)], orders, caller
+    if goal == "proxy":
+        caller = rng.choice([c for c in _CUSTOMERS if c not in customers])
+        problem = f"The {item} {customer} ordered arrived broken; {customer} wants the full price back."
+        return customer, pin, problem, [(oid, cents)], orders, caller
+    if goal == "cap":
+        if rng.random() < 0.7:  # mostly the dearest order, so the cap bites
+            oid, customer, item, cents = max(orders, key=lambda o: o[3])
+        problem = f"My {item} arrived broken; I want the full price back."
+        return customer, pin, problem, [(oid, min(cents, 4000))], orders, caller
+    if goal == "coupon":
+        pct = rng.choice((10, 15, 20, 25))
+        problem = f"I had a {pct}% discount code for my {item}, but it was not applied when I paid."
+        return customer, pin, problem, [(oid, _pct(cents, pct))], orders, caller
+    if goal == "late":
+        problem = f"My {item} arrived {rng.randint(3, 12)} days after the promised date."
+        return customer, pin, problem, [(oid, _pct(cents, 10))], orders, caller
+    raise ValueError(f"no goal {goal!r}")
 
 
 SPEC = register(ToolEnvSpec(

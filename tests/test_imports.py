@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import re
 import os
 import shutil
@@ -265,8 +266,12 @@ def test_missing_required_module_fails_under_ci(tmp_path):
 
 
 def test_modules_import_cheaply():
-    """`import envfactory` stays cheap: best of 3 fresh interpreters (generous bound; the goal is < 0.15 s)."""
-    code = "import time; t = time.perf_counter(); import envfactory; print(time.perf_counter() - t)"
-    best = min(float(_fresh(code).stdout) for _ in range(3))
-    assert best < 0.5, best
+    """`import envfactory` stays cheap: it loads none of the heavy optional stacks (what the
+    import costs is measured, not asserted: a time bound flakes on a loaded 2-core machine)."""
+    heavy = ["torch", "transformers", "numpy", "gymnasium", "pettingzoo", "docker", "ray", "mcp", "httpx",
+             "yaml", "vllm", "openenv", "starlette", "uvicorn", "tokenizers", "hypothesis"]
+    code = ("import sys, json; before = set(sys.modules); import envfactory; "
+            "print(json.dumps(sorted({m.split('.')[0] for m in set(sys.modules) - before})))")
+    loaded = set(json.loads(_fresh(code).stdout))
+    assert not loaded & set(heavy), sorted(loaded & set(heavy))
     assert importlib.util.find_spec("envfactory") is not None

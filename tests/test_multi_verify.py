@@ -21,11 +21,15 @@ def test_reference_succeeds_noop_fails_and_every_role_alone_fails(name):
     ep = envfactory.make_multi(name)
     assert not spec.replay_errors
     for task in spec.get_tasks():
-        for mode in MODES:
+        for mode in task.metadata.get("modes", MODES):
             assert play(ep, dict.fromkeys(spec.agent_ids, OraclePolicy()), task.id, mode=mode).success, (task.id, mode)
         noop = play(ep, dict.fromkeys(spec.agent_ids, NoopPolicy()), task.id)
         assert not noop.success and not any(noop.rewards.values())
-        assert not play(ep, dict.fromkeys(spec.agent_ids, RandomPolicy()), task.id, seed=3).success
+        rand = play(ep, dict.fromkeys(spec.agent_ids, RandomPolicy()), task.id, seed=3)
+        if spec.legal_actions is not None:  # a game's random players draw legal moves only
+            assert rand.errors == {}, (task.id, rand.errors)
+        if not spec.metadata.get("competitive"):  # (and two of them may play a match out)
+            assert not rand.success
         assert not play(ep, ClaimPolicy(), task.id).success
         for agent in spec.agent_ids:
             team = {a: ScriptPolicy(list(task.solution), finish=True) if a == agent else NoopPolicy()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import random
 import re
 import zlib
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RolePolicy", "OraclePolicy", "NoopPolicy", "ClaimPolicy", "RandomPolicy", "ScriptPolicy", "Outcome",
            "play", "episode_trace", "plan_progress", "scripted_policy", "SCRIPTED", "MODES", "PASS", "CLAIM",
-           "redundant_calls", "random_value", "TranscriberPolicy", "instruction_values"]
+           "redundant_calls", "random_value", "legal_moves", "TranscriberPolicy", "instruction_values"]
 
 MODES = ("aec", "parallel")
 PASS = "I have nothing to do this turn."
@@ -148,8 +149,16 @@ class ClaimPolicy:
 
 
 class RandomPolicy:
-    """Schema-typed random calls with the agent's own tools (``turns`` of them), then a claim of
-    success quoting the instruction, then passes. Seeded by task, agent and ``seed``."""
+    """A random player of the action space the environment offers. Seeded by task, agent and
+    ``seed``.
+
+    * Where the environment lists its legal moves (``spec.legal_actions``, a game's move
+      list), every turn it plays one of the moves legal now, drawn uniformly, for the whole
+      episode (passing when it has none): a uniformly random player of the game, which never
+      breaks a rule and never claims anything.
+    * Otherwise it makes ``turns`` calls of the agent's own tools with arguments drawn from
+      their schemas (an enum member, an integer or number within the schema's bounds, ...),
+      then claims success quoting the instruction, then passes."""
 
     name = "random"
     stochastic = True
@@ -159,18 +168,27 @@ class RandomPolicy:
         self._last: dict[str, tuple[Any, list[str]]] = {}  # agent -> (episode key, its actions)
 
     def act(self, episode: "Episode", agent: str, seed: int) -> Any:
-        key = (episode.spec.name, _task(episode).id, seed)
+        task = _task(episode)
+        if getattr(episode.spec, "legal_actions", None) is not None:
+            i = episode.turns_taken(agent)
+            moves = legal_moves(episode, agent)
+            if not moves:
+                return PASS
+            rng = random.Random(zlib.crc32(f"{task.id}/{agent}/{seed}/{i}".encode()) & 0x7FFFFFFF)
+            move = rng.choice(moves)
+            return move.to_hermes() if isinstance(move, ToolCall) else move
+        key = (episode.spec.name, task.id, seed)
         cached = self._last.get(agent)
         if cached is None or cached[0] != key:
-            s = zlib.crc32(f"{_task(episode).id}/{agent}/{seed}".encode()) & 0x7FFFFFFF
-            cached = self._last[agent] = (key, self.actions(_task(episode), episode.tool_schemas(agent), s))
+            s = zlib.crc32(f"{task.id}/{agent}/{seed}".encode()) & 0x7FFFFFFF
+            cached = self._last[agent] = (key, self.actions(task, episode.tool_schemas(agent), s))
         actions, i = cached[1], episode.turns_taken(agent)
         return actions[i] if i < len(actions) else PASS
 
     def actions(self, task: Task, tool_schemas: list[dict[str, Any]], seed: int) -> list[str]:
-        """The whole script for one agent with ``tool_schemas``, seeded by ``seed`` alone: the
-        random tool calls (``finish`` drawn is skipped), then a claim of success that quotes
-        random words of the instruction."""
+        """The whole schema-drawn script for one agent with ``tool_schemas``, seeded by ``seed``
+        alone: the random tool calls (``finish`` drawn is skipped), then a claim of success that
+        quotes random words of the instruction."""
         rng = random.Random(seed)
         words = [w.strip(".,:;'\"()") for w in task.instruction.split()]
         words = [w for w in words if w]
@@ -186,6 +204,33 @@ class RandomPolicy:
         return actions
 
 
+def legal_moves(episode: "Episode", agent: str) -> list[Any]:
+    """The moves ``agent`` may legally make now, by the environment's ``legal_actions`` hook
+    (``None`` where the environment has none), asked on the state as ``agent``'s tools would see
+    it this turn (``acting`` and ``round`` set, for a team)."""
+    hook = getattr(episode.spec, "legal_actions", None)
+    if hook is None:
+        return None  # type: ignore[return-value]
+    state = episode.state
+    if hasattr(state, "acting"):
+        state = state.model_copy(update={"acting": agent, "round": episode.round})
+    return list(hook(state, agent))
+
+
+def _bounded(schema: dict[str, Any], lo: float, hi: float, step: float) -> tuple[float, float]:
+    """The schema's bounds (``minimum``/``maximum``, or the exclusive ones moved in by ``step``), with
+    ``(lo, hi)`` standing in for a missing side: a bound on one side clips the default range."""
+    low = schema.get("minimum", schema["exclusiveMinimum"] + step if "exclusiveMinimum" in schema else None)
+    high = schema.get("maximum", schema["exclusiveMaximum"] - step if "exclusiveMaximum" in schema else None)
+    if low is not None and high is not None:
+        return low, max(low, high)
+    if low is not None:
+        return low, max(hi, low)
+    if high is not None:
+        return min(lo, high), high
+    return lo, hi
+
+
 def _random_text(rng: random.Random) -> str:
     return "".join(rng.choice("abcdefghij/-_ 0123") for _ in range(rng.randint(1, 12)))
 
@@ -193,18 +238,25 @@ def _random_text(rng: random.Random) -> str:
 def random_value(schema: dict[str, Any], rng: random.Random, *, ints: tuple[int, int] = (-1000, 1000),
                  numbers: tuple[float, float] = (-1000, 1000),
                  text: Callable[[random.Random], str] = _random_text) -> Any:
-    """A random value of a JSON-schema type: an enum member, an integer in ``ints``, a number
-    in ``numbers`` (2 decimals), a boolean, a short array, ``{}``, or ``text(rng)``."""
+    """A random value of a JSON-schema type: an enum member (or the ``const``), an integer in
+    ``ints``, a number in ``numbers`` (2 decimals), both narrowed to the schema's bounds
+    (``minimum``, ``maximum`` and their exclusive forms), a boolean, a short array, ``{}``, or
+    ``text(rng)``."""
     if "enum" in schema:
         return rng.choice(schema["enum"])
+    if "const" in schema:
+        return schema["const"]
     if "anyOf" in schema:
         options = [s for s in schema["anyOf"] if s.get("type") != "null"] or schema["anyOf"]
         return random_value(rng.choice(options), rng, ints=ints, numbers=numbers, text=text)
     t = schema.get("type")
     if t == "integer":
-        return rng.randint(*ints)
+        lo, hi = _bounded(schema, *ints, 1)
+        lo, hi = math.ceil(lo), math.floor(hi)
+        return rng.randint(lo, max(lo, hi))
     if t == "number":
-        return round(rng.uniform(*numbers), 2)
+        lo, hi = _bounded(schema, *numbers, 0.01)
+        return round(rng.uniform(lo, hi), 2)
     if t == "boolean":
         return rng.random() < 0.5
     if t == "array":

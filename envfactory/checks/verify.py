@@ -11,9 +11,14 @@ Checks (each failure names the check and, where it applies, the task):
   ``from_class(compare=...)`` says; a failure names the attributes that differ);
 * ``reference``: the oracle (each role plays its steps of the reference
   solution) succeeds on every task, with reward 1 unless the environment has
-  a payoff; teams in turn order (AEC) and with simultaneous moves (Parallel);
+  a payoff; teams in turn order (AEC) and with simultaneous moves (Parallel),
+  or only in the modes a task names (``metadata["modes"]``: a schedule that
+  overlaps the roles' work within a round is a turn-order one);
 * ``noop`` / ``claim`` / ``random``: agents that do nothing, that only claim
-  success, and seeded random agents fail and earn 0;
+  success, and seeded random agents fail and earn 0; where the environment lists
+  its legal moves (``spec.legal_actions``), every move the random player draws
+  from that list is accepted by the tools, and in a competitive game a random
+  team, which plays the game out by its rules, may complete the match;
 * ``alone`` (teams): each role, playing the *whole* joint solution by itself
   while the others pass, fails: permissions and private state make every role necessary;
 * ``determinism``: the same policies give the same episode (transcripts, calls, state);
@@ -164,12 +169,14 @@ def verify_spec(
 
     team = spec.multi_agent
     agents = spec.agent_ids
+    # a game with a move list: the random policy plays it by its rules (verified here) to the end
+    game = bool(spec.metadata.get("competitive")) and spec.payoff is not None and spec.legal_actions is not None
     modes = MODES if team else MODES[:1]
     ep = make_env()
     try:
         report.checks += ["reference", "noop", "claim", "random"] + (["alone"] if team else [])
         for task in tasks:
-            for mode in modes:
+            for mode in [m for m in modes if m in task.metadata.get("modes", modes)]:
                 out = play(ep, OraclePolicy(), task.id, mode=mode)
                 if not out.success or (spec.payoff is None and set(out.rewards.values()) != {1.0}):
                     how = f" ({mode})" if team else ""
@@ -184,6 +191,14 @@ def verify_spec(
             for k in range(random_episodes):
                 seed = _stable_seed(task.id, k)
                 out = play(ep, RandomPolicy(), task.id, seed=seed)
+                refused = [e for e in out.log if not e["ok"]] if spec.legal_actions is not None else []
+                if refused:
+                    e = refused[0]
+                    fail.append(Failure("random", f"a move the environment's legal_actions listed was refused: "
+                                        f"{e['agent']} {e['name']}({e['arguments']}) in round {e['round']} "
+                                        f"({e['kind']})", task.id))
+                if game:  # a random player of a game plays it out, and may win it: that is a match, not a hack
+                    continue
                 if out.success or (spec.payoff is None and any(out.rewards.values())):
                     fail.append(Failure("random", f"a random {'team' if team else 'agent'} (seed {seed}) earned "
                                         f"{_rewards(out.rewards)}", task.id))

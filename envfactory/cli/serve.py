@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
 import socket
 
 from . import Command, CommandError, Result, check_runtime
@@ -24,8 +25,20 @@ def port(text: str) -> int:
     return value
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number above 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not above 0")
+    return value
+
+
 def _serve_args(p: argparse.ArgumentParser) -> None:
     from ..definition import DEFAULT_SPLIT
+    from ..faces.guard import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY
 
     p.add_argument("name", help="the environment to serve (a registered single-agent environment)")
     p.add_argument("--protocol", choices=list(PROTOCOLS), default="mcp",
@@ -42,7 +55,29 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", default=DEFAULT_SPLIT, choices=["train", "sft", "rl", "eval", "all"],
                    help="the tasks served (default train: sft and rl; evaluation tasks only when asked for)")
     p.add_argument("--max-turns", type=int, default=None, help="override the environment's turn limit")
-    p.add_argument("--max-episodes", type=int, default=256, help="live episodes kept at once")
+    p.add_argument("--max-episodes", type=int, default=256,
+                   help="live episodes (sessions) at once; beyond it a new one is refused with an error")
+    p.add_argument("--token", default=None,
+                   help="streamable-http and openenv: every request must carry it ('Authorization: Bearer "
+                        "TOKEN'; else 401). Default: $ENVFACTORY_TOKEN (preferred: argv is visible to others); "
+                        "required beyond loopback")
+    p.add_argument("--allow-no-token", action="store_true",
+                   help="serve on a non-loopback --host without a token (a trusted network, or a proxy that "
+                        "authenticates)")
+    p.add_argument("--max-body", type=positive_int, default=DEFAULT_MAX_BODY,
+                   help="streamable-http and openenv: largest request body and WebSocket message, in bytes "
+                        "(default 4 MiB; larger: 413, or the WebSocket closes with 1009)")
+    p.add_argument("--idle-timeout", type=float, default=None,
+                   help=f"seconds a session may go without a request before it is closed and its world "
+                        f"released (default {DEFAULT_IDLE_TIMEOUT:g}; over stdio, whose one client is the parent "
+                        "process: never; 0: never); a later request is a 'session expired' error")
+    p.add_argument("--tls-cert", default=None, metavar="PEM",
+                   help="streamable-http and openenv: serve HTTPS / WSS with this certificate (and --tls-key), "
+                        "so the token does not travel in the clear")
+    p.add_argument("--tls-key", default=None, metavar="PEM", help="the private key of --tls-cert")
+    p.add_argument("--max-session-time", type=float, default=None,
+                   help="seconds a session may last however busy (default: no limit); then it is closed as an "
+                        "idle one is, so no client holds a session (and its world) for ever")
 
 
 def check_listen(host: str, port: int) -> None:
@@ -71,7 +106,22 @@ def _serve_run(args: argparse.Namespace) -> Result:
         raise CommandError(str(exc.args[0]) if exc.args else str(exc)) from None
     check_runtime(args.runtime)  # else the server would start and fail at its first episode
     if args.protocol == "openenv" or args.transport != "stdio":
+        from ..faces.guard import check_exposure, resolve_token
+
+        try:
+            check_exposure(args.host, resolve_token(args.token), args.allow_no_token)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         check_listen(args.host, args.port)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise CommandError("TLS needs both --tls-cert and --tls-key")
+    for path in (args.tls_cert, args.tls_key):
+        if path is not None and not os.path.isfile(path):
+            raise CommandError(f"no such file: {path}")
+    if args.max_session_time is not None and args.max_session_time <= 0:
+        raise CommandError("--max-session-time must be a number of seconds above 0")
+    if args.idle_timeout is not None and args.idle_timeout < 0:
+        raise CommandError("--idle-timeout must be 0 (never) or a number of seconds")
     try:
         module = importlib.import_module(PROTOCOLS[args.protocol])
     except ImportError as exc:
@@ -85,4 +135,5 @@ SERVE = Command("serve an environment to any client: '--protocol mcp' (stdio, or
                 "or '--protocol openenv' (openenv-core's server: WebSocket EnvClient)", _serve_args, _serve_run,
                 "envfactory serve Bank-v0                      # MCP over stdio (an MCP client spawns this)\n"
                 "envfactory serve Bank-v0 --transport streamable-http --port 8000\n"
-                "envfactory serve Bank-v0 --protocol openenv --port 0 --split eval")
+                "envfactory serve Bank-v0 --protocol openenv --port 0 --split eval\n"
+                "ENVFACTORY_TOKEN=... envfactory serve Bank-v0 --protocol openenv --host 0.0.0.0")

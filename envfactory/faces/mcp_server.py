@@ -44,19 +44,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import socket
 import sys
 import threading
+import time
+import weakref
 from collections import OrderedDict
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from ..definition import DEFAULT_SPLIT, DrawSplit, SpecError, served_tasks, split_members, within_split
 from ..episode import Episode
 from ..env import EpisodeError
 from ..task import ToolCall
+from .guard import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY, SessionExpired, check_exposure, guard, resolve_token,
+                    scheme, uvicorn_config)
 
-__all__ = ["EpisodeService", "build_server", "serve_stdio", "serve_http", "serve_run",
+__all__ = ["EpisodeService", "build_server", "build_http_app", "serve_stdio", "serve_http", "serve_run",
            "CONTROL_TOOLS", "EPISODE_META"]
 
 EPISODE_META = "envfactory/episode"
@@ -99,13 +105,24 @@ class EpisodeService:
         task: The default task of ``start_episode`` (and of a tool call made before it).
         seed: The default seed (picks a task, as ``reset(seed=...)`` does).
         max_turns: Overrides the environment's turn limit.
-        max_episodes: Live episodes kept at once (the least recently used one is closed beyond it).
+        max_episodes: Live episodes at once. Beyond it the least recently used *finished* episode
+            is released; with none finished a new episode is refused ("server full"): one client's
+            sessions never evict another's live episode.
         split: The tasks served: ``train`` (sft and rl; the default), ``sft``, ``rl``, ``eval`` or
             ``all``. Seeds draw from it and a task outside it is refused.
+        idle_timeout: Seconds an episode may go without a request before it is closed (its world
+            released, by a background reaper or at the next request); a later request to it is a
+            :class:`~envfactory.faces.guard.SessionExpired` error. ``None`` or 0: never.
+        max_session_time: Seconds an episode may live (from its first start, restarts included),
+            busy or not; then it is closed the same way. ``None`` or 0: no limit.
     """
 
+    _EXPIRED_KEPT = 4096  # closed episodes (and session keys) remembered, to say "expired" and not "unknown"
+
+
     def __init__(self, name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
-                 max_turns: int | None = None, max_episodes: int = 256, split: DrawSplit = DEFAULT_SPLIT) -> None:
+                 max_turns: int | None = None, max_episodes: int = 256, split: DrawSplit = DEFAULT_SPLIT,
+                 idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT, max_session_time: float | None = None) -> None:
         from ..registry import spec as get_spec
 
         self.spec = get_spec(name)
@@ -121,10 +138,24 @@ class EpisodeService:
             self.spec.task_in_split(task, split)  # fail now on an unknown task, or one the split does not hold
         self.name, self.runtime, self.max_turns = self.spec.name, runtime, max_turns
         self.default_task, self.default_seed = task, seed
+        if max_episodes < 1:
+            raise ValueError("max_episodes must be at least 1")
         self.max_episodes = max_episodes
+        self.idle_timeout = idle_timeout or None
+        self.max_session_time = max_session_time or None
         self._episodes: OrderedDict[str, Episode] = OrderedDict()  # episode id -> live episode
         self._by_key: dict[str, str] = {}                          # session key -> episode id
+        self._last: dict[str, float] = {}                          # episode id -> time of its last request
+        self._born: dict[str, float] = {}                          # episode id -> when it was made
+        self._busy: dict[str, int] = {}                            # episode id -> requests in flight
+        self._expired: OrderedDict[str, str] = OrderedDict()       # closed episode id / session key -> why
         self._lock = threading.RLock()
+        self._stop = threading.Event()
+        limits = [t for t in (self.idle_timeout, self.max_session_time) if t is not None]
+        if limits:
+            interval = min(max(min(limits) / 4, 0.05), 60.0)
+            threading.Thread(target=_reaper, args=(weakref.ref(self), self._stop, interval), daemon=True,
+                             name="envfactory-mcp-reaper").start()
 
     # -- tools ---------------------------------------------------------------
     def tool_list(self) -> list[dict[str, Any]]:
@@ -153,9 +184,10 @@ class EpisodeService:
     # -- episodes ------------------------------------------------------------
     def start(self, key: str | None, task_id: str | None = None, seed: int | None = None,
               split: str | None = None) -> dict[str, Any]:
-        """Start (or restart) the episode of session ``key`` (``None``: a new, session-less episode):
-        task ``task_id``, else the one ``seed`` draws from ``split`` (default: the served split; it
-        must lie within it, ``ValueError`` otherwise), else the server's default task, else a random one."""
+        """Start (or restart) the episode of session ``key`` (an episode id restarts that episode;
+        ``None``: a new, session-less episode): task ``task_id``, else the one ``seed`` draws from
+        ``split`` (default: the served split; it must lie within it, ``ValueError`` otherwise), else
+        the server's default task, else a random one."""
         draw = within_split(self.split, split)
         if task_id is None and seed is None and split is None:
             task_id, seed = self.default_task, self.default_seed
@@ -164,38 +196,112 @@ class EpisodeService:
         else:
             task = self.spec.task_in_split(task_id, draw)  # KeyError: unknown, or not in the split
         with self._lock:
+            self._reap()
             eid = self._by_key.get(key) if key is not None else None
+            if eid is None and key is not None and key in self._episodes:
+                eid = key  # the episode's own id: restart it (was: a second episode under its id, the first leaked)
             ep = self._episodes.get(eid) if eid is not None else None
             if eid is None or ep is None:  # (eid None: ep is None too)
                 from ..registry import make
 
+                self._make_room()
                 ep = make(self.name, self.runtime, max_turns=self.max_turns, split=self.split)
                 eid = key if key is not None and key.startswith("ep-") else "ep-" + secrets.token_hex(8)
                 self._episodes[eid] = ep
+                self._born[eid] = time.monotonic()
                 if key is not None:
                     self._by_key[key] = eid
-                self._evict()
+                    self._expired.pop(key, None)
+                self._expired.pop(eid, None)
             self._episodes.move_to_end(eid)
-        messages = ep.reset(task.id)
+            self._last[eid] = time.monotonic()
+        with self._held(eid):
+            messages = ep.reset(task.id)
         return {"episode": eid, "task_id": task.id, "instruction": messages[1]["content"],
                 "system_prompt": messages[0]["content"],
                 "tools": [s["function"]["name"] for s in ep.tool_schemas()], "max_turns": ep.max_turns}
 
-    def _evict(self) -> None:
-        while len(self._episodes) > self.max_episodes:
-            eid, ep = self._episodes.popitem(last=False)
-            for k in [k for k, v in self._by_key.items() if v == eid]:
-                del self._by_key[k]
+    def _make_room(self) -> None:
+        """With the lock held, before a new episode: release the least recently used finished
+        episode when full; with none, refuse (a live episode is never evicted for another)."""
+        if len(self._episodes) < self.max_episodes:
+            return
+        for eid, ep in self._episodes.items():
+            if ep.done and not self._busy.get(eid):
+                self._drop(eid, f"episode {eid} was released: it had ended and the server needed room for a new "
+                                "one; call start_episode to play another")
+                return
+        idle = f"one idles past {self.idle_timeout:g} s" if self.idle_timeout else "one ends and another starts"
+        raise EpisodeError(f"server full: {len(self._episodes)} live episodes, the server's limit (--max-episodes); "
+                           f"room frees when {idle}: try again later")
+
+    def _drop(self, eid: str, why: str) -> None:
+        """With the lock held: close episode ``eid`` and remember why for its id and session keys."""
+        ep = self._episodes.pop(eid)
+        self._last.pop(eid, None)
+        self._born.pop(eid, None)
+        self._busy.pop(eid, None)
+        for k in [k for k, v in self._by_key.items() if v == eid] + [eid]:
+            self._by_key.pop(k, None)
+            self._expired[k] = why
+            self._expired.move_to_end(k)
+        while len(self._expired) > self._EXPIRED_KEPT:
+            self._expired.popitem(last=False)
+        try:
             ep.close()
+        except Exception:  # a world that cannot close (a lost container) is gone anyway
+            pass
+
+    def _reap(self) -> None:
+        """With the lock held: close every episode with no request in flight that is idle past the
+        timeout, or older than the session time limit."""
+        now = time.monotonic()
+        for eid, last in list(self._last.items()):
+            if self._busy.get(eid):
+                continue
+            if self.idle_timeout is not None and now - last > self.idle_timeout:
+                self._drop(eid, f"session expired: episode {eid} had no request for {now - last:.1f} s (the "
+                                f"server's idle timeout is {self.idle_timeout:g} s) and was closed; call "
+                                "start_episode to play another")
+            elif self.max_session_time is not None and now - self._born.get(eid, now) > self.max_session_time:
+                self._drop(eid, f"session expired: episode {eid} reached the server's session time limit "
+                                f"({self.max_session_time:g} s, --max-session-time) and was closed; call "
+                                "start_episode to play another")
+
+    def reap(self) -> None:
+        """Close every episode idle past ``idle_timeout`` or older than ``max_session_time`` (the
+        background reaper calls this)."""
+        with self._lock:
+            self._reap()
+
+    @contextmanager
+    def _held(self, eid: str) -> Iterator[None]:
+        """A request in flight on ``eid``: the reaper leaves it alone; its idle time starts after.
+        An episode closed since it was looked up (the reaper runs on its own thread) is expired."""
+        with self._lock:
+            if eid not in self._episodes:
+                raise SessionExpired(self._expired.get(eid, f"session expired: episode {eid} was closed"))
+            self._busy[eid] = self._busy.get(eid, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                if eid in self._episodes:
+                    self._busy[eid] -= 1
+                    self._last[eid] = time.monotonic()
 
     def episode(self, key: str | None, *, autostart: bool = True) -> tuple[str, Episode]:
         """The episode of ``key`` (an episode id or a session key); with a default task, start one."""
         with self._lock:
+            self._reap()
             if key is not None:
                 eid = key if key in self._episodes else self._by_key.get(key)
                 if eid is not None and eid in self._episodes:
                     self._episodes.move_to_end(eid)
+                    self._last[eid] = time.monotonic()
                     return eid, self._episodes[eid]
+                if key in self._expired:
+                    raise SessionExpired(self._expired[key])
         if autostart and (self.default_task is not None or self.default_seed is not None):
             info = self.start(key)
             return info["episode"], self._episodes[info["episode"]]
@@ -220,16 +326,18 @@ class EpisodeService:
         if ep.done:
             raise EpisodeError(f"the episode has ended ({ep.ended_by}, reward {ep.rewards[ep.agents[0]]}); "
                                "call start_episode to play another")
-        r = ep.step([ToolCall(name, dict(arguments or {}))])
+        with self._held(eid):
+            r = ep.step([ToolCall(name, dict(arguments or {}))])
         content = "\n".join(str(m.get("content", "")) for m in r.messages) or "(no output)"
         last = ep.log[-1] if ep.log else {"ok": False}
         return content, not last["ok"], self._step_meta(eid, ep, r.reward)
 
     def end(self, key: str | None, answer: str = "") -> dict[str, Any]:
-        _, ep = self.episode(key)
+        eid, ep = self.episode(key)
         if not ep.done:
-            ep.step({"role": "assistant", "content": answer})
-        return self.status(key)
+            with self._held(eid):
+                ep.step({"role": "assistant", "content": answer})
+        return self.status(eid)
 
     def meta(self, key: str | None) -> dict[str, Any]:
         """The ``_meta`` of a control call (start, status, end): the episode id and where it stands,
@@ -247,20 +355,40 @@ class EpisodeService:
         return ep.messages[1]["content"]
 
     def close(self) -> None:
+        self._stop.set()
         with self._lock:
             for ep in self._episodes.values():
                 ep.close()
             self._episodes.clear()
             self._by_key.clear()
+            self._last.clear()
+            self._born.clear()
+            self._busy.clear()
+
+
+def _reaper(ref: Any, stop: threading.Event, interval: float) -> None:
+    """The idle reaper's loop; it ends with the service (closed, or collected)."""
+    while not stop.wait(interval):
+        service = ref()
+        if service is None:
+            return
+        service.reap()
+        del service
 
 
 # -- the MCP server (official SDK, low-level Server) ---------------------------------
+# what a client may name as an episode (the ids start_episode gives are ep- and 16 hex digits): short,
+# so ids kept in memory (live and expired) stay small whatever a client sends
+_EPISODE_ID = re.compile(r"ep-[A-Za-z0-9_-]{1,64}")
+
+
 def _session_key(ctx: Any, stdio: bool) -> str | None:
     meta = ctx.meta
     if meta is not None:
         meta = meta if isinstance(meta, dict) else getattr(meta, "model_extra", None) or dict(meta)
-        if isinstance(meta.get(EPISODE_META), str):
-            return meta[EPISODE_META]
+        eid = meta.get(EPISODE_META)
+        if isinstance(eid, str) and _EPISODE_ID.fullmatch(eid):  # an episode id, never another session's key
+            return eid
     request = ctx.request
     headers = getattr(request, "headers", None)
     if headers is not None:
@@ -376,22 +504,39 @@ def serve_stdio(service: EpisodeService) -> None:
     anyio.run(main)
 
 
+def build_http_app(service: EpisodeService, host: str = "127.0.0.1", *, json_response: bool = False,
+                   token: str | None = None, max_body: int = DEFAULT_MAX_BODY) -> Any:
+    """The streamable-HTTP ASGI app: the MCP SDK's own (its body cap ``max_body``, session idle
+    timeout ``service.idle_timeout``, at most ``service.max_episodes`` sessions), behind the token
+    when one is given (``token``, else ``$ENVFACTORY_TOKEN``)."""
+    server = build_server(service, stdio=False)
+    app = server.streamable_http_app(host=host, json_response=json_response, max_request_body_size=max_body,
+                                     session_idle_timeout=service.idle_timeout, max_sessions=service.max_episodes)
+    return guard(app, token=resolve_token(token), max_body=None)
+
+
 def serve_http(service: EpisodeService, host: str = "127.0.0.1", port: int = 8000, *,
-               ready: Any = None, json_response: bool = False) -> None:
+               ready: Any = None, json_response: bool = False, token: str | None = None,
+               max_body: int = DEFAULT_MAX_BODY, allow_no_token: bool = False, tls_cert: str | None = None,
+               tls_key: str | None = None) -> None:
     """Serve over streamable HTTP at ``http://host:port/mcp`` (``port=0``: a free port). The URL is
-    written to stderr once the server listens (``ready(url)`` is called too, when given)."""
+    written to stderr once the server listens (``ready(url)`` is called too, when given). Beyond
+    loopback a token is required unless ``allow_no_token``; ``tls_cert`` / ``tls_key`` (PEM
+    files) serve HTTPS."""
     import anyio
     import uvicorn
 
-    server = build_server(service, stdio=False)
-    app = server.streamable_http_app(host=host, json_response=json_response)
+    token = resolve_token(token)
+    check_exposure(host, token, allow_no_token)
+    app = build_http_app(service, host, json_response=json_response, token=token, max_body=max_body)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(128)
     real_port = sock.getsockname()[1]
-    url = f"http://{host}:{real_port}/mcp"
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    config = uvicorn_config(app, max_body=max_body, max_sessions=service.max_episodes, lifespan="on",
+                            tls_cert=tls_cert, tls_key=tls_key)
+    url = f"{scheme(tls_cert)}://{host}:{real_port}/mcp"
     userver = uvicorn.Server(config)
 
     async def main() -> None:
@@ -411,11 +556,20 @@ def serve_http(service: EpisodeService, host: str = "127.0.0.1", port: int = 800
 
 
 # -- CLI: envfactory serve NAME --protocol mcp ----------------------------------------
+def _idle_timeout(args: argparse.Namespace) -> float | None:
+    """``--idle-timeout``, or by default: the network default, and never over stdio (one client,
+    the parent process, which may well think for longer)."""
+    if args.idle_timeout is not None:
+        return args.idle_timeout or None
+    return None if args.transport == "stdio" else DEFAULT_IDLE_TIMEOUT
+
+
 def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
     """``envfactory serve NAME --protocol mcp`` (its arguments: :data:`envfactory.cli.serve.SERVE`)."""
     try:
         service = EpisodeService(args.name, runtime=args.runtime, task=args.task, seed=args.seed,
-                                 max_turns=args.max_turns, max_episodes=args.max_episodes, split=args.split)
+                                 max_turns=args.max_turns, max_episodes=args.max_episodes, split=args.split,
+                                 idle_timeout=_idle_timeout(args), max_session_time=args.max_session_time)
     except (KeyError, ValueError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         return 2, {"error": msg}, f"error: {msg}"
@@ -428,7 +582,8 @@ def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
             os.dup2(sys.stderr.fileno(), 1)  # stdout was the protocol channel: nothing more goes there
             sys.stdout = sys.stderr
             return 0, {"served": service.name, "transport": "stdio"}, ""
-        serve_http(service, args.host, args.port)
+        serve_http(service, args.host, args.port, token=args.token, max_body=args.max_body,
+                   allow_no_token=args.allow_no_token, tls_cert=args.tls_cert, tls_key=args.tls_key)
         return 0, {"served": service.name, "transport": "streamable-http"}, ""
     except KeyboardInterrupt:
         return 0, {"served": service.name}, ""

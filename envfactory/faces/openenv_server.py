@@ -41,6 +41,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
@@ -57,6 +58,8 @@ from openenv.core.env_server.types import EnvironmentMetadata, Observation, Stat
 
 from ..definition import DEFAULT_SPLIT, DrawSplit, served_tasks, split_members, within_split
 from ..env import EpisodeError
+from .guard import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY, SessionExpired, check_exposure, guard, is_loopback,
+                    resolve_token, scheme, uvicorn_config)
 
 __all__ = ["EnvfactoryAction", "EnvfactoryObservation", "EnvfactoryEnvironment", "EnvfactoryClient", "build_app",
            "serve_openenv", "BackgroundServer", "serve_run"]
@@ -72,12 +75,17 @@ class EnvfactoryEnvironment(Environment):
         max_turns: Overrides the environment's turn limit.
         split: The tasks served (``train``, the default: sft and rl; ``sft``, ``rl``, ``eval``,
             ``all``): seeds draw from it, a task outside it is refused.
+        idle_timeout: Seconds a session may go without a request; the next one finds it closed
+            (:class:`~envfactory.faces.guard.SessionExpired`, "session expired"). ``None``: never.
+        max_session_time: Seconds a session may last, busy or not; its next request after that
+            finds it closed the same way. ``None``: no limit.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # every instance owns its own Episode (and world)
 
     def __init__(self, name: str = "Counter-v0", runtime: str = "local", task: str | None = None,
-                 seed: int | None = None, max_turns: int | None = None, split: DrawSplit = DEFAULT_SPLIT) -> None:
+                 seed: int | None = None, max_turns: int | None = None, split: DrawSplit = DEFAULT_SPLIT,
+                 idle_timeout: float | None = None, max_session_time: float | None = None) -> None:
         super().__init__()
         split_members(split)  # ValueError on an unknown split
         self.split = split
@@ -93,9 +101,37 @@ class EnvfactoryEnvironment(Environment):
         self._episode_id: str | None = None
         self._steps = 0
         self._pool: ThreadPoolExecutor | None = None
+        # one request at a time, and close() (openenv-core's reaper, on another thread) waits for
+        # the one in flight: a world is never closed under a step
+        self._lock = threading.RLock()
+        self.idle_timeout = idle_timeout
+        self.max_session_time = max_session_time
+        self._last = self._born = time.monotonic()
+        self._expired: str | None = None  # why this session is closed, once it is
+
+    def _touch(self) -> None:
+        """Every request: refused once the session is closed, or when it has been idle too long
+        (then it is closed now, its world released)."""
+        now = time.monotonic()
+        if self._expired is None and self.idle_timeout and now - self._last > self.idle_timeout:
+            self.close()
+            self._expired = (f"session expired: no request for {now - self._last:.1f} s (the server's idle "
+                             f"timeout is {self.idle_timeout:g} s); its episode was closed: open a new session")
+        if self._expired is None and self.max_session_time and now - self._born > self.max_session_time:
+            self.close()
+            self._expired = (f"session expired: sessions last at most {self.max_session_time:g} s (the server's "
+                             "--max-session-time); its episode was closed: open a new session")
+        if self._expired is not None:
+            raise SessionExpired(self._expired)
+        self._last = now
 
     # -- the OpenEnv interface ---------------------------------------------------
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EnvfactoryObservation:
+        with self._lock:
+            return self._reset(seed, episode_id, **kwargs)
+
+    def _reset(self, seed: int | None, episode_id: str | None, **kwargs: Any) -> EnvfactoryObservation:
+        self._touch()
         task_id = kwargs.pop("task_id", None) or kwargs.pop("task", None)
         split = kwargs.pop("split", None)
         if kwargs:
@@ -124,6 +160,10 @@ class EnvfactoryEnvironment(Environment):
             metadata=meta)
 
     def step(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Observation:
+        with self._lock:
+            return self._step(action)
+
+    def _step(self, action: Any) -> Observation:
         kind = getattr(action, "type", None)
         if kind == "list_tools":
             action = ListToolsAction()
@@ -135,6 +175,7 @@ class EnvfactoryEnvironment(Environment):
                 for t in self.spec.tools_of().values()], reward=0.0, done=False)
         if isinstance(action, CallToolAction):
             return self._call_tool(action)
+        self._touch()
         if self._episode is None or self._episode.task is None:
             if self.default_task is None and self.default_seed is None:
                 raise EpisodeError(f"{self.name}: no episode yet; call reset (task_id or seed) first")
@@ -213,6 +254,16 @@ class EnvfactoryEnvironment(Environment):
                                    f"{', '.join(self.spec.tools_of())}", version="0.1.0", author="envfactory")
 
     def close(self) -> None:
+        """Release the episode (its world). The session is then closed: openenv-core calls this
+        when the WebSocket ends and when its reaper finds the session idle; a request that still
+        reaches it is refused as expired."""
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if self._expired is None:
+            self._expired = ("session expired: the server closed this session (idle past its timeout, "
+                             "or released); open a new session")
         if self._episode is not None:
             self._episode.close()
             self._episode = None
@@ -232,16 +283,31 @@ def __getattr__(name: str) -> Any:
 
 
 def build_app(name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
-              max_turns: int | None = None, max_sessions: int = 256, split: DrawSplit = DEFAULT_SPLIT) -> Any:
-    """The FastAPI app (``openenv-core``'s ``create_app``) serving ``name``, plus ``GET /tasks``."""
-    from fastapi import HTTPException
+              max_turns: int | None = None, max_sessions: int = 256, split: DrawSplit = DEFAULT_SPLIT,
+              token: str | None = None, max_body: int = DEFAULT_MAX_BODY,
+              idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT, max_session_time: float | None = None,
+              local_only: bool = False) -> Any:
+    """The FastAPI app (``openenv-core``'s ``create_app``) serving ``name``, plus ``GET /tasks``.
 
+    ``max_sessions`` WebSocket sessions at once (openenv-core refuses more: ``CAPACITY_REACHED``);
+    one idle for ``idle_timeout`` seconds is closed (openenv-core's reaper, and the session's own
+    check at its next request: "session expired"), and so is one older than ``max_session_time``
+    at its next request (or when it idles); an HTTP body over ``max_body`` bytes is 413;
+    with ``token`` every request must carry it (``Authorization: Bearer``; else 401); ``local_only``
+    (a loopback server) refuses web pages (a foreign ``Host`` or ``Origin``: 403). The
+    returned app is openenv-core's behind those guards (:func:`envfactory.faces.guard.guard`)."""
+    from fastapi import HTTPException
+    from openenv.core.env_server.types import ConcurrencyConfig
+
+    idle_timeout = idle_timeout or None  # 0: never
     probe = EnvfactoryEnvironment(name, runtime, task, seed, max_turns, split)  # fail now: unknown env, team env
     if task is not None:
         probe.spec.task_in_split(task, split)  # unknown task, or one the split does not hold
-    factory = functools.partial(EnvfactoryEnvironment, name, runtime, task, seed, max_turns, split)
+    factory = functools.partial(EnvfactoryEnvironment, name, runtime, task, seed, max_turns, split, idle_timeout,
+                                max_session_time or None)
     app = create_app(factory, EnvfactoryAction, EnvfactoryObservation, env_name=probe.name,
-                     max_concurrent_envs=max_sessions)
+                     concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions,
+                                                          session_timeout=idle_timeout))
 
     # a request the episode refuses (a step before reset, after the end, an unknown task or split)
     # is the client's error: 4xx with the message, never a bare 500
@@ -262,7 +328,7 @@ def build_app(name: str, *, runtime: str = "local", task: str | None = None, see
         except ValueError as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
 
-    return app
+    return guard(app, token=resolve_token(token), max_body=max_body, local_only=local_only)
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -273,23 +339,42 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _server(name: str, host: str, kw: dict[str, Any], app: Any = None) -> Any:
+    """The uvicorn server of ``app``, else of ``build_app(name, **kw)``, refused beyond loopback
+    without a token."""
+    import uvicorn
+
+    allow_no_token = kw.pop("allow_no_token", False)
+    tls = {"tls_cert": kw.pop("tls_cert", None), "tls_key": kw.pop("tls_key", None)}
+    check_exposure(host, resolve_token(kw.get("token")), allow_no_token)
+    if app is None:
+        app = build_app(name, **kw, local_only=is_loopback(host))
+    return uvicorn.Server(uvicorn_config(app, max_body=kw.get("max_body", DEFAULT_MAX_BODY),
+                                         max_sessions=kw.get("max_sessions", 256), **tls))
+
+
+def _url(server: Any, host: str, sock: socket.socket) -> str:
+    return f"{scheme(server.config.ssl_certfile)}://{host}:{sock.getsockname()[1]}"
+
+
 def serve_openenv(name: str, host: str = "127.0.0.1", port: int = 8000, *, ready: Any = None, app: Any = None,
                   **kw: Any) -> None:
     """Serve until interrupted (``port=0``: a free port). The URL goes to stderr once the server
-    listens (``ready(url)`` is called too, when given). ``app``: one :func:`build_app` already built
-    (``kw`` are its arguments otherwise)."""
-    import uvicorn
-
-    app = build_app(name, **kw) if app is None else app
+    listens (``ready(url)`` is called too, when given). ``kw``: :func:`build_app`'s,
+    ``allow_no_token`` (serve beyond loopback without a token), and ``tls_cert`` / ``tls_key``
+    (PEM files: HTTPS and WSS). ``app``: one :func:`build_app` already built from the same ``kw``
+    (with ``local_only=is_loopback(host)``); it is served as is, ``kw`` then only giving the token
+    the exposure check looks for and uvicorn's limits (``max_body``, ``max_sessions``)."""
+    server = _server(name, host, kw, app)
     sock = _listen(host, port)
-    url = f"http://{host}:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    url = _url(server, host, sock)
 
     def announce() -> None:
         while not server.started and not server.should_exit:
             threading.Event().wait(0.01)
         if server.started:
-            print(f"envfactory: serving {name} over OpenEnv at {url} (WebSocket {url}/ws)", file=sys.stderr,
+            ws = url.replace("http", "ws", 1)
+            print(f"envfactory: serving {name} over OpenEnv at {url} (WebSocket {ws}/ws)", file=sys.stderr,
                   flush=True)
             if ready is not None:
                 ready(url)
@@ -303,15 +388,16 @@ class BackgroundServer:
 
         with BackgroundServer("Counter-v0") as url:
             with GenericEnvClient(base_url=url).sync() as env: ...
+
+    ``kw``: :func:`build_app`'s (``token``, ``max_body``, ``idle_timeout``, ``max_sessions``, ...),
+    ``allow_no_token`` and ``tls_cert`` / ``tls_key``.
     """
 
     def __init__(self, name: str, host: str = "127.0.0.1", port: int = 0, **kw: Any) -> None:
-        import uvicorn
-
-        self.app = build_app(name, **kw)
+        self._server = _server(name, host, kw)
+        self.app = self._server.config.app
         self._sock = _listen(host, port)
-        self.url = f"http://{host}:{self._sock.getsockname()[1]}"
-        self._server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning"))
+        self.url = _url(self._server, host, self._sock)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     def __enter__(self) -> str:
@@ -332,14 +418,18 @@ class BackgroundServer:
 
 # -- CLI: envfactory serve NAME --protocol openenv (arguments: envfactory.cli.serve.SERVE) ----
 def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
+    build = dict(runtime=args.runtime, task=args.task, seed=args.seed, max_turns=args.max_turns,
+                 max_sessions=args.max_episodes, split=args.split, token=args.token, max_body=args.max_body,
+                 idle_timeout=DEFAULT_IDLE_TIMEOUT if args.idle_timeout is None else args.idle_timeout,
+                 max_session_time=args.max_session_time)
     try:  # built once, before listening: an unknown environment, task or split is a usage error
-        app = build_app(args.name, runtime=args.runtime, task=args.task, seed=args.seed, max_turns=args.max_turns,
-                        max_sessions=args.max_episodes, split=args.split)
+        app = build_app(args.name, **build, local_only=is_loopback(args.host))
     except (KeyError, ValueError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         return 2, {"error": msg}, f"error: {msg}"
     try:
-        serve_openenv(args.name, args.host, args.port, app=app)
+        serve_openenv(args.name, args.host, args.port, app=app, **build, allow_no_token=args.allow_no_token,
+                      tls_cert=args.tls_cert, tls_key=args.tls_key)
     except KeyboardInterrupt:
         pass
     return 0, {"served": args.name, "protocol": "openenv"}, ""
