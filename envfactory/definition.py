@@ -127,15 +127,21 @@ def split_members(split: str) -> tuple[str, ...]:
     raise ValueError(f"split must be one of {', '.join(DRAW_SPLITS)}, got {split!r}")
 
 
-def served_tasks(spec: "ToolEnvSpec", served: str, split: str | None = None) -> list[dict[str, Any]]:
-    """The tasks a server of ``served`` lists (every served face: MCP, OpenEnv): those of ``split``
-    when given, which must lie within ``served`` (``ValueError`` otherwise)."""
+def within_split(served: str, split: str | None = None) -> DrawSplit:
+    """The split a served face's request asks for (``split``; ``None``: all of ``served``), which
+    must lie within the split the server serves (``ValueError`` otherwise, or for an unknown name)."""
     want = served if split is None else split
     if not set(split_members(want)) <= set(split_members(served)):
         raise ValueError(f"this server serves the {served!r} split; {want!r} tasks are not served "
                          "(start it with --split all, or with that split)")
+    return cast(DrawSplit, want)  # a DrawSplit: split_members checked it
+
+
+def served_tasks(spec: "ToolEnvSpec", served: str, split: str | None = None) -> list[dict[str, Any]]:
+    """The tasks a server of ``served`` lists (every served face: MCP, OpenEnv): those of ``split``
+    when given, which must lie within ``served`` (``ValueError`` otherwise)."""
     return [{"task_id": t.id, "split": spec.split(t), "kind": t.kind, "instruction": t.instruction}
-            for t in spec.tasks_in(cast(DrawSplit, want))]  # a DrawSplit: split_members checked it
+            for t in spec.tasks_in(within_split(served, split))]
 
 
 @dataclass(eq=False)

@@ -131,6 +131,7 @@ def test_stdio_session_plays_like_make():
                 # end_episode: an answer without a tool call ends and judges the episode
                 end = await s.call_tool("end_episode", {"answer": "nothing"})
                 assert end.structured_content["done"] and end.structured_content["ended_by"] == "answer"
+                assert end.meta["envfactory/done"] is True and end.meta["envfactory/ended_by"] == "answer"
                 after = await s.call_tool("list_dir", {"path": "/"})
                 assert after.is_error and "has ended" in after.content[0].text
 
@@ -227,3 +228,40 @@ def test_service_refuses_teams_and_unknown_tasks():
     r = subprocess.run([sys.executable, "-m", "envfactory.cli", "serve", "NoSuch-v0", "--protocol", "mcp"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "NoSuch-v0" in r.stderr and not r.stdout
+
+
+def test_every_episode_call_carries_the_step_meta():
+    """start_episode, episode_status and end_episode carry the episode id and the step's
+    reward/done/success/ended_by in _meta, as every environment tool call does (end_episode's
+    _meta was empty: null over a handshake-era session)."""
+    from envfactory.faces.mcp_server import build_server
+
+    _, facts, _ = _tasks()
+    service = EpisodeService(NAME)
+
+    async def main():
+        async with Client(build_server(service, stdio=True)) as c:
+            start = await c.call_tool("start_episode", {"task_id": facts.id})
+            eid = start.structured_content["episode"]
+            assert start.meta[EPISODE_META] == eid
+            assert start.meta["envfactory/done"] is False and start.meta["envfactory/reward"] == 0.0
+            kw = {"meta": {EPISODE_META: eid}}
+            step = await c.call_tool(facts.solution[0].name, facts.solution[0].arguments, **kw)
+            assert step.meta[EPISODE_META] == eid and step.meta["envfactory/done"] is False
+            status = await c.call_tool("episode_status", {}, **kw)
+            assert status.meta[EPISODE_META] == eid and status.meta["envfactory/done"] is False
+            end = await c.call_tool("end_episode", {"answer": _answer(facts)}, **kw)
+            st = end.structured_content
+            assert st["done"] and st["ended_by"] == "answer"
+            assert end.meta[EPISODE_META] == eid
+            assert end.meta["envfactory/done"] is True and end.meta["envfactory/ended_by"] == "answer"
+            assert end.meta["envfactory/reward"] == st["reward"] and end.meta["envfactory/success"] == st["success"]
+            again = await c.call_tool("end_episode", {}, **kw)  # ending an ended episode: the same verdict
+            assert again.meta["envfactory/done"] is True and again.meta["envfactory/reward"] == st["reward"]
+            late = await c.call_tool(facts.solution[0].name, facts.solution[0].arguments, **kw)
+            assert late.is_error and "has ended" in late.content[0].text  # refused, and says where it stands
+            assert late.meta[EPISODE_META] == eid and late.meta["envfactory/done"] is True
+            assert late.meta["envfactory/reward"] == st["reward"]
+
+    anyio.run(main)
+    service.close()

@@ -219,3 +219,30 @@ def test_openenv_http_errors_are_4xx_with_the_message():
         assert r.status_code == 409 and "call reset" in r.json()["detail"]
         r = httpx.post(url + "/reset", json={"task_id": "no-such-task"}, timeout=30)
         assert r.status_code == 400 and "no-such-task" in r.json()["detail"]
+
+
+def test_serving_imports_neither_gradio_nor_the_client():
+    """The server loads openenv-core without its optional Gradio web UI (7 s of the 18-23 s start)
+    and without the client side (requests, container providers); ENABLE_WEB_INTERFACE=true, read when
+    the app is built, still mounts openenv-core's web UI at /web."""
+    code = """if True:
+        import os, sys
+        import envfactory.faces.openenv_server as o
+        assert "gradio" not in sys.modules, "gradio imported"
+        assert "openenv.core.env_client" not in sys.modules and "requests" not in sys.modules, "client imported"
+        def routes(app):  # build_app's app is openenv-core's behind envfactory's guards (.app: the one inside)
+            while not hasattr(app, "routes"):
+                app = app.app
+            return {getattr(r, "path", None) for r in app.routes}
+        paths = routes(o.build_app("Counter-v0"))
+        assert "/ws" in paths and "/web" not in paths, paths
+        os.environ["ENABLE_WEB_INTERFACE"] = "true"
+        paths = routes(o.build_app("Counter-v0"))
+        assert "/web" in paths and "gradio" in sys.modules, paths
+        assert o.EnvfactoryClient.__name__ == "EnvfactoryClient" and "openenv.core.env_client" in sys.modules
+        print("OK")
+    """
+    env = {k: v for k, v in os.environ.items() if k != "ENABLE_WEB_INTERFACE"}
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**env, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]

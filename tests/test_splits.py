@@ -185,3 +185,58 @@ def test_openenv_face_serves_only_its_split():
             for s in range(20):
                 assert splits[env.reset(seed=s).observation["task_id"]] == "eval"
         assert json.dumps(EnvfactoryClient(base_url=url).list_tasks())  # served, listed
+
+
+def test_a_remote_client_picks_a_split_within_the_served_one():
+    """A client of a server started with --split all picks the split of each episode: start_episode /
+    reset(split=..., seed=...) draws as make(NAME, split=...).reset(seed=...) does; a split (or a
+    named task) outside the served one is refused with the reason."""
+    pytest.importorskip("openenv")
+    from mcp import Client
+    from openenv.core.generic_client import GenericEnvClient
+
+    from envfactory.faces.mcp_server import build_server
+    from envfactory.faces.openenv_server import BackgroundServer
+
+    splits = _split_of(NAME)
+    rl_id = next(t for t, v in splits.items() if v == "rl")
+    spec = envfactory.spec(NAME)
+    want = {split: [spec.draw_task(split, s).id for s in range(12)] for split in ("eval", "rl", "train")}
+
+    svc = EpisodeService(NAME, split="all")
+    try:
+        for split, ids in want.items():
+            assert [svc.start("k", seed=s, split=split)["task_id"] for s in range(12)] == ids
+        with pytest.raises(KeyError, match="'rl' split"):
+            svc.start("k", task_id=rl_id, split="eval")
+    finally:
+        svc.close()
+    train_only = EpisodeService(NAME)
+    try:
+        with pytest.raises(ValueError, match="not served"):
+            train_only.start("k", seed=0, split="eval")
+    finally:
+        train_only.close()
+
+    async def mcp_main():
+        svc = EpisodeService(NAME, split="all")
+        async with Client(build_server(svc, stdio=True)) as c:
+            got = await c.call_tool("start_episode", {"seed": 3, "split": "eval"})
+            assert not got.is_error and got.structured_content["task_id"] == want["eval"][3]
+            bad = await c.call_tool("start_episode", {"seed": 3, "split": "nope"})
+            assert bad.is_error and "split must be one of" in bad.content[0].text
+        svc.close()
+
+    anyio.run(mcp_main)
+
+    with BackgroundServer(NAME, split="all") as url:
+        with GenericEnvClient(base_url=url).sync() as env:
+            for split, ids in want.items():
+                assert [env.reset(seed=s, split=split).observation["task_id"] for s in range(12)] == ids
+            with pytest.raises(RuntimeError, match="'rl' split"):
+                env.reset(task_id=rl_id, split="eval")
+    with BackgroundServer(NAME) as url:
+        import httpx
+
+        r = httpx.post(url + "/reset", json={"seed": 0, "split": "eval"}, timeout=30)
+        assert r.status_code == 400 and "not served" in r.json()["detail"]

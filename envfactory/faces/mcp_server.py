@@ -10,11 +10,12 @@ What a client sees:
 
 * the environment's tools (``spec.tool_schemas()``: names, descriptions, JSON
   schemas; ``readOnlyHint`` from ``Tool.read_only``), ``finish`` included;
-* ``start_episode(task_id?, seed?)``: starts (or restarts) the session's episode and
+* ``start_episode(task_id?, seed?, split?)``: starts (or restarts) the session's episode and
   returns the task instruction (structured: ``episode``, ``task_id``,
   ``instruction``, ``system_prompt``, ``tools``, ``max_turns``); a seed draws from the
-  server's split (``--split``, default ``train``: sft and rl tasks), and a task of another
-  split is refused, so a client never meets an evaluation task unless the server serves them;
+  server's split (``--split``, default ``train``: sft and rl tasks), or from ``split``
+  within it, and a task of another split is refused, so a client never meets an
+  evaluation task unless the server serves them;
 * ``list_tasks(split?)``: the tasks the server serves (``task_id``, ``split``, ``kind``,
   ``instruction``), optionally of one split within it;
 * ``episode_status()``: ``task_id, done, terminated, truncated, reward, success,
@@ -25,7 +26,10 @@ What a client sees:
 * every environment tool call is one turn of the episode: its observation is the
   text content, a failed call (invalid arguments, a tool error, an unknown tool)
   comes back with ``isError``, and ``_meta`` carries ``envfactory/reward``,
-  ``envfactory/done``, ``envfactory/success`` and ``envfactory/ended_by``.
+  ``envfactory/done``, ``envfactory/success`` and ``envfactory/ended_by`` (``None`` ones
+  left out) with the episode id ``envfactory/episode``; ``start_episode``,
+  ``episode_status``, ``end_episode`` and a refused call (the episode has ended, an unknown
+  tool) carry the same ``_meta`` (the reward so far) whenever the session has an episode.
 
 Which episode a request belongs to: ``_meta["envfactory/episode"]`` when the request
 carries it (the id ``start_episode`` returns); else the HTTP session
@@ -51,7 +55,7 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from ..definition import DEFAULT_SPLIT, DrawSplit, SpecError, served_tasks, split_members
+from ..definition import DEFAULT_SPLIT, DrawSplit, SpecError, served_tasks, split_members, within_split
 from ..episode import Episode
 from ..env import EpisodeError
 from ..task import ToolCall
@@ -71,8 +75,10 @@ _START_SCHEMA = {
     "properties": {
         "task_id": {"type": "string", "description": "The task to play (default: the server's --task, else "
                                                      "one drawn from seed)."},
-        "seed": {"type": "integer", "description": "Picks the task of the server's split as "
+        "seed": {"type": "integer", "description": "Picks the task of the split as "
                                                    "envfactory.make(NAME, split=...).reset(seed=seed) does."},
+        "split": {"type": "string", "description": "The split to draw from or play (sft, rl, eval, train or "
+                                                    "all) within the server's split (default: the server's)."},
     },
     "additionalProperties": False,
 }
@@ -176,15 +182,19 @@ class EpisodeService:
         return served_tasks(self.spec, self.split, split)
 
     # -- episodes ------------------------------------------------------------
-    def start(self, key: str | None, task_id: str | None = None, seed: int | None = None) -> dict[str, Any]:
+    def start(self, key: str | None, task_id: str | None = None, seed: int | None = None,
+              split: str | None = None) -> dict[str, Any]:
         """Start (or restart) the episode of session ``key`` (an episode id restarts that episode;
-        ``None``: a new, session-less episode)."""
-        if task_id is None and seed is None:
+        ``None``: a new, session-less episode): task ``task_id``, else the one ``seed`` draws from
+        ``split`` (default: the served split; it must lie within it, ``ValueError`` otherwise), else
+        the server's default task, else a random one."""
+        draw = within_split(self.split, split)
+        if task_id is None and seed is None and split is None:
             task_id, seed = self.default_task, self.default_seed
         if task_id is None:
-            task = self.spec.draw_task(self.split, seed)
+            task = self.spec.draw_task(draw, seed)
         else:
-            task = self.spec.task_in_split(task_id, self.split)  # KeyError: unknown, or not served
+            task = self.spec.task_in_split(task_id, draw)  # KeyError: unknown, or not in the split
         with self._lock:
             self._reap()
             eid = self._by_key.get(key) if key is not None else None
@@ -320,7 +330,7 @@ class EpisodeService:
             r = ep.step([ToolCall(name, dict(arguments or {}))])
         content = "\n".join(str(m.get("content", "")) for m in r.messages) or "(no output)"
         last = ep.log[-1] if ep.log else {"ok": False}
-        return content, not last["ok"], self._step_meta(ep, r.reward)
+        return content, not last["ok"], self._step_meta(eid, ep, r.reward)
 
     def end(self, key: str | None, answer: str = "") -> dict[str, Any]:
         eid, ep = self.episode(key)
@@ -329,10 +339,16 @@ class EpisodeService:
                 ep.step({"role": "assistant", "content": answer})
         return self.status(eid)
 
+    def meta(self, key: str | None) -> dict[str, Any]:
+        """The ``_meta`` of a control call (start, status, end): the episode id and where it stands,
+        as an environment tool call's ``_meta`` says it (the reward so far)."""
+        eid, ep = self.episode(key, autostart=False)
+        return self._step_meta(eid, ep, ep.rewards[ep.agents[0]])
+
     @staticmethod
-    def _step_meta(ep: Episode, reward: float) -> dict[str, Any]:
-        return {"envfactory/reward": reward, "envfactory/done": ep.done, "envfactory/success": ep.success,
-                "envfactory/ended_by": ep.ended_by}
+    def _step_meta(eid: str, ep: Episode, reward: float) -> dict[str, Any]:
+        return {EPISODE_META: eid, "envfactory/reward": reward, "envfactory/done": ep.done,
+                "envfactory/success": ep.success, "envfactory/ended_by": ep.ended_by}
 
     def instruction(self, key: str | None) -> str:
         _, ep = self.episode(key)
@@ -405,14 +421,14 @@ def build_server(service: EpisodeService, *, stdio: bool) -> Any:
         args = dict(params.arguments or {})
         try:
             if params.name == "start_episode":
-                unknown = set(args) - {"task_id", "seed"}
+                unknown = set(args) - {"task_id", "seed", "split"}
                 if unknown:
                     return text(f"Error: unexpected argument(s) {sorted(unknown)}", error=True)
-                info = service.start(key, args.get("task_id"), args.get("seed"))
-                return text(info["instruction"], structured=info, meta={EPISODE_META: info["episode"]})
+                info = service.start(key, args.get("task_id"), args.get("seed"), args.get("split"))
+                return text(info["instruction"], structured=info, meta=service.meta(info["episode"]))
             if params.name == "episode_status":
                 st = service.status(key)
-                return text(json.dumps(st), structured=st)
+                return text(json.dumps(st), structured=st, meta=service.meta(st["episode"]))
             if params.name == "list_tasks":
                 unknown = set(args) - {"split"}
                 if unknown:
@@ -421,10 +437,10 @@ def build_server(service: EpisodeService, *, stdio: bool) -> Any:
                 return text(json.dumps(rows), structured={"tasks": rows})
             if params.name == "end_episode":
                 st = service.end(key, str(args.get("answer", "")))
-                return text(json.dumps(st), structured=st)
+                return text(json.dumps(st), structured=st, meta=service.meta(st["episode"]))
             if params.name not in env_tools:
                 return text(f"Error: unknown tool '{params.name}'. Available tools: "
-                            f"{', '.join(t.name for t in tools)}.", error=True)
+                            f"{', '.join(t.name for t in tools)}.", error=True, meta=standing(key))
             if service.runtime == "local":
                 out, failed, meta = service.play(key, params.name, args)
             else:  # a container world blocks on I/O: keep the event loop free
@@ -434,7 +450,14 @@ def build_server(service: EpisodeService, *, stdio: bool) -> Any:
             return text(out, error=failed, meta=meta)
         except (EpisodeError, KeyError, ValueError, SpecError) as exc:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-            return text(f"Error: {msg}", error=True)
+            return text(f"Error: {msg}", error=True, meta=standing(key))
+
+    def standing(key: str | None) -> dict[str, Any] | None:
+        """The ``_meta`` of a refused call: where the session's episode stands, if it has one."""
+        try:
+            return service.meta(key)
+        except EpisodeError:
+            return None
 
     async def list_resources(ctx: Any, params: Any) -> Any:
         return types.ListResourcesResult(resources=[

@@ -15,8 +15,9 @@ or a typed ``EnvClient`` subclass built on :class:`EnvfactoryAction` / :class:`E
   client never meets an evaluation task unless the server was started for them. ``GET /tasks``
   (``?split=``) lists the served tasks; :meth:`EnvfactoryClient.list_tasks` calls it.
 * **Reset.** ``reset(task_id=...)`` picks a task by id (``task`` is accepted too), ``reset(seed=...)``
-  picks one as ``envfactory.make(NAME, split=...).reset(seed=...)`` does; neither: the server's
-  ``--task`` / ``--seed``, else a random task of the split. The observation's ``text`` is the instruction; ``messages`` the
+  picks one as ``envfactory.make(NAME, split=...).reset(seed=...)`` does, from the served split or
+  from ``reset(split=...)`` within it (``--split all`` and ``split="eval"``: an evaluation run);
+  none of them: the server's ``--task`` / ``--seed``, else a random task of the split. The observation's ``text`` is the instruction; ``messages`` the
   opening messages (system prompt, instruction); ``tools`` the OpenAI tool schemas; ``task_id``,
   ``instruction``, ``system_prompt`` and ``max_turns`` say the rest.
 * **Step.** The action is ``{"text": model text}`` (Hermes ``<tool_call>`` blocks, several per
@@ -43,54 +44,25 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
-from openenv.core.client_types import StepResult
-from openenv.core.env_client import EnvClient
+# first: openenv_types loads openenv-core (without its Gradio web UI), before the imports below would
+from .openenv_types import EnvfactoryAction, EnvfactoryObservation
+
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.mcp_types import (CallToolAction, CallToolObservation, ListToolsAction,
                                                 ListToolsObservation, ToolError, ToolErrorType)
 from openenv.core.env_server.mcp_types import Tool as McpTool
-from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
-from pydantic import Field
+from openenv.core.env_server.types import EnvironmentMetadata, Observation, State
 
-from ..definition import DEFAULT_SPLIT, DrawSplit, served_tasks, split_members
+from ..definition import DEFAULT_SPLIT, DrawSplit, served_tasks, split_members, within_split
 from ..env import EpisodeError
 from .guard import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY, SessionExpired, check_exposure, guard, is_loopback,
                     resolve_token, scheme, uvicorn_config)
 
 __all__ = ["EnvfactoryAction", "EnvfactoryObservation", "EnvfactoryEnvironment", "EnvfactoryClient", "build_app",
            "serve_openenv", "BackgroundServer", "serve_run"]
-
-
-class EnvfactoryAction(Action):
-    """One assistant turn: model text and/or structured tool calls."""
-
-    text: str = Field(default="", description="The agent's message: Hermes <tool_call>{...}</tool_call> blocks "
-                                              "(several allowed) or a bare JSON call; no call ends the episode")
-    tool_calls: Optional[list[dict[str, Any]]] = Field(
-        default=None, description="OpenAI-style tool calls ({'name', 'arguments'} or {'function': {...}})")
-    # openenv's MCP tool interface (MCPToolClient sends these over the same /ws step): openenv-core
-    # routes them to its own action types only for servers without an action class of their own
-    type: Optional[Literal["list_tools", "call_tool"]] = Field(
-        default=None, description="MCP tool interface: 'list_tools', or 'call_tool' with tool_name and arguments")
-    tool_name: Optional[str] = None
-    arguments: Optional[dict[str, Any]] = None
-
-
-class EnvfactoryObservation(Observation):
-    """What the agent sees after a reset or a step (``reward`` and ``done`` from the base class)."""
-
-    text: str = Field(default="", description="reset: the instruction; step: the tool responses, joined")
-    messages: list[dict[str, Any]] = Field(default_factory=list, description="the new chat messages")
-    task_id: Optional[str] = None
-    instruction: str = ""
-    system_prompt: str = ""
-    tools: list[dict[str, Any]] = Field(default_factory=list, description="reset: OpenAI tool schemas")
-    max_turns: Optional[int] = None
-    success: Optional[bool] = None
-    info: dict[str, Any] = Field(default_factory=dict)
 
 
 class EnvfactoryEnvironment(Environment):
@@ -161,14 +133,17 @@ class EnvfactoryEnvironment(Environment):
     def _reset(self, seed: int | None, episode_id: str | None, **kwargs: Any) -> EnvfactoryObservation:
         self._touch()
         task_id = kwargs.pop("task_id", None) or kwargs.pop("task", None)
+        split = kwargs.pop("split", None)
         if kwargs:
-            raise ValueError(f"unexpected reset argument(s) {sorted(kwargs)}; use task_id, seed or episode_id")
-        if task_id is None and seed is None:
+            raise ValueError(f"unexpected reset argument(s) {sorted(kwargs)}; use task_id, seed, split or "
+                             "episode_id")
+        draw = within_split(self.split, split)  # ValueError: a split the server does not serve
+        if task_id is None and seed is None and split is None:
             task_id, seed = self.default_task, self.default_seed
         if task_id is None:
-            task = self.spec.draw_task(self.split, seed)
+            task = self.spec.draw_task(draw, seed)
         else:  # KeyError on an unknown task or one the split does not hold: an error reply, the session lives on
-            task = self.spec.task_in_split(task_id, self.split)
+            task = self.spec.task_in_split(task_id, draw)
         if self._episode is None:
             from ..registry import make
 
@@ -297,51 +272,14 @@ class EnvfactoryEnvironment(Environment):
             self._pool = None
 
 
-class EnvfactoryClient(EnvClient[EnvfactoryAction, EnvfactoryObservation, State]):
-    """A typed OpenEnv client (optional: ``GenericEnvClient`` plays the same server with dicts)::
+def __getattr__(name: str) -> Any:
+    """``EnvfactoryClient`` lives in :mod:`.openenv_client`, loaded on first use: a server never
+    imports openenv-core's client side (``requests``, its container providers)."""
+    if name == "EnvfactoryClient":
+        from .openenv_client import EnvfactoryClient
 
-        with EnvfactoryClient(base_url=url).sync() as env:
-            obs = env.reset(task_id="counter-0-1").observation      # an EnvfactoryObservation
-            r = env.step(EnvfactoryAction(text='<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'))
-
-    ``token``: the server's (``envfactory serve --token``); it travels as HTTP Basic credentials of
-    the WebSocket URL, which is also how openenv-core's own clients pass it
-    (``GenericEnvClient(base_url="http://envfactory:TOKEN@host:port")``).
-    """
-
-    def __init__(self, base_url: str, *args: Any, token: str | None = None, **kw: Any) -> None:
-        super().__init__(base_url, *args, **kw)
-        if token is not None:
-            from urllib.parse import quote, urlsplit, urlunsplit
-
-            ws_url: str = self._ws_url  # type: ignore[has-type]  # (set by EnvClient.__init__)
-            parts = urlsplit(ws_url)
-            netloc = f"envfactory:{quote(token, safe='')}@{parts.netloc.rpartition('@')[2]}"
-            self._ws_url = urlunsplit(parts._replace(netloc=netloc))
-
-    def list_tasks(self, split: str | None = None) -> list[dict[str, Any]]:
-        """The tasks the server serves (``task_id``, ``split``, ``kind``, ``instruction``), optionally
-        those of one ``split`` within the server's (``GET /tasks``)."""
-        import httpx
-
-        ws = self._ws_url[: -len("/ws")]  # EnvClient keeps only the WebSocket URL (credentials too)
-        url = ws.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
-        r = httpx.get(url + "/tasks", params={} if split is None else {"split": split}, timeout=30)
-        if r.status_code != 200:
-            raise ValueError(r.json().get("detail", r.text) if r.headers.get("content-type", "").startswith(
-                "application/json") else r.text)
-        return r.json()["tasks"]
-
-    def _step_payload(self, action: EnvfactoryAction) -> dict[str, Any]:
-        return action.model_dump(exclude_defaults=True) if isinstance(action, EnvfactoryAction) else dict(action)
-
-    def _parse_result(self, payload: dict[str, Any]) -> StepResult[EnvfactoryObservation]:
-        obs = EnvfactoryObservation(**payload.get("observation", {}), reward=payload.get("reward"),
-                                    done=payload.get("done", False))
-        return StepResult(observation=obs, reward=payload.get("reward"), done=payload.get("done", False))
-
-    def _parse_state(self, payload: dict[str, Any]) -> State:
-        return State(**payload)
+        return EnvfactoryClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_app(name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
@@ -401,14 +339,16 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _server(name: str, host: str, kw: dict[str, Any]) -> Any:
-    """The uvicorn server of ``build_app(name, **kw)``, refused beyond loopback without a token."""
+def _server(name: str, host: str, kw: dict[str, Any], app: Any = None) -> Any:
+    """The uvicorn server of ``app``, else of ``build_app(name, **kw)``, refused beyond loopback
+    without a token."""
     import uvicorn
 
     allow_no_token = kw.pop("allow_no_token", False)
     tls = {"tls_cert": kw.pop("tls_cert", None), "tls_key": kw.pop("tls_key", None)}
     check_exposure(host, resolve_token(kw.get("token")), allow_no_token)
-    app = build_app(name, **kw, local_only=is_loopback(host))
+    if app is None:
+        app = build_app(name, **kw, local_only=is_loopback(host))
     return uvicorn.Server(uvicorn_config(app, max_body=kw.get("max_body", DEFAULT_MAX_BODY),
                                          max_sessions=kw.get("max_sessions", 256), **tls))
 
@@ -417,12 +357,15 @@ def _url(server: Any, host: str, sock: socket.socket) -> str:
     return f"{scheme(server.config.ssl_certfile)}://{host}:{sock.getsockname()[1]}"
 
 
-def serve_openenv(name: str, host: str = "127.0.0.1", port: int = 8000, *, ready: Any = None, **kw: Any) -> None:
+def serve_openenv(name: str, host: str = "127.0.0.1", port: int = 8000, *, ready: Any = None, app: Any = None,
+                  **kw: Any) -> None:
     """Serve until interrupted (``port=0``: a free port). The URL goes to stderr once the server
     listens (``ready(url)`` is called too, when given). ``kw``: :func:`build_app`'s,
     ``allow_no_token`` (serve beyond loopback without a token), and ``tls_cert`` / ``tls_key``
-    (PEM files: HTTPS and WSS)."""
-    server = _server(name, host, kw)
+    (PEM files: HTTPS and WSS). ``app``: one :func:`build_app` already built from the same ``kw``
+    (with ``local_only=is_loopback(host)``); it is served as is, ``kw`` then only giving the token
+    the exposure check looks for and uvicorn's limits (``max_body``, ``max_sessions``)."""
+    server = _server(name, host, kw, app)
     sock = _listen(host, port)
     url = _url(server, host, sock)
 
@@ -475,19 +418,18 @@ class BackgroundServer:
 
 # -- CLI: envfactory serve NAME --protocol openenv (arguments: envfactory.cli.serve.SERVE) ----
 def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
-    try:
-        build_app(args.name, runtime=args.runtime, task=args.task, seed=args.seed, max_turns=args.max_turns,
-                  max_sessions=args.max_episodes, split=args.split, max_body=args.max_body)
+    build = dict(runtime=args.runtime, task=args.task, seed=args.seed, max_turns=args.max_turns,
+                 max_sessions=args.max_episodes, split=args.split, token=args.token, max_body=args.max_body,
+                 idle_timeout=DEFAULT_IDLE_TIMEOUT if args.idle_timeout is None else args.idle_timeout,
+                 max_session_time=args.max_session_time)
+    try:  # built once, before listening: an unknown environment, task or split is a usage error
+        app = build_app(args.name, **build, local_only=is_loopback(args.host))
     except (KeyError, ValueError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         return 2, {"error": msg}, f"error: {msg}"
     try:
-        serve_openenv(args.name, args.host, args.port, runtime=args.runtime, task=args.task, seed=args.seed,
-                      max_turns=args.max_turns, max_sessions=args.max_episodes, split=args.split, token=args.token,
-                      max_body=args.max_body,
-                      idle_timeout=DEFAULT_IDLE_TIMEOUT if args.idle_timeout is None else args.idle_timeout,
-                      max_session_time=args.max_session_time,
-                      allow_no_token=args.allow_no_token, tls_cert=args.tls_cert, tls_key=args.tls_key)
+        serve_openenv(args.name, args.host, args.port, app=app, **build, allow_no_token=args.allow_no_token,
+                      tls_cert=args.tls_cert, tls_key=args.tls_key)
     except KeyboardInterrupt:
         pass
     return 0, {"served": args.name, "protocol": "openenv"}, ""
