@@ -250,7 +250,8 @@ class HFPolicy(Policy):
         self._share_prefixes(arrs)
         cache, mask, logits, next_pos, reused = self._prefill_batch(arrs, extra=max_new)
         dev = self.device
-        plan = decode_attention.plan_batch(arrs, reused, mask) if self.decode_attention else None
+        plan = decode_attention.plan_batch(arrs, reused, mask) \
+            if self.model.config._attn_implementation == decode_attention.NAME else None
         gens = None
         if seed is not None:  # row i of the caller draws from its own generator, wherever it sits in the batch
             gens = [torch.Generator(device=dev).manual_seed((int(seed) * 1_000_003 + i) % (2**63)) for i in order]
@@ -298,8 +299,9 @@ class HFPolicy(Policy):
             pos = torch.tensor([[p] for p in next_pos], dtype=torch.long)
             next_pos = [n + 1 if a else n for n, a in zip(next_pos, active)]
             feed = torch.tensor([[t if a else self.pad_id] for t, a in zip(tok_l, active)], dtype=torch.long)
+            extra = {"ef_plan": plan} if plan is not None else {}  # only decode_attention reads it
             out = self.model(input_ids=feed.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                             past_key_values=cache, use_cache=True, logits_to_keep=1, ef_plan=plan)
+                             past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
             cache = out.past_key_values
             logits = out.logits[:, -1, :]
         self._keep([arrs[i] for i in live], [out_ids[i] for i in live], cache, mask)
