@@ -116,7 +116,7 @@ class Episode(Environment):
         # what reset() sets, computed once: each agent's system prompt, and the referee's scalar
         # fields (one dict update instead of a dozen attribute writes)
         self._system = {a: spec.render_system_prompt(a) for a in self.agents}
-        self._fresh = {"_round": 1, "_pos": 0, "_terminated": False, "_truncated": False, "_success": None,
+        self._fresh: dict[str, Any] = {"_round": 1, "_pos": 0, "_terminated": False, "_truncated": False, "_success": None,
                        "_answer": None, "_ended_by": None, "_timed_out": None}
         if not self._team:
             self._fresh.update(_seen_mail={self._solo_agent: 0}, _rewards={self._solo_agent: 0.0})
@@ -199,9 +199,12 @@ class Episode(Environment):
             opened: list[Message] = [{"role": "system", "content": self._system[a]},
                                      {"role": "user", "content": opening}]
             self._tx, self._pending = {a: opened}, []  # (the _transcripts setter, written out)
-            self._last_tool, self._acted = {a: []}, {a: 0}
+            self._last_tool: dict[str, list[Message]] = {a: []}
+            self._acted = {a: 0}
             self._counts = {a: {"tool_calls": 0, "tool_errors": 0, "parse_errors": 0}}
-            self._passed, self._last_words, self._log = [], {}, []
+            self._passed: list[str] = []
+            self._last_words: dict[str, str] = {}
+            self._log: list[tuple[Any, ...]] = []
             self.__dict__.update(self._fresh)  # with _seen_mail and _rewards: a sole agent's are never
             return opened.copy()               # changed in place (only replaced), so they are shared
         self.world.start(t)
@@ -214,13 +217,13 @@ class Episode(Environment):
             self._transcripts[a] = [{"role": "system", "content": self._system[a]},
                                     {"role": "user", "content": opening}]
         self._seen_mail = dict.fromkeys(self.agents, 0)
-        self._last_tool: dict[str, list[Message]] = {a: [] for a in self.agents}
+        self._last_tool = {a: [] for a in self.agents}
         self._acted = dict.fromkeys(self.agents, 0)
         self._counts = {a: {"tool_calls": 0, "tool_errors": 0, "parse_errors": 0} for a in self.agents}
         self._round, self._pos = 1, 0
-        self._passed: list[str] = []
-        self._last_words: dict[str, str] = {}
-        self._log: list[tuple[Any, ...]] = []  # (round, agent, name, arguments, kind, read_only)
+        self._passed = []
+        self._last_words = {}
+        self._log = []  # (round, agent, name, arguments, kind, read_only)
         self._terminated = self._truncated = False
         self._success: bool | None = None
         self._rewards = dict.fromkeys(self.agents, 0.0)

@@ -101,7 +101,7 @@ def test_parity_every_task(name: str) -> None:
                         assert x == y, f"{name} task {task.id} {mode} {policy}: step {i} differs"
                     assert len(a) == len(b)
                     outcomes.append(b[-1][1])
-                    if policy == "oracle":
+                    if policy == "oracle" and mode in task.metadata.get("modes", MODES):  # a task's own schedules
                         assert b[-1][1] is True, f"{name} task {task.id}: the oracle failed on docker ({mode})"
         assert True in outcomes and False in outcomes  # both outcomes were exercised
     finally:
