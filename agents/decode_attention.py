@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from .prefix_cache import common_prefix_len
+
 __all__ = ["NAME", "DecodePlan", "Segment", "plan_batch", "register", "sort_rows"]
 
 NAME = "envfactory_decode"
@@ -80,10 +82,7 @@ def plan_batch(prompts: list[Any], reused: list[int], mask: torch.Tensor, min_sh
     lo, length = 0, 1 << 62
     for i in range(1, n + 1):
         if i < n:
-            a, b = prompts[i - 1], prompts[i]
-            m = min(len(a), len(b))
-            neq = (a[:m] != b[:m]).nonzero()[0]
-            lcp = int(neq[0]) if len(neq) else m
+            lcp = common_prefix_len(prompts[i - 1], prompts[i])
             joined = min(length, lcp, reused[i - 1], reused[i])
             if joined >= min_shared:
                 length = joined

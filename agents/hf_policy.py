@@ -245,8 +245,9 @@ class HFPolicy(Policy):
         B = len(prompts)
         # rows sorted by their ids, so that prompts sharing a prefix are neighbours (decode_attention
         # reads a shared prefix once per run of rows); results go back in the caller's order
-        order = decode_attention.sort_rows([np.asarray(p, dtype=np.int64) for p in prompts])
-        arrs = [np.asarray(prompts[i], dtype=np.int64) for i in order]
+        given = [np.asarray(p, dtype=np.int64) for p in prompts]
+        order = decode_attention.sort_rows(given)
+        arrs = [given[i] for i in order]
         self._share_prefixes(arrs)
         cache, mask, logits, next_pos, reused = self._prefill_batch(arrs, extra=max_new)
         dev = self.device
