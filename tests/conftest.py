@@ -71,6 +71,41 @@ def require_torch() -> None:
 CI_REQUIRED_MODULES = ("torch", "transformers", "ray")
 
 
+def serve_mcp_http(name: str, *extra: str, env: dict | None = None) -> tuple[subprocess.Popen, str | None, str]:
+    """Start ``envfactory serve NAME --protocol mcp --transport streamable-http --port 0`` (plus
+    ``extra``) from the repository; returns (process, the URL it announced or None, its log so far)."""
+    import re
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "envfactory.cli", "serve", name, "--protocol", "mcp",
+                             "--transport", "streamable-http", "--port", "0", *extra], cwd=root,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(root), **(env or {})})
+    url, deadline, seen = None, time.monotonic() + 60, []
+    assert proc.stderr is not None
+    while url is None and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        m = re.search(r"(http://\S+/mcp)", line)
+        url = m.group(1) if m else None
+    return proc, url, "".join(seen)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """Terminate ``proc``, killing it after 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _missing_required(reason: str) -> str | None:
     for module in CI_REQUIRED_MODULES:
         if module in reason and importlib.util.find_spec(module) is None:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -17,6 +15,8 @@ import mcp_types as types
 import pytest
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+
+from conftest import serve_mcp_http, stop_process
 
 import envfactory
 from envfactory import ToolCall
@@ -158,28 +158,12 @@ def test_stdio_turn_limit_and_default_task():
 
 @pytest.fixture(scope="module")
 def http_server():
-    proc = subprocess.Popen([sys.executable, "-m", "envfactory.cli", "serve", NAME, "--protocol", "mcp",
-                             "--transport", "streamable-http", "--port", "0"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    url, deadline, seen = None, time.monotonic() + 60, []
-    while url is None and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        seen.append(line)
-        m = re.search(r"(http://\S+/mcp)", line)
-        url = m.group(1) if m else None
-    assert url, "the server did not announce its URL: " + "".join(seen)
+    proc, url, seen = serve_mcp_http(NAME)
+    assert url, "the server did not announce its URL: " + seen
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def test_http_sessions_are_separate_episodes(http_server):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_module
+from conftest import require_module, serve_mcp_http, stop_process
 
 require_module("openenv", "pip install 'envfactory[bench]' (scripts/setup.sh installs it)")
 require_module("mcp", "pip install 'envfactory[mcp]'")
@@ -403,28 +402,10 @@ def test_mcp_meta_names_only_episode_ids_not_other_sessions():
 
 # -- MCP face over streamable HTTP (the CLI) --------------------------------------------------
 def _serve(*extra: str, env: dict | None = None):
-    proc = subprocess.Popen([sys.executable, "-m", "envfactory.cli", "serve", "Counter-v0", "--protocol", "mcp",
-                             "--transport", "streamable-http", "--port", "0", *extra], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
-    url, deadline, seen = None, time.monotonic() + 60, []
-    while url is None and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        seen.append(line)
-        m = re.search(r"(http://\S+/mcp)", line)
-        url = m.group(1) if m else None
-    return proc, url, "".join(seen)
+    return serve_mcp_http("Counter-v0", *extra, env=env)
 
 
-def _stop(proc) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+_stop = stop_process
 
 
 _INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
