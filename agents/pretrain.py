@@ -420,15 +420,26 @@ def rows_on(rows: _Rows, device: str) -> _Rows:
     return _Rows(rows.ids.to(device), rows.pos.to(device), rows.seg.to(device), rows.labels.to(device))
 
 
-def _loss_sums(model: Any, rows: _Rows, i: int, n: int) -> tuple[Any, Any]:
-    """Next-token losses at every position of rows ``i .. i+n`` and where they count (labels != -100)."""
+def _loss_sums(model: Any, rows: _Rows, i: int, n: int, scored_only: bool = False) -> tuple[Any, Any]:
+    """Next-token losses at every position of rows ``i .. i+n`` and where they count (labels != -100).
+
+    ``scored_only``: run the output layer only at the positions that count (0 elsewhere): the same
+    losses there, up to float rounding, without the vocabulary-wide logits of every other position
+    (a quarter of a small model's forward pass when a big vocabulary meets SFT's few scored tokens)."""
     import torch
 
     ids, mask, pos, labels = rows.batch(i, n)
+    valid = labels != -100
+    if scored_only:
+        hidden = model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=pos).last_hidden_state
+        losses = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
+        logits = model.get_output_embeddings()(hidden[valid])
+        losses[valid] = torch.nn.functional.cross_entropy(logits.float(), labels[valid], reduction="none")
+        return losses, valid
     logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
     losses = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100,
                                                reduction="none").view_as(labels)
-    return losses, labels != -100
+    return losses, valid
 
 
 def lm_loss(model: Any, rows: _Rows, batch: int = 2) -> tuple[float, float]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 __all__ = ["READER_CONFIG", "reader_model", "reader_plays", "base_model", "schedule_lr", "sft_step",
-           "save_beside_base"]
+           "save_beside_base", "packed_sft"]
 
 _FORMAT = 1  # bump when the recipe changes
 
@@ -146,17 +146,9 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     rows = rows_on(rows, device)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, attn_implementation="sdpa").to(device)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(0.9, 0.99), weight_decay=0.0)
-    warm = max(1, steps // 20)
-    losses: list[float] = []
-    for step in range(steps):
-        losses.append(sft_step(model, opt, rows, step * cfg["batch"], cfg["batch"],
-                               schedule_lr(cfg["lr"], step, warm, steps)))
-        if (step + 1) % max(1, steps // 10) == 0 or step == steps - 1:
-            recent = losses[-max(1, steps // 10):]
-            say(f"reader sft (seed {seed}): step {step + 1}/{steps} nll {sum(recent) / len(recent):.3f} "
-                f"({time.perf_counter() - t0:.0f}s)")
+    losses = packed_sft(model, rows, steps=steps, batch=cfg["batch"], lr=cfg["lr"], log=say,
+                        label=f"reader sft (seed {seed})", started=t0)
+
     def save(tmp: Path) -> None:
         save_beside_base(model, base, tmp)
         (tmp / "envfactory-reader.json").write_text(json.dumps(
@@ -170,13 +162,40 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     return str(dest)
 
 
+def packed_sft(model: Any, rows: Any, *, steps: int, batch: int, lr: float,
+               log: Callable[[str], None] | None = None, label: str = "sft", started: float | None = None,
+               scored_only: bool = False) -> list[float]:
+    """Train ``model`` in place for ``steps`` AdamW steps of ``batch`` packed rows each (rows from
+    :func:`agents.pretrain._shared_rows`), the learning rate warmed up over a twentieth of the steps
+    and decayed to a tenth (:func:`schedule_lr`); a progress line to ``log`` every tenth of the run.
+    Parameters that do not require grad stay as they are (see :func:`agents.smol.freeze_below`);
+    ``scored_only``: the output layer runs at scored positions only (:func:`agents.pretrain._loss_sums`).
+    Returns every step's loss."""
+    import torch
+
+    say = log or (lambda m: None)
+    t0 = time.perf_counter() if started is None else started
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+    warm = max(1, steps // 20)
+    losses: list[float] = []
+    for step in range(steps):
+        losses.append(sft_step(model, opt, rows, step * batch, batch, schedule_lr(lr, step, warm, steps),
+                               scored_only=scored_only))
+        if (step + 1) % max(1, steps // 10) == 0 or step == steps - 1:
+            recent = losses[-max(1, steps // 10):]
+            say(f"{label}: step {step + 1}/{steps} nll {sum(recent) / len(recent):.3f} "
+                f"({time.perf_counter() - t0:.0f}s)")
+    return losses
+
+
 def schedule_lr(peak: float, step: int, warm: int, total: int) -> float:
     """Reader SFT's learning rate at ``step``: linear warmup over ``warm`` steps, then linear
     decay to a tenth of ``peak`` at ``total``."""
     return peak * min((step + 1) / warm, 1.0 - 0.9 * max(0, step - warm) / max(1, total - warm))
 
 
-def sft_step(model: Any, opt: Any, rows: Any, i: int, n: int, lr: float) -> float:
+def sft_step(model: Any, opt: Any, rows: Any, i: int, n: int, lr: float, scored_only: bool = False) -> float:
     """One optimizer step of the loss on rows ``i .. i+n`` (scored positions only) at ``lr``,
     gradients clipped to norm 1; the step's mean loss."""
     import torch
@@ -185,7 +204,7 @@ def sft_step(model: Any, opt: Any, rows: Any, i: int, n: int, lr: float) -> floa
 
     for g in opt.param_groups:
         g["lr"] = lr
-    lo, valid = _loss_sums(model, rows, i, n)
+    lo, valid = _loss_sums(model, rows, i, n, scored_only)
     loss = lo[valid].mean()
     opt.zero_grad(set_to_none=True)
     loss.backward()
