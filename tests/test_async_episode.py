@@ -360,3 +360,16 @@ def test_astep_on_the_docker_runtime_is_step() -> None:
     local.reset("counter-0-2")
     want = [local.step(a).to_json() for a in (INC, INC, "It shows 2.")]
     assert _same(_run(play()), want) and want[-1]["reward"] == 1.0
+
+
+def test_the_benchmark_is_an_envfactory_bench_section() -> None:
+    """Declared in pyproject's ``envfactory.bench`` group (what ``bench --only async_rollout`` lists once
+    the package is installed), pointing at the function that runs it."""
+    import importlib
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    target = project["project"]["entry-points"]["envfactory.bench"]["async_rollout"]
+    module, _, name = target.partition(":")
+    assert callable(getattr(importlib.import_module(module), name))
