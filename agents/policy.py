@@ -99,8 +99,18 @@ class Policy(ABC):
         self.close()
 
 
+_STOP_IDS: dict[int, tuple[Any, int, list[int]]] = {}
+
+
 def default_stop_ids(tokenizer: Any) -> list[int]:
-    """The ids that end an assistant turn: the tokenizer's EOS and ``<|im_end|>`` when it has them."""
+    """The ids that end an assistant turn: the tokenizer's EOS and ``<|im_end|>`` when it has them.
+
+    Cached per tokenizer (and its size: added tokens look again): the look-up reads the whole
+    vocabulary, milliseconds a call, and rollouts ask on every scripted turn."""
+    size = len(tokenizer) if hasattr(tokenizer, "__len__") else -1
+    hit = _STOP_IDS.get(id(tokenizer))
+    if hit is not None and hit[0] is tokenizer and hit[1] == size:
+        return list(hit[2])
     ids: list[int] = []
     if getattr(tokenizer, "eos_token_id", None) is not None:
         ids.append(int(tokenizer.eos_token_id))
@@ -111,7 +121,8 @@ def default_stop_ids(tokenizer: Any) -> list[int]:
         raise ValueError(
             "the tokenizer has neither an eos_token nor <|im_end|>; pass stop_token_ids explicitly"
         )
-    return ids
+    _STOP_IDS[id(tokenizer)] = (tokenizer, size, ids)
+    return list(ids)
 
 
 def sampling_stats(logits: "torch.Tensor", temperature: float, top_p: float

@@ -270,6 +270,12 @@ class Rollout:
             t.truncated = True
             self.full.add(agent)
 
+    def _opened(self, max_new_tokens: int, max_context: int | None) -> None:
+        """After the episode's reset: its task, and the opening of the agents who act first."""
+        for t in self.trajectories.values():
+            t.task_id = self.env.task.id
+        self._next(max_new_tokens, max_context)
+
     def _next(self, max_new_tokens: int, max_context: int | None) -> None:
         """After a tick: end the rollout, or let the next agents observe what is new to them."""
         if self.env.done:
@@ -282,15 +288,35 @@ class Rollout:
 
     def _play(self, turns: dict[str, Generation], stops: dict[str, set[int]]) -> None:
         """Hand the sampled turns' text to the episode; record the turns it took."""
+        split, texts, acting = self._texts(turns, stops)
+        self._record(turns, split, self._step(acting, texts))
+
+    def _texts(self, turns: dict[str, Generation], stops: dict[str, set[int]]
+               ) -> tuple[dict[str, tuple[list[int], str, str]], dict[str, str], list[str]]:
+        """``(split, texts, acting)``: each sampled turn's ids, text and owed closing, the texts the
+        episode gets, and who acts (what :meth:`_step` and :meth:`_record` take)."""
         split = {a: _split(g, renderer_for(self.tokenizers[a]), stops[a]) for a, g in turns.items()}
-        texts = {a: s[1] for a, s in split.items()}
-        acting = self.acting()
+        return split, {a: s[1] for a, s in split.items()}, self.acting()
+
+    def _step(self, acting: list[str], texts: dict[str, str]) -> dict[str, Any]:
+        """The episode's tick: ``{agent: StepResult}`` of the agents that acted."""
         if len(self.trajectories) == 1:
-            results = {acting[0]: self.env.step(texts.get(acting[0], ""))}
-        elif self.mode == "parallel":
-            results = self.env.step_round({a: texts.get(a, "") for a in acting})
-        else:
-            results = {acting[0]: self.env.act(acting[0], texts.get(acting[0], ""))}
+            return {acting[0]: self.env.step(texts.get(acting[0], ""))}
+        if self.mode == "parallel":
+            return self.env.step_round({a: texts.get(a, "") for a in acting})
+        return {acting[0]: self.env.act(acting[0], texts.get(acting[0], ""))}
+
+    async def _astep(self, acting: list[str], texts: dict[str, str]) -> dict[str, Any]:
+        """:meth:`_step`, awaited (the episode's async twins)."""
+        if len(self.trajectories) == 1:
+            return {acting[0]: await self.env.astep(texts.get(acting[0], ""))}
+        if self.mode == "parallel":
+            return dict(await self.env.astep_round({a: texts.get(a, "") for a in acting}))
+        return {acting[0]: await self.env.aact(acting[0], texts.get(acting[0], ""))}
+
+    def _record(self, turns: dict[str, Generation], split: dict[str, tuple[list[int], str, str]],
+                results: dict[str, Any]) -> None:
+        """Record the turns the episode took (``results``: :meth:`_step`'s)."""
         for a, (ids, text, closing) in split.items():
             t = self.trajectories[a]
             if a not in results:  # a parallel round cut short (finish) ignored this turn
@@ -388,6 +414,19 @@ def start(team: Team, env: Any, task: Any = None, *, seed: int | None = None, mo
 
     Never raises for a failing environment: the rollout comes back done, with ``error`` set.
     """
+    ro = _new(team, env, task, seed=seed, mode=mode, tokenizer=tokenizer, rubric=rubric,
+              rubric_as_reward=rubric_as_reward)
+    try:
+        env.reset(task, seed=seed)
+        ro._opened(max_new_tokens, max_context)
+    except Exception as exc:  # a crashed container must not kill the batch
+        ro.fail(f"reset failed: {type(exc).__name__}: {exc}")
+    return ro
+
+
+def _new(team: Team, env: Any, task: Any, *, seed: int | None, mode: str, tokenizer: Any, rubric: Any,
+         rubric_as_reward: bool) -> Rollout:
+    """The rollout :func:`start` begins, before its episode is reset."""
     if mode not in ("aec", "parallel"):
         raise ValueError(f"mode must be 'aec' or 'parallel', got {mode!r}")
     actors = resolve_team(team, list(env.agents))
@@ -399,13 +438,6 @@ def start(team: Team, env: Any, task: Any = None, *, seed: int | None = None, mo
     ro.rubric, ro.rubric_as_reward = rubric, rubric_as_reward
     for t in ro.trajectories.values():
         t.task_id, t.seed = str(getattr(task, "id", task)), seed
-    try:
-        env.reset(task, seed=seed)
-        for t in ro.trajectories.values():
-            t.task_id = env.task.id
-        ro._next(max_new_tokens, max_context)
-    except Exception as exc:  # a crashed container must not kill the batch
-        ro.fail(f"reset failed: {type(exc).__name__}: {exc}")
     return ro
 
 
@@ -445,57 +477,77 @@ def advance(states: Sequence[Rollout], *, max_new_tokens: int, temperature: floa
     ``env_threads`` threads (default: 1 for in-process worlds, 16 when any is remote).
     """
     live = [s for s in states if not s.done]
-    jobs = [(s, a) for s in live for a in s.acting() if a not in s.full]
+    ticks = _generate(live, [seed] * len(live), max_new_tokens=max_new_tokens, temperature=temperature,
+                      top_p=top_p, stop_token_ids=stop_token_ids)
+
+    def play(tick: tuple[Rollout, dict[str, Generation], dict[str, set[int]]]) -> None:
+        _play(*tick, max_new_tokens=max_new_tokens, max_context=max_context)
+
+    if env_threads is None:
+        from envfactory.world import LocalWorld
+
+        env_threads = 1 if all(isinstance(getattr(s.env, "world", None), LocalWorld) for s, _, _ in ticks) else 16
+    if env_threads > 1 and len(ticks) > 1:
+        with ThreadPoolExecutor(min(env_threads, len(ticks))) as pool:
+            list(pool.map(play, ticks))
+    else:
+        for tick in ticks:
+            play(tick)
+
+
+def _generate(live: Sequence[Rollout], seeds: Sequence[int | None], *, max_new_tokens: int, temperature: float,
+              top_p: float, stop_token_ids: list[int] | None
+              ) -> list[tuple[Rollout, dict[str, Generation], dict[str, set[int]]]]:
+    """The next turns of the rollouts ``live`` (none done; ``seeds``: each one's tick seed), one
+    ``generate`` call per distinct policy (seeded with its first rollout's seed). A rollout whose
+    backend failed is failed here; for each other one ``(rollout, {agent: turn}, {agent: stop ids})``."""
+    jobs = [(i, s, a) for i, s in enumerate(live) for a in s.acting() if a not in s.full]
     out: list[Generation | Exception | None] = [None] * len(jobs)
     by_policy: dict[int, list[int]] = {}
-    for j, (s, a) in enumerate(jobs):
+    for j, (i, s, a) in enumerate(jobs):
         if hasattr(s.actors[a], "generate"):
             by_policy.setdefault(id(s.actors[a]), []).append(j)
         else:
             try:
-                out[j] = _scripted(s, a, seed or 0)
+                out[j] = _scripted(s, a, seeds[i] or 0)
             except Exception as exc:
                 out[j] = exc
     stops: dict[int, list[int]] = {}
     for idx in by_policy.values():
-        s0, a0 = jobs[idx[0]]
+        i0, s0, a0 = jobs[idx[0]]
         policy = s0.actors[a0]
         stops[id(policy)] = stop_token_ids if stop_token_ids is not None else default_stop_ids(policy.tokenizer)
         kw = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                  stop_token_ids=sorted(set(stops[id(policy)])), seed=seed)
-        seqs = [jobs[j][0].trajectories[jobs[j][1]] for j in idx]
+                  stop_token_ids=sorted(set(stops[id(policy)])), seed=seeds[i0])
+        seqs = [jobs[j][1].trajectories[jobs[j][2]] for j in idx]
         for j, g in zip(idx, _generate_each(policy, [t.prompt_ids + t.response_ids for t in seqs], kw)):
             out[j] = g
     turns: dict[int, dict[str, Generation]] = {id(s): {} for s in live}
-    for (s, a), g in zip(jobs, out):
+    for (_, s, a), g in zip(jobs, out):
         if isinstance(g, Exception):
             if not s.done:
                 s.fail(f"policy backend failed for {a}: {type(g).__name__}: {g}")
         else:
             turns[id(s)][a] = g
-    live = [s for s in live if not s.done]
+    return [(s, turns[id(s)], {a: set(stops.get(id(s.actors[a])) or default_stop_ids(s.tokenizers[a]))
+                               for a in turns[id(s)]}) for s in live if not s.done]
 
-    def play(s: Rollout) -> None:
-        st = {a: set(stops.get(id(s.actors[a])) or default_stop_ids(s.tokenizers[a])) for a in turns[id(s)]}
-        try:
-            s._play(turns[id(s)], st)
-        except Exception as exc:
-            return s.fail(f"environment step failed: {type(exc).__name__}: {exc}")
-        try:
-            s._next(max_new_tokens, max_context)
-        except Exception as exc:
-            s.fail(f"rendering the environment's reply failed: {type(exc).__name__}: {exc}")
 
-    if env_threads is None:
-        from envfactory.world import LocalWorld
+def _play(s: Rollout, turns: dict[str, Generation], stops: dict[str, set[int]], *, max_new_tokens: int,
+          max_context: int | None) -> None:
+    """Step ``s``'s episode with its sampled ``turns`` and render what comes next; a failure fails ``s`` only."""
+    try:
+        s._play(turns, stops)
+    except Exception as exc:
+        return s.fail(f"environment step failed: {type(exc).__name__}: {exc}")
+    _render_next(s, max_new_tokens, max_context)
 
-        env_threads = 1 if all(isinstance(getattr(s.env, "world", None), LocalWorld) for s in live) else 16
-    if env_threads > 1 and len(live) > 1:
-        with ThreadPoolExecutor(min(env_threads, len(live))) as pool:
-            list(pool.map(play, live))
-    else:
-        for s in live:
-            play(s)
+
+def _render_next(s: Rollout, max_new_tokens: int, max_context: int | None) -> None:
+    try:
+        s._next(max_new_tokens, max_context)
+    except Exception as exc:
+        s.fail(f"rendering the environment's reply failed: {type(exc).__name__}: {exc}")
 
 
 def rollout(team: Team, envs_and_tasks: Iterable[tuple[Any, Any]], *, max_new_tokens: int = 256,

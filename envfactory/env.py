@@ -19,22 +19,86 @@ Episode protocol:
    calls ``finish``); it is truncated after ``max_turns`` assistant turns.
    ``reward`` is 0 until the end, then 1.0 if the task succeeded, judged from
    the true final state, never from the agent's claims.
+
+Every blocking member has an awaitable twin for asyncio code (``areset``, ``astep``,
+``afork``, ``aclose``; an :class:`~envfactory.episode.Episode` adds ``aact`` and
+``astep_round``): the same call, run on a bounded thread pool shared by the process
+(:func:`async_executor`), so many episodes are in flight on one event loop and a slow tool
+holds only its own episode. Each returns or raises exactly what its blocking twin does
+(a world that fails or overruns is an error observation, never an exception). One
+episode takes one call at a time: a second async call on it while one is running raises
+:class:`EpisodeError`. Cancelling the awaiting task does not undo a call already running:
+the episode ends up as that call leaves it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
+import os
+import threading
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 if TYPE_CHECKING:
     from .definition import ToolEnvSpec
     from .state import State
     from .task import Task
 
-__all__ = ["Environment", "StepResult", "EpisodeError", "SnapshotError", "Message"]
+__all__ = ["Environment", "StepResult", "EpisodeError", "SnapshotError", "Message", "async_executor"]
 
 Message = dict[str, Any]
+T = TypeVar("T")
+
+ASYNC_THREADS = 64  # default size of the async methods' thread pool (ENVFACTORY_ASYNC_THREADS)
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+_in_flight: set[int] = set()  # id() of every environment with an async call running
+
+
+def async_executor() -> ThreadPoolExecutor:
+    """The process-wide pool the async methods run their blocking calls on: at most
+    ``ENVFACTORY_ASYNC_THREADS`` (default 64) calls run at once; more wait for a thread.
+
+    A thread, not a native non-blocking path: a container step is one framed request on a
+    Unix socket, but around it sit the pool's locks, the container's death and resumption
+    (journal replay) and the deadline; run in a thread, all of that stays the one code path
+    the blocking API uses, and a thread blocked on its socket (or a sleeping tool) releases
+    the GIL, so the steps really overlap."""
+    global _executor
+    if _executor is None:
+        with _executor_lock:
+            if _executor is None:
+                n = int(os.environ.get("ENVFACTORY_ASYNC_THREADS") or ASYNC_THREADS)
+                if n < 1:
+                    raise ValueError(f"ENVFACTORY_ASYNC_THREADS must be at least 1, got {n}")
+                _executor = ThreadPoolExecutor(n, thread_name_prefix="envfactory-async")
+    return _executor
+
+
+async def _offload(env: object, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` on :func:`async_executor` (with the caller's context variables),
+    awaited; one call per environment at a time."""
+    key = id(env)
+    if key in _in_flight:
+        what = getattr(getattr(env, "spec", None), "name", type(env).__name__)
+        raise EpisodeError(f"{what}: another async call on this episode is still running; "
+                           "await it before the next (one episode plays one turn at a time)")
+    loop = asyncio.get_running_loop()
+    ctx = contextvars.copy_context()
+    _in_flight.add(key)
+    try:
+        done = async_executor().submit(functools.partial(ctx.run, fn, *args, **kwargs))
+    except BaseException:
+        _in_flight.discard(key)
+        raise
+    # released when the call itself ends (not when its awaiter is cancelled): a cancelled
+    # astep must not let the next call run beside the one still running
+    done.add_done_callback(lambda _: _in_flight.discard(key))
+    return await asyncio.wrap_future(done, loop=loop)
 
 
 class EpisodeError(RuntimeError):
@@ -145,6 +209,23 @@ class Environment(ABC):
 
     def close(self) -> None:
         """Release resources (containers, sessions). Idempotent."""
+
+    # -- asyncio twins: the same calls, awaited (see the module docstring) ----------------
+    async def areset(self, task: "str | int | Task | None" = None, *, seed: int | None = None) -> list[Message]:
+        """:meth:`reset`, awaited."""
+        return await _offload(self, self.reset, task, seed=seed)
+
+    async def astep(self, action: Any) -> StepResult:
+        """:meth:`step`, awaited: other episodes go on while this one's tools run."""
+        return await _offload(self, self.step, action)
+
+    async def afork(self) -> "Environment":
+        """:meth:`fork`, awaited (a container world forks with a request)."""
+        return await _offload(self, self.fork)
+
+    async def aclose(self) -> None:
+        """:meth:`close`, awaited."""
+        await _offload(self, self.close)
 
     def __enter__(self) -> "Environment":
         return self

@@ -24,6 +24,8 @@ a round ends. One typed API for any number of roles:
   the same information, so messages sent during it reach their recipients only
   from the next round on; calls run in role order, so when two agents grab the
   same resource the first gets it and the second a ``conflict`` error.
+- ``areset``, ``astep``, ``aact``, ``astep_round``, ``afork``, ``aclose``: the same, awaited,
+  for asyncio code keeping many episodes in flight (:mod:`envfactory.env`).
 - ``messages`` is the sole agent's conversation; on a team it raises and names
   :meth:`Episode.transcript`. Members taking ``agent=None`` mean the sole agent
   and raise on a team, asking which agent.
@@ -48,7 +50,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from .definition import DEFAULT_SPLIT, PERMISSION_PREFIX, DrawSplit, ToolEnvSpec, split_members, task_for_seed
-from .env import Environment, EpisodeError, Message, SnapshotError, StepResult
+from .env import Environment, EpisodeError, Message, SnapshotError, StepResult, _offload
 from .mail import CONFLICT_PREFIX, Mailbox, MultiState
 from .parsing import ParsedAction, parse_action, parse_text
 from .snapshots import WORLD_GONE, check_referee, check_seal, sign_snapshot
@@ -296,6 +298,14 @@ class Episode(Environment):
             self._check_turn(a)
             out[a] = self._turn(a, actions.get(a, ""), limit)
         return out
+
+    async def aact(self, agent: str, action: Any) -> StepResult:
+        """:meth:`act`, awaited (see :mod:`envfactory.env` for the async methods)."""
+        return await _offload(self, self.act, agent, action)
+
+    async def astep_round(self, actions: Mapping[str, Any]) -> dict[str, StepResult]:
+        """:meth:`step_round`, awaited."""
+        return await _offload(self, self.step_round, actions)
 
     def _slow(self, agent: str, parsed: ParsedAction) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         r = self._turn(agent, parsed, 0, preparsed=True)
