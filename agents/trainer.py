@@ -474,7 +474,9 @@ class Trainer:
                        "episodes": len(runs), "success": sum(r.success for r in runs) / n,
                        "reward": sum(r.reward for r in runs) / n, "errors": sum(r.error is not None for r in runs),
                        "calls": sum(t.turns for t in trajs), "chains": len(trajs),
-                       "tokens_generated": sum(sum(t.loss_mask) for t in trajs), **st,
+                       "tokens_generated": sum(sum(t.loss_mask) for t in trajs), "loss": st["loss"], "kl": st["kl"],
+                       "clip_fraction": st["clip_fraction"], "trained_sequences": st["sequences"],
+                       "trained_tokens": st["tokens"], "grad_norm": st["grad_norm"],
                        "rollout_s": round(t_rollout, 3), "step_s": round(time.perf_counter() - t0, 3)}
                 self.log.write(row)
                 rows.append(row)
