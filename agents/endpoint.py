@@ -409,8 +409,11 @@ class ChatEndpoint:
         name = session if session is not None else (user if isinstance(user, str) else "")
         msgs = template_messages(body.get("messages"))
         tools = body.get("tools") or []
-        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-            raise RequestError("tools must be a list of tool objects", param="tools")
+        if not isinstance(tools, list) or not all(
+                isinstance(t, dict) and isinstance(t.get("function"), dict)
+                and isinstance(t["function"].get("name"), str) for t in tools):
+            raise RequestError('tools must be a list of {"type": "function", "function": {"name": ..., '
+                               '"parameters": {...}}} objects', param="tools")
         max_new = body.get("max_completion_tokens", body.get("max_tokens"))
         max_new = self.max_tokens if max_new is None else max_new
         if not isinstance(max_new, int) or isinstance(max_new, bool) or not 1 <= max_new <= self.max_tokens:
@@ -474,10 +477,13 @@ class ChatEndpoint:
                     if hits:
                         parent = hits[-1]
                         break
-        if parent is None:
-            return None, r.opening(msgs, tools)
-        new = msgs[k:]
-        tail = parent.closing + r.continuation(new, add_generation_prompt=True)
+        try:
+            if parent is None:
+                return None, r.opening(msgs, tools)
+            tail = parent.closing + r.continuation(msgs[k:], add_generation_prompt=True)
+        except Exception as exc:  # the template refused what the request holds (jinja raises many kinds)
+            raise RequestError(f"the chat template cannot render these messages: {type(exc).__name__}: {exc}",
+                               param="messages") from None
         return parent, parent.prompt_ids + parent.completion_ids + r.encode(tail)
 
 
@@ -534,7 +540,13 @@ def _handler(endpoint: ChatEndpoint) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             try:
                 session, path = self._route()
-                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    length = -1
+                if length < 0:
+                    self.close_connection = True
+                    raise RequestError("Content-Length must be a non-negative integer")
                 if length > MAX_BODY:
                     self.close_connection = True  # the unread body must not be taken for the next request
                     raise RequestError(f"the request body is {length} bytes; at most {MAX_BODY} are read",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 
 import pytest
 
@@ -158,6 +159,8 @@ def test_the_environment_reward_scores_a_run(hf: HFPolicy) -> None:
     (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}).encode(), 400),
     (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}).encode(), 400),
     (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": "all"}).encode(), 400),
+    (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{"name": 1}]}).encode(), 400),
+    (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}).encode(), 400),
     (json.dumps({"model": "m", "messages": [{"role": "assistant", "content": "",
                                               "tool_calls": [{"function": 3}]}]}).encode(), 400),
 ])
@@ -179,6 +182,10 @@ def test_unknown_routes_and_huge_bodies_are_refused(hf: HFPolicy) -> None:
         assert httpx.post(ep.base_url.replace("/v1", "") + "/other", json={}).status_code == 404
         r = httpx.post(ep.base_url + "/chat/completions", content=b"x" * (5 << 20))
         assert r.status_code == 413 and "error" in r.json()
+        with socket.create_connection((ep.host, ep.port), timeout=30) as sock:  # httpx will not send this
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}")
+            head = sock.recv(65536).decode()
+        assert head.startswith("HTTP/1.1 400") and "Content-Length must be" in head
         with pytest.raises(openai.BadRequestError):
             openai.OpenAI(base_url=ep.base_url, api_key="x").chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "hi"}], stop=["\n"])
