@@ -146,6 +146,14 @@ def test_the_environment_reward_scores_a_run(hf: HFPolicy) -> None:
         assert all(t.reward == reward for r in runs for t in r.trajectories)
         assert ep.sessions == {}  # each run's session was taken
 
+    def scored_by_the_loop(base_url, env):  # e.g. a loop that plays through MCP and reads the reward there
+        agent_loop(base_url, env)
+        return 0.25
+
+    with ChatEndpoint(wrong, max_tokens=32) as ep:
+        runs = run_agent_loop(scored_by_the_loop, ep, [(_counter(), TASK)], 2)
+    assert [r.reward for r in runs] == [0.25, 0.25] and [len(r.trajectories) for r in runs] == [1, 1]
+
 
 @pytest.mark.parametrize("body, status", [
     (b"{not json", 400),
