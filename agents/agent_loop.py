@@ -62,6 +62,8 @@ def _play(fn: AgentLoop, endpoint: ChatEndpoint, run: Run, env: Any) -> Run:
             success, rewards = env.judge()
             run.reward, run.success = float(rewards.get(env.agents[0], 0.0)), bool(success)
     except Exception as exc:  # a failing loop fails its run only
+        while getattr(exc, "exceptions", None):  # an async loop's task group: say what failed inside
+            exc = exc.exceptions[0]  # type: ignore[attr-defined]
         run.error = f"{type(exc).__name__}: {exc}"
     finally:
         env.close()

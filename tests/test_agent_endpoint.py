@@ -197,3 +197,50 @@ def test_unknown_routes_and_huge_bodies_are_refused(hf: HFPolicy) -> None:
         with pytest.raises(openai.BadRequestError):
             openai.OpenAI(base_url=ep.base_url, api_key="x").chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "hi"}], stop=["\n"])
+
+
+def test_a_loop_that_plays_through_mcp_is_recorded_and_scored(hf: HFPolicy) -> None:
+    """The loop holds no environment: it plays `envfactory serve --protocol mcp` with the mcp SDK,
+    and returns the reward the server reports."""
+    import sys
+
+    import anyio
+    from conftest import require_module
+
+    require_module("mcp", "pip install 'envfactory[mcp]' (scripts/setup.sh installs it)")
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    from agents.agent_loop import run_agent_loop
+
+    async def play(base_url: str, task_id: str) -> float:
+        server = StdioServerParameters(command=sys.executable,
+                                       args=["-m", "envfactory.cli", "serve", "Counter-v0", "--protocol", "mcp"])
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused")
+        async with stdio_client(server) as (read, write), ClientSession(read, write) as mcp:
+            await mcp.initialize()
+            start = (await mcp.call_tool("start_episode", {"task_id": task_id})).structured_content
+            tools = [{"type": "function", "function": {"name": t.name, "description": t.description or "",
+                                                       "parameters": t.input_schema}}
+                     for t in (await mcp.list_tools()).tools if t.name in {"increment", "finish"}]
+            messages = [{"role": "system", "content": start["system_prompt"]},
+                        {"role": "user", "content": start["instruction"]}]
+            for _ in range(3):
+                reply = (await client.chat.completions.create(model="m", messages=messages, tools=tools)).choices[0]
+                messages.append(reply.message.model_dump(exclude_none=True))
+                if not reply.message.tool_calls:
+                    meta = (await mcp.call_tool("end_episode", {"answer": reply.message.content or ""})).meta
+                    return float(meta["envfactory/reward"])
+                for c in reply.message.tool_calls:
+                    out = await mcp.call_tool(c.function.name, json.loads(c.function.arguments))
+                    messages.append({"role": "tool", "tool_call_id": c.id, "content": out.content[0].text})
+        return 0.0
+
+    call = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
+    scripted = ScriptedModel(hf.tokenizer, lambda p, turn: call if turn == 0 else "The counter shows 1.")
+    with ChatEndpoint(scripted, max_tokens=32) as ep:
+        [run] = run_agent_loop(lambda url, env: anyio.run(play, url, env.task.id), ep, [(_counter(), TASK)], 1)
+    assert run.error is None and run.reward == 1.0
+    [traj] = run.trajectories  # both calls in one chain: the second continued the first's ids
+    assert traj.turns == 2 and traj.tool_calls == 1 and traj.reward == 1.0
+    assert sum(traj.loss_mask) == sum(b - a for a, b in traj.turn_spans)
