@@ -21,14 +21,13 @@ algorithm trains here as GRPO (its advantages, clip, KL and updates; no branches
 
 from __future__ import annotations
 
-import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .endpoint import ChatEndpoint
-from .rollout import Trajectory
+from .rollout import Trajectory, env_version
 
 __all__ = ["AgentLoop", "Run", "run_agent_loop", "advantaged"]
 
@@ -71,8 +70,9 @@ def _play(fn: AgentLoop, endpoint: ChatEndpoint, run: Run, env: Any) -> Run:
     session = endpoint.pop(run.session)
     run.trajectories = session.trajectories(env_name=run.env_name, task_id=run.task_id, reward=run.reward,
                                             success=run.success)
+    version = env_version(env.spec)
     for t in run.trajectories:
-        t.agent, t.error = env.agents[0], run.error
+        t.agent, t.error, t.env_version = env.agents[0], run.error, version
     return run
 
 

@@ -19,7 +19,7 @@ role, content and tool calls), the prompt is that call's prompt ids + its sample
 the template's rendering of the new messages (closing markup, tool results, the next
 assistant header), exactly as :mod:`agents.rollout` builds it; the sampled ids are never
 re-tokenized. A request that extends no earlier call is rendered whole (a new chain).
-:meth:`Session.trajectories` turns each chain of calls into a
+:meth:`Session.trajectories` (:mod:`agents.chat_calls`) turns each chain of calls into a
 :class:`~agents.rollout.Trajectory` (sampled ids with loss mask 1, inserted ids 0) that
 the trainer trains on.
 
@@ -30,222 +30,22 @@ requests get a 4xx JSON error in OpenAI's ``{"error": {...}}`` shape.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
 import uuid
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from envfactory.parsing import parse_text
-
+from .chat_calls import (Call, RequestError, Session, assistant_message, chain_key, message_as_template,
+                         template_messages)
 from .policy import Generation, Policy, default_stop_ids
-from .rollout import Trajectory, _split, renderer_for
+from .rollout import _split, renderer_for
 
 __all__ = ["ChatEndpoint", "Session", "Call", "RequestError", "MAX_BODY"]
 
 MAX_BODY = 4 << 20  # bytes of a request body (the MCP face's limit too)
-_ROLES = ("system", "user", "assistant", "tool")
-
-
-class RequestError(ValueError):
-    """A request the endpoint refuses: ``status`` (4xx), the message and the offending ``param``."""
-
-    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.param = status, param
-
-    def body(self) -> dict[str, Any]:
-        kind = "invalid_request_error" if self.status < 500 else "server_error"
-        return {"error": {"message": str(self), "type": kind, "param": self.param, "code": None}}
-
-
-@dataclass
-class Call:
-    """One served chat completion: what was asked, the exact ids sampled and their log-probs."""
-
-    id: str
-    parent: "Call | None"
-    messages: list[dict[str, Any]]
-    """The request's messages in template form (tool-call arguments as JSON strings)."""
-    tools: list[dict[str, Any]]
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    logprobs: list[float]
-    entropies: list[float]
-    finish_reason: str
-    text: str
-    """The model's text (without a sampled turn-ending stop token): what the template renders."""
-    closing: str
-    """The template's turn-closing markup still owed after ``completion_ids``."""
-    message: dict[str, Any]
-    """The assistant message returned to the client."""
-    temperature: float
-    closing_ids: list[int] = field(default_factory=list)
-    """``closing`` as ids (what a trajectory ending with this call ends with)."""
-    children: int = 0
-
-
-@dataclass
-class Session:
-    """The calls one client (one episode of an agent loop) made, grouped into chains."""
-
-    name: str
-    calls: list[Call] = field(default_factory=list)
-    _index: dict[str, list[Call]] = field(default_factory=dict, repr=False)
-
-    def chains(self) -> list[list[Call]]:
-        """Each chain of calls (root to a call no later call extended), in the order they ended."""
-        return [_lineage(c) for c in self.calls if c.children == 0]
-
-    def trajectories(self, *, env_name: str = "", task_id: str = "", reward: float = 0.0,
-                     success: bool = False) -> list[Trajectory]:
-        """A :class:`~agents.rollout.Trajectory` per chain: the first call's prompt, then every
-        call's sampled ids (loss mask 1, their log-probs) with what came between them inserted
-        (loss mask 0), all with ``reward``."""
-        return [chain_trajectory(ch, env_name=env_name, task_id=task_id, reward=reward, success=success)
-                for ch in self.chains()]
-
-
-def _lineage(call: Call) -> list[Call]:
-    out = []
-    c: Call | None = call
-    while c is not None:
-        out.append(c)
-        c = c.parent
-    return out[::-1]
-
-
-def chain_trajectory(chain: list[Call], *, env_name: str = "", task_id: str = "", reward: float = 0.0,
-                     success: bool = False) -> Trajectory:
-    """The trajectory of one chain of calls (each extends the one before)."""
-    first, last = chain[0], chain[-1]
-    t = Trajectory(env_name=env_name, task_id=task_id, prompt_ids=list(first.prompt_ids), tools=last.tools,
-                   reward=reward, success=success, terminated=True)
-    seq = list(first.prompt_ids)
-    for c in chain:
-        if c.prompt_ids[:len(seq)] != seq:  # an invariant of how calls are chained
-            raise RuntimeError(f"call {c.id} does not extend its parent's ids")
-        t._insert(c.prompt_ids[len(seq):])
-        begin = len(t.response_ids)
-        t.response_ids += c.completion_ids
-        t.loss_mask += [1] * len(c.completion_ids)
-        t.logprobs += c.logprobs
-        t.entropies += c.entropies
-        t.turn_spans.append((begin, len(t.response_ids)))
-        t.turns += 1
-        t.tool_calls += len(c.message.get("tool_calls") or ())
-        seq = c.prompt_ids + c.completion_ids
-    t._insert(last.closing_ids)  # the last turn's closing markup, as a rollout's trajectory ends
-    t.messages = [*last.messages, {"role": "assistant", "content": last.text}]
-    return t
-
-
-# -- messages ---------------------------------------------------------------------
-def _content(m: dict[str, Any], i: int) -> str:
-    c = m.get("content")
-    if c is None:
-        return ""
-    if isinstance(c, str):
-        return c
-    if isinstance(c, list):  # content parts: only text can be rendered
-        parts = []
-        for p in c:
-            if not isinstance(p, dict) or p.get("type") != "text" or not isinstance(p.get("text"), str):
-                raise RequestError(f"messages[{i}].content: only text parts are supported", param=f"messages[{i}]")
-            parts.append(p["text"])
-        return "".join(parts)
-    raise RequestError(f"messages[{i}].content must be a string or a list of text parts",
-                       param=f"messages[{i}].content")
-
-
-def _tool_calls(m: dict[str, Any], i: int) -> list[dict[str, Any]]:
-    raw = m.get("tool_calls") or []
-    if not isinstance(raw, list):
-        raise RequestError(f"messages[{i}].tool_calls must be a list", param=f"messages[{i}].tool_calls")
-    out = []
-    for j, c in enumerate(raw):
-        f = c.get("function") if isinstance(c, dict) else None
-        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
-            raise RequestError(f"messages[{i}].tool_calls[{j}] needs function.name",
-                               param=f"messages[{i}].tool_calls")
-        args = f.get("arguments", "{}")
-        if not isinstance(args, str):
-            try:
-                args = json.dumps(args)
-            except (TypeError, ValueError) as exc:
-                raise RequestError(f"messages[{i}].tool_calls[{j}].function.arguments: {exc}",
-                                   param=f"messages[{i}].tool_calls") from None
-        out.append({"id": str(c.get("id") or f"call_{j}"), "type": "function",
-                    "function": {"name": f["name"], "arguments": args}})
-    return out
-
-
-def template_messages(messages: Any) -> list[dict[str, Any]]:
-    """The request's messages in the form the chat template renders (and calls are matched by)."""
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("messages must be a non-empty list of message objects", param="messages")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict):
-            raise RequestError(f"messages[{i}] must be an object", param=f"messages[{i}]")
-        role = m.get("role")
-        if role == "developer":
-            role = "system"
-        if role not in _ROLES:
-            raise RequestError(f"messages[{i}].role must be one of {', '.join(_ROLES)}, not {role!r}",
-                               param=f"messages[{i}].role")
-        msg: dict[str, Any] = {"role": role, "content": _content(m, i)}
-        if role == "assistant" and m.get("tool_calls"):
-            msg["tool_calls"] = _tool_calls(m, i)
-        if role == "tool":
-            for k in ("tool_call_id", "name"):
-                if isinstance(m.get(k), str):
-                    msg[k] = m[k]
-        out.append(msg)
-    return out
-
-
-def _canonical(m: dict[str, Any]) -> Any:
-    """What makes two messages the same for chaining (tool-call ids and argument spacing aside)."""
-    calls = []
-    for c in m.get("tool_calls") or ():
-        try:
-            args = json.loads(c["function"]["arguments"])
-        except ValueError:
-            args = c["function"]["arguments"]
-        calls.append([c["function"]["name"], args])
-    return [m["role"], m["content"].strip() if m["role"] == "assistant" else m["content"], calls,
-            m.get("tool_call_id", "")]
-
-
-def _key(tools: list[dict[str, Any]], messages: list[dict[str, Any]]) -> str:
-    doc = json.dumps([tools, [_canonical(m) for m in messages]], sort_keys=True, default=str)
-    return hashlib.sha256(doc.encode()).hexdigest()
-
-
-def _answer(text: str, calls_seen: int) -> tuple[dict[str, Any], bool]:
-    """The OpenAI assistant message of the model's text, and whether it calls tools."""
-    parsed = parse_text(text)
-    if not parsed.calls or parsed.errors:  # no calls, or malformed ones: the text as it is
-        return {"role": "assistant", "content": text}, False
-    rest, i = [], 0
-    while True:  # the text outside the <tool_call> blocks
-        j = text.find("<tool_call>", i)
-        if j < 0:
-            rest.append(text[i:])
-            break
-        rest.append(text[i:j])
-        k = text.find("</tool_call>", j)
-        i = len(text) if k < 0 else k + len("</tool_call>")
-    content = "".join(rest).strip() or None
-    calls = [{"id": f"call_{calls_seen + n}_{uuid.uuid4().hex[:8]}", "type": "function",
-              "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-             for n, c in enumerate(parsed.calls)]
-    return {"role": "assistant", "content": content, "tool_calls": calls}, True
 
 
 # -- sampling ------------------------------------------------------------------------
@@ -439,7 +239,7 @@ class ChatEndpoint:
                                "training; serve an HF or vLLM policy", status=501)
         ids, text, closing = _split(gen, self.renderer, set(self.stops))
         sess = self.session(name)
-        message, calls = _answer(text, len(sess.calls))
+        message, calls = assistant_message(text, len(sess.calls))
         call = Call(f"chatcmpl-{uuid.uuid4().hex}", parent, msgs, tools, prompt, ids, list(gen.logprobs),
                     list(gen.entropies), gen.finish_reason, text, closing, message, float(temperature),
                     self.renderer.encode(closing) if closing else [])
@@ -447,7 +247,7 @@ class ChatEndpoint:
             sess.calls.append(call)
             if parent is not None:
                 parent.children += 1
-            sess._index.setdefault(_key(tools, [*msgs, message_as_template(message)]), []).append(call)
+            sess._index.setdefault(chain_key(tools, [*msgs, message_as_template(message)]), []).append(call)
         finish = "tool_calls" if calls else ("stop" if gen.finish_reason == "stop" else "length")
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
         if want_logprobs:
@@ -473,7 +273,7 @@ class ChatEndpoint:
             parent = None
             for k in range(len(msgs), 0, -1):
                 if msgs[k - 1]["role"] == "assistant":
-                    hits = index.get(_key(tools, msgs[:k]))
+                    hits = index.get(chain_key(tools, msgs[:k]))
                     if hits:
                         parent = hits[-1]
                         break
@@ -485,11 +285,6 @@ class ChatEndpoint:
             raise RequestError(f"the chat template cannot render these messages: {type(exc).__name__}: {exc}",
                                param="messages") from None
         return parent, parent.prompt_ids + parent.completion_ids + r.encode(tail)
-
-
-def message_as_template(message: dict[str, Any]) -> dict[str, Any]:
-    """A returned assistant message as :func:`template_messages` gives it back when a client resends it."""
-    return template_messages([message])[0]
 
 
 def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
