@@ -480,6 +480,10 @@ class Trainer:
                        "rollout_s": round(t_rollout, 3), "step_s": round(time.perf_counter() - t0, 3)}
                 self.log.write(row)
                 rows.append(row)
+                if self.config.output.save_trajectories:
+                    from .trajectories import save_trajectories
+
+                    save_trajectories(trajs, self.output_dir / "trajectories.jsonl", append=True)
                 if self.output_dir and self.config.output.save_every and self.step % self.config.output.save_every == 0:
                     self.save()
         if self.output_dir:

@@ -112,10 +112,13 @@ def test_a_multi_call_episode_records_the_trajectory_a_rollout_records(hf: HFPol
     assert traj.turns == 2 and traj.reward == 1.0
 
 
-def test_an_unchanged_openai_loop_trains_for_two_steps(hf: HFPolicy) -> None:
+def test_an_unchanged_openai_loop_trains_for_two_steps(hf: HFPolicy, tmp_path) -> None:
+    from agents.trajectories import load_trajectories
+
     cfg = TrainerConfig(algorithm=GRPO(M=4), tasks=[TASK], seed=1,
                         sampling=SamplingConfig(max_new_tokens=16, max_turns=2, temperature=1.0),
-                        optim=OptimConfig(lr=1e-3, tasks_per_step=1), output=OutputConfig(show_progress=False))
+                        optim=OptimConfig(lr=1e-3, tasks_per_step=1),
+                        output=OutputConfig(show_progress=False, dir=str(tmp_path), save_trajectories=True))
     tr = Trainer(hf, ["Counter-v0"], cfg)
     runs_seen = itertools.count()
     tr.reward_fn = lambda t: float(next(runs_seen) % 4 == 0)  # one winner in each group of 4 runs
@@ -131,6 +134,8 @@ def test_an_unchanged_openai_loop_trains_for_two_steps(hf: HFPolicy) -> None:
     assert [s.ids for s in trained] == recorded and len(trained) == 4
     assert [s.advantages[0] > 0 for s in trained] == [True, False, False, False]
     assert all(len(s.advantages) == len(s.mask) == len(s.old_logprobs) for s in trained)
+    saved = load_trajectories(tmp_path / "trajectories.jsonl")  # both steps' runs, as train() writes them
+    assert len(saved) == 8 and [t.prompt_ids + t.response_ids for t in saved[4:]] == recorded
 
 
 def test_the_environment_reward_scores_a_run(hf: HFPolicy) -> None:
