@@ -46,6 +46,7 @@ from .rollout import _split, renderer_for
 __all__ = ["ChatEndpoint", "Session", "Call", "RequestError", "MAX_BODY"]
 
 MAX_BODY = 4 << 20  # bytes of a request body (the MCP face's limit too)
+GATHER_S = 0.05  # the longest a request waits for others to join its batch
 
 
 # -- sampling ------------------------------------------------------------------------
@@ -78,6 +79,14 @@ class _Batcher:
                     for _, _, f in self._queue:
                         f.set_exception(RequestError("the endpoint is closed", status=503))
                     return
+                # requests of concurrent episodes arrive a few ms apart: gather them while they keep
+                # coming (up to GATHER_S), so they are sampled as one batch
+                deadline = time.monotonic() + GATHER_S
+                while not self._stop and time.monotonic() < deadline:
+                    n = len(self._queue)
+                    self._cv.wait(timeout=0.005)
+                    if len(self._queue) == n:
+                        break
                 jobs, self._queue = self._queue, []
             groups: dict[tuple[Any, ...], list[tuple[list[int], Future[Generation]]]] = {}
             for prompt, settings, fut in jobs:
