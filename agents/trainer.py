@@ -159,6 +159,7 @@ class Trainer:
         self.step = 0
         self.log = MetricsLog(self.output_dir / "metrics.jsonl" if self.output_dir else None)
         self.last_samples: dict[str, list[Sample]] = {}
+        self.last_runs: list[Any] = []  # train_agent_loop: the last step's runs (agents.agent_loop.Run)
 
     def _model_of(self, pol: Any, model: Any) -> Any:
         import torch
@@ -429,6 +430,65 @@ class Trainer:
                               self.output_dir / "trajectories.jsonl", append=True)
         self.log.write(row)
         return row
+
+    def train_agent_loop(self, fn: Callable[[str, Any], Any], steps: int | None = None) -> list[dict[str, Any]]:
+        """RL on an unchanged agent loop that calls a chat endpoint: run until ``self.step == steps``.
+
+        ``fn(base_url, env)`` is any loop over the ``openai`` SDK (``OpenAI(base_url=base_url)``,
+        ``chat.completions.create``, tool calls run on ``env``); it is played ``algorithm.M`` times
+        per task on forks of the task's episode, every call served by this trainer's policy through
+        an :class:`agents.endpoint.ChatEndpoint` (sampling at ``config.sampling``'s temperature and
+        ``max_new_tokens``, whatever the request asks, so the loss scores tokens as drawn) and
+        recorded token for token. A run's reward is what ``fn`` returned when it is a number, else
+        the episode's (``reward_fn`` overrides both); then group-normalised advantages and the same
+        clipped update as :meth:`train` (:mod:`agents.agent_loop`). One learner only; ARPO trains as
+        GRPO (an opaque loop cannot be forked mid-turn). Returns this call's metric rows.
+        """
+        from .agent_loop import advantaged, run_agent_loop
+        from .endpoint import ChatEndpoint
+
+        ln, s = self._sole(), self.config.sampling
+        steps = self.config.steps if steps is None else steps
+        if self.algorithm.kl_coef and ln.ref_model is None:
+            ln.ref_model = _frozen_copy(ln.model)
+        rows = []
+        with ChatEndpoint(ln.policy, max_tokens=s.max_new_tokens, temperature=s.temperature, top_p=1.0,
+                          max_context=s.max_context) as endpoint:
+            while self.step < steps:
+                t0 = time.perf_counter()
+                rng = random.Random(self.seed * 1_000_003 + self.step)
+                chosen = rng.sample(self.pool, min(self.config.optim.tasks_per_step, len(self.pool)))
+                runs = run_agent_loop(fn, endpoint, chosen, self.algorithm.M, prefix=f"step{self.step}")
+                t_rollout = time.perf_counter() - t0
+                rows_in = advantaged(runs, self.algorithm, lambda r: self.reward(r.trajectories[0])
+                                     if self.reward_fn is not None and r.trajectories else r.reward)
+                self.last_samples = {ln.label: [
+                    Sample(t.agent, t.prompt_ids + t.response_ids, len(t.prompt_ids), list(t.loss_mask),
+                           list(t.logprobs), [a] * len(t.response_ids), signal) for t, a, signal in rows_in]}
+                st = self._update(ln, self.last_samples[ln.label])
+                self.step += 1
+                self.last_runs = runs
+                trajs = [t for r in runs for t in r.trajectories]
+                n = max(len(runs), 1)
+                row = {"phase": "train", "step": self.step, "algorithm": self.algorithm.name, "source": "agent_loop",
+                       "episodes": len(runs), "success": sum(r.success for r in runs) / n,
+                       "reward": sum(r.reward for r in runs) / n, "errors": sum(r.error is not None for r in runs),
+                       "calls": sum(t.turns for t in trajs), "chains": len(trajs),
+                       "tokens_generated": sum(sum(t.loss_mask) for t in trajs), "loss": st["loss"], "kl": st["kl"],
+                       "clip_fraction": st["clip_fraction"], "trained_sequences": st["sequences"],
+                       "trained_tokens": st["tokens"], "grad_norm": st["grad_norm"],
+                       "rollout_s": round(t_rollout, 3), "step_s": round(time.perf_counter() - t0, 3)}
+                self.log.write(row)
+                rows.append(row)
+                if self.config.output.save_trajectories:
+                    from .trajectories import save_trajectories
+
+                    save_trajectories(trajs, self.output_dir / "trajectories.jsonl", append=True)
+                if self.output_dir and self.config.output.save_every and self.step % self.config.output.save_every == 0:
+                    self.save()
+        if self.output_dir:
+            self.save()
+        return rows
 
     def samples(self, groups: list[Group]) -> dict[str, list[Sample]]:
         """Per learner (by label), the role trajectories with signal and their token advantages.
