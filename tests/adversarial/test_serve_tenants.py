@@ -94,6 +94,51 @@ def test_mcp_episodes_belong_to_the_token_that_started_them():
         service.close()
 
 
+def test_mcp_http_each_token_is_one_client():
+    """Over the wire with ``--token A,B``: B's sessions cannot reach A's episode; A's other
+    sessions can (the client is the token, not the session); the per-client cap counts per token."""
+    import anyio
+    import httpx as _httpx
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    proc, url, seen = serve_mcp_http("Counter-v0", "--max-episodes-per-client", "1",
+                                     env={"ENVFACTORY_TOKEN": "token-a,token-b"})
+    assert url, seen
+    try:
+        async def session(token, body):
+            async with _httpx.AsyncClient(headers={"authorization": "Bearer " + token}) as http:
+                async with streamable_http_client(url, http_client=http) as streams:
+                    async with ClientSession(streams[0], streams[1]) as s:
+                        await s.initialize()
+                        return await body(s)
+
+        async def main():
+            async def start(s):
+                return (await s.call_tool("start_episode", {"seed": 1})).structured_content["episode"]
+
+            eid = await session("token-a", start)
+            meta = {EPISODE_META: eid}
+
+            async def as_b(s):
+                r = await s.call_tool("read_counter", {}, meta=meta)
+                assert r.is_error and "another client" in r.content[0].text, r.content
+                return await start(s)  # b's own episode: its own share
+
+            assert (await session("token-b", as_b)).startswith("ep-")
+
+            async def as_a_again(s):
+                assert not (await s.call_tool("read_counter", {}, meta=meta)).is_error
+                r = await s.call_tool("start_episode", {"seed": 1})  # a second episode: over a's cap of 1
+                assert r.is_error and "per client" in r.content[0].text, r.content
+
+            await session("token-a", as_a_again)
+
+        anyio.run(main)
+    finally:
+        stop_process(proc)
+
+
 # -- 2. a per-client cap ---------------------------------------------------------------------
 def test_mcp_one_client_cannot_take_every_slot():
     """Was: one client could hold all --max-episodes episodes, so nobody else could play. Now
@@ -216,3 +261,43 @@ def test_openenv_expired_session_releases_its_slot():
             with _ws(url) as new:
                 r = _ask(new, "reset", {"seed": 1})
                 assert r["type"] == "observation", r
+
+
+def test_header_timeout_holds_on_h11_too(monkeypatch):
+    """Where httptools is missing uvicorn speaks h11: the same timeout, through h11's own state."""
+    import threading
+
+    import uvicorn
+
+    from envfactory.faces.guard import head_timeout_protocol
+
+    monkeypatch.setitem(__import__("sys").modules, "httptools", None)  # import httptools: ImportError
+    protocol = head_timeout_protocol(1.0)
+    assert "H11" in protocol.__name__
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    server = uvicorn.Server(uvicorn.Config(app, http=protocol, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.01)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        with httpx.Client() as http:  # keep-alive: the timer is off once a whole head arrived
+            assert http.get(url, timeout=5).text == "ok"
+            time.sleep(1.3)
+            assert http.get(url, timeout=5).text == "ok"
+        took = _trickle(url, 6.0)
+        assert took is not None and took < 4.0, took
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
