@@ -13,10 +13,9 @@ Clients: with tokens (``--token A,B,...``: several, comma-separated), each token
 and :class:`TokenGuard` names it in the request's scope (:data:`CLIENT_SCOPE`, ``token:`` and a
 digest of the token, never the token itself); the faces then keep each client to its own episodes
 and to its per-client cap. Without tokens the client is the transport session (the MCP session,
-the WebSocket connection). :func:`uvicorn_config` also closes a connection whose request head
-(request line and headers) has not fully arrived :data:`DEFAULT_HEADER_TIMEOUT` seconds after it
-started (slow-header clients: uvicorn has no such limit; its ``timeout_keep_alive`` only covers
-the idle time between requests).
+the WebSocket connection). :func:`uvicorn_config` also answers 408 and closes a connection whose
+request head has not fully arrived ``DEFAULT_HEADER_TIMEOUT`` seconds after it started
+(:mod:`envfactory.faces.head_timeout`: uvicorn has no such limit of its own).
 
 Defaults: no token on loopback; :func:`check_exposure` refuses a non-loopback address without
 one unless told ``allow_no_token``. Bodies and WebSocket messages: :data:`DEFAULT_MAX_BODY`
@@ -37,15 +36,15 @@ import socket
 from typing import Any, Awaitable, Callable, Sequence
 
 from ..env import EpisodeError
+from .head_timeout import DEFAULT_HEADER_TIMEOUT
 
-__all__ = ["TOKEN_VARIABLE", "CLIENT_SCOPE", "DEFAULT_HEADER_TIMEOUT", "client_of", "tokens_of", "DEFAULT_MAX_BODY", "DEFAULT_IDLE_TIMEOUT", "CONNECTION_HEADROOM", "SessionExpired",
-           "resolve_token", "is_loopback", "check_exposure", "TokenGuard", "BodyLimit", "LocalOnly", "guard",
-           "uvicorn_config", "head_timeout_protocol", "scheme"]
+__all__ = ["TOKEN_VARIABLE", "CLIENT_SCOPE", "DEFAULT_MAX_BODY", "DEFAULT_IDLE_TIMEOUT", "DEFAULT_HEADER_TIMEOUT",
+           "CONNECTION_HEADROOM", "SessionExpired", "client_of", "tokens_of", "resolve_token", "is_loopback",
+           "check_exposure", "TokenGuard", "BodyLimit", "LocalOnly", "guard", "uvicorn_config", "scheme"]
 
 TOKEN_VARIABLE = "ENVFACTORY_TOKEN"
 DEFAULT_MAX_BODY = 4 << 20
 DEFAULT_IDLE_TIMEOUT = 1800.0
-DEFAULT_HEADER_TIMEOUT = 10.0  # seconds for a request's head to arrive whole (nginx's client_header_timeout: 60)
 CLIENT_SCOPE = "envfactory.client"  # the ASGI scope key naming the client (see client_of)
 CONNECTION_HEADROOM = 64  # connections beyond the sessions (plain requests, refusals) before uvicorn's 503
 
@@ -298,86 +297,6 @@ def guard(app: ASGIApp, *, token: str | None, max_body: int | None, local_only: 
     return app
 
 
-class _HeadTimer:
-    """What the HTTP protocol classes below share: a timer from the first byte of a request (or
-    the connection's opening) to its last header; when it fires the client gets 408 and the
-    connection closes, so a client trickling headers holds no connection slot for long."""
-
-    header_timeout = DEFAULT_HEADER_TIMEOUT
-    _head_timer: Any = None
-    loop: Any
-    transport: Any
-
-    def _arm_head(self) -> None:
-        if self._head_timer is None:
-            self._head_timer = self.loop.call_later(self.header_timeout, self._head_too_slow)
-
-    def _disarm_head(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def _head_too_slow(self) -> None:
-        self._head_timer = None
-        if not self.transport.is_closing():
-            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-            self.transport.close()
-
-
-def head_timeout_protocol(seconds: float) -> type:
-    """uvicorn's HTTP protocol class (httptools when installed, as uvicorn's ``auto`` picks, else
-    h11) with a request-head timeout of ``seconds``."""
-    if seconds <= 0:
-        raise ValueError("the header timeout must be a number of seconds above 0")
-    try:
-        import httptools  # noqa: F401
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-    except ImportError:
-        import h11
-        from uvicorn.protocols.http.h11_impl import H11Protocol
-
-        class H11HeadTimeout(_HeadTimer, H11Protocol):
-            header_timeout = seconds
-
-            def connection_made(self, transport: Any) -> None:
-                super().connection_made(transport)
-                self._arm_head()
-
-            def data_received(self, data: bytes) -> None:
-                super().data_received(data)
-                if self.conn.their_state is h11.IDLE:  # still waiting for a whole request head
-                    self._arm_head()
-                else:
-                    self._disarm_head()
-
-            def connection_lost(self, exc: Exception | None) -> None:
-                self._disarm_head()
-                super().connection_lost(exc)
-
-        return H11HeadTimeout
-
-    class HttpToolsHeadTimeout(_HeadTimer, HttpToolsProtocol):
-        header_timeout = seconds
-
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            self._arm_head()
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._arm_head()
-
-        def on_headers_complete(self) -> None:
-            self._disarm_head()
-            super().on_headers_complete()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm_head()
-            super().connection_lost(exc)
-
-    return HttpToolsHeadTimeout
-
-
 def uvicorn_config(app: Any, *, max_body: int, max_sessions: int, tls_cert: str | None = None,
                    tls_key: str | None = None, header_timeout: float = DEFAULT_HEADER_TIMEOUT, **kw: Any) -> Any:
     """uvicorn's config with its own limits set: WebSocket messages over ``max_body`` close that
@@ -387,6 +306,8 @@ def uvicorn_config(app: Any, *, max_body: int, max_sessions: int, tls_cert: str 
     ``tls_cert`` (and ``tls_key``, PEM files) uvicorn serves HTTPS / WSS, so the token does not
     travel in the clear."""
     import uvicorn
+
+    from .head_timeout import head_timeout_protocol
 
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("TLS needs both a certificate and its key (--tls-cert and --tls-key)")

@@ -269,7 +269,7 @@ def test_header_timeout_holds_on_h11_too(monkeypatch):
 
     import uvicorn
 
-    from envfactory.faces.guard import head_timeout_protocol
+    from envfactory.faces.head_timeout import head_timeout_protocol
 
     monkeypatch.setitem(__import__("sys").modules, "httptools", None)  # import httptools: ImportError
     protocol = head_timeout_protocol(1.0)
