@@ -38,7 +38,7 @@ def positive_int(text: str) -> int:
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
     from ..definition import DEFAULT_SPLIT
-    from ..faces.guard import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY
+    from ..faces.guard import DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY
 
     p.add_argument("name", help="the environment to serve (a registered single-agent environment)")
     p.add_argument("--protocol", choices=list(PROTOCOLS), default="mcp",
@@ -56,10 +56,15 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="the tasks served (default train: sft and rl; evaluation tasks only when asked for)")
     p.add_argument("--max-turns", type=int, default=None, help="override the environment's turn limit")
     p.add_argument("--max-episodes", type=int, default=256,
-                   help="live episodes (sessions) at once; beyond it a new one is refused with an error")
+                   help="live episodes (sessions) at once; beyond it a new one is refused with an error (a "
+                        "finished one may be released for it; another client's live one never is)")
+    p.add_argument("--max-episodes-per-client", type=positive_int, default=None,
+                   help="live episodes (sessions) one client may hold at once (default: --max-episodes); a "
+                        "client is a token of --token (give each client its own), else one transport session")
     p.add_argument("--token", default=None,
                    help="streamable-http and openenv: every request must carry it ('Authorization: Bearer "
-                        "TOKEN'; else 401). Default: $ENVFACTORY_TOKEN (preferred: argv is visible to others); "
+                        "TOKEN'; else 401); several, comma-separated: each is one client, kept to its own "
+                        "episodes. Default: $ENVFACTORY_TOKEN (preferred: argv is visible to others); "
                         "required beyond loopback")
     p.add_argument("--allow-no-token", action="store_true",
                    help="serve on a non-loopback --host without a token (a trusted network, or a proxy that "
@@ -75,6 +80,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="streamable-http and openenv: serve HTTPS / WSS with this certificate (and --tls-key), "
                         "so the token does not travel in the clear")
     p.add_argument("--tls-key", default=None, metavar="PEM", help="the private key of --tls-cert")
+    p.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT,
+                   help=f"streamable-http and openenv: seconds a request's line and headers may take to arrive "
+                        f"(default {DEFAULT_HEADER_TIMEOUT:g}); slower: 408 and the connection closes")
     p.add_argument("--max-session-time", type=float, default=None,
                    help="seconds a session may last however busy (default: no limit); then it is closed as an "
                         "idle one is, so no client holds a session (and its world) for ever")
@@ -120,6 +128,8 @@ def _serve_run(args: argparse.Namespace) -> Result:
             raise CommandError(f"no such file: {path}")
     if args.max_session_time is not None and args.max_session_time <= 0:
         raise CommandError("--max-session-time must be a number of seconds above 0")
+    if args.header_timeout <= 0:
+        raise CommandError("--header-timeout must be a number of seconds above 0")
     if args.idle_timeout is not None and args.idle_timeout < 0:
         raise CommandError("--idle-timeout must be 0 (never) or a number of seconds")
     try:

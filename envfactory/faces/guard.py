@@ -9,6 +9,14 @@ does is here: :class:`TokenGuard` (one shared secret, compared in constant time,
 request and WebSocket handshake) and :class:`BodyLimit` (a JSON 413 for an HTTP body over the cap,
 declared or streamed, before the application reads it).
 
+Clients: with tokens (``--token A,B,...``: several, comma-separated), each token is one client,
+and :class:`TokenGuard` names it in the request's scope (:data:`CLIENT_SCOPE`, ``token:`` and a
+digest of the token, never the token itself); the faces then keep each client to its own episodes
+and to its per-client cap. Without tokens the client is the transport session (the MCP session,
+the WebSocket connection). :func:`uvicorn_config` also answers 408 and closes a connection whose
+request head has not fully arrived ``DEFAULT_HEADER_TIMEOUT`` seconds after it started
+(:mod:`envfactory.faces.head_timeout`: uvicorn has no such limit of its own).
+
 Defaults: no token on loopback; :func:`check_exposure` refuses a non-loopback address without
 one unless told ``allow_no_token``. Bodies and WebSocket messages: :data:`DEFAULT_MAX_BODY`
 (4 MiB, the MCP SDK's own). Idle sessions close after :data:`DEFAULT_IDLE_TIMEOUT` seconds
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -27,14 +36,16 @@ import socket
 from typing import Any, Awaitable, Callable, Sequence
 
 from ..env import EpisodeError
+from .head_timeout import DEFAULT_HEADER_TIMEOUT
 
-__all__ = ["TOKEN_VARIABLE", "DEFAULT_MAX_BODY", "DEFAULT_IDLE_TIMEOUT", "CONNECTION_HEADROOM", "SessionExpired",
-           "resolve_token", "is_loopback", "check_exposure", "TokenGuard", "BodyLimit", "LocalOnly", "guard",
-           "uvicorn_config", "scheme"]
+__all__ = ["TOKEN_VARIABLE", "CLIENT_SCOPE", "DEFAULT_MAX_BODY", "DEFAULT_IDLE_TIMEOUT", "DEFAULT_HEADER_TIMEOUT",
+           "CONNECTION_HEADROOM", "SessionExpired", "client_of", "tokens_of", "resolve_token", "is_loopback",
+           "check_exposure", "TokenGuard", "BodyLimit", "LocalOnly", "guard", "uvicorn_config", "scheme"]
 
 TOKEN_VARIABLE = "ENVFACTORY_TOKEN"
 DEFAULT_MAX_BODY = 4 << 20
 DEFAULT_IDLE_TIMEOUT = 1800.0
+CLIENT_SCOPE = "envfactory.client"  # the ASGI scope key naming the client (see client_of)
 CONNECTION_HEADROOM = 64  # connections beyond the sessions (plain requests, refusals) before uvicorn's 503
 
 Scope = dict[str, Any]
@@ -51,6 +62,22 @@ def resolve_token(token: str | None) -> str | None:
     """The token to require: ``token``, else ``$ENVFACTORY_TOKEN``; ``None`` (or empty): none."""
     token = token if token is not None else os.environ.get(TOKEN_VARIABLE)
     return token or None
+
+
+def tokens_of(token: str) -> list[str]:
+    """The tokens a ``--token`` value names: several, comma-separated, each one client's."""
+    tokens = [t.strip() for t in token.split(",") if t.strip()]
+    if not tokens:
+        raise ValueError("--token names no token (an empty value or only commas)")
+    return tokens
+
+
+def client_of(scope: Scope) -> str | None:
+    """The client a request comes from, as :class:`TokenGuard` named it (``token:`` and a digest of
+    the token it presented); ``None`` on a server without tokens (then the transport session is the
+    client)."""
+    value = scope.get(CLIENT_SCOPE)
+    return value if isinstance(value, str) else None
 
 
 def is_loopback(host: str) -> bool:
@@ -103,10 +130,13 @@ class TokenGuard:
     """ASGI middleware: every HTTP request and WebSocket handshake must carry ``token`` as
     ``Authorization: Bearer TOKEN`` (or HTTP Basic with the token as the password, which clients
     send for a URL such as ``http://user:TOKEN@host:port``); else 401 with a JSON error. The
-    comparison takes the same time wherever the tokens differ."""
+    comparison takes the same time wherever the tokens differ. ``token`` may name several,
+    comma-separated: each is one client, named in the scope (:func:`client_of`)."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app, self._token = app, token.encode()
+        self.app = app
+        self._tokens = [(t.encode(), "token:" + hashlib.sha256(t.encode()).hexdigest()[:16])
+                        for t in tokens_of(token)]
 
     def _presented(self, scope: Scope) -> bytes | None:
         for name, value in scope.get("headers", ()):
@@ -127,8 +157,13 @@ class TokenGuard:
             await self.app(scope, receive, send)
             return
         got = self._presented(scope)
-        if got is not None and hmac.compare_digest(got, self._token):
-            await self.app(scope, receive, send)
+        client = None
+        if got is not None:
+            for token, name in self._tokens:  # every one compared: the time says nothing about which
+                if hmac.compare_digest(got, token):
+                    client = name
+        if client is not None:
+            await self.app({**scope, CLIENT_SCOPE: client}, receive, send)
             return
         why = "no token" if got is None else "a wrong token"
         await _refuse(scope, send, 401, {
@@ -263,16 +298,20 @@ def guard(app: ASGIApp, *, token: str | None, max_body: int | None, local_only: 
 
 
 def uvicorn_config(app: Any, *, max_body: int, max_sessions: int, tls_cert: str | None = None,
-                   tls_key: str | None = None, **kw: Any) -> Any:
+                   tls_key: str | None = None, header_timeout: float = DEFAULT_HEADER_TIMEOUT, **kw: Any) -> Any:
     """uvicorn's config with its own limits set: WebSocket messages over ``max_body`` close that
     connection (1009, message too big), and connections beyond ``max_sessions`` plus
-    :data:`CONNECTION_HEADROOM` are answered 503. With ``tls_cert`` (and ``tls_key``, PEM files)
-    uvicorn serves HTTPS / WSS, so the token does not travel in the clear."""
+    :data:`CONNECTION_HEADROOM` are answered 503; a request whose head has not arrived whole
+    ``header_timeout`` seconds after it began is answered 408 and its connection closed. With
+    ``tls_cert`` (and ``tls_key``, PEM files) uvicorn serves HTTPS / WSS, so the token does not
+    travel in the clear."""
     import uvicorn
+
+    from .head_timeout import head_timeout_protocol
 
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("TLS needs both a certificate and its key (--tls-cert and --tls-key)")
-    return uvicorn.Config(app, log_level="warning", ws_max_size=max_body,
+    return uvicorn.Config(app, log_level="warning", ws_max_size=max_body, http=head_timeout_protocol(header_timeout),
                           limit_concurrency=max_sessions + CONNECTION_HEADROOM, ssl_certfile=tls_cert,
                           ssl_keyfile=tls_key, **kw)
 

@@ -42,6 +42,7 @@ episode by itself.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -59,8 +60,8 @@ from ..definition import DEFAULT_SPLIT, DrawSplit, SpecError, served_tasks, spli
 from ..episode import Episode
 from ..env import EpisodeError
 from ..task import ToolCall
-from .guard import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY, SessionExpired, check_exposure, guard, resolve_token,
-                    scheme, uvicorn_config)
+from .guard import (DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY, SessionExpired, check_exposure,
+                    client_of, guard, resolve_token, scheme, uvicorn_config)
 
 __all__ = ["EpisodeService", "build_server", "build_http_app", "serve_stdio", "serve_http", "serve_run",
            "CONTROL_TOOLS", "EPISODE_META"]
@@ -115,6 +116,16 @@ class EpisodeService:
             :class:`~envfactory.faces.guard.SessionExpired` error. ``None`` or 0: never.
         max_session_time: Seconds an episode may live (from its first start, restarts included),
             busy or not; then it is closed the same way. ``None`` or 0: no limit.
+        max_episodes_per_client: Live episodes one client may hold at once (``None``: up to
+            ``max_episodes``). Beyond it the client's own least recently used finished episode is
+            released; with none finished its new episode is refused ("per client").
+
+    Every method takes the ``client`` asking: an episode belongs to the client that started it,
+    and another client naming it (by its id) is refused ("belongs to another client"): it can
+    neither play, read, end, restart nor evict it. The MCP server passes the client of the request
+    (the token it presented when the server has tokens, each token one client; else its MCP
+    session, ``session:<id>``); ``None`` (a session-less client without a token, stdio) owns its
+    episodes only through their ids.
     """
 
     _EXPIRED_KEPT = 4096  # closed episodes (and session keys) remembered, to say "expired" and not "unknown"
@@ -122,7 +133,8 @@ class EpisodeService:
 
     def __init__(self, name: str, *, runtime: str = "local", task: str | None = None, seed: int | None = None,
                  max_turns: int | None = None, max_episodes: int = 256, split: DrawSplit = DEFAULT_SPLIT,
-                 idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT, max_session_time: float | None = None) -> None:
+                 idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT, max_session_time: float | None = None,
+                 max_episodes_per_client: int | None = None) -> None:
         from ..registry import spec as get_spec
 
         self.spec = get_spec(name)
@@ -141,6 +153,9 @@ class EpisodeService:
         if max_episodes < 1:
             raise ValueError("max_episodes must be at least 1")
         self.max_episodes = max_episodes
+        if max_episodes_per_client is not None and max_episodes_per_client < 1:
+            raise ValueError("max_episodes_per_client must be at least 1")
+        self.max_episodes_per_client = max_episodes_per_client
         self.idle_timeout = idle_timeout or None
         self.max_session_time = max_session_time or None
         self._episodes: OrderedDict[str, Episode] = OrderedDict()  # episode id -> live episode
@@ -148,6 +163,7 @@ class EpisodeService:
         self._last: dict[str, float] = {}                          # episode id -> time of its last request
         self._born: dict[str, float] = {}                          # episode id -> when it was made
         self._busy: dict[str, int] = {}                            # episode id -> requests in flight
+        self._owner: dict[str, str | None] = {}                    # episode id -> the client that started it
         self._expired: OrderedDict[str, str] = OrderedDict()       # closed episode id / session key -> why
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -183,7 +199,7 @@ class EpisodeService:
 
     # -- episodes ------------------------------------------------------------
     def start(self, key: str | None, task_id: str | None = None, seed: int | None = None,
-              split: str | None = None) -> dict[str, Any]:
+              split: str | None = None, *, client: str | None = None) -> dict[str, Any]:
         """Start (or restart) the episode of session ``key`` (an episode id restarts that episode;
         ``None``: a new, session-less episode): task ``task_id``, else the one ``seed`` draws from
         ``split`` (default: the served split; it must lie within it, ``ValueError`` otherwise), else
@@ -201,14 +217,18 @@ class EpisodeService:
             if eid is None and key is not None and key in self._episodes:
                 eid = key  # the episode's own id: restart it (was: a second episode under its id, the first leaked)
             ep = self._episodes.get(eid) if eid is not None else None
+            if eid is not None and ep is not None:
+                self._check_owner(eid, client)
             if eid is None or ep is None:  # (eid None: ep is None too)
                 from ..registry import make
 
+                self._client_room(client)
                 self._make_room()
                 ep = make(self.name, self.runtime, max_turns=self.max_turns, split=self.split)
                 eid = key if key is not None and key.startswith("ep-") else "ep-" + secrets.token_hex(8)
                 self._episodes[eid] = ep
                 self._born[eid] = time.monotonic()
+                self._owner[eid] = client
                 if key is not None:
                     self._by_key[key] = eid
                     self._expired.pop(key, None)
@@ -220,6 +240,31 @@ class EpisodeService:
         return {"episode": eid, "task_id": task.id, "instruction": messages[1]["content"],
                 "system_prompt": messages[0]["content"],
                 "tools": [s["function"]["name"] for s in ep.tool_schemas()], "max_turns": ep.max_turns}
+
+    def _check_owner(self, eid: str, client: str | None) -> None:
+        """Refuse ``client`` an episode another client started (with the lock held)."""
+        owner = self._owner.get(eid)
+        if owner is not None and owner != client:
+            raise EpisodeError(f"episode {eid} belongs to another client: a client plays only the episodes it "
+                               "started; call start_episode to play your own")
+
+    def _client_room(self, client: str | None) -> None:
+        """With the lock held, before ``client``'s new episode: at its per-client cap, release its
+        own least recently used finished episode; with none, refuse."""
+        cap = self.max_episodes_per_client
+        if cap is None or client is None:
+            return
+        mine = [eid for eid, owner in self._owner.items() if owner == client]
+        if len(mine) < cap:
+            return
+        for eid, ep in self._episodes.items():  # least recently used first
+            if self._owner.get(eid) == client and ep.done and not self._busy.get(eid):
+                self._drop(eid, f"episode {eid} was released: it had ended and its client needed room for a new "
+                                "one; call start_episode to play another")
+                return
+        raise EpisodeError(f"too many episodes per client: this client holds {len(mine)} live episodes, the "
+                           f"server's limit per client (--max-episodes-per-client {cap}); end one (end_episode) "
+                           "and try again")
 
     def _make_room(self) -> None:
         """With the lock held, before a new episode: release the least recently used finished
@@ -241,6 +286,7 @@ class EpisodeService:
         self._last.pop(eid, None)
         self._born.pop(eid, None)
         self._busy.pop(eid, None)
+        self._owner.pop(eid, None)
         for k in [k for k, v in self._by_key.items() if v == eid] + [eid]:
             self._by_key.pop(k, None)
             self._expired[k] = why
@@ -290,20 +336,22 @@ class EpisodeService:
                     self._busy[eid] -= 1
                     self._last[eid] = time.monotonic()
 
-    def episode(self, key: str | None, *, autostart: bool = True) -> tuple[str, Episode]:
-        """The episode of ``key`` (an episode id or a session key); with a default task, start one."""
+    def episode(self, key: str | None, *, autostart: bool = True, client: str | None = None) -> tuple[str, Episode]:
+        """The episode of ``key`` (an episode id or a session key) that ``client`` started; with a
+        default task, start one."""
         with self._lock:
             self._reap()
             if key is not None:
                 eid = key if key in self._episodes else self._by_key.get(key)
                 if eid is not None and eid in self._episodes:
+                    self._check_owner(eid, client)
                     self._episodes.move_to_end(eid)
                     self._last[eid] = time.monotonic()
                     return eid, self._episodes[eid]
                 if key in self._expired:
                     raise SessionExpired(self._expired[key])
         if autostart and (self.default_task is not None or self.default_seed is not None):
-            info = self.start(key)
+            info = self.start(key, client=client)
             return info["episode"], self._episodes[info["episode"]]
         if key is None:
             raise EpisodeError(
@@ -311,8 +359,8 @@ class EpisodeService:
                 f"pass the episode id it returns as _meta[{EPISODE_META!r}] on every request")
         raise EpisodeError("no episode yet: call start_episode (task_id or seed) first")
 
-    def status(self, key: str | None) -> dict[str, Any]:
-        eid, ep = self.episode(key, autostart=False)
+    def status(self, key: str | None, *, client: str | None = None) -> dict[str, Any]:
+        eid, ep = self.episode(key, autostart=False, client=client)
         log = ep.log
         return {"episode": eid, "env": self.name, "task_id": ep.task.id if ep.task else None, "done": ep.done,
                 "terminated": ep.terminated, "truncated": ep.truncated, "reward": ep.rewards[ep.agents[0]],
@@ -320,9 +368,10 @@ class EpisodeService:
                 "turns": ep.turns_taken() if ep.task else 0, "max_turns": ep.max_turns,
                 "tool_calls": len(log), "tool_errors": sum(not e["ok"] for e in log)}
 
-    def play(self, key: str | None, name: str, arguments: dict[str, Any] | None) -> tuple[str, bool, dict[str, Any]]:
+    def play(self, key: str | None, name: str, arguments: dict[str, Any] | None, *,
+             client: str | None = None) -> tuple[str, bool, dict[str, Any]]:
         """One environment tool call as one turn: ``(observation, is_error, step info)``."""
-        eid, ep = self.episode(key)
+        eid, ep = self.episode(key, client=client)
         if ep.done:
             raise EpisodeError(f"the episode has ended ({ep.ended_by}, reward {ep.rewards[ep.agents[0]]}); "
                                "call start_episode to play another")
@@ -332,17 +381,17 @@ class EpisodeService:
         last = ep.log[-1] if ep.log else {"ok": False}
         return content, not last["ok"], self._step_meta(eid, ep, r.reward)
 
-    def end(self, key: str | None, answer: str = "") -> dict[str, Any]:
-        eid, ep = self.episode(key)
+    def end(self, key: str | None, answer: str = "", *, client: str | None = None) -> dict[str, Any]:
+        eid, ep = self.episode(key, client=client)
         if not ep.done:
             with self._held(eid):
                 ep.step({"role": "assistant", "content": answer})
-        return self.status(eid)
+        return self.status(eid, client=client)
 
-    def meta(self, key: str | None) -> dict[str, Any]:
+    def meta(self, key: str | None, *, client: str | None = None) -> dict[str, Any]:
         """The ``_meta`` of a control call (start, status, end): the episode id and where it stands,
         as an environment tool call's ``_meta`` says it (the reward so far)."""
-        eid, ep = self.episode(key, autostart=False)
+        eid, ep = self.episode(key, autostart=False, client=client)
         return self._step_meta(eid, ep, ep.rewards[ep.agents[0]])
 
     @staticmethod
@@ -350,8 +399,8 @@ class EpisodeService:
         return {EPISODE_META: eid, "envfactory/reward": reward, "envfactory/done": ep.done,
                 "envfactory/success": ep.success, "envfactory/ended_by": ep.ended_by}
 
-    def instruction(self, key: str | None) -> str:
-        _, ep = self.episode(key)
+    def instruction(self, key: str | None, *, client: str | None = None) -> str:
+        _, ep = self.episode(key, client=client)
         return ep.messages[1]["content"]
 
     def close(self) -> None:
@@ -364,6 +413,7 @@ class EpisodeService:
             self._last.clear()
             self._born.clear()
             self._busy.clear()
+            self._owner.clear()
 
 
 def _reaper(ref: Any, stop: threading.Event, interval: float) -> None:
@@ -398,6 +448,20 @@ def _session_key(ctx: Any, stdio: bool) -> str | None:
     return "stdio" if stdio else None
 
 
+def _client(ctx: Any) -> str | None:
+    """The client of a request: the token it presented (a server with tokens), else its MCP
+    session (``session:<id>``), else ``None`` (stdio, or a session-less client without a token)."""
+    request = ctx.request
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict):
+        client = client_of(scope)
+        if client is not None:
+            return client
+    headers = getattr(request, "headers", None)
+    sid = headers.get("mcp-session-id") if headers is not None else None
+    return "session:" + sid if sid else None
+
+
 def build_server(service: EpisodeService, *, stdio: bool) -> Any:
     """An ``mcp.server.Server`` (low-level) that plays ``service``'s episodes."""
     import mcp_types as types
@@ -417,18 +481,18 @@ def build_server(service: EpisodeService, *, stdio: bool) -> Any:
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: Any, params: Any) -> Any:
-        key = _session_key(ctx, stdio)
+        key, client = _session_key(ctx, stdio), _client(ctx)
         args = dict(params.arguments or {})
         try:
             if params.name == "start_episode":
                 unknown = set(args) - {"task_id", "seed", "split"}
                 if unknown:
                     return text(f"Error: unexpected argument(s) {sorted(unknown)}", error=True)
-                info = service.start(key, args.get("task_id"), args.get("seed"), args.get("split"))
-                return text(info["instruction"], structured=info, meta=service.meta(info["episode"]))
+                info = service.start(key, args.get("task_id"), args.get("seed"), args.get("split"), client=client)
+                return text(info["instruction"], structured=info, meta=service.meta(info["episode"], client=client))
             if params.name == "episode_status":
-                st = service.status(key)
-                return text(json.dumps(st), structured=st, meta=service.meta(st["episode"]))
+                st = service.status(key, client=client)
+                return text(json.dumps(st), structured=st, meta=service.meta(st["episode"], client=client))
             if params.name == "list_tasks":
                 unknown = set(args) - {"split"}
                 if unknown:
@@ -436,26 +500,27 @@ def build_server(service: EpisodeService, *, stdio: bool) -> Any:
                 rows = service.list_tasks(args.get("split"))
                 return text(json.dumps(rows), structured={"tasks": rows})
             if params.name == "end_episode":
-                st = service.end(key, str(args.get("answer", "")))
-                return text(json.dumps(st), structured=st, meta=service.meta(st["episode"]))
+                st = service.end(key, str(args.get("answer", "")), client=client)
+                return text(json.dumps(st), structured=st, meta=service.meta(st["episode"], client=client))
             if params.name not in env_tools:
                 return text(f"Error: unknown tool '{params.name}'. Available tools: "
-                            f"{', '.join(t.name for t in tools)}.", error=True, meta=standing(key))
+                            f"{', '.join(t.name for t in tools)}.", error=True, meta=standing(key, client))
             if service.runtime == "local":
-                out, failed, meta = service.play(key, params.name, args)
+                out, failed, meta = service.play(key, params.name, args, client=client)
             else:  # a container world blocks on I/O: keep the event loop free
                 import anyio
 
-                out, failed, meta = await anyio.to_thread.run_sync(service.play, key, params.name, args)
+                out, failed, meta = await anyio.to_thread.run_sync(
+                    functools.partial(service.play, key, params.name, args, client=client))
             return text(out, error=failed, meta=meta)
         except (EpisodeError, KeyError, ValueError, SpecError) as exc:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-            return text(f"Error: {msg}", error=True, meta=standing(key))
+            return text(f"Error: {msg}", error=True, meta=standing(key, client))
 
-    def standing(key: str | None) -> dict[str, Any] | None:
+    def standing(key: str | None, client: str | None) -> dict[str, Any] | None:
         """The ``_meta`` of a refused call: where the session's episode stands, if it has one."""
         try:
-            return service.meta(key)
+            return service.meta(key, client=client)
         except EpisodeError:
             return None
 
@@ -469,13 +534,13 @@ def build_server(service: EpisodeService, *, stdio: bool) -> Any:
     async def read_resource(ctx: Any, params: Any) -> Any:
         from mcp.shared.exceptions import MCPError
 
-        key = _session_key(ctx, stdio)
+        key, client = _session_key(ctx, stdio), _client(ctx)
         uri = str(params.uri)
         try:
             if uri == TASK_URI:
-                body, mime = service.instruction(key), "text/plain"
+                body, mime = service.instruction(key, client=client), "text/plain"
             elif uri == STATUS_URI:
-                body, mime = json.dumps(service.status(key)), "application/json"
+                body, mime = json.dumps(service.status(key, client=client)), "application/json"
             else:
                 raise MCPError(code=-32602, message=f"unknown resource {uri}")
         except EpisodeError as exc:
@@ -518,7 +583,7 @@ def build_http_app(service: EpisodeService, host: str = "127.0.0.1", *, json_res
 def serve_http(service: EpisodeService, host: str = "127.0.0.1", port: int = 8000, *,
                ready: Any = None, json_response: bool = False, token: str | None = None,
                max_body: int = DEFAULT_MAX_BODY, allow_no_token: bool = False, tls_cert: str | None = None,
-               tls_key: str | None = None) -> None:
+               tls_key: str | None = None, header_timeout: float = DEFAULT_HEADER_TIMEOUT) -> None:
     """Serve over streamable HTTP at ``http://host:port/mcp`` (``port=0``: a free port). The URL is
     written to stderr once the server listens (``ready(url)`` is called too, when given). Beyond
     loopback a token is required unless ``allow_no_token``; ``tls_cert`` / ``tls_key`` (PEM
@@ -535,7 +600,7 @@ def serve_http(service: EpisodeService, host: str = "127.0.0.1", port: int = 800
     sock.listen(128)
     real_port = sock.getsockname()[1]
     config = uvicorn_config(app, max_body=max_body, max_sessions=service.max_episodes, lifespan="on",
-                            tls_cert=tls_cert, tls_key=tls_key)
+                            tls_cert=tls_cert, tls_key=tls_key, header_timeout=header_timeout)
     url = f"{scheme(tls_cert)}://{host}:{real_port}/mcp"
     userver = uvicorn.Server(config)
 
@@ -569,7 +634,8 @@ def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
     try:
         service = EpisodeService(args.name, runtime=args.runtime, task=args.task, seed=args.seed,
                                  max_turns=args.max_turns, max_episodes=args.max_episodes, split=args.split,
-                                 idle_timeout=_idle_timeout(args), max_session_time=args.max_session_time)
+                                 idle_timeout=_idle_timeout(args), max_session_time=args.max_session_time,
+                                 max_episodes_per_client=args.max_episodes_per_client)
     except (KeyError, ValueError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         return 2, {"error": msg}, f"error: {msg}"
@@ -583,7 +649,8 @@ def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
             sys.stdout = sys.stderr
             return 0, {"served": service.name, "transport": "stdio"}, ""
         serve_http(service, args.host, args.port, token=args.token, max_body=args.max_body,
-                   allow_no_token=args.allow_no_token, tls_cert=args.tls_cert, tls_key=args.tls_key)
+                   allow_no_token=args.allow_no_token, tls_cert=args.tls_cert, tls_key=args.tls_key,
+                   header_timeout=args.header_timeout)
         return 0, {"served": service.name, "transport": "streamable-http"}, ""
     except KeyboardInterrupt:
         return 0, {"served": service.name}, ""

@@ -58,8 +58,9 @@ from openenv.core.env_server.types import EnvironmentMetadata, Observation, Stat
 
 from ..definition import DEFAULT_SPLIT, DrawSplit, served_tasks, split_members, within_split
 from ..env import EpisodeError
-from .guard import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY, SessionExpired, check_exposure, guard, is_loopback,
-                    resolve_token, scheme, uvicorn_config)
+from .guard import (DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY, SessionExpired, check_exposure,
+                    guard, is_loopback, resolve_token, scheme, uvicorn_config)
+from .tenants import WebSocketSessions
 
 __all__ = ["EnvfactoryAction", "EnvfactoryObservation", "EnvfactoryEnvironment", "EnvfactoryClient", "build_app",
            "serve_openenv", "BackgroundServer", "serve_run"]
@@ -286,13 +287,16 @@ def build_app(name: str, *, runtime: str = "local", task: str | None = None, see
               max_turns: int | None = None, max_sessions: int = 256, split: DrawSplit = DEFAULT_SPLIT,
               token: str | None = None, max_body: int = DEFAULT_MAX_BODY,
               idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT, max_session_time: float | None = None,
-              local_only: bool = False) -> Any:
+              local_only: bool = False, max_sessions_per_client: int | None = None) -> Any:
     """The FastAPI app (``openenv-core``'s ``create_app``) serving ``name``, plus ``GET /tasks``.
 
     ``max_sessions`` WebSocket sessions at once (openenv-core refuses more: ``CAPACITY_REACHED``);
     one idle for ``idle_timeout`` seconds is closed (openenv-core's reaper, and the session's own
     check at its next request: "session expired"), and so is one older than ``max_session_time``
-    at its next request (or when it idles); an HTTP body over ``max_body`` bytes is 413;
+    at its next request (or when it idles), and an expired session's connection is closed after
+    it says so (code 1008), releasing its slot; with tokens (``token="A,B"``: each one client) a
+    client holds at most ``max_sessions_per_client`` sessions (beyond: 429); an HTTP body over
+    ``max_body`` bytes is 413;
     with ``token`` every request must carry it (``Authorization: Bearer``; else 401); ``local_only``
     (a loopback server) refuses web pages (a foreign ``Host`` or ``Origin``: 403). The
     returned app is openenv-core's behind those guards (:func:`envfactory.faces.guard.guard`)."""
@@ -328,7 +332,8 @@ def build_app(name: str, *, runtime: str = "local", task: str | None = None, see
         except ValueError as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
 
-    return guard(app, token=resolve_token(token), max_body=max_body, local_only=local_only)
+    return guard(WebSocketSessions(app, max_sessions_per_client), token=resolve_token(token), max_body=max_body,
+                 local_only=local_only)
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -345,7 +350,8 @@ def _server(name: str, host: str, kw: dict[str, Any], app: Any = None) -> Any:
     import uvicorn
 
     allow_no_token = kw.pop("allow_no_token", False)
-    tls = {"tls_cert": kw.pop("tls_cert", None), "tls_key": kw.pop("tls_key", None)}
+    tls = {"tls_cert": kw.pop("tls_cert", None), "tls_key": kw.pop("tls_key", None),
+           "header_timeout": kw.pop("header_timeout", DEFAULT_HEADER_TIMEOUT)}
     check_exposure(host, resolve_token(kw.get("token")), allow_no_token)
     if app is None:
         app = build_app(name, **kw, local_only=is_loopback(host))
@@ -361,8 +367,9 @@ def serve_openenv(name: str, host: str = "127.0.0.1", port: int = 8000, *, ready
                   **kw: Any) -> None:
     """Serve until interrupted (``port=0``: a free port). The URL goes to stderr once the server
     listens (``ready(url)`` is called too, when given). ``kw``: :func:`build_app`'s,
-    ``allow_no_token`` (serve beyond loopback without a token), and ``tls_cert`` / ``tls_key``
-    (PEM files: HTTPS and WSS). ``app``: one :func:`build_app` already built from the same ``kw``
+    ``allow_no_token`` (serve beyond loopback without a token), ``tls_cert`` / ``tls_key``
+    (PEM files: HTTPS and WSS) and ``header_timeout`` (seconds for a request head to arrive).
+    ``app``: one :func:`build_app` already built from the same ``kw``
     (with ``local_only=is_loopback(host)``); it is served as is, ``kw`` then only giving the token
     the exposure check looks for and uvicorn's limits (``max_body``, ``max_sessions``)."""
     server = _server(name, host, kw, app)
@@ -390,7 +397,7 @@ class BackgroundServer:
             with GenericEnvClient(base_url=url).sync() as env: ...
 
     ``kw``: :func:`build_app`'s (``token``, ``max_body``, ``idle_timeout``, ``max_sessions``, ...),
-    ``allow_no_token`` and ``tls_cert`` / ``tls_key``.
+    ``allow_no_token``, ``tls_cert`` / ``tls_key`` and ``header_timeout``.
     """
 
     def __init__(self, name: str, host: str = "127.0.0.1", port: int = 0, **kw: Any) -> None:
@@ -421,7 +428,7 @@ def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
     build = dict(runtime=args.runtime, task=args.task, seed=args.seed, max_turns=args.max_turns,
                  max_sessions=args.max_episodes, split=args.split, token=args.token, max_body=args.max_body,
                  idle_timeout=DEFAULT_IDLE_TIMEOUT if args.idle_timeout is None else args.idle_timeout,
-                 max_session_time=args.max_session_time)
+                 max_session_time=args.max_session_time, max_sessions_per_client=args.max_episodes_per_client)
     try:  # built once, before listening: an unknown environment, task or split is a usage error
         app = build_app(args.name, **build, local_only=is_loopback(args.host))
     except (KeyError, ValueError) as exc:
@@ -429,7 +436,7 @@ def serve_run(args: argparse.Namespace) -> tuple[int, Any, str]:
         return 2, {"error": msg}, f"error: {msg}"
     try:
         serve_openenv(args.name, args.host, args.port, app=app, **build, allow_no_token=args.allow_no_token,
-                      tls_cert=args.tls_cert, tls_key=args.tls_key)
+                      tls_cert=args.tls_cert, tls_key=args.tls_key, header_timeout=args.header_timeout)
     except KeyboardInterrupt:
         pass
     return 0, {"served": args.name, "protocol": "openenv"}, ""

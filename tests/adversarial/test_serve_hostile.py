@@ -116,8 +116,10 @@ def test_openenv_idle_session_expires_with_a_clear_error():
             time.sleep(2.0)
             r = _ask(ws, "step", {"text": "hi"})
             assert r["type"] == "error" and "session expired" in r["data"]["message"]
-            r = _ask(ws, "reset", {"seed": 1})  # the session stays expired: reconnect for a new one
-            assert r["type"] == "error" and "session expired" in r["data"]["message"]
+            # the session is over: the server closes the connection (its slot freed); reconnect
+            with pytest.raises(ConnectionClosed) as info:
+                _ask(ws, "reset", {"seed": 1})
+            assert info.value.rcvd is not None and info.value.rcvd.code == 1008
         with _ws(url) as ws:
             assert _ask(ws, "reset", {"seed": 1})["type"] == "observation"
 
