@@ -128,7 +128,7 @@ def _digest(outcomes: Any) -> bytes:
                            digest_size=16).digest()
 
 
-_KINDS = frozenset(("ok", "invalid_arguments", "tool_error", "exception"))  # what Tool.invoke produces
+_KINDS = frozenset(("ok", "invalid_arguments", "tool_error", "exception", "quota"))  # Tool.invoke, quotas
 
 
 def _unsendable(call: ToolCall, exc: Exception) -> ToolOutcome:
