@@ -34,6 +34,9 @@ __all__ = ["MAX_STATE_BYTES", "MAX_OBSERVATION_CHARS", "STATE_QUOTA_PREFIX", "OB
 MAX_STATE_BYTES = int(os.environ.get("ENVFACTORY_MAX_STATE_BYTES", 64 << 20))
 MAX_OBSERVATION_CHARS = int(os.environ.get("ENVFACTORY_MAX_OBSERVATION_CHARS", 1 << 20))
 
+BACKUP_FROM = 8
+"""A copy to fall back on is kept before a call once the state is past 1/BACKUP_FROM of the quota."""
+
 STATE_QUOTA_PREFIX = "Error: state quota exceeded"
 OBSERVATION_CUT = ("\n[cut: this turn's tool observations reached their cap of "
                    "envfactory.quotas.MAX_OBSERVATION_CHARS characters (ENVFACTORY_MAX_OBSERVATION_CHARS)]")
@@ -143,17 +146,21 @@ def cut_observations(contents: Sequence[str], room: int) -> tuple[list[str] | No
 
 
 def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any]:
-    """Run ``tool`` on ``state``: ``(outcome, the state to keep)``. A tool that may change the state
-    (not ``read_only``) runs with a copy kept aside; when the call took the state past
-    :data:`MAX_STATE_BYTES`, its outcome is the quota error and the copy is the state to keep."""
+    """Run ``tool`` on ``state``: ``(outcome, the state to keep)``. After a tool that may change the
+    state (not ``read_only``) the state is measured; over :data:`MAX_STATE_BYTES`, the outcome is
+    the quota error and the state to keep is a copy taken before the call. The copy is taken only
+    when the state is already past :data:`BACKUP_FROM` of the quota (a copy on every call would
+    cost a state's worth per call, and break a copy-on-write state's sharing); a single call that
+    takes a smaller state past the whole quota is refused too, but stays applied."""
     if tool.read_only:
         return tool.invoke(state, arguments), state
-    backup = copy_state(state)
+    limit = MAX_STATE_BYTES
+    backup = copy_state(state) if state_size(state, limit // BACKUP_FROM) > limit // BACKUP_FROM else None
     out = tool.invoke(state, arguments)
-    size = state_size(state, MAX_STATE_BYTES)
-    if size <= MAX_STATE_BYTES:
+    size = state_size(state, limit)
+    if size <= limit:
         return out, state
-    return ToolOutcome(state_quota_error(tool.name, size), False, "quota"), backup
+    return ToolOutcome(state_quota_error(tool.name, size), False, "quota"), state if backup is None else backup
 
 
 def cut_outcomes(outcomes: list[ToolOutcome], room: int) -> tuple[list[ToolOutcome], int]:
