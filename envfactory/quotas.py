@@ -4,7 +4,8 @@ Both runtimes enforce the same quotas with the same code (the container's server
 :class:`~envfactory.world.LocalWorld` too), so a session over a quota gets the same observation
 in-process and in a container:
 
-* :data:`MAX_STATE_BYTES` (default 64 MiB; ``ENVFACTORY_MAX_STATE_BYTES``): the state's size as
+* :data:`MAX_STATE_BYTES` (default 32 MiB, half a wire frame, so a state at its quota crosses
+  between host and container in one reply; ``ENVFACTORY_MAX_STATE_BYTES``): the state's size as
   its dump would write it (:func:`state_size`). A tool call that would take the state past it is
   that call's error observation (kind ``quota``), and the state is as it was before the call; the
   other calls of the turn run. Counting what a dump writes, not what Python holds, is what holds
@@ -31,7 +32,7 @@ from .tooling import ToolOutcome
 __all__ = ["MAX_STATE_BYTES", "MAX_OBSERVATION_CHARS", "STATE_QUOTA_PREFIX", "OBSERVATION_CUT", "state_size",
            "cut_observations", "invoke_within_quota", "cut_outcomes"]
 
-MAX_STATE_BYTES = int(os.environ.get("ENVFACTORY_MAX_STATE_BYTES", 64 << 20))
+MAX_STATE_BYTES = int(os.environ.get("ENVFACTORY_MAX_STATE_BYTES", 32 << 20))
 MAX_OBSERVATION_CHARS = int(os.environ.get("ENVFACTORY_MAX_OBSERVATION_CHARS", 1 << 20))
 
 BACKUP_FROM = 8
