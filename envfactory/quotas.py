@@ -22,6 +22,7 @@ before import; a container is started with the host's values (at its creation).
 from __future__ import annotations
 
 import os
+from enum import Enum
 from typing import Any, Sequence
 
 from pydantic import BaseModel
@@ -92,21 +93,30 @@ def state_size(state: Any, limit: int | None = None) -> int:
                     push(x)
             elif isinstance(v, (str, bytes, bytearray)):
                 total += len(v) * 2 + 2
-            elif isinstance(v, _NUMBER):
-                total += 8
-            else:  # any other Python object: its attributes (a dump writes them), else its repr
+            elif isinstance(v, (_NUMBER, type, Enum)):
+                total += 16
+            elif isinstance(v, dict):  # a subclass: its items, as above
+                total += 2
+                path.add(i)
+                push(_Leave(i))
+                for k, x in v.items():
+                    total += 16
+                    push(k)
+                    push(x)
+            elif isinstance(v, (list, tuple, set, frozenset)):
+                total += 2 + len(v)
+                path.add(i)
+                push(_Leave(i))
+                stack.extend(v)
+            else:  # any other Python object: its attributes (what a dump writes), else its repr
                 d = getattr(v, "__dict__", None)
                 total += 16
-                if d is not None:
+                if d.__class__ is dict:
                     path.add(i)
                     push(_Leave(i))
                     push(d)
                 else:
-                    total += len(repr(v)) if not isinstance(v, (list, dict, set, tuple)) else 0
-                    if isinstance(v, dict):
-                        stack.extend(v.values())
-                    elif isinstance(v, (list, set, tuple)):
-                        stack.extend(v)
+                    total += len(repr(v))
         if total > cap:
             return total
     return total
