@@ -44,6 +44,7 @@ OBSERVATION_CUT = ("\n[cut: this turn's tool observations reached their cap of "
                    "envfactory.quotas.MAX_OBSERVATION_CHARS characters (ENVFACTORY_MAX_OBSERVATION_CHARS)]")
 
 _NUMBER = (int, float, bool)
+_MODELS: set[type] = set()  # classes seen to be pydantic models
 
 
 def state_size(state: Any, limit: int | None = None) -> int:
@@ -78,13 +79,26 @@ def state_size(state: Any, limit: int | None = None) -> int:
                 push(_Leave(i))
                 for k, x in v.items():
                     total += len(k) + 4 if k.__class__ is str and k.isascii() else 16
-                    push(x)
+                    if x.__class__ is str and x.isascii():
+                        total += len(x) + 2
+                    else:
+                        push(x)
             elif c is list or c is tuple or c is set or c is frozenset:
                 total += 2 + len(v)
-                path.add(i)
-                push(_Leave(i))
-                stack.extend(v)
-            elif isinstance(v, BaseModel):
+                rest = None
+                for x in v:  # strings inline (the common leaves): no trip through the stack
+                    if x.__class__ is str and x.isascii():
+                        total += len(x) + 2
+                    elif rest is None:
+                        rest = [x]
+                    else:
+                        rest.append(x)
+                if rest:
+                    path.add(i)
+                    push(_Leave(i))
+                    stack.extend(rest)
+            elif c in _MODELS or isinstance(v, BaseModel):
+                _MODELS.add(c)
                 total += 2
                 path.add(i)
                 push(_Leave(i))
@@ -156,6 +170,9 @@ def cut_observations(contents: Sequence[str], room: int) -> tuple[list[str] | No
     return out, room
 
 
+_last: tuple[Any, Any] = (None, 0)  # the state last measured after a call, and its size
+
+
 def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any]:
     """Run ``tool`` on ``state``: ``(outcome, the state to keep)``. After a tool that may change the
     state (not ``read_only``) the state is measured; over :data:`MAX_STATE_BYTES`, the outcome is
@@ -166,11 +183,17 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
     if tool.read_only:
         return tool.invoke(state, arguments), state
     limit = MAX_STATE_BYTES
-    backup = copy_state(state) if state_size(state, limit // BACKUP_FROM) > limit // BACKUP_FROM else None
+    global _last
+    known, size = _last
+    if known is not state:  # else: measured after the last call (only tools change a state)
+        size = state_size(state, limit // BACKUP_FROM)
+    backup = copy_state(state) if size > limit // BACKUP_FROM else None
     out = tool.invoke(state, arguments)
     size = state_size(state, limit)
     if size <= limit:
+        _last = (state, size)
         return out, state
+    _last = (None, 0)  # measured again before the next call
     return ToolOutcome(state_quota_error(tool.name, size), False, "quota"), state if backup is None else backup
 
 
