@@ -49,6 +49,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
+from . import quotas
 from .definition import DEFAULT_SPLIT, PERMISSION_PREFIX, DrawSplit, ToolEnvSpec, split_members, task_for_seed
 from .env import Environment, EpisodeError, Message, SnapshotError, StepResult, _offload
 from .mail import CONFLICT_PREFIX, Mailbox, MultiState
@@ -336,7 +337,8 @@ class Episode(Environment):
                 return self._slow(agent, parsed)
             if self._in_process:  # what LocalWorld.run does for one call
                 # _in_process: self.world is a LocalWorld (checked in __init__)
-                o = t.invoke(self.world._state, c.arguments)  # type: ignore[attr-defined]
+                o, self.world._state = quotas.invoke_within_quota(  # type: ignore[attr-defined]
+                    t, self.world._state, c.arguments)  # type: ignore[attr-defined]
             else:
                 try:  # _run_batch, inlined
                     outs = self.world.run(agent, rnd, calls)
@@ -345,6 +347,8 @@ class Episode(Environment):
                 if len(outs) != 1:
                     raise RuntimeError(f"{self.spec.name}: the world answered {len(outs)} outcomes for 1 call")
                 o = outs[0]
+            if len(o.content) > quotas.MAX_OBSERVATION_CHARS:
+                o = quotas.cut_outcomes([o], quotas.MAX_OBSERVATION_CHARS)[0][0]
             cid = c.id or f"call_{rnd}_0"
             name, args = c.name, c.arguments
             kind = o.kind
@@ -383,16 +387,19 @@ class Episode(Environment):
                                 "tool_calls": counts["tool_calls"], "tool_errors": counts["tool_errors"],
                                 "parse_errors": counts["parse_errors"]}
         terminal = self._terminal
-        if timed_out:
-            self._end(self._gone, terminated=False, success=False)
-            info[self._gone] = True
-        elif terminal is not None and terminal(self.world.state()):
-            self._end("terminal", terminated=True)
-        elif rnd >= self.max_turns:
-            self._end("max_turns", terminated=False)
-        else:
-            self._round = rnd + 1
-            return new, 0.0, False, False, info
+        try:
+            if timed_out:
+                self._end(self._gone, terminated=False, success=False)
+                info[self._gone] = True
+            elif terminal is not None and terminal(self.world.state()):
+                self._end("terminal", terminated=True)
+            elif rnd >= self.max_turns:
+                self._end("max_turns", terminated=False)
+            else:
+                self._round = rnd + 1
+                return new, 0.0, False, False, info
+        except WorldGone as exc:
+            self._lost_while_ending(exc, info)
         self._pos = 1  # as _turn leaves it: the round was not started again
         info.update(success=self._success, answer=self._answer, ended_by=self._ended_by)
         return new, self._rewards[agent], self._terminated, self._truncated, info
@@ -416,10 +423,13 @@ class Episode(Environment):
                                 "parse_errors": counts["parse_errors"]}
         self._pos += 1
         terminal = self._terminal
-        if terminal is not None and terminal(self.world.state()):
-            self._end("terminal", terminated=True)
-        else:
-            self._end("answer", terminated=True)
+        try:
+            if terminal is not None and terminal(self.world.state()):
+                self._end("terminal", terminated=True)
+            else:
+                self._end("answer", terminated=True)
+        except WorldGone as exc:
+            self._lost_while_ending(exc, info)
         info.update(success=self._success, answer=self._answer, ended_by=self._ended_by)
         return new, self._rewards[agent], self._terminated, self._truncated, info
 
@@ -475,20 +485,23 @@ class Episode(Environment):
                                 "tool_calls": counts["tool_calls"], "tool_errors": counts["tool_errors"],
                                 "parse_errors": counts["parse_errors"]}
         self._pos += 1
-        if timed_out:
-            self._end(self._gone, terminated=False, success=False)
-            info[self._gone] = True
-        elif finished:
-            self._end("finish", terminated=True, answer=answer)
-        elif self.spec.terminal is not None and self.spec.terminal(self.world.state()):
-            self._end("terminal", terminated=True)
-        elif self._pos == len(self.agents):
-            if len(self._passed) == len(self.agents):
-                self._end("quiescence" if self._team else "answer", terminated=True)
-            elif rnd >= self.max_turns:
-                self._end("max_turns", terminated=False)
-            else:
-                self._round, self._pos, self._passed = rnd + 1, 0, []
+        try:
+            if timed_out:
+                self._end(self._gone, terminated=False, success=False)
+                info[self._gone] = True
+            elif finished:
+                self._end("finish", terminated=True, answer=answer)
+            elif self.spec.terminal is not None and self.spec.terminal(self.world.state()):
+                self._end("terminal", terminated=True)
+            elif self._pos == len(self.agents):
+                if len(self._passed) == len(self.agents):
+                    self._end("quiescence" if self._team else "answer", terminated=True)
+                elif rnd >= self.max_turns:
+                    self._end("max_turns", terminated=False)
+                else:
+                    self._round, self._pos, self._passed = rnd + 1, 0, []
+        except WorldGone as exc:
+            self._lost_while_ending(exc, info)
         if self._terminated or self._truncated:
             info.update(success=self._success, answer=self._answer, ended_by=self._ended_by)
         rewards = self._rewards
@@ -533,6 +546,9 @@ class Episode(Environment):
         assistant's ``tool_calls`` and whether the world timed out. ``found``: each call's
         tool, or ``None`` when refused."""
         timed_out = False
+        # the turn's observations together, cut at the cap (the world cut each batch at it already:
+        # cutting again at the same cap over the whole turn gives the same on every runtime)
+        outcomes = quotas.cut_outcomes(outcomes, quotas.MAX_OBSERVATION_CHARS)[0]
         # Arguments stay a dict (the HF chat-template convention); see
         # envfactory.messages.to_openai for the string form OpenAI servers want.
         openai_calls = []
@@ -569,6 +585,13 @@ class Episode(Environment):
         self._timed_out = f"Error: {exc}"
         self._gone = "world_lost" if isinstance(exc, WorldLost) else "timeout"
         return [ToolOutcome(self._timed_out, False, "timeout") for _ in range(n)]
+
+    def _lost_while_ending(self, exc: WorldGone, info: dict[str, Any]) -> None:
+        """The world was lost while the turn's end was decided (a terminal check, or judging, fetch
+        the state): the same ending as a world lost during a batch, never an exception from step()."""
+        self._world_gone(exc, 0)
+        self._end(self._gone, terminated=False, success=False)
+        info[self._gone] = True
 
     def _ask_user(self, user: UserResponder, agent: str, arguments: dict[str, Any]) -> ToolOutcome:
         """``ask_user`` answered by the episode's host-side user (an LLM user): the same

@@ -18,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
+from . import quotas
 from .mail import MultiState
 from .state import State, copy_state
 from .task import Task, ToolCall
@@ -94,15 +95,23 @@ class LocalWorld(World):
         self._state = self.spec.start_state(task)
 
     def run(self, agent: str, round: int, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+        """Run ``calls`` in order within the session's quotas (:mod:`envfactory.quotas`): a call
+        that would take the state past ``MAX_STATE_BYTES`` is its error and leaves the state as it
+        was; the batch's observations are cut at ``MAX_OBSERVATION_CHARS``."""
         state, tools = self.state(), self._tools
         if self._team:
             team = cast(MultiState, state)  # a team's state is a MultiState
             team.acting, team.round = agent, round
-            try:
-                return [tools[c.name].invoke(state, c.arguments) for c in calls]
-            finally:
-                team.acting = ""
-        return [tools[c.name].invoke(state, c.arguments) for c in calls]
+        outs = []
+        try:
+            for c in calls:
+                out, state = quotas.invoke_within_quota(tools[c.name], state, c.arguments)
+                outs.append(out)
+        finally:
+            self._state = state
+            if self._team:
+                cast(MultiState, state).acting = ""
+        return quotas.cut_outcomes(outs, quotas.MAX_OBSERVATION_CHARS)[0]
 
     def state(self) -> State:
         if self._state is None:

@@ -40,6 +40,7 @@ from typing import Any
 import httpcore
 import httpx
 
+from .. import quotas
 from ..definition import ToolEnvSpec
 from ..world import WorldLost
 from .wire import MAGIC, TOKEN_HEADER, FrameDecodeError, recv_frame, send_frame
@@ -224,6 +225,9 @@ class Container:
                     # agent code's files travel with each snapshot (crash resume, fork)
                     "ENVFACTORY_WORK_DIR": "/tmp" if spec.isolation == "container" else "",
                     "ENVFACTORY_WORK_ARCHIVE_MAX": str(limits.work_archive_mb << 20),
+                    # the host's per-session quotas: the same observations on both runtimes
+                    "ENVFACTORY_MAX_STATE_BYTES": str(quotas.MAX_STATE_BYTES),
+                    "ENVFACTORY_MAX_OBSERVATION_CHARS": str(quotas.MAX_OBSERVATION_CHARS),
                 },
                 labels={
                     LABEL: "1",

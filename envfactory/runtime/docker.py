@@ -128,7 +128,7 @@ def _digest(outcomes: Any) -> bytes:
                            digest_size=16).digest()
 
 
-_KINDS = frozenset(("ok", "invalid_arguments", "tool_error", "exception"))  # what Tool.invoke produces
+_KINDS = frozenset(("ok", "invalid_arguments", "tool_error", "exception", "quota"))  # Tool.invoke, quotas
 
 
 def _unsendable(call: ToolCall, exc: Exception) -> ToolOutcome:
@@ -367,7 +367,7 @@ class ContainerWorld(World):
             raise EpisodeError(f"{self.spec.name}: nothing to fork (no live session); call reset() first")
         child = ContainerWorld(self.spec, step_timeout=self.step_timeout, pool=self.pool)
         child.resume = self.resume
-        if self._link.fork_into(child._link):
+        if self._fork_into(child):
             child._task, child._origin, child._journal = self._task, self._origin, list(self._journal)
             child._journal_bytes = self._journal_bytes
             child._origin_files, child._unresumable = self._origin_files, self._unresumable
@@ -381,6 +381,20 @@ class ContainerWorld(World):
                 child.close()
                 raise
         return child
+
+    def _fork_into(self, child: "ContainerWorld") -> bool:
+        """:meth:`SessionLink.fork_into`; when the container turns out dead, the world is resumed on a
+        fresh one first (as a step's request is) and forked there."""
+        try:
+            return self._link.fork_into(child._link)
+        except ContainerError as exc:
+            c = self._link.container
+            if not self.resume or c is None or not c.dead:
+                raise
+            died = ContainerDied(f"{self._link.where()}: the container stopped answering mid-episode ({exc})")
+            died.detail = str(exc)
+            self._resume_after(died)  # ContainerLost when that fails too
+        return self._link.fork_into(child._link)
 
     def dump(self) -> Any:
         """The state as JSON (the :class:`~envfactory.world.World` contract: what the referee,

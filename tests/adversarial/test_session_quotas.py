@@ -1,0 +1,129 @@
+"""Per-session quotas on the in-process runtime (issue 28), and judging inside the lost-world handling.
+
+The attack: write a 1 MB file, then turns of 255 ``copy_file`` calls. Each copy shares the string
+in memory (copy on write), but a dump writes it again: before the quotas, three turns made
+``snapshot()`` 732 MiB (25.8 s) and ending the episode 7.7 s. Now the state is counted as its
+dump would write it (:func:`envfactory.quotas.state_size`), and a call that would take it past
+``MAX_STATE_BYTES`` is that call's error observation, the state as it was before the call.
+A turn's tool observations together hold at most ``MAX_OBSERVATION_CHARS`` characters.
+The Docker runtime gives the same observations (``test_session_quotas_docker.py``).
+
+Runtime: about 5 s.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import envfactory
+from envfactory import ToolCall, call
+from envfactory import quotas
+from envfactory.world import LocalWorld, WorldLost
+
+BIG = "/home/user/big.txt"
+
+
+def _copies(turn: int, n: int = 255) -> list[ToolCall]:
+    return [call("copy_file", source=BIG, destination=f"/home/user/c{turn}_{i}.txt") for i in range(n)]
+
+
+def test_copy_file_amplification_stops_at_the_state_quota() -> None:
+    env = envfactory.make("FileSystem-v0")
+    env.reset(0)
+    assert env.step([call("write_file", path=BIG, content="x" * 1_000_000)]).messages[0]["content"].startswith("Wrote")
+    refused = 0
+    for turn in range(3):
+        r = env.step(_copies(turn))
+        assert not r.done
+        refused += sum(quotas.STATE_QUOTA_PREFIX in m["content"] for m in r.messages)
+        files_after = dict(env.state.fs.files)
+    assert refused > 0, "no copy was refused: nothing caps the state's serialized size"
+    size = quotas.state_size(env.state)
+    assert size <= quotas.MAX_STATE_BYTES
+    # the refused calls changed nothing: only copies that fit are there
+    copies = [p for p in files_after if p.startswith("/home/user/c")]
+    assert len(copies) == 3 * 255 - refused
+    t0 = time.perf_counter()
+    snap = env.snapshot()
+    dumped = len(json.dumps(snap))
+    assert dumped <= quotas.MAX_STATE_BYTES + (4 << 20), dumped  # the referee's fields besides the state
+    r = env.step("done")
+    took = time.perf_counter() - t0
+    assert r.done and r.info["ended_by"] == "answer"
+    assert took < 5.0, f"snapshot and ending took {took:.1f}s"
+
+
+def test_a_refused_call_leaves_the_state_as_it_was(monkeypatch) -> None:
+    monkeypatch.setattr(quotas, "MAX_STATE_BYTES", quotas.state_size(_fresh_state()) + 2_500)
+    env = envfactory.make("FileSystem-v0")
+    env.reset(0)
+    before = env.state.model_dump()
+    r = env.step([call("write_file", path="/home/user/a.txt", content="a" * 1000),
+                  call("write_file", path="/home/user/b.txt", content="b" * 5000),  # over: refused
+                  call("write_file", path="/home/user/c.txt", content="c" * 1000)])
+    contents = [m["content"] for m in r.messages]
+    assert contents[0].startswith("Wrote") and contents[2].startswith("Wrote"), contents
+    assert quotas.STATE_QUOTA_PREFIX in contents[1] and "ENVFACTORY_MAX_STATE_BYTES" in contents[1]
+    files = env.state.fs.files
+    assert "/home/user/b.txt" not in files and files["/home/user/a.txt"] == "a" * 1000
+    assert {k: v for k, v in files.items() if k not in ("/home/user/a.txt", "/home/user/c.txt")} == before["fs"]["files"]
+    assert r.info["tool_errors"] == 1
+
+
+def _fresh_state() -> Any:
+    env = envfactory.make("FileSystem-v0")
+    env.reset(0)
+    return env.state
+
+
+def test_a_turn_observation_is_cut_at_the_cap(monkeypatch) -> None:
+    monkeypatch.setattr(quotas, "MAX_OBSERVATION_CHARS", 10_000)
+    env = envfactory.make("FileSystem-v0")
+    env.reset(0)
+    env.step([call("write_file", path=BIG, content="y" * 6_000)])
+    r = env.step([call("read_file", path=BIG)] * 3)  # 18,000 characters asked for
+    contents = [m["content"] for m in r.messages]
+    assert contents[0] == "y" * 6_000
+    assert contents[1].startswith("y" * 4_000) and not contents[1].startswith("y" * 4_001)
+    assert quotas.OBSERVATION_CUT in contents[1] and contents[2] == quotas.OBSERVATION_CUT
+    one = env.step(call("read_file", path=BIG))  # the single-call fast path too
+    assert one.messages[0]["content"] == "y" * 6_000
+    env.step([call("write_file", path=BIG, content="z" * 12_000)])
+    one = env.step(call("read_file", path=BIG))
+    assert one.messages[0]["content"] == "z" * 10_000 + quotas.OBSERVATION_CUT
+
+
+def test_default_observation_cap_cuts_a_large_read() -> None:
+    """The issue's 256 MiB read: Docker cut it at its reply cap, in-process returned it all; now both
+    cut at MAX_OBSERVATION_CHARS (a smaller file, past the cap, shows the same)."""
+    env = envfactory.make("FileSystem-v0")
+    env.reset(0)
+    n = quotas.MAX_OBSERVATION_CHARS + 12_345
+    env.step([call("write_file", path=BIG, content="r" * n)])
+    content = env.step(call("read_file", path=BIG)).messages[0]["content"]
+    assert content == "r" * quotas.MAX_OBSERVATION_CHARS + quotas.OBSERVATION_CUT
+
+
+class _LostWhileJudged(LocalWorld):
+    """A world whose host is lost after the last step: fetching the state to judge it fails."""
+
+    lost = False
+
+    def state(self):  # type: ignore[override]
+        if self.lost:
+            raise WorldLost("the container stopped answering mid-episode (test)")
+        return super().state()
+
+
+def test_a_world_lost_while_judging_ends_the_episode_instead_of_raising() -> None:
+    spec = envfactory.registry.spec("FileSystem-v0")
+    world = _LostWhileJudged(spec)
+    env = envfactory.Episode(spec, world)
+    env.reset(0)
+    env.step(call("list_dir", path="/home/user"))
+    world.lost = True
+    r = env.step("I am done.")  # judging fetches the state
+    assert r.done and r.truncated and r.info["ended_by"] == "world_lost" and r.info.get("world_lost")
+    assert r.reward == 0.0 and env.success is False
