@@ -159,3 +159,20 @@ def test_wandb_gets_init_then_a_log_per_row_then_finish(run):
         flat = _flat({k: v for k, v in row.items() if k not in ("step", "phase")})
         assert got == {**{f"train/{k}": v for k, v in flat.items()}, "train/step": row["step"]}
     assert ("define_metric", ("train/*",), {"step_metric": "train/step"}) in run.wandb.calls
+
+
+def test_tensorboard_tags_an_sft_row_by_its_learner_at_its_epoch(tmp_path):
+    require_module("tensorboard", "pip install 'envfactory[tensorboard]'; scripts/setup.sh installs it")
+    pytest.importorskip("torch")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from agents.algorithms.metrics import TensorBoardSink
+
+    sink = TensorBoardSink(tmp_path)
+    for epoch, nll in [(1, 2.5), (2, 1.25)]:
+        sink.write({"phase": "sft", "learner": "reader_0", "epoch": epoch, "nll": nll})
+    sink.close()
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    assert acc.Tags()["scalars"] == ["sft/reader_0/nll"]
+    assert [(e.step, e.value) for e in acc.Scalars("sft/reader_0/nll")] == [(1, 2.5), (2, 1.25)]
