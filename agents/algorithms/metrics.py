@@ -193,8 +193,18 @@ def make_sinks(names: Sequence[str], output_dir: str | os.PathLike[str] | None, 
             neither a sink nor callable.
         ImportError: the package of a named sink is not installed (naming the extra to install).
     """
-    out_dir = Path(output_dir) if output_dir else None
     sinks: list[MetricsSink] = []
+    try:
+        _add_sinks(sinks, names, Path(output_dir) if output_dir else None, objects, config)
+    except Exception:  # close what was opened before the one that failed
+        for sink in sinks:
+            sink.close()
+        raise
+    return sinks
+
+
+def _add_sinks(sinks: list[MetricsSink], names: Sequence[str], out_dir: Path | None, objects: Sequence[Any],
+               config: dict[str, Any] | None) -> None:
     for name in names:
         if name == "jsonl":
             if out_dir is not None:
@@ -219,7 +229,6 @@ def make_sinks(names: Sequence[str], output_dir: str | os.PathLike[str] | None, 
         else:
             raise ValueError(f"a sink must have write(row) and close(), or be a callable taking a row; "
                              f"got {type(obj).__name__}")
-    return sinks
 
 
 def unknown_sink(name: Any) -> str:
