@@ -470,8 +470,13 @@ def _key(base: str, chash: str, cfg: dict[str, Any], seed: int) -> str:
 
 
 def _train(dest: Path, base: str, plays: list[Play], cfg: dict[str, Any], seed: int,
-           log: Callable[[str], None], device: str = "cpu") -> dict[str, Any]:
+           log: Callable[[str], None] | None, device: str = "cpu") -> dict[str, Any]:
     import torch
+
+    from .algorithms.metrics import progress
+
+    bar = log is None  # without a log, a tqdm bar on stderr when it is a terminal (minutes of silence otherwise)
+    log = log or (lambda m: None)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from .tiny import TINY_CONFIG
@@ -532,6 +537,8 @@ def _train(dest: Path, base: str, plays: list[Play], cfg: dict[str, Any], seed: 
             opt.step()
             opt.zero_grad(set_to_none=True)
             train_losses.append(float(loss.detach()))
+            if bar:
+                progress("pretrain", step + 1, steps, t0, loss=train_losses[-1])
             if (step + 1) % max(1, steps // 10) == 0 or step == steps - 1:
                 recent = train_losses[-10:]
                 log(f"pretrain: step {step + 1}/{steps} loss {sum(recent) / len(recent):.3f} "
@@ -569,9 +576,11 @@ def pretrain(seed: int = 0, steps: int | None = None, cache_dir: str | os.PathLi
              device: str = "cpu") -> dict[str, Any]:
     """Pretrain (or reuse from the cache) the tiny model of ``seed``; a report of it.
 
-    ``device``: where it trains (``"cuda"`` on a GPU machine); the saved model is the same
-    folder either way (the cache key does not hold the device: a checkpoint trained on a GPU
-    differs from the CPU one by floating-point order only, and is reused on the CPU).
+    ``log``: called with a progress line every tenth of the run (without one, a tqdm bar shows
+    the steps on stderr when it is a terminal). ``device``: where it trains (``"cuda"`` on a
+    GPU machine); the saved model is the same folder either way (the cache key does not hold
+    the device: a checkpoint trained on a GPU differs from the CPU one by floating-point order
+    only, and is reused on the CPU).
 
     Returns:
         ``{"path", "corpus_hash", "loss_before", "loss_after", "seconds", "cached", ...}``: the
@@ -583,7 +592,6 @@ def pretrain(seed: int = 0, steps: int | None = None, cache_dir: str | os.PathLi
     from .tiny import TINY_CONFIG, build_tiny_model, cache_root, publish_folder
 
     t0 = time.perf_counter()
-    log = log or (lambda m: None)
     cfg = {**PRETRAIN_CONFIG, **(config or {})}
     if steps is not None:
         cfg["steps"] = int(steps)

@@ -21,7 +21,8 @@ default is the Trainer's default. A complete file, every value its default but
     sft: null            # {epochs: 10, lr: 0.001, batch_size: 8, tasks: null}: warm start before RL (envfactory train)
     eval: null           # {samples: 4, temperature: null, seed: 12345, tasks: null}: success before and after
     runtime: {rollout: local, workers: 2, ray_options: {}}
-    output: {dir: null, save_every: 0, save_trajectories: false, show_progress: true, resume: false}
+    output: {dir: null, save_every: 0, save_trajectories: false, show_progress: true, resume: false,
+             sinks: [jsonl]}   # and tensorboard, wandb (their extras)
 
 Write floats with a dot in YAML (``1.0e-5``): YAML reads ``1e-5`` as a string
 (a numeric string is accepted for a float field for that reason).
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 from .algorithms.arpo import ARPO, GRPO, RFT
+from .algorithms.metrics import SINK_NAMES, unknown_sink
 
 __all__ = ["TrainerConfig", "SamplingConfig", "OptimConfig", "SFTConfig", "EvalConfig", "RuntimeConfig",
            "OutputConfig", "ALGORITHMS"]
@@ -147,9 +149,13 @@ class OutputConfig:
         save_every: A checkpoint every this many steps (0: only at the end of ``train``).
         save_trajectories: Append every step's trajectories to ``dir/trajectories.jsonl``
             (:mod:`agents.trajectories`; ``Trainer.sft(trajectories=...)`` trains on them).
-        show_progress: A progress line per step on stderr.
+        show_progress: A progress bar (tqdm) on stderr when it is a terminal.
         resume: ``true``: ``train`` continues from the latest checkpoint in ``dir``; a path:
             from that checkpoint.
+        sinks: Where the metric rows go (:mod:`agents.algorithms.metrics`): ``jsonl``
+            (``dir/metrics.jsonl``), ``tensorboard`` (``dir/tensorboard``; ``pip install
+            'envfactory[tensorboard]'``), ``wandb`` (a Weights & Biases run; ``pip install
+            'envfactory[wandb]'``). Objects and callables go to ``Trainer(sinks=[...])``.
     """
 
     dir: str | None = None
@@ -157,6 +163,12 @@ class OutputConfig:
     save_trajectories: bool = False
     show_progress: bool = True
     resume: bool | str = False
+    sinks: list[str] = field(default_factory=lambda: ["jsonl"])
+
+    def __post_init__(self) -> None:
+        for name in self.sinks:
+            if name not in SINK_NAMES:
+                raise ValueError(unknown_sink(name))
 
 
 @dataclass

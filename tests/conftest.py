@@ -68,7 +68,7 @@ def require_torch() -> None:
 # Modules the CI machine must have (scripts/setup.sh installs them). Under CI=true a
 # skip caused by one of them missing -- pytest.importorskip("torch") at module or test
 # level, or a skipif whose reason names it -- is turned into a failure.
-CI_REQUIRED_MODULES = ("torch", "transformers", "ray")
+CI_REQUIRED_MODULES = ("torch", "transformers", "ray", "tensorboard")
 
 
 def serve_mcp_http(name: str, *extra: str, env: dict | None = None) -> tuple[subprocess.Popen, str | None, str]:

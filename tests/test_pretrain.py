@@ -148,6 +148,24 @@ def test_same_seed_same_weights(tokenizer, tmp_path) -> None:
     assert out[0] == out[1]
 
 
+def test_pretraining_without_a_log_shows_a_tqdm_bar_on_a_terminal(tokenizer, tmp_path, monkeypatch) -> None:
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    plays = pretrain_corpus(tokenizer, envs=["Lights-v0"])
+    cfg = {**PRETRAIN_CONFIG, **SMALL, "steps": 2, "heldout_share": 0.2}
+    for name, log, stream in [("bar", None, Terminal()), ("lines", [].append, Terminal()), ("pipe", None, io.StringIO())]:
+        monkeypatch.setattr(sys, "stderr", stream)
+        (tmp_path / name).mkdir()
+        _train(tmp_path / name, build_tiny_model(), plays, cfg, 0, log)
+        shown = stream.getvalue()
+        assert ("pretrain: 100%" in shown and "2/2" in shown and "loss=" in shown) == (name == "bar"), (name, shown)
+
+
 PINNED_CORPUS_HASH = "3715870021f12f30"
 """The default pretraining corpus's hash, with which every figure of the README's quickstart was
 measured (on two installs). A change to a corpus environment's tools, tasks or error texts changes
