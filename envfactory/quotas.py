@@ -145,11 +145,16 @@ class _Leave:
         self.id = i
 
 
-def state_quota_error(name: str, size: int) -> str:
+def state_quota_error(name: str, size: int, applied: bool = False) -> str:
+    """The error observation of a call that took the state past the quota: rolled back (the
+    usual case), or ``applied`` when no copy was kept (a state under :data:`BACKUP_FROM` of
+    the quota that one call took past all of it), which the message then says."""
+    what = ("it was applied (the state was small enough before it that no copy was kept), so the state is now "
+            "over the quota: until it is back under, every call that changes it and leaves it over is refused "
+            "and undone" if applied else "it was not applied, and the state is as it was before it")
     return (f"{STATE_QUOTA_PREFIX}: this call of '{name}' would make the state more than "
-            f"{MAX_STATE_BYTES} bytes as written by a dump (at least {size}); it was not applied, and "
-            "the state is as it was before it. The quota is envfactory.quotas.MAX_STATE_BYTES "
-            "(ENVFACTORY_MAX_STATE_BYTES).")
+            f"{MAX_STATE_BYTES} bytes as written by a dump (at least {size}); {what}. The quota is "
+            "envfactory.quotas.MAX_STATE_BYTES (ENVFACTORY_MAX_STATE_BYTES).")
 
 
 def cut_observations(contents: Sequence[str], room: int) -> tuple[list[str] | None, int]:
@@ -179,7 +184,8 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
     the quota error and the state to keep is a copy taken before the call. The copy is taken only
     when the state is already past :data:`BACKUP_FROM` of the quota (a copy on every call would
     cost a state's worth per call, and break a copy-on-write state's sharing); a single call that
-    takes a smaller state past the whole quota is refused too, but stays applied."""
+    takes a smaller state past the whole quota stays applied, and its error says so (every later
+    call that leaves the state over the quota is then refused and undone: the copy is kept)."""
     if tool.read_only:
         return tool.invoke(state, arguments), state
     limit = MAX_STATE_BYTES
@@ -194,7 +200,8 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
         _last = (state, size)
         return out, state
     _last = (None, 0)  # measured again before the next call
-    return ToolOutcome(state_quota_error(tool.name, size), False, "quota"), state if backup is None else backup
+    return (ToolOutcome(state_quota_error(tool.name, size, applied=backup is None), False, "quota"),
+            state if backup is None else backup)
 
 
 def cut_outcomes(outcomes: list[ToolOutcome], room: int) -> tuple[list[ToolOutcome], int]:

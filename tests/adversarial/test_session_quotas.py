@@ -14,7 +14,6 @@ Runtime: about 5 s.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import envfactory
@@ -45,14 +44,12 @@ def test_copy_file_amplification_stops_at_the_state_quota() -> None:
     # the refused calls changed nothing: only copies that fit are there
     copies = [p for p in files_after if p.startswith("/home/user/c")]
     assert len(copies) == 3 * 255 - refused
-    t0 = time.perf_counter()
     snap = env.snapshot()
     dumped = len(json.dumps(snap))
     assert dumped <= quotas.MAX_STATE_BYTES + (4 << 20), dumped  # the referee's fields besides the state
     r = env.step("done")
-    took = time.perf_counter() - t0
-    assert r.done and r.info["ended_by"] == "answer"
-    assert took < 5.0, f"snapshot and ending took {took:.1f}s"
+    assert r.done and r.info["ended_by"] == "answer"  # judged on a state of bounded size (no time bound: tests
+    # check behaviour; the figures, 732 MiB / 25.8 s before and 34 MiB / 1.1 s after, are docs/hostile-input.md's)
 
 
 def test_a_refused_call_leaves_the_state_as_it_was(monkeypatch) -> None:
@@ -127,3 +124,27 @@ def test_a_world_lost_while_judging_ends_the_episode_instead_of_raising() -> Non
     r = env.step("I am done.")  # judging fetches the state
     assert r.done and r.truncated and r.info["ended_by"] == "world_lost" and r.info.get("world_lost")
     assert r.reward == 0.0 and env.success is False
+
+
+def test_a_call_that_could_not_be_undone_says_it_was_applied_and_the_next_over_quota_call_is_undone(monkeypatch) -> None:
+    """A state under an eighth of the quota keeps no copy before a call (copy-on-write sharing);
+    one call that takes it past the whole quota stays applied. Its error observation must say so
+    (it said "it was not applied, and the state is as it was before it", which was false); from
+    then on the copy is kept, so a call that leaves the state over the quota is refused and undone,
+    and one that brings it back under is allowed."""
+    limit = quotas.state_size(_fresh_state()) * 20
+    monkeypatch.setattr(quotas, "MAX_STATE_BYTES", limit)
+    env = envfactory.make("FileSystem-v0")
+    env.reset(0)
+    big = "/home/user/huge.txt"
+    r = env.step([call("write_file", path=big, content="h" * limit)])
+    said = r.messages[0]["content"]
+    assert quotas.STATE_QUOTA_PREFIX in said and "it was applied" in said and "not applied" not in said, said
+    assert env.state.fs.files[big] == "h" * limit  # what the message says is what happened
+    r = env.step([call("write_file", path="/home/user/more.txt", content="m" * 100)])
+    said = r.messages[0]["content"]
+    assert quotas.STATE_QUOTA_PREFIX in said and "it was not applied" in said, said
+    assert "/home/user/more.txt" not in env.state.fs.files
+    r = env.step([call("delete_file", path=big)])
+    assert quotas.STATE_QUOTA_PREFIX not in r.messages[0]["content"]
+    assert big not in env.state.fs.files and quotas.state_size(env.state) <= limit

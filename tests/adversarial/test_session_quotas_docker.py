@@ -67,14 +67,11 @@ def test_copy_file_amplification_is_refused_alike_and_the_episode_ends(pool) -> 
         refused += sum(m["content"].startswith("Error: state quota exceeded") for m in r.messages)
     assert refused > 0
     assert remote.state == local.state
-    t0 = time.perf_counter()
     snap = remote.snapshot()
     end = remote.step("done")  # judging fetches the state from the container
-    took = time.perf_counter() - t0
     assert end.done and end.info["ended_by"] == "answer" and not end.info.get("world_lost")
     assert end.reward == local.step("done").reward
     assert get_spec("FileSystem-v0").state_type.model_validate(snap["state"]) == local.state
-    assert took < 10.0, f"snapshot and ending took {took:.1f}s"
     remote.close()
 
 
