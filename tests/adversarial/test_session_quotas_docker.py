@@ -14,7 +14,6 @@ Runtime: about 30-60 s on 2 cores once the image exists (a kill waits for a fres
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
