@@ -250,14 +250,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                     assistant_only=True), a.device)
         model = policy.model
         trainable = freeze_below(model, a.train_layers or None)
-        say(f"sft: {len(ps)} plays of {len(train_fams)} families in {n_rows} rows of {a.seq_len} (~{per_row} plays "
+        asked = sum(min(a.sft_per_family, len(goal_tasks(n, "sft"))) for n in train_fams)
+        say(f"sft: {len(ps)} plays ({asked - len(ps)} reference solutions that did not succeed left out) "
+            f"of {len(train_fams)} families in {n_rows} rows of {a.seq_len} (~{per_row} plays "
             f"each), {trainable / 1e6:.1f}M of {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters train")
         losses = packed_sft(model, rows, steps=n_rows, batch=1, lr=a.sft_lr, log=say, label="sft", started=t_start,
                             scored_only=True)
         model.eval()
         policy.clear_cache()
         secs = time.perf_counter() - t0
-        res["sft"] = {"plays": len(ps), "rows": n_rows, "seq_len": a.seq_len, "trainable_params": trainable,
+        res["sft"] = {"plays": len(ps), "plays_left_out": asked - len(ps), "rows": n_rows, "seq_len": a.seq_len, "trainable_params": trainable,
                       "nll_first": round(losses[0], 4), "nll_last": round(sum(losses[-5:]) / len(losses[-5:]), 4),
                       "seconds": round(secs, 1), "positions_per_second": round(n_rows * a.seq_len / secs, 1)}
         if a.save_sft:
