@@ -16,7 +16,7 @@ Defining an environment: a :class:`State` model, :func:`tool` functions over it,
 team: :class:`Role` objects, a :class:`MultiState` and joint solutions, :func:`by`).
 """
 
-from .definition import Role, SpecError, ToolEnvSpec
+from .definition import HELDOUT_FAMILIES, HELDOUT_KINDS, Role, SpecError, ToolEnvSpec
 from .env import Environment, EpisodeError, SnapshotError, StepResult
 from .episode import Episode
 from .mail import ConflictError, MultiState
@@ -32,6 +32,8 @@ __all__ = [
     "ActionTypeError",
     "ConflictError",
     "ENTRY_POINT_GROUP",
+    "HELDOUT_FAMILIES",
+    "HELDOUT_KINDS",
     "ToolEnvSpec",
     "Environment",
     "Episode",

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from .mail import MultiState
 
 __all__ = ["ToolEnvSpec", "Role", "SpecError", "SOLE_AGENT", "PERMISSION_PREFIX", "lookup_task", "SPLITS", "Split",
-           "DRAW_SPLITS", "DrawSplit", "DEFAULT_SPLIT", "split_members",
+           "DRAW_SPLITS", "DrawSplit", "DEFAULT_SPLIT", "split_members", "HELDOUT_FAMILIES", "HELDOUT_KINDS",
+           "GENERALIZATION_SPLITS", "generalization_group",
            "served_tasks", "task_for_seed"]
 
 _NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]*-v\d+$")
@@ -38,9 +39,39 @@ Split = Literal["sft", "rl", "eval"]
 # what an episode (and every face over it) may draw tasks from: one split, ``train`` (sft and rl:
 # everything but evaluation; the default everywhere) or ``all``. Evaluation tasks are drawn only
 # where ``eval`` (or ``all``) is asked for explicitly.
-DRAW_SPLITS = ("train", "sft", "rl", "eval", "all")
-DrawSplit = Literal["train", "sft", "rl", "eval", "all"]
+DRAW_SPLITS = ("train", "sft", "rl", "eval", "all", "seen", "heldout-family", "heldout-kind")
+DrawSplit = Literal["train", "sft", "rl", "eval", "all", "seen", "heldout-family", "heldout-kind"]
 DEFAULT_SPLIT: DrawSplit = "train"
+
+# -- splits that test generalization (docs/training.md, "Held-out families and kinds") --------------
+# Besides the per-task hash split (sft/rl/eval), whole families and whole task kinds are held out, so a
+# trainer can evaluate on tasks whose family (vocabulary, tools, world) or whose kind (task frame) it
+# never trained on. Both sets are frozen here, not drawn at run time, so adding a family never moves one.
+HELDOUT_FAMILIES: tuple[str, ...] = (
+    "CRM-v1", "FleetMaintenance-v0", "GymClub-v1", "ITAssets-v0", "Marina-v0", "Parking-v0",
+    "PeopleOps-v0", "Pharmacy-v1", "SalesDesk-v0", "ShopBackOffice-v0", "StudentHousing-v0", "Subscriptions-v0")
+"""The families never trained on: ``random.Random(0).sample`` of 12 of the 77 table-backed families
+with a task supply (as of 2026-11-25; ``benchmarks/smol_agent.py`` evaluates on them), frozen."""
+HELDOUT_KINDS: tuple[str, ...] = ("conditional",)
+"""The task kinds never trained on, in any family: ``conditional`` composes what the training kinds
+teach one at a time (find rows by description as ``lookup`` does, read a value as ``answer`` does,
+then act on a threshold), so an agent that learned tool use rather than frames should transfer."""
+GENERALIZATION_SPLITS = ("seen", "heldout-family", "heldout-kind")
+"""The draw splits over whole families and kinds: ``seen`` (train-split tasks of the families and
+kinds not held out: what a trainer testing generalization trains on), ``heldout-family`` (eval-split
+tasks of :data:`HELDOUT_FAMILIES`, every kind) and ``heldout-kind`` (eval-split tasks of
+:data:`HELDOUT_KINDS` in the other families). The three are disjoint, and the held-out ones lie
+within ``eval``, so they are kept out of tokenizer and pretraining corpora as every eval task is."""
+
+
+def generalization_group(env: str, kind: str | None) -> str:
+    """Which of :data:`GENERALIZATION_SPLITS` a task of environment ``env`` and ``kind`` counts for
+    (ignoring its sft/rl/eval split): ``heldout-family`` first, then ``heldout-kind``, else ``seen``."""
+    if env in HELDOUT_FAMILIES:
+        return "heldout-family"
+    if kind in HELDOUT_KINDS:
+        return "heldout-kind"
+    return "seen"
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are an agent that completes the user's task in a {domain} environment by calling tools. "
@@ -124,6 +155,10 @@ def split_members(split: str) -> tuple[str, ...]:
         return SPLITS
     if split in SPLITS:
         return (split,)
+    if split == "seen":
+        return ("sft", "rl")
+    if split in ("heldout-family", "heldout-kind"):
+        return ("eval",)
     raise ValueError(f"split must be one of {', '.join(DRAW_SPLITS)}, got {split!r}")
 
 
@@ -131,7 +166,8 @@ def within_split(served: str, split: str | None = None) -> DrawSplit:
     """The split a served face's request asks for (``split``; ``None``: all of ``served``), which
     must lie within the split the server serves (``ValueError`` otherwise, or for an unknown name)."""
     want = served if split is None else split
-    if not set(split_members(want)) <= set(split_members(served)):
+    narrower = served in GENERALIZATION_SPLITS and want != served  # a family/kind split holds only itself
+    if narrower or not set(split_members(want)) <= set(split_members(served)):
         raise ValueError(f"this server serves the {served!r} split; {want!r} tasks are not served "
                          "(start it with --split all, or with that split)")
     return cast(DrawSplit, want)  # a DrawSplit: split_members checked it
@@ -393,8 +429,14 @@ class ToolEnvSpec:
         ``train`` (sft and rl) or ``all``."""
         if split == "all":
             return list(self.get_tasks())
-        wanted = split_members(split)
-        return [t for t in self.get_tasks() if self.split(t) in wanted]
+        return [t for t in self.get_tasks() if self.in_split(t, split)]
+
+    def in_split(self, task: Task, split: DrawSplit) -> bool:
+        """Whether ``task`` belongs to the draw split ``split``: its own split (:meth:`split`) is one
+        of the split's members, and for :data:`GENERALIZATION_SPLITS` its family and kind fit."""
+        if self.split(task) not in split_members(split):
+            return False
+        return split not in GENERALIZATION_SPLITS or generalization_group(self.name, task.kind) == split
 
     def draw_task(self, split: DrawSplit, seed: int | None = None, *, pool: list[Task] | None = None) -> Task:
         """The task of ``split`` that ``reset(seed=seed)`` plays (:func:`task_for_seed`; at random
@@ -413,6 +455,10 @@ class ToolEnvSpec:
         own = self.split(t)
         if own not in split_members(split):
             raise KeyError(f"task {t.id!r} of {self.name} is in the {own!r} split; this server serves the "
+                           f"{split!r} split (start it with --split {own} or --split all to play it)")
+        if not self.in_split(t, split):
+            group = generalization_group(self.name, t.kind)
+            raise KeyError(f"task {t.id!r} of {self.name} counts for {group!r}; this server serves the "
                            f"{split!r} split (start it with --split {own} or --split all to play it)")
         return t
 

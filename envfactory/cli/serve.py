@@ -37,7 +37,7 @@ def positive_int(text: str) -> int:
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
-    from ..definition import DEFAULT_SPLIT
+    from ..definition import DEFAULT_SPLIT, DRAW_SPLITS
     from ..faces.guard import DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY
 
     p.add_argument("name", help="the environment to serve (a registered single-agent environment)")
@@ -52,8 +52,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", default="local", help="where worlds run: local or docker")
     p.add_argument("--task", default=None, help="default task of start_episode (and of a first tool call)")
     p.add_argument("--seed", type=int, default=None, help="default seed (picks the task as reset(seed=...) does)")
-    p.add_argument("--split", default=DEFAULT_SPLIT, choices=["train", "sft", "rl", "eval", "all"],
-                   help="the tasks served (default train: sft and rl; evaluation tasks only when asked for)")
+    p.add_argument("--split", default=DEFAULT_SPLIT, choices=list(DRAW_SPLITS),
+                   help="the tasks served (default train: sft and rl; evaluation tasks only when asked for; "
+                        "seen / heldout-family / heldout-kind: see docs/training.md)")
     p.add_argument("--max-turns", type=int, default=None, help="override the environment's turn limit")
     p.add_argument("--max-episodes", type=int, default=256,
                    help="live episodes (sessions) at once; beyond it a new one is refused with an error (a "
