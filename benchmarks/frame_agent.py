@@ -384,6 +384,11 @@ def solve(name: str, task: Any) -> bool:
         env.close()
 
 
+def _share(tallies: list[list[int]]) -> dict[str, Any]:
+    solved, total = sum(t[0] for t in tallies), sum(t[1] for t in tallies)
+    return {"solved": solved, "tasks": total, "share": round(solved / total, 4) if total else None}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     import envfactory
 
@@ -408,6 +413,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     res = {
         "benchmark": "frame_agent", "split": a.split, "families": len(names), "tasks": total, "solved": solved,
         "share": round(solved / total, 4) if total else None, "goal": "<= 0.20 (issue 26)",
+        "heldout_families": _share([by_family[n] for n in names if n in envfactory.HELDOUT_FAMILIES]),
+        "seen_families": _share([by_family[n] for n in names if n not in envfactory.HELDOUT_FAMILIES]),
         "by_kind": {k: {"solved": v[0], "tasks": v[1], "share": round(v[0] / v[1], 4)} for k, v in sorted(by_kind.items())},
         "by_family": {k: {"solved": v[0], "tasks": v[1]} for k, v in sorted(by_family.items())},
         "seconds": round(time.perf_counter() - t0, 1), "load": [round(x, 2) for x in os.getloadavg()],
