@@ -98,6 +98,23 @@ def test_every_face_draws_only_from_a_generalization_split():
         envfactory.make(HELD, split="seen").reset(seed=0)
 
 
+def test_the_openenv_face_serves_a_generalization_split():
+    pytest.importorskip("openenv")
+    from openenv.core.generic_client import GenericEnvClient
+
+    from envfactory.faces.openenv_server import BackgroundServer, EnvfactoryClient
+
+    want = _ids(KIND, "heldout-kind")
+    with BackgroundServer(KIND, split="heldout-kind") as url:
+        with GenericEnvClient(base_url=url).sync() as env:
+            assert all(env.reset(seed=s).observation["task_id"] in want for s in range(6))
+        assert {r["task_id"] for r in EnvfactoryClient(base_url=url).list_tasks()} == want
+    with BackgroundServer(KIND, split="all") as url:
+        with GenericEnvClient(base_url=url).sync() as env:
+            assert env.reset(seed=3, split="seen").observation["task_id"] == \
+                envfactory.spec(KIND).draw_task("seen", 3).id
+
+
 def test_a_server_of_every_task_serves_the_generalization_splits_and_cli_names_them():
     assert within_split("all", "heldout-family") == "heldout-family"
     assert within_split("eval", "heldout-kind") == "heldout-kind"
