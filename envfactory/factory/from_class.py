@@ -107,13 +107,26 @@ class Service:
 @dataclass
 class ClassTask:
     """A task whose initial state is built from a configuration (for several services:
-    ``{service key: config}``), as :func:`from_class` builds every state."""
+    ``{service key: config}``), as :func:`from_class` builds every state.
+
+    What the user must be told goes in ``answer_facts`` (a suite's own expected outputs, such
+    as τ²-bench's ``outputs``), judged as every task's answer facts are
+    (:meth:`~envfactory.Task.answer_ok`, with ``answer_rivals`` and ``answer_seen``): a task
+    that only asks for information then needs the answer, so an agent that does nothing or
+    only claims success fails it even where the state cannot tell. ``answer_seen=False`` for a
+    fact the agent computes (a sum of several orders) rather than reads in one tool result.
+    """
 
     id: str
     instruction: str
     config: Any
     solution: list[ToolCall] = field(default_factory=list)
     answer_facts: list[str] = field(default_factory=list)
+    answer_rivals: list[str] | None = None
+    """Values that contradict the facts (:attr:`~envfactory.Task.answer_rivals`); ``None``: from
+    the tools' enums and the small numbers."""
+    answer_seen: bool = True
+    """Whether each fact must have been shown to the agent (:attr:`~envfactory.Task.answer_seen`)."""
     check: Callable[[Any], bool] | None = None
     difficulty: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -823,8 +836,10 @@ def from_class(
             return with_reads(t, None)
         if isinstance(t, ClassTask):
             return with_reads(Task(id=t.id, instruction=t.instruction, initial_state=make_state(t.config),
-                                   solution=list(t.solution), answer_facts=list(t.answer_facts), check=t.check,
-                                   difficulty=t.difficulty, metadata=dict(t.metadata)), t.require_reads)
+                                   solution=list(t.solution), answer_facts=list(t.answer_facts),
+                                   answer_rivals=None if t.answer_rivals is None else list(t.answer_rivals),
+                                   answer_seen=t.answer_seen, check=t.check, difficulty=t.difficulty,
+                                   metadata=dict(t.metadata)), t.require_reads)
         raise SpecError(f"{label}: {t!r} is neither a Task nor a ClassTask")
 
     synth = SynthConfig(
@@ -863,8 +878,53 @@ def from_class(
     elif callable(tasks):
         spec.tasks = lambda: [to_task(t) for t in tasks()]
     else:
-        spec.tasks = lambda: [with_reads(t, None) for t in synthesize(spec.all_tools, synth, synthesis.n_tasks, seed)]
+        def synthesized() -> list[Task]:
+            made = synthesize(spec.all_tools, synth, synthesis.n_tasks, seed)
+            if not made:
+                raise SpecError(_no_tasks(f"{name} ({label})", tools, synth, seed))
+            return [with_reads(t, None) for t in made]
+
+        spec.tasks = synthesized
     return spec
+
+
+def _no_tasks(label: str, tools: Sequence[Tool], synth: SynthConfig, seed: int, draws: int = 12) -> str:
+    """Why task synthesis found nothing, tool by tool (from a few calls with drawn arguments
+    on sampled states), and the ways out: the message of the error a synthesized environment
+    with no task raises, instead of the engine's bare "needs at least one task"."""
+    from ..state import copy_state, state_hash
+    from .arguments import draw_arguments
+
+    rng = random.Random(f"no-tasks/{seed}")
+    why: list[str] = []
+    for t in tools:
+        drawn = ran = changed = 0
+        for _ in range(draws):
+            state = synth.sample_state(rng)
+            args = draw_arguments(t.name, t.parameters, json.loads(state.model_dump_json()), synth.arguments, rng)
+            if args is None:
+                continue
+            drawn += 1
+            before = state_hash(state)
+            trial = copy_state(state)
+            if t.invoke(trial, args).ok:
+                ran += 1
+                changed += state_hash(trial) != before
+        if not drawn:
+            params = [f"{t.name}.{p}" for p in t.parameters.get("required", [])]
+            why.append(f"{t.name}: no value to draw for {', '.join(params) or 'its arguments'} "
+                       f"(nothing in the state fits; give Synthesis(arguments={{{params[0] if params else t.name!r}: "
+                       f"[...]}}))" if params else f"{t.name}: no arguments could be drawn")
+        elif not ran:
+            why.append(f"{t.name}: failed on every drawn call")
+        elif not changed:
+            why.append(f"{t.name}: reads only (a look-up task needs a value of the state in its result "
+                       "that the instruction does not give away)")
+        else:
+            why.append(f"{t.name}: changes the state, but no walk was kept (a change any call would make, "
+                       "one a random agent reaches, or the same task again)")
+    return (f"{label}: task synthesis found no task ({'; '.join(why)}); give tasks=[ClassTask(...)] "
+            f"or argument sources and configurations that make the tools' calls tell apart")
 
 
 _callable(__name__)  # envfactory.factory.from_class may be this module: calling it calls from_class()
