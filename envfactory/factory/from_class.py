@@ -57,7 +57,7 @@ from typing import Any, Callable, Iterable, Literal, Sequence, cast
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..definition import SpecError, ToolEnvSpec
-from ..state import State
+from ..state import State, copy_state
 from ..task import Task, ToolCall
 from ..tooling import _REQUIRED, Tool, ToolError, _render_result, make_tool
 from .arguments import ArgSource
@@ -526,28 +526,35 @@ def observe_read_only(tools: Sequence[Tool], synth: SynthConfig, *, seed: int = 
     returns an error-shaped value (``"Error: ..."``, ``{"error": ...}``) without changing
     the state shows nothing either way: a tool seen only so is undecided (``None``; a
     method that answers a wrong argument with an error value would otherwise look like a
-    reader). Tools that never ran without raising are left out (their names decide)."""
-    from ..state import copy_state, state_hash
+    reader). Tools that never ran without raising are left out (their names decide).
+
+    States are read once per set of values: walks from one configuration share its base
+    (copy on write), its JSON and argument candidates are found once (a walk draws from its
+    initial state), a hash once per state; a call's effect is first looked for with ``==`` on
+    the fields (the values a tool rebuilt against the originals), the hashes compared only where
+    that finds a difference, for a tool not yet seen changing the state."""
+    from ..state import state_hash
     from .arguments import draw_arguments
 
     rng = random.Random(f"observe/{seed}")
     changed: set[str] = set()
     ran: set[str] = set()
     failed: set[str] = set()  # answered with an error-shaped value, state unchanged
+    known: dict[tuple[int, ...], _Seen] = {}
     for _ in range(walks):
         state = synth.sample_state(rng)
+        start = _seen(known, state)  # arguments are drawn from the walk's initial state
         for _ in range(length):
             t = tools[rng.randrange(len(tools))]
-            args = draw_arguments(t.name, t.parameters, json.loads(state.model_dump_json()), synth.arguments, rng)
+            args = draw_arguments(t.name, t.parameters, start.doc, synth.arguments, rng, start.pools)
             if args is None:
                 continue
-            before = state_hash(state)
             trial = copy_state(state)
             out = t.invoke(trial, args)
             if not out.ok:
                 continue
-            if state_hash(trial) != before:
-                changed.add(t.name)
+            if not _same_fields(trial, state) and (t.name in changed or state_hash(trial) != _seen(known, state).hash()):
+                changed.add(t.name)  # (a tool seen changing the state once is not hashed again)
                 state = trial
             elif _error_shaped(out.content):
                 failed.add(t.name)
@@ -556,6 +563,49 @@ def observe_read_only(tools: Sequence[Tool], synth: SynthConfig, *, seed: int = 
     seen: dict[str, bool | None] = {n: None for n in failed}
     seen.update({n: n not in changed for n in ran | changed})
     return seen
+
+
+class _Seen:
+    """What :func:`observe_read_only` reads of one set of field values: its JSON (arguments are
+    drawn from it) and the candidates found in it so far, and its hash, each when first asked."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state  # keeps the values (and so the ids the key is made of) alive
+        self._doc: Any = None
+        self.pools: dict[tuple[str, str], list[Any]] = {}
+        self._hash: str | None = None
+
+    @property
+    def doc(self) -> Any:
+        if self._doc is None:
+            self._doc = json.loads(self.state.model_dump_json())
+        return self._doc
+
+    def hash(self) -> str:
+        from ..state import state_hash
+
+        if self._hash is None:
+            self._hash = state_hash(self.state)
+        return self._hash
+
+
+def _seen(known: dict[tuple[int, ...], _Seen], state: State) -> _Seen:
+    key = tuple(map(id, state.__dict__.values()))
+    got = known.get(key)
+    if got is None:
+        got = known[key] = _Seen(state)
+        while len(known) > 16:
+            known.pop(next(iter(known)))
+    return got
+
+
+def _same_fields(a: State, b: State) -> bool:
+    """Whether the two states' fields are equal by ``==`` (plain data compares by content; an
+    object without ``__eq__`` only to itself, so it is left to the hashes)."""
+    try:
+        return bool(a.__dict__ == b.__dict__)
+    except Exception:  # an __eq__ that raises or returns an array
+        return False
 
 
 _ERROR_START = re.compile(r"\s*(error\b|\{\s*['\"]error['\"]\s*:)", re.IGNORECASE)
@@ -747,8 +797,20 @@ def from_class(
                             f"{sorted(mapping)}; build with from_class(..., state='objects')")
         return state_type.model_validate({f: attrs[a] for a, f in mapping.items()})
 
+    bases: dict[int, tuple[Any, State]] = {}  # id(configuration) -> (it, the state it builds)
+
     def make_state(cfg: Any) -> State:
-        return build_state([p.instance(c) for p, c in zip(parts, configs_of(cfg))])
+        """The initial state of a configuration: built once per configuration object (the last
+        few kept), every later call a copy-on-write copy of that one base, so the tasks and the
+        read-only observation of one multi-MB database share it until a tool changes their copy."""
+        kept = bases.get(id(cfg))
+        if kept is None or kept[0] is not cfg:
+            kept = (cfg, build_state([p.instance(c) for p, c in zip(parts, configs_of(cfg))]))
+            bases.pop(id(cfg), None)
+            bases[id(cfg)] = kept
+            while len(bases) > 8:  # configurations drawn afresh each time (config=f(rng)) are not kept
+                bases.pop(next(iter(bases)))
+        return copy_state(kept[1])
 
     probe_state = build_state(probes)
     comparison = Comparison([(p.key if graph else "", p.cls) for p in parts], probes, compare, mapping, trusted)
@@ -805,28 +867,31 @@ def from_class(
         need_match = not comparison.whole and (task.check is None or isinstance(task.check, ChangeCheck))
         if not need_reads and not need_match:
             return task
-        from ..state import copy_state, state_hash
+        from ..state import state_hash
 
-        def mark(state: Any) -> tuple[Any, str]:  # what comparison.same needs of the state as it is now
-            return (None if comparison.by_content else copy_state(state)), comparison.view(state)
+        def unchanged(state: Any, before: Any) -> bool:
+            """Whether ``state`` is still the world ``before`` (a copy-on-write copy of it taken
+            then, which no tool touches) was: equal fields by ``==`` (plain data, without
+            serializing a multi-MB database), else as the comparison says."""
+            return _same_fields(state, before) or comparison.same(state, before)
 
         s = record_results(copy_state(task.initial_state))
-        start = mark(s)
+        start = copy_state(s)
         reads: list[tuple[str, str]] = []
         for c in task.solution:
             t = by_name.get(c.name)
             if t is None:  # not ours to judge: the replay at registration reports it
                 return task
-            before = mark(s)
+            before = copy_state(s)
             out = t.invoke(s, c.arguments)
-            if out.ok and comparison.same(s, *before):
+            if out.ok and unchanged(s, before):
                 reads.append((c.name, result_digest(out.content)))
         check = task.check
         if need_match:
             check = (comparison.narrow(task.check, s) if isinstance(task.check, ChangeCheck)
                      else MatchesReference(s, comparison))
         if not need_reads or not reads or (wanted is None and require_reads == "auto"
-                                            and not comparison.same(s, *start)):
+                                            and not unchanged(s, start)):
             return task if check is task.check else task.model_copy(update={"check": check})
         return task.model_copy(update={"check": ReadsCheck(reads, state_hash(s), check),
                                        "initial_state": record_results(copy_state(task.initial_state))})
