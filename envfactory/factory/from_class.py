@@ -63,8 +63,8 @@ from ..tooling import _REQUIRED, Tool, ToolError, _render_result, make_tool
 from .arguments import ArgSource
 from .checks import ChangeCheck
 from .class_compare import Compare, Comparison, MatchesReference
-from .pystate import (PyState, PyStateError, decode, encode, lazy_state_copy, note_result, own, record_results,
-                      result_digest, seen_results, trusted_for)
+from .pystate import (PyState, PyStateError, _plain_class, decode, encode, lazy_state_copy, note_result, own,
+                      record_results, result_digest, seen_results, trusted_for)
 from .tasks_synth import SynthConfig, synthesize
 
 __all__ = ["from_class", "Service", "ClassTask", "Synthesis", "ReadsCheck", "class_tools", "class_state_type",
@@ -530,9 +530,9 @@ def observe_read_only(tools: Sequence[Tool], synth: SynthConfig, *, seed: int = 
 
     States are read once per set of values: walks from one configuration share its base
     (copy on write), its JSON and argument candidates are found once (a walk draws from its
-    initial state), a hash once per state; a call's effect is first looked for with ``==`` on
-    the fields (the values a tool rebuilt against the originals), the hashes compared only where
-    that finds a difference, for a tool not yet seen changing the state."""
+    initial state), a hash once per state; a call's effect is found by comparing the values
+    (:func:`_differs`: ``==`` where they are equal, a walk down where they are not), the hashes
+    compared only where that cannot tell, for a tool not yet seen changing the state."""
     from ..state import state_hash
     from .arguments import draw_arguments
 
@@ -553,7 +553,9 @@ def observe_read_only(tools: Sequence[Tool], synth: SynthConfig, *, seed: int = 
             out = t.invoke(trial, args)
             if not out.ok:
                 continue
-            if not _same_fields(trial, state) and (t.name in changed or state_hash(trial) != _seen(known, state).hash()):
+            differs = _state_differs(trial, state)
+            if differs or (differs is None and (t.name in changed
+                                                or state_hash(trial) != _seen(known, state).hash())):
                 changed.add(t.name)  # (a tool seen changing the state once is not hashed again)
                 state = trial
             elif _error_shaped(out.content):
@@ -597,6 +599,68 @@ def _seen(known: dict[tuple[int, ...], _Seen], state: State) -> _Seen:
         while len(known) > 16:
             known.pop(next(iter(known)))
     return got
+
+
+_SCALARS = (str, int, float, bool, type(None), bytes)
+
+
+def _differs(a: Any, b: Any, pairs: dict[int, int] | None = None, back: dict[int, int] | None = None
+             ) -> bool | None:
+    """Whether two values would write different canonical JSON (``True``), the same (``False``),
+    or ``None`` where this cannot tell without serializing (objects with their own ``__eq__``
+    that differ, sets of objects, references shared differently on the two sides).
+
+    Values equal by ``==`` count as the same (compared at C speed; as the copy-on-write state's
+    own equality says: a ``1`` replaced by ``1.0``, or an object whose ``__eq__`` ignores an
+    attribute, is not seen); where they are not, the walk goes down only along what differs, so
+    a call that changed one record of a multi-MB database is told from a read without
+    serializing either state. Objects reached again (cycles, shared references) are compared
+    once; ``pairs``/``back`` pair up the containers met so far on the two sides."""
+    if a is b:
+        return False
+    try:
+        if bool(a == b):
+            return False
+    except Exception:  # an __eq__ that raises or returns an array
+        return None
+    cls = a.__class__
+    if cls is not b.__class__ or cls in _SCALARS:
+        return not (cls is float and a != a and b != b)  # (NaN, written alike)
+    if pairs is None or back is None:
+        pairs, back = {}, {}
+    ia, ib = id(a), id(b)
+    if ia in pairs or ib in back:  # met before: compared there (or shared differently: the hash decides)
+        return False if pairs.get(ia) == ib and back.get(ib) == ia else None
+    pairs[ia], back[ib] = ib, ia
+    unsure = False
+    if cls is dict:
+        if len(a) != len(b) or a.keys() != b.keys():
+            return True
+        for k, x in a.items():
+            d = _differs(x, b[k], pairs, back)
+            if d:
+                return True
+            unsure = unsure or d is None
+        return None if unsure else False
+    if cls is list or cls is tuple:
+        if len(a) != len(b):
+            return True
+        for x, y in zip(a, b):
+            d = _differs(x, y, pairs, back)
+            if d:
+                return True
+            unsure = unsure or d is None
+        return None if unsure else False
+    if getattr(cls, "__eq__", object.__eq__) is object.__eq__ and _plain_class(cls):
+        return _differs(vars(a), vars(b), pairs, back)  # a plain object without an equality: its attributes
+    if (cls is set or cls is frozenset) and {e.__class__ for e in a} | {e.__class__ for e in b} <= {str, int}:
+        return True  # unequal sets of strings and numbers
+    return None  # unequal by an owner's equality: that says nothing of what the snapshot writes
+
+
+def _state_differs(a: State, b: State) -> bool | None:
+    """:func:`_differs` over two states' fields."""
+    return _differs(a.__dict__, b.__dict__)
 
 
 def _same_fields(a: State, b: State) -> bool:
@@ -873,6 +937,10 @@ def from_class(
             """Whether ``state`` is still the world ``before`` (a copy-on-write copy of it taken
             then, which no tool touches) was: equal fields by ``==`` (plain data, without
             serializing a multi-MB database), else as the comparison says."""
+            if comparison.whole:  # the whole state: what would hash differently, found without hashing
+                differs = _state_differs(state, before)
+                if differs is not None:
+                    return not differs
             return _same_fields(state, before) or comparison.same(state, before)
 
         s = record_results(copy_state(task.initial_state))
