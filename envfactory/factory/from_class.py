@@ -729,6 +729,9 @@ def from_class(
         config: Initial configuration(s) for synthesized tasks: a dict, a list of dicts
             (sampled), or ``f(rng) -> dict``. For several services, each dict maps
             service keys to that service's configuration. Optional when ``tasks`` are given.
+            A configuration object is read once: the state it builds is the shared base of every
+            task and walk that uses that same object (copy on write), so give tasks on one
+            database one object (``ClassTask(config=db)``) and do not change it afterwards.
         loader: For a single class: a method name, or ``loader(instance, config)``, that
             loads the configuration after ``cls()`` (classes that set their state in
             ``_load_scenario(config)``; constructor arguments: ``Service(cls, init=...)``).
