@@ -150,3 +150,23 @@ def test_siblings_changed_from_threads_stay_independent():
         for j in range(3):
             _do(ref, "grow", name=f"t{k}-{j}")
         assert state_hash(e.state) == state_hash(ref.state)
+
+
+def test_tasks_on_one_configuration_share_one_base_until_a_tool_runs():
+    """Before: every ClassTask deep-copied (and rebuilt) its configuration's whole database."""
+    from benchmarks.bigdb_import import RetailDB, retail_db, retail_tasks
+
+    db = retail_db(40)
+    spec = from_class(RetailDB, name="R-v0", domain="r", tasks=retail_tasks(db, 10))
+    tasks = spec.get_tasks()
+    shared = {id(t.initial_state.__dict__["db"]) for t in tasks}
+    assert len(shared) == 1  # one base: every task's initial state holds the same values
+    before = json.dumps(tasks[2].initial_state.model_dump(mode="json"), sort_keys=True)
+    from envfactory.checks.scripted import OraclePolicy, play
+
+    ep = Episode(spec)
+    for t in tasks:  # every reference played: no task's start moves
+        assert play(ep, OraclePolicy(), t.id).success
+        assert ep.state.__dict__["db"] is not tasks[2].initial_state.__dict__["db"]
+    assert json.dumps(tasks[2].initial_state.model_dump(mode="json"), sort_keys=True) == before
+    assert db == retail_db(40)  # nor the configuration the tasks were given

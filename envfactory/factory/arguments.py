@@ -166,9 +166,14 @@ def draw_arguments(
     state_json: Any,
     sources: dict[str, ArgSource],
     rng: random.Random,
+    pools: dict[tuple[str, str], list[Any]] | None = None,
 ) -> dict[str, Any] | None:
     """Arguments for one call drawn from the state, or ``None`` when a required
-    parameter has no candidate. Optional parameters are filled half the time."""
+    parameter has no candidate. Optional parameters are filled half the time.
+
+    ``pools``: the candidates found on this same ``state_json`` so far, by ``(tool, parameter)``
+    (filled in here): a caller drawing many calls from one state finds them once, not per call
+    (on a multi-MB database, finding them walks the whole document)."""
     props = parameters.get("properties", {})
     required = set(parameters.get("required", []))
     args: dict[str, Any] = {}
@@ -176,8 +181,12 @@ def draw_arguments(
         source = sources.get(f"{tool_name}.{pname}", sources.get(pname))
         if pname not in required and rng.random() < 0.5 and source is None:
             continue
-        pool = resolve(source, state_json) if source is not None else candidates(
-            pname, props[pname], state_json)
+        pool = pools.get((tool_name, pname)) if pools is not None else None
+        if pool is None:
+            pool = resolve(source, state_json) if source is not None else candidates(
+                pname, props[pname], state_json)
+            if pools is not None:
+                pools[(tool_name, pname)] = pool
         if not pool:
             if pname in required:
                 return None

@@ -57,14 +57,14 @@ from typing import Any, Callable, Iterable, Literal, Sequence, cast
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..definition import SpecError, ToolEnvSpec
-from ..state import State
+from ..state import State, copy_state
 from ..task import Task, ToolCall
 from ..tooling import _REQUIRED, Tool, ToolError, _render_result, make_tool
 from .arguments import ArgSource
 from .checks import ChangeCheck
 from .class_compare import Compare, Comparison, MatchesReference
-from .pystate import (PyState, PyStateError, decode, encode, lazy_state_copy, note_result, own, record_results,
-                      result_digest, seen_results, trusted_for)
+from .pystate import (PyState, PyStateError, _plain_class, decode, encode, lazy_state_copy, note_result, own,
+                      record_results, result_digest, seen_results, trusted_for)
 from .tasks_synth import SynthConfig, synthesize
 
 __all__ = ["from_class", "Service", "ClassTask", "Synthesis", "ReadsCheck", "class_tools", "class_state_type",
@@ -107,13 +107,26 @@ class Service:
 @dataclass
 class ClassTask:
     """A task whose initial state is built from a configuration (for several services:
-    ``{service key: config}``), as :func:`from_class` builds every state."""
+    ``{service key: config}``), as :func:`from_class` builds every state.
+
+    What the user must be told goes in ``answer_facts`` (a suite's own expected outputs, such
+    as τ²-bench's ``outputs``), judged as every task's answer facts are
+    (:meth:`~envfactory.Task.answer_ok`, with ``answer_rivals`` and ``answer_seen``): a task
+    that only asks for information then needs the answer, so an agent that does nothing or
+    only claims success fails it even where the state cannot tell. ``answer_seen=False`` for a
+    fact the agent computes (a sum of several orders) rather than reads in one tool result.
+    """
 
     id: str
     instruction: str
     config: Any
     solution: list[ToolCall] = field(default_factory=list)
     answer_facts: list[str] = field(default_factory=list)
+    answer_rivals: list[str] | None = None
+    """Values that contradict the facts (:attr:`~envfactory.Task.answer_rivals`); ``None``: from
+    the tools' enums and the small numbers."""
+    answer_seen: bool = True
+    """Whether each fact must have been shown to the agent (:attr:`~envfactory.Task.answer_seen`)."""
     check: Callable[[Any], bool] | None = None
     difficulty: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -513,28 +526,37 @@ def observe_read_only(tools: Sequence[Tool], synth: SynthConfig, *, seed: int = 
     returns an error-shaped value (``"Error: ..."``, ``{"error": ...}``) without changing
     the state shows nothing either way: a tool seen only so is undecided (``None``; a
     method that answers a wrong argument with an error value would otherwise look like a
-    reader). Tools that never ran without raising are left out (their names decide)."""
-    from ..state import copy_state, state_hash
+    reader). Tools that never ran without raising are left out (their names decide).
+
+    States are read once per set of values: walks from one configuration share its base
+    (copy on write), its JSON and argument candidates are found once (a walk draws from its
+    initial state), a hash once per state; a call's effect is found by comparing the values
+    (:func:`_differs`: ``==`` where they are equal, a walk down where they are not), the hashes
+    compared only where that cannot tell, for a tool not yet seen changing the state."""
+    from ..state import state_hash
     from .arguments import draw_arguments
 
     rng = random.Random(f"observe/{seed}")
     changed: set[str] = set()
     ran: set[str] = set()
     failed: set[str] = set()  # answered with an error-shaped value, state unchanged
+    known: dict[tuple[int, ...], _Seen] = {}
     for _ in range(walks):
         state = synth.sample_state(rng)
+        start = _seen(known, state)  # arguments are drawn from the walk's initial state
         for _ in range(length):
             t = tools[rng.randrange(len(tools))]
-            args = draw_arguments(t.name, t.parameters, json.loads(state.model_dump_json()), synth.arguments, rng)
+            args = draw_arguments(t.name, t.parameters, start.doc, synth.arguments, rng, start.pools)
             if args is None:
                 continue
-            before = state_hash(state)
             trial = copy_state(state)
             out = t.invoke(trial, args)
             if not out.ok:
                 continue
-            if state_hash(trial) != before:
-                changed.add(t.name)
+            differs = _state_differs(trial, state)
+            if differs or (differs is None and (t.name in changed
+                                                or state_hash(trial) != _seen(known, state).hash())):
+                changed.add(t.name)  # (a tool seen changing the state once is not hashed again)
                 state = trial
             elif _error_shaped(out.content):
                 failed.add(t.name)
@@ -543,6 +565,111 @@ def observe_read_only(tools: Sequence[Tool], synth: SynthConfig, *, seed: int = 
     seen: dict[str, bool | None] = {n: None for n in failed}
     seen.update({n: n not in changed for n in ran | changed})
     return seen
+
+
+class _Seen:
+    """What :func:`observe_read_only` reads of one set of field values: its JSON (arguments are
+    drawn from it) and the candidates found in it so far, and its hash, each when first asked."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state  # keeps the values (and so the ids the key is made of) alive
+        self._doc: Any = None
+        self.pools: dict[tuple[str, str], list[Any]] = {}
+        self._hash: str | None = None
+
+    @property
+    def doc(self) -> Any:
+        if self._doc is None:
+            self._doc = json.loads(self.state.model_dump_json())
+        return self._doc
+
+    def hash(self) -> str:
+        from ..state import state_hash
+
+        if self._hash is None:
+            self._hash = state_hash(self.state)
+        return self._hash
+
+
+def _seen(known: dict[tuple[int, ...], _Seen], state: State) -> _Seen:
+    key = tuple(map(id, state.__dict__.values()))
+    got = known.get(key)
+    if got is None:
+        got = known[key] = _Seen(state)
+        while len(known) > 16:
+            known.pop(next(iter(known)))
+    return got
+
+
+_SCALARS = (str, int, float, bool, type(None), bytes)
+
+
+def _differs(a: Any, b: Any, pairs: dict[int, int] | None = None, back: dict[int, int] | None = None
+             ) -> bool | None:
+    """Whether two values would write different canonical JSON (``True``), the same (``False``),
+    or ``None`` where this cannot tell without serializing (objects with their own ``__eq__``
+    that differ, sets of objects, references shared differently on the two sides).
+
+    Values equal by ``==`` count as the same (compared at C speed; as the copy-on-write state's
+    own equality says: a ``1`` replaced by ``1.0``, or an object whose ``__eq__`` ignores an
+    attribute, is not seen); where they are not, the walk goes down only along what differs, so
+    a call that changed one record of a multi-MB database is told from a read without
+    serializing either state. Objects reached again (cycles, shared references) are compared
+    once; ``pairs``/``back`` pair up the containers met so far on the two sides."""
+    if a is b:
+        return False
+    try:
+        if bool(a == b):
+            return False
+    except Exception:  # an __eq__ that raises or returns an array
+        return None
+    cls = a.__class__
+    if cls is not b.__class__ or cls in _SCALARS:
+        return not (cls is float and a != a and b != b)  # (NaN, written alike)
+    if pairs is None or back is None:
+        pairs, back = {}, {}
+    ia, ib = id(a), id(b)
+    if ia in pairs or ib in back:  # met before: compared there (or shared differently: the hash decides)
+        return False if pairs.get(ia) == ib and back.get(ib) == ia else None
+    pairs[ia], back[ib] = ib, ia
+    unsure = False
+    if cls is dict:
+        if len(a) != len(b) or a.keys() != b.keys():
+            return True
+        for k, x in a.items():
+            d = _differs(x, b[k], pairs, back)
+            if d:
+                return True
+            unsure = unsure or d is None
+        return None if unsure else False
+    if cls is list or cls is tuple:
+        if len(a) != len(b):
+            return True
+        for x, y in zip(a, b):
+            d = _differs(x, y, pairs, back)
+            if d:
+                return True
+            unsure = unsure or d is None
+        return None if unsure else False
+    if getattr(cls, "__eq__", object.__eq__) is object.__eq__ and _plain_class(cls):
+        return _differs(vars(a), vars(b), pairs, back)  # a plain object without an equality: its attributes
+    if (cls is set or cls is frozenset) and {e.__class__ for e in a} | {e.__class__ for e in b} <= {str, int}:
+        return True  # unequal sets of strings and numbers
+    return None  # unequal by an owner's equality: that says nothing of what the snapshot writes
+
+
+def _state_differs(a: State, b: State) -> bool | None:
+    """:func:`_differs` over two states' fields."""
+    return _differs(a.__dict__, b.__dict__)
+
+
+def _same_fields(a: State, b: State) -> bool:
+    """Whether the two states' fields are equal by ``==`` (plain data compares by content; an
+    object without ``__eq__`` only to itself, so it is left to the hashes)."""
+    try:
+        return bool(a.__dict__ == b.__dict__)
+    except Exception:  # an __eq__ that raises or returns an array
+        return False
 
 
 _ERROR_START = re.compile(r"\s*(error\b|\{\s*['\"]error['\"]\s*:)", re.IGNORECASE)
@@ -602,6 +729,9 @@ def from_class(
         config: Initial configuration(s) for synthesized tasks: a dict, a list of dicts
             (sampled), or ``f(rng) -> dict``. For several services, each dict maps
             service keys to that service's configuration. Optional when ``tasks`` are given.
+            A configuration object is read once: the state it builds is the shared base of every
+            task and walk that uses that same object (copy on write), so give tasks on one
+            database one object (``ClassTask(config=db)``) and do not change it afterwards.
         loader: For a single class: a method name, or ``loader(instance, config)``, that
             loads the configuration after ``cls()`` (classes that set their state in
             ``_load_scenario(config)``; constructor arguments: ``Service(cls, init=...)``).
@@ -734,8 +864,20 @@ def from_class(
                             f"{sorted(mapping)}; build with from_class(..., state='objects')")
         return state_type.model_validate({f: attrs[a] for a, f in mapping.items()})
 
+    bases: dict[int, tuple[Any, State]] = {}  # id(configuration) -> (it, the state it builds)
+
     def make_state(cfg: Any) -> State:
-        return build_state([p.instance(c) for p, c in zip(parts, configs_of(cfg))])
+        """The initial state of a configuration: built once per configuration object (the last
+        few kept), every later call a copy-on-write copy of that one base, so the tasks and the
+        read-only observation of one multi-MB database share it until a tool changes their copy."""
+        kept = bases.get(id(cfg))
+        if kept is None or kept[0] is not cfg:
+            kept = (cfg, build_state([p.instance(c) for p, c in zip(parts, configs_of(cfg))]))
+            bases.pop(id(cfg), None)
+            bases[id(cfg)] = kept
+            while len(bases) > 8:  # configurations drawn afresh each time (config=f(rng)) are not kept
+                bases.pop(next(iter(bases)))
+        return copy_state(kept[1])
 
     probe_state = build_state(probes)
     comparison = Comparison([(p.key if graph else "", p.cls) for p in parts], probes, compare, mapping, trusted)
@@ -792,28 +934,35 @@ def from_class(
         need_match = not comparison.whole and (task.check is None or isinstance(task.check, ChangeCheck))
         if not need_reads and not need_match:
             return task
-        from ..state import copy_state, state_hash
+        from ..state import state_hash
 
-        def mark(state: Any) -> tuple[Any, str]:  # what comparison.same needs of the state as it is now
-            return (None if comparison.by_content else copy_state(state)), comparison.view(state)
+        def unchanged(state: Any, before: Any) -> bool:
+            """Whether ``state`` is still the world ``before`` (a copy-on-write copy of it taken
+            then, which no tool touches) was: equal fields by ``==`` (plain data, without
+            serializing a multi-MB database), else as the comparison says."""
+            if comparison.whole:  # the whole state: what would hash differently, found without hashing
+                differs = _state_differs(state, before)
+                if differs is not None:
+                    return not differs
+            return _same_fields(state, before) or comparison.same(state, before)
 
         s = record_results(copy_state(task.initial_state))
-        start = mark(s)
+        start = copy_state(s)
         reads: list[tuple[str, str]] = []
         for c in task.solution:
             t = by_name.get(c.name)
             if t is None:  # not ours to judge: the replay at registration reports it
                 return task
-            before = mark(s)
+            before = copy_state(s)
             out = t.invoke(s, c.arguments)
-            if out.ok and comparison.same(s, *before):
+            if out.ok and unchanged(s, before):
                 reads.append((c.name, result_digest(out.content)))
         check = task.check
         if need_match:
             check = (comparison.narrow(task.check, s) if isinstance(task.check, ChangeCheck)
                      else MatchesReference(s, comparison))
         if not need_reads or not reads or (wanted is None and require_reads == "auto"
-                                            and not comparison.same(s, *start)):
+                                            and not unchanged(s, start)):
             return task if check is task.check else task.model_copy(update={"check": check})
         return task.model_copy(update={"check": ReadsCheck(reads, state_hash(s), check),
                                        "initial_state": record_results(copy_state(task.initial_state))})
@@ -823,8 +972,10 @@ def from_class(
             return with_reads(t, None)
         if isinstance(t, ClassTask):
             return with_reads(Task(id=t.id, instruction=t.instruction, initial_state=make_state(t.config),
-                                   solution=list(t.solution), answer_facts=list(t.answer_facts), check=t.check,
-                                   difficulty=t.difficulty, metadata=dict(t.metadata)), t.require_reads)
+                                   solution=list(t.solution), answer_facts=list(t.answer_facts),
+                                   answer_rivals=None if t.answer_rivals is None else list(t.answer_rivals),
+                                   answer_seen=t.answer_seen, check=t.check, difficulty=t.difficulty,
+                                   metadata=dict(t.metadata)), t.require_reads)
         raise SpecError(f"{label}: {t!r} is neither a Task nor a ClassTask")
 
     synth = SynthConfig(
@@ -863,8 +1014,53 @@ def from_class(
     elif callable(tasks):
         spec.tasks = lambda: [to_task(t) for t in tasks()]
     else:
-        spec.tasks = lambda: [with_reads(t, None) for t in synthesize(spec.all_tools, synth, synthesis.n_tasks, seed)]
+        def synthesized() -> list[Task]:
+            made = synthesize(spec.all_tools, synth, synthesis.n_tasks, seed)
+            if not made:
+                raise SpecError(_no_tasks(f"{name} ({label})", tools, synth, seed))
+            return [with_reads(t, None) for t in made]
+
+        spec.tasks = synthesized
     return spec
+
+
+def _no_tasks(label: str, tools: Sequence[Tool], synth: SynthConfig, seed: int, draws: int = 12) -> str:
+    """Why task synthesis found nothing, tool by tool (from a few calls with drawn arguments
+    on sampled states), and the ways out: the message of the error a synthesized environment
+    with no task raises, instead of the engine's bare "needs at least one task"."""
+    from ..state import copy_state, state_hash
+    from .arguments import draw_arguments
+
+    rng = random.Random(f"no-tasks/{seed}")
+    why: list[str] = []
+    for t in tools:
+        drawn = ran = changed = 0
+        for _ in range(draws):
+            state = synth.sample_state(rng)
+            args = draw_arguments(t.name, t.parameters, json.loads(state.model_dump_json()), synth.arguments, rng)
+            if args is None:
+                continue
+            drawn += 1
+            before = state_hash(state)
+            trial = copy_state(state)
+            if t.invoke(trial, args).ok:
+                ran += 1
+                changed += state_hash(trial) != before
+        if not drawn:
+            params = [f"{t.name}.{p}" for p in t.parameters.get("required", [])]
+            why.append(f"{t.name}: no value to draw for {', '.join(params) or 'its arguments'} "
+                       f"(nothing in the state fits; give Synthesis(arguments={{{params[0] if params else t.name!r}: "
+                       f"[...]}}))" if params else f"{t.name}: no arguments could be drawn")
+        elif not ran:
+            why.append(f"{t.name}: failed on every drawn call")
+        elif not changed:
+            why.append(f"{t.name}: reads only (a look-up task needs a value of the state in its result "
+                       "that the instruction does not give away)")
+        else:
+            why.append(f"{t.name}: changes the state, but no walk was kept (a change any call would make, "
+                       "one a random agent reaches, or the same task again)")
+    return (f"{label}: task synthesis found no task ({'; '.join(why)}); give tasks=[ClassTask(...)] "
+            f"or argument sources and configurations that make the tools' calls tell apart")
 
 
 _callable(__name__)  # envfactory.factory.from_class may be this module: calling it calls from_class()

@@ -1,0 +1,240 @@
+"""Importing a large database class with ``from_class``: the build (tools, read-only observation,
+tasks) and a fork plus its first call, against ``copy.deepcopy`` of the same state in the same run.
+
+The fixture is a τ²-bench-retail-like class (:class:`RetailDB`): one attribute holding a dict of
+tables (users, orders, products), each a dict of records, several MB as JSON; tools read or write
+one record, and report failure by returning an error dict (as the suite's tools do). ``tasks``
+:class:`~envfactory.factory.from_class.ClassTask` share one configuration object (one database),
+a fifth of them read-only with the facts the user must be told.
+
+Run: ``python -m benchmarks.bigdb_import [--users N] [--tasks N]`` (``envfactory bench bigdb``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import random
+import statistics
+import time
+from typing import Any
+
+__all__ = ["RetailDB", "retail_db", "retail_tasks", "retail_spec", "bench_bigdb"]
+
+
+class RetailDB:
+    """A retail store's database: users, their orders, the products."""
+
+    def __init__(self, db: dict[str, Any]) -> None:
+        self.db = db
+
+    def get_user_details(self, user_id: str) -> dict[str, Any]:
+        """A user's profile and order ids.
+
+        Args:
+            user_id: The user.
+        """
+        user = self.db["users"].get(user_id)
+        return {"error": f"no user {user_id}"} if user is None else user
+
+    def get_order_details(self, order_id: str) -> dict[str, Any]:
+        """An order.
+
+        Args:
+            order_id: The order, like '#W0000001'.
+        """
+        order = self.db["orders"].get(order_id)
+        return {"error": f"no order {order_id}"} if order is None else order
+
+    def get_product_details(self, product_id: str) -> dict[str, Any]:
+        """A product and its variants.
+
+        Args:
+            product_id: The product.
+        """
+        product = self.db["products"].get(product_id)
+        return {"error": f"no product {product_id}"} if product is None else product
+
+    def cancel_pending_order(self, order_id: str, reason: str) -> dict[str, Any]:
+        """Cancel an order that has not shipped.
+
+        Args:
+            order_id: The order.
+            reason: 'no longer needed' or 'ordered by mistake'.
+        """
+        order = self.db["orders"].get(order_id)
+        if order is None:
+            return {"error": f"no order {order_id}"}
+        if order["status"] != "pending":
+            return {"error": "only a pending order can be cancelled"}
+        order["status"] = "cancelled"
+        order["cancel_reason"] = reason
+        return order
+
+    def modify_user_address(self, user_id: str, address1: str, city: str, zip: str) -> dict[str, Any]:
+        """Change a user's default address.
+
+        Args:
+            user_id: The user.
+            address1: Street and number.
+            city: City.
+            zip: Postal code.
+        """
+        user = self.db["users"].get(user_id)
+        if user is None:
+            return {"error": f"no user {user_id}"}
+        user["address"] = {"address1": address1, "city": city, "zip": zip, "country": user["address"]["country"]}
+        return user
+
+
+_CITIES = ["Austin", "Denver", "Boston", "Seattle", "Chicago", "Phoenix", "Portland", "Atlanta"]
+
+
+def retail_db(users: int = 4000, seed: int = 0) -> dict[str, Any]:
+    """A database of ``users`` users, three orders each and ``users // 8`` products (about 1.5 KB
+    of JSON per user: 4000 users are about 6 MB)."""
+    rng = random.Random(seed)
+    products = {}
+    for p in range(max(1, users // 8)):
+        pid = f"P{p:05d}"
+        products[pid] = {"product_id": pid, "name": f"product {p}", "variants": {
+            f"{pid}-{v}": {"item_id": f"{pid}-{v}", "options": {"color": rng.choice(["red", "blue", "black"]),
+                                                                "size": rng.choice("SML")},
+                           "available": rng.random() < 0.8, "price": round(rng.uniform(5, 500), 2)}
+            for v in range(4)}}
+    pids = list(products)
+    db: dict[str, Any] = {"users": {}, "orders": {}, "products": products}
+    n = 0
+    for u in range(users):
+        uid = f"user_{u:05d}"
+        orders = []
+        for _ in range(3):
+            n += 1
+            oid = f"#W{n:07d}"
+            items = []
+            for _ in range(rng.randint(1, 3)):
+                pid = rng.choice(pids)
+                vid = rng.choice(list(products[pid]["variants"]))
+                items.append({"product_id": pid, "item_id": vid, "price": products[pid]["variants"][vid]["price"]})
+            db["orders"][oid] = {"order_id": oid, "user_id": uid, "items": items,
+                                 "status": rng.choice(["pending", "pending", "delivered", "processed"]),
+                                 "payment": {"method": f"credit_card_{u}", "amount": round(sum(i["price"] for i in items), 2)}}
+            orders.append(oid)
+        db["users"][uid] = {"user_id": uid, "name": {"first": f"First{u}", "last": f"Last{u}"},
+                            "email": f"user{u}@example.com",
+                            "address": {"address1": f"{rng.randint(1, 999)} Main St", "city": rng.choice(_CITIES),
+                                        "zip": f"{rng.randint(10000, 99999)}", "country": "USA"},
+                            "orders": orders}
+    return db
+
+
+def retail_tasks(db: dict[str, Any], n: int = 60) -> list[Any]:
+    """``n`` tasks on one database (one configuration object shared by all): cancel a pending
+    order, change an address, and (one in five) read-only questions with the answer's facts."""
+    from envfactory.factory.from_class import ClassTask
+    from envfactory.task import call
+
+    config = {"db": db}
+    pending = [o for o, v in db["orders"].items() if v["status"] == "pending"]
+    out = []
+    for i in range(n):
+        if i % 5 == 4:
+            oid = pending[i]
+            order = db["orders"][oid]
+            out.append(ClassTask(f"ask-{i}", f"What did I pay for order {oid}?", config,
+                                 [call("get_order_details", order_id=oid)],
+                                 answer_facts=[f"{order['payment']['amount']:.2f}".rstrip("0").rstrip(".")]))
+        elif i % 2:
+            oid = pending[i]
+            out.append(ClassTask(f"cancel-{i}", f"Cancel my order {oid}: I ordered it by mistake.", config,
+                                 [call("get_order_details", order_id=oid),
+                                  call("cancel_pending_order", order_id=oid, reason="ordered by mistake")]))
+        else:
+            uid = f"user_{i:05d}"
+            out.append(ClassTask(f"move-{i}", f"I am {uid}; my address is now 1 Elm St, Tulsa 74101.", config,
+                                 [call("modify_user_address", user_id=uid, address1="1 Elm St", city="Tulsa",
+                                       zip="74101")]))
+    return out
+
+
+def retail_spec(users: int = 4000, tasks: int = 60, **options: Any) -> Any:
+    """The environment ``from_class`` makes of :class:`RetailDB` with ``tasks`` tasks."""
+    from envfactory.factory.from_class import from_class
+
+    db = retail_db(users)
+    return from_class(RetailDB, name="BigRetail-v0", domain="retail", tasks=retail_tasks(db, tasks), **options)
+
+
+def _stats(key: str, samples_s: list[float], unit: float = 1e3) -> dict[str, float]:
+    """``key_min``, ``key_median``, ``key_max`` (a flat section, as ``envfactory bench`` prints them)."""
+    return {f"{key}_min": round(min(samples_s) * unit, 3), f"{key}_median": round(statistics.median(samples_s) * unit, 3),
+            f"{key}_max": round(max(samples_s) * unit, 3)}
+
+
+def bench_bigdb(users: int = 4000, tasks: int = 60, forks: int = 20) -> dict[str, Any]:
+    """Build (``from_class`` + every task) and fork + first call, each against ``copy.deepcopy`` of
+    the database in the same run (ratios), with min/median/max and the load average."""
+    from envfactory.episode import Episode
+    from envfactory.task import call
+
+    out: dict[str, Any] = {"bigdb_loadavg_before": [round(x, 2) for x in os.getloadavg()]}
+    db = retail_db(users)
+    out["bigdb_db_json_mb"] = round(len(json.dumps(db)) / 1e6, 2)
+    out["bigdb_tasks"] = tasks
+    deep = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        copy.deepcopy(db)
+        deep.append(time.perf_counter() - t0)
+    deep_med = statistics.median(deep)
+    out.update(_stats("bigdb_deepcopy_ms", deep))
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    spec = retail_spec(users, tasks)
+    built = time.perf_counter() - t0
+    spec.get_tasks()
+    total, cpu = time.perf_counter() - t0, time.process_time() - c0
+    out["bigdb_from_class_s"] = round(built, 3)
+    out["bigdb_build_s"] = round(total, 3)
+    out["bigdb_build_cpu_s"] = round(cpu, 3)  # this process's CPU time: what the load does not inflate
+    out["bigdb_build_vs_deepcopy_ratio"] = round(total / deep_med, 1)
+
+    ep = Episode(spec)
+    task = spec.get_tasks()[1]
+    ep.reset(task.id)
+    ep.step(task.solution[0].to_hermes())
+    first = call("get_user_details", user_id="user_00007").to_hermes()
+    write = call("modify_user_address", user_id="user_00009", address1="2 Oak", city="Reno", zip="89501").to_hermes()
+    fork_s, read_s, write_s = [], [], []
+    for k in range(forks):
+        t0 = time.perf_counter()
+        child = ep.fork()
+        t1 = time.perf_counter()
+        child.step(first if k % 2 == 0 else write)
+        t2 = time.perf_counter()
+        fork_s.append(t1 - t0)
+        (read_s if k % 2 == 0 else write_s).append(t2 - t0)
+        child.close()
+    out.update(_stats("bigdb_fork_ms", fork_s))
+    out.update(_stats("bigdb_fork_first_read_ms", read_s))
+    out.update(_stats("bigdb_fork_first_write_ms", write_s))
+    out["bigdb_fork_first_read_vs_deepcopy_ratio"] = round(statistics.median(read_s) / deep_med, 4)
+    out["bigdb_fork_first_write_vs_deepcopy_ratio"] = round(statistics.median(write_s) / deep_med, 4)
+    ep.close()
+    out["bigdb_loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--users", type=int, default=4000)
+    parser.add_argument("--tasks", type=int, default=60)
+    parser.add_argument("--forks", type=int, default=20)
+    args = parser.parse_args()
+    print(json.dumps(bench_bigdb(args.users, args.tasks, args.forks), indent=1))
+
+
+if __name__ == "__main__":
+    main()
