@@ -168,6 +168,7 @@ class Container:
         self.token = secrets.token_hex(16)
         self.sessions = 0
         self.dead = False
+        self.abandoned_running = 0  # abandoned sessions' ops the server reported still running
         self.pool: Any = None  # the ContainerPool that started it, if any (set by the pool)
         self._pid: int | None = None
         os.makedirs(SOCKET_ROOT, mode=0o700, exist_ok=True)
@@ -386,6 +387,10 @@ class Container:
         """Near the end of its lifetime (``Limits.max_lifetime_s``): no new sessions here."""
         at = getattr(self, "retire_at", None)
         return at is not None and time.monotonic() >= at
+
+    def retire(self) -> None:
+        """Take no new session here from now on; the pool removes it once its last session ends."""
+        self.retire_at = time.monotonic()
 
     def status(self) -> dict[str, Any]:
         try:

@@ -26,7 +26,11 @@ from .container import Container, ContainerError, ContainerLost
 from .pool import Pool
 from .wire import FrameDecodeError, FrameError, encode_frame, recv_frame
 
-__all__ = ["SessionLink", "ContainerDied"]
+__all__ = ["SessionLink", "ContainerDied", "MAX_ABANDONED_RUNNING"]
+
+MAX_ABANDONED_RUNNING = 4
+"""Abandoned ops still running (blocked where the server cannot stop them) past which a shared
+container takes no new session (:meth:`SessionLink.abandon`)."""
 
 
 class ContainerDied(ContainerLost):
@@ -124,8 +128,11 @@ class SessionLink:
             reply = recv_frame(chan, deadline)
         except socket.timeout:
             where = self.where()
-            self.drop(remove=True)
             what = "the step" if req.get("op") == "run" else f"the {req.get('op')} request"
+            if self.abandon():
+                raise overrun(f"{what} did not finish within {self.timeout}s; this session was abandoned and "
+                              f"ended, the other sessions of its shared container go on ({where}); call "
+                              "reset() to start a new episode") from None
             raise overrun(f"{what} did not finish within {self.timeout}s; the environment's container was "
                           f"stopped and recycled ({where}); call reset() to start a new episode") from None
         except FrameDecodeError as exc:
@@ -149,6 +156,37 @@ class SessionLink:
             raise self.untrustworthy(f"malformed reply envelope (ok={ok!r}, error of type {type(err).__name__}, "
                                      f"kind of type {type(kind).__name__})")
         raise _ERRORS.get(kind or "", ContainerError)(f"{self.where()}: {err}")
+
+    def abandon(self) -> bool:
+        """Give up on this session after a request overran its deadline, keeping a shared container:
+        its channel is closed and the server ends the session, stopping the op it still runs
+        (``DELETE /sessions/{id}``); the other sessions there never notice. ``True`` when the
+        container was kept. A container that does not answer that call (evidence from the
+        container itself: it is stuck), or one of the session's own (``isolation="container"``,
+        where agent processes may still run), is removed instead (``False``). A container left with
+        :data:`MAX_ABANDONED_RUNNING` abandoned ops still running (each blocked where nothing can
+        stop it, holding a server thread) takes no new session and is removed once its last one ends."""
+        c, sid = self.container, self.session
+        if c is None or getattr(self.pool.spec, "isolation", None) != "session":
+            self.drop(remove=True)
+            return False
+        if self._chan is not None:
+            self._chan.close()
+            self._chan = None
+        try:
+            reply = c.call("DELETE", f"/sessions/{sid}")
+        except (ContainerError, KeyError, ValueError, TypeError):
+            c.dead = True
+            self.drop(remove=True)
+            return False
+        self.container = self.session = None
+        running = reply.get("abandoned_running")
+        if running.__class__ is int:
+            c.abandoned_running = running
+            if running >= MAX_ABANDONED_RUNNING:
+                c.retire()
+        self.pool.release(c)
+        return True
 
     def untrustworthy(self, what: str) -> ContainerError:
         """Remove the container, whose reply broke the protocol; the error to raise."""
@@ -176,7 +214,7 @@ class SessionLink:
         if c is None or pool.spec.isolation != "session":
             return False
         with pool._cond:  # take the slot first: other sessions acquire the same container
-            if c.sessions >= pool.per_container:
+            if c.sessions >= pool.per_container or c.retiring:
                 return False
             c.sessions += 1
         try:

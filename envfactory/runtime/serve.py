@@ -46,7 +46,11 @@ Configuration (environment variables, set by the host):
   hold pids).
 
 A session ends when its framed channel closes (the host holds one channel per
-session and never reopens it), as well as on ``DELETE /sessions/{id}``.
+session and never reopens it), as well as on ``DELETE /sessions/{id}``. A session closed while
+one of its ops runs (the host gave up on it: it overran the step timeout) is *abandoned*: the
+op is stopped at its next Python instruction (an exception raised in its thread), its reply is
+never sent, and the reply to the ``DELETE`` says how many abandoned ops still run (blocked in C;
+``GET /health`` says it too). The server and the other sessions go on.
 
 A generated module (:mod:`envfactory.factory.contained`) also has a *judge* container,
 whose one session never starts a world and answers the ops ``manifest``, ``judge``,
@@ -106,11 +110,26 @@ class _HTTPError(Exception):
 
 
 class _Session:
-    __slots__ = ("world", "lock")
+    __slots__ = ("world", "lock", "thread", "abandoned")
 
     def __init__(self, world: LocalWorld) -> None:
         self.world = world
         self.lock = threading.Lock()
+        self.thread: int | None = None  # the thread running one of its ops now (guarded by Server._lock)
+        self.abandoned = False  # closed by the host while an op ran: that op's result goes nowhere
+
+
+class _Abandoned(BaseException):
+    """Raised (asynchronously) in the thread running an op of a session the host abandoned
+    (it overran its step timeout): a tool looping in Python stops there. A BaseException, so
+    that a tool's ``except Exception`` does not swallow it."""
+
+
+def _raise_in(thread: int, exc: type[BaseException] | None) -> None:
+    """Schedule ``exc`` in ``thread`` at its next Python instruction (``None``: cancel one pending).
+    A thread blocked in C (a ``sleep``) gets it when it returns to Python."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread),
+                                               None if exc is None else ctypes.py_object(exc))
 
 
 class Server:
@@ -135,6 +154,8 @@ class Server:
         self.reap = reap
         self.sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
+        self._abandoned_running: set[_Session] = set()  # abandoned sessions whose op still runs
+        self._abandon_done = threading.Condition(self._lock)
         self._slots = threading.BoundedSemaphore(self.max_connections)
 
     def _add(self, world: LocalWorld) -> str:
@@ -145,6 +166,60 @@ class Server:
             self.sessions[sid] = _Session(world)
         return sid
 
+    def _close_session(self, sid: str, wait: float = 0.5) -> int:
+        """End session ``sid``. One whose op is still running (the host gave up on it: it overran
+        the step timeout) is *abandoned*: its op is stopped at its next Python instruction
+        (:class:`_Abandoned`), its reply goes nowhere, its channel closes, and no other session
+        notices. Waits (at most ``wait`` seconds) for that op to stop; answers how many abandoned
+        ops of this server still run (blocked in C, or swallowing the stop: each holds a thread
+        until it returns)."""
+        with self._lock:
+            s = self.sessions.pop(sid, None)
+            if s is not None and s.thread is not None:
+                if not s.abandoned:
+                    s.abandoned = True
+                    self._abandoned_running.add(s)
+                    _raise_in(s.thread, _Abandoned)
+                self._abandon_done.wait_for(lambda: s not in self._abandoned_running, wait)
+            return len(self._abandoned_running)
+
+    def _run_op(self, s: _Session, req: Any) -> dict[str, Any]:
+        """Run one op of session ``s`` on this thread, marked as running it (so that it can be
+        abandoned: :meth:`_close_session`); :class:`_Abandoned` if it was."""
+        me = threading.get_ident()
+        with self._lock:
+            if s.abandoned:
+                raise _Abandoned
+            s.thread = me
+        reply: dict[str, Any] = {}
+        try:
+            try:
+                with s.lock:
+                    try:
+                        reply = self._op(s.world, req)
+                    finally:
+                        if self.reap:
+                            _kill_other_processes()
+            finally:
+                abandoned = self._op_ended(s, me)
+        except _Abandoned:  # the stop landed in the op, or on the way out of it
+            abandoned = self._op_ended(s, me) or True
+        if abandoned:
+            raise _Abandoned
+        return reply
+
+    def _op_ended(self, s: _Session, me: int) -> bool:
+        """This thread no longer runs an op of ``s`` (no stop can be sent to it from now on);
+        ``True`` if ``s`` was abandoned (a stop still pending is cancelled). Idempotent."""
+        with self._lock:
+            s.thread = None
+            if not s.abandoned:
+                return False
+            _raise_in(me, None)
+            self._abandoned_running.discard(s)
+            self._abandon_done.notify_all()
+            return True
+
     def _authorized(self, token: Any) -> bool:
         if isinstance(token, str):
             token = token.encode()
@@ -154,13 +229,12 @@ class Server:
     def route(self, method: str, path: str) -> Any:
         parts = [p for p in path.split("?")[0].split("/") if p]
         if method == "GET" and parts == ["health"]:
-            return {"ok": True, "env": self.spec.name, "sessions": len(self.sessions), "pid": os.getpid()}
+            return {"ok": True, "env": self.spec.name, "sessions": len(self.sessions), "pid": os.getpid(),
+                    "abandoned_running": len(self._abandoned_running)}
         if method == "POST" and parts == ["sessions"]:
             return {"session": self._add(LocalWorld(self.spec))}
         if method == "DELETE" and len(parts) == 2 and parts[0] == "sessions":
-            with self._lock:
-                self.sessions.pop(parts[1], None)
-            return {"ok": True}
+            return {"ok": True, "abandoned_running": self._close_session(parts[1])}
         if method == "POST" and len(parts) == 3 and parts[0] == "sessions" and parts[2] == "fork":
             s = self.sessions.get(parts[1])
             if s is None:
@@ -229,7 +303,13 @@ class Server:
                     del self.sessions[sid]
 
     def _serve_channel(self, conn: socket.socket, sid: str) -> None:
-        sessions, op = self.sessions, self._op
+        try:
+            self._serve_requests(conn, sid)
+        except _Abandoned:  # the host gave up on this session: its channel ends here, nothing sent
+            return
+
+    def _serve_requests(self, conn: socket.socket, sid: str) -> None:
+        sessions = self.sessions
         while True:
             try:
                 req = recv_frame(conn)
@@ -240,12 +320,7 @@ class Server:
             try:
                 if s is None:
                     raise LookupError(f"session {sid!r} was closed")
-                with s.lock:
-                    try:
-                        reply = op(s.world, req)
-                    finally:
-                        if self.reap:
-                            _kill_other_processes()
+                reply = self._run_op(s, req)
             except (KeyError, ValueError, TypeError) as exc:
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": type(exc).__name__}
             except Exception as exc:
