@@ -320,7 +320,13 @@ class Container:
         except httpx.TimeoutException as exc:
             raise ContainerError(f"{self.spec.name}: control call {method} {path} to container {self.name} "
                                  f"timed out ({exc})") from None
-        except (httpx.TransportError, httpx.DecodingError, OSError) as exc:
+        except httpx.DecodingError as exc:
+            raise self._broken(f"its reply to {method} {path} could not be decoded ({exc})") from None
+        except (httpx.TransportError, OSError) as exc:
+            if self.answers():  # the host's side failed (its descriptor, its pipe): not the container
+                raise ContainerError(f"{self.spec.name}: control call {method} {path} to container {self.name} "
+                                     f"failed on the host's side ({exc}); the container still answers and "
+                                     "was kept") from None
             self.dead = True
             raise ContainerError(f"{self.spec.name}: container {self.name} is unreachable "
                                  f"({self.describe_exit()}): {exc}") from None
@@ -363,8 +369,12 @@ class Container:
             raise self._broken(f"its channel handshake is not JSON ({exc})") from None
         except OSError as exc:
             s.close()
+            refused = isinstance(exc, (ConnectionRefusedError, FileNotFoundError))
+            if not refused and self.answers():  # the host's side failed, not the container
+                raise ContainerError(f"{self.spec.name}: cannot open a channel to container {self.name}: {exc} "
+                                     "(on the host's side; the container still answers and was kept)") from None
             self.dead = True
-            if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
+            if refused:
                 # the server holds its listening socket for life: a path that no longer reaches
                 # it was replaced or removed from inside the container (or the server died)
                 raise ContainerError(
@@ -380,6 +390,35 @@ class Container:
             raise ContainerError(f"{self.spec.name}: container {self.name} refused the channel: "
                                  f"{str(reply.get('error'))[:2000]}")
         return s
+
+    def answers(self, timeout: float = 5.0) -> bool:
+        """Evidence from the container that it lives: its server (the pinned pid) answers a health
+        request on a fresh connection within ``timeout`` seconds (an HTTP status line, a refusal
+        for being busy included). What the host's own side raised (``EBADF`` on a descriptor it
+        closed, ``EPIPE`` on a write side it shut, a transport's error) is no such evidence, nor
+        its absence: ask the container. A connection refused, closed unanswered or timed out: it
+        does not answer."""
+        if self.dead or self._pid is None:
+            return False
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(timeout)
+            s.connect(self.socket_path)
+            if _peer_pid(s) != self._pid:
+                return False
+            s.sendall(f"GET /health HTTP/1.1\r\nHost: envf\r\n{TOKEN_HEADER}: {self.token}\r\n"
+                      "Connection: close\r\n\r\n".encode("latin-1"))
+            head = b""
+            while len(head) < 9:
+                chunk = s.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+            return head == b"HTTP/1.1 "
+        except OSError:
+            return False
+        finally:
+            s.close()
 
     # -- lifecycle -------------------------------------------------------
     @property

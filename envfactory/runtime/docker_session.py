@@ -139,6 +139,15 @@ class SessionLink:
             raise self.untrustworthy(f"its reply is not JSON ({exc})") from None
         except (FrameError, OSError, ValueError) as exc:
             where, c = self.where(), self.container
+            if c is not None and not c.dead and c.answers():
+                # The channel broke (the host's own descriptor or pipe, or the server closed this
+                # session's channel) but the container answers: only this session is lost.
+                self.drop()
+                died = ContainerDied(
+                    f"{where}: this session's channel broke mid-episode ({exc}); the container still answers "
+                    "and was kept, with its other sessions. This episode is lost: call reset() to start a new one.")
+                died.detail = f"{where}: its channel broke, the container answers; {exc}"
+                raise died from None
             exit_info = c.describe_exit() if c else ""
             self.drop(remove=True)
             died = ContainerDied(
