@@ -45,7 +45,9 @@ from ..definition import ToolEnvSpec
 from ..world import WorldLost
 from .wire import MAGIC, TOKEN_HEADER, FrameDecodeError, recv_frame, send_frame
 
-__all__ = ["Container", "ContainerError", "ContainerLost", "Limits", "LABEL", "SOCKET_ROOT", "owner_label", "MAX_CONTROL_BODY"]
+__all__ = ["Container", "ContainerError", "ContainerBusy", "ContainerLost", "Limits", "LABEL", "SOCKET_ROOT",
+           "owner_label", "MAX_CONTROL_BODY", "CONTROL_CONNECTIONS", "MAX_ABANDONED_RUNNING", "server_connections",
+           "session_capacity"]
 
 MAX_CONTROL_BODY = 1 << 20
 """The most bytes of a control call's reply the host reads (real replies are tiny)."""
@@ -59,6 +61,11 @@ _UCRED = struct.Struct("3i")
 class ContainerError(RuntimeError):
     """A container died, timed out or misbehaved; the message names the
     environment, the session and the container, and says what happens next."""
+
+
+class ContainerBusy(ContainerError):
+    """The container's server refused a new session or channel for being full (its session or
+    connection limit); the container is fine: the session goes to another one."""
 
 
 class ContainerLost(ContainerError, WorldLost):
@@ -86,6 +93,29 @@ class Limits:
     agent code writes; tar.gz, MiB; at most 24, half a reply frame) may take. While the folder
     archives to more, the world cannot be resumed after its container dies (its episode then
     ends as truncated, naming this cap), nor forked or dumped (:class:`EpisodeError`, naming it)."""
+
+
+CONTROL_CONNECTIONS = 8
+"""The most connections the host holds open to one container for control calls (its HTTP pool)."""
+MAX_ABANDONED_RUNNING = 4
+"""Abandoned ops still running (blocked where the server cannot stop them, each holding a connection)
+past which a shared container takes no new session
+(:meth:`~envfactory.runtime.docker_session.SessionLink.abandon`)."""
+
+
+def server_connections(max_sessions: int, limits: Limits) -> int:
+    """Connections one container's server serves at once (``ENVFACTORY_MAX_CONNECTIONS``): the
+    sessions plus 64, at most half the pid limit (each connection is a server thread)."""
+    return max(4, min(max_sessions + 64, limits.pids // 2))
+
+
+def session_capacity(limits: Limits) -> int:
+    """The most sessions one container's server can serve at once: each holds a channel (a
+    connection), and the connection limit (:func:`server_connections`, half the pid limit) also
+    has to leave room for the host's control calls (:data:`CONTROL_CONNECTIONS`), a health probe
+    and the abandoned ops a container may still hold (:data:`MAX_ABANDONED_RUNNING`). A pool's
+    ``sessions_per_container`` is clamped to it (114 with the default 256 pids)."""
+    return max(1, limits.pids // 2 - CONTROL_CONNECTIONS - MAX_ABANDONED_RUNNING - 2)
 
 
 def owner_label() -> str:
@@ -219,7 +249,7 @@ class Container:
                     "ENVFACTORY_SOCKET": "/run/envf/s",
                     "ENVFACTORY_MAX_SESSIONS": str(max_sessions),
                     # each connection is a server thread: stay well inside the pid limit
-                    "ENVFACTORY_MAX_CONNECTIONS": str(max(4, min(max_sessions + 64, limits.pids // 2))),
+                    "ENVFACTORY_MAX_CONNECTIONS": str(server_connections(max_sessions, limits)),
                     # agent code runs in child processes: none outlives the call that started it
                     "ENVFACTORY_REAP_AGENT_PROCESSES": "1" if spec.isolation == "container" else "0",
                     "ENVFACTORY_MAX_LIFETIME_S": str(float(life)) if life else "",
@@ -245,7 +275,9 @@ class Container:
         try:
             self._wait_ready(start_timeout)
             transport = httpx.HTTPTransport(uds=self.socket_path)
-            transport._pool = httpcore.ConnectionPool(uds=self.socket_path, network_backend=_VerifiedBackend(self))
+            transport._pool = httpcore.ConnectionPool(uds=self.socket_path, network_backend=_VerifiedBackend(self),
+                                                      max_connections=CONTROL_CONNECTIONS,
+                                                      max_keepalive_connections=CONTROL_CONNECTIONS)
             self.http = httpx.Client(transport=transport, base_url="http://envf",
                                      headers={TOKEN_HEADER: self.token}, timeout=control_timeout)
         except BaseException:
@@ -340,6 +372,9 @@ class Container:
             raise self._broken(f"its reply to {method} {path} is a {type(doc).__name__}, not an object")
         if status != 200:
             kind, err = doc.get("kind"), str(doc.get("error"))[:2000]
+            if status in (409, 503) and method == "POST":  # full: its session or connection limit
+                raise ContainerBusy(f"{self.spec.name}: container {self.name} refused {method} {path}: "
+                                    f"HTTP {status}: {err}")
             if kind in ("KeyError", "ValueError", "TypeError"):
                 raise {"KeyError": KeyError, "ValueError": ValueError, "TypeError": TypeError}[kind](err)
             raise ContainerError(f"{self.spec.name}: {method} {path} failed in container {self.name}: "
@@ -387,6 +422,9 @@ class Container:
             raise self._broken(f"its channel handshake is a {type(reply).__name__}, not an object")
         if reply.get("ok") is not True:
             s.close()
+            if reply.get("kind") == "busy":  # over its connection limit: the container is fine
+                raise ContainerBusy(f"{self.spec.name}: container {self.name} refused the channel: "
+                                    f"{str(reply.get('error'))[:2000]}")
             raise ContainerError(f"{self.spec.name}: container {self.name} refused the channel: "
                                  f"{str(reply.get('error'))[:2000]}")
         return s

@@ -22,15 +22,14 @@ import time
 from typing import Any
 
 from ..env import EpisodeError
-from .container import Container, ContainerError, ContainerLost
+from .container import MAX_ABANDONED_RUNNING, Container, ContainerBusy, ContainerError, ContainerLost
 from .pool import Pool
 from .wire import FrameDecodeError, FrameError, encode_frame, recv_frame
 
-__all__ = ["SessionLink", "ContainerDied", "MAX_ABANDONED_RUNNING"]
+__all__ = ["SessionLink", "ContainerDied", "MAX_ABANDONED_RUNNING", "PLACE_TRIES"]
 
-MAX_ABANDONED_RUNNING = 4
-"""Abandoned ops still running (blocked where the server cannot stop them) past which a shared
-container takes no new session (:meth:`SessionLink.abandon`)."""
+PLACE_TRIES = 4
+"""Containers a new session is offered to (each that refuses it for being full is skipped)."""
 
 
 class ContainerDied(ContainerLost):
@@ -74,21 +73,40 @@ class SessionLink:
         if self.container is not None and not self.container.dead:
             return
         self.drop()
-        c = self.pool.acquire()
-        try:
-            sid = c.call("POST", "/sessions").get("session")
-            if sid.__class__ is not str:
-                c.dead = True
-                raise ContainerError(f"{self.env}: container {c.name} answered no session id ({sid!r}); "
-                                     "it was removed as untrustworthy")
-            self.attach(c, sid)
-        except BaseException:
-            self.container = self.session = None
-            if c.dead:
-                self.pool.discard(c)
-            else:
+        refused: list[Container] = []
+        for attempt in range(PLACE_TRIES):
+            c = self.pool.acquire(exclude=refused)
+            sid = None
+            try:
+                sid = c.call("POST", "/sessions").get("session")
+                if sid.__class__ is not str:
+                    c.dead = True
+                    raise ContainerError(f"{self.env}: container {c.name} answered no session id ({sid!r}); "
+                                         "it was removed as untrustworthy")
+                self.attach(c, sid)
+                return
+            except ContainerBusy:  # full (sessions or connections): the next container, a new one if need be
+                self.container = self.session = None
+                if sid.__class__ is str:
+                    self._delete_quietly(c, sid)
                 self.pool.release(c)
-            raise
+                refused.append(c)
+                if attempt == PLACE_TRIES - 1:
+                    raise
+            except BaseException:
+                self.container = self.session = None
+                if c.dead:
+                    self.pool.discard(c)
+                else:
+                    self.pool.release(c)
+                raise
+
+    @staticmethod
+    def _delete_quietly(c: Container, sid: str) -> None:
+        try:
+            c.call("DELETE", f"/sessions/{sid}")
+        except (ContainerError, KeyError, ValueError, TypeError):
+            pass
 
     def drop(self, *, remove: bool = False) -> None:
         """End the session; with ``remove`` (or a dead container) remove its container. Idempotent."""
@@ -226,11 +244,18 @@ class SessionLink:
             if c.sessions >= pool.per_container or c.retiring:
                 return False
             c.sessions += 1
+        sid = None
         try:
             sid = c.call("POST", f"/sessions/{self.session}/fork").get("session")
             if sid.__class__ is not str:
                 raise self.untrustworthy(f"fork answered no session id ({sid!r})")
             other.attach(c, sid)
+        except ContainerBusy:  # full: the fork goes elsewhere, as a snapshot
+            other.container = other.session = None
+            if sid.__class__ is str:
+                self._delete_quietly(c, sid)
+            pool.release(c)
+            return False
         except BaseException:
             pool.release(c)
             raise
