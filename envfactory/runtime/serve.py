@@ -43,7 +43,8 @@ Configuration (environment variables, set by the host):
   killed (``kill(-1, SIGKILL)``: all of them at once, however they detached, ``setsid``
   included, and a fork bomb cannot outrun it), so nothing an agent started outlives the
   call that started it (the server waits, at most 2 s, until they are gone and no longer
-  hold pids).
+  hold pids). While a request runs there, every other process gets ``oom_score_adj`` 1000
+  (:meth:`Server._guard_oom`), so the OOM killer takes agent code before the server.
 
 A session ends when its framed channel closes (the host holds one channel per
 session and never reopens it), as well as on ``DELETE /sessions/{id}``. A session closed while
@@ -157,6 +158,11 @@ class Server:
         self._abandoned_running: set[_Session] = set()  # abandoned sessions whose op still runs
         self._abandon_done = threading.Condition(self._lock)
         self._slots = threading.BoundedSemaphore(self.max_connections)
+        # Agent code runs only during an op: while one runs, its processes are marked first in
+        # line for the OOM killer (see _guard_oom); between ops none is left (reap).
+        self._op_running = threading.Event()
+        if reap:
+            threading.Thread(target=self._guard_oom, daemon=True, name="envf-oom-guard").start()
 
     def _add(self, world: LocalWorld) -> str:
         with self._lock:
@@ -196,10 +202,13 @@ class Server:
             try:
                 with s.lock:
                     try:
+                        if self.reap:
+                            self._op_running.set()
                         reply = self._op(s.world, req)
                     finally:
                         if self.reap:
                             _kill_other_processes()
+                            self._op_running.clear()
             finally:
                 abandoned = self._op_ended(s, me)
         except _Abandoned:  # the stop landed in the op, or on the way out of it
@@ -207,6 +216,32 @@ class Server:
         if abandoned:
             raise _Abandoned
         return reply
+
+    def _guard_oom(self, every: float = 0.005) -> None:
+        """While an op runs (``reap``: a container whose agent code runs in child processes), give
+        every process but this server and init ``oom_score_adj`` :data:`AGENT_OOM_SCORE_ADJ`, so that
+        when the container runs out of memory the OOM killer takes agent code, never the server
+        (whose own score it cannot lower: it has no capabilities; a new process inherits the
+        server's score until this pass finds it, within ``every`` seconds). Writing another
+        process's score needs no capability when raising it, only its owner's uid (agent code runs
+        as the server's)."""
+        me = os.getpid()
+        marked: set[int] = set()
+        while True:
+            self._op_running.wait()
+            try:
+                pids = {int(p) for p in os.listdir("/proc") if p.isdigit()}
+            except OSError:
+                pids = set()
+            marked &= pids
+            for pid in pids - marked - {1, me}:
+                try:
+                    with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+                        f.write(str(AGENT_OOM_SCORE_ADJ))
+                    marked.add(pid)
+                except OSError:  # gone already, or not ours to change
+                    pass
+            time.sleep(every)
 
     def _op_ended(self, s: _Session, me: int) -> bool:
         """This thread no longer runs an op of ``s`` (no stop can be sent to it from now on);
@@ -536,6 +571,9 @@ class Server:
         finally:
             conn.close()
 
+
+AGENT_OOM_SCORE_ADJ = 1000
+"""The ``oom_score_adj`` of agent code's processes (the most the kernel allows: killed first)."""
 
 _JUDGE_OPS = frozenset(("manifest", "judge", "terminal", "payoff"))
 
