@@ -405,9 +405,11 @@ class Container:
         except OSError as exc:
             s.close()
             refused = isinstance(exc, (ConnectionRefusedError, FileNotFoundError))
-            if not refused and self.answers():  # the host's side failed, not the container
-                raise ContainerError(f"{self.spec.name}: cannot open a channel to container {self.name}: {exc} "
-                                     "(on the host's side; the container still answers and was kept)") from None
+            if not refused and self.answers():
+                # the container is fine; the server closed this connection unread (over its
+                # connection bound) or the host's side failed: the session goes elsewhere
+                raise ContainerBusy(f"{self.spec.name}: cannot open a channel to container {self.name}: {exc} "
+                                    "(the container still answers and was kept)") from None
             self.dead = True
             if refused:
                 # the server holds its listening socket for life: a path that no longer reaches

@@ -90,3 +90,37 @@ def test_a_session_the_full_server_refuses_goes_to_another_container() -> None:
         for s in held:
             s.close()
         pool.shutdown()
+
+
+def test_a_channel_the_server_closes_unread_goes_to_another_container(monkeypatch) -> None:
+    """A server over its connection bound with its refusal queue full closes a new connection
+    unread: the host's write of the handshake fails (``EPIPE``) while the container answers.
+    Before: that raised ``ContainerError`` out of ``reset()`` (and, before that, marked the
+    container dead); now the session goes to another container and this one is kept."""
+    from envfactory.runtime import container as container_module
+    from envfactory.runtime.pool import Pool
+
+    pool = Pool(get_spec("FileSystem-v0"), warm=0, sessions_per_container=8)
+    try:
+        bystander = envfactory.make("FileSystem-v0", runtime="docker", pool=pool)
+        bystander.reset(0)
+        c = bystander.world.container
+        send = container_module.send_frame
+        closed = []
+
+        def unread(sock, obj):
+            if not closed:
+                closed.append(sock)
+                raise BrokenPipeError(32, "Broken pipe")
+            return send(sock, obj)
+
+        monkeypatch.setattr(container_module, "send_frame", unread)
+        newcomer = envfactory.make("FileSystem-v0", runtime="docker", pool=pool)
+        newcomer.reset(0)
+        assert closed and newcomer.world.container is not c and not c.dead
+        assert bystander.step(call("read_file", path=TODO)).messages[0]["content"].startswith("Move ")
+        assert bystander.world.container is c and bystander.world.resumed == 0
+        newcomer.close()
+        bystander.close()
+    finally:
+        pool.shutdown()
