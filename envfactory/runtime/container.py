@@ -45,7 +45,9 @@ from ..definition import ToolEnvSpec
 from ..world import WorldLost
 from .wire import MAGIC, TOKEN_HEADER, FrameDecodeError, recv_frame, send_frame
 
-__all__ = ["Container", "ContainerError", "ContainerLost", "Limits", "LABEL", "SOCKET_ROOT", "owner_label", "MAX_CONTROL_BODY"]
+__all__ = ["Container", "ContainerError", "ContainerBusy", "ContainerLost", "Limits", "LABEL", "SOCKET_ROOT",
+           "owner_label", "MAX_CONTROL_BODY", "CONTROL_CONNECTIONS", "MAX_ABANDONED_RUNNING", "server_connections",
+           "session_capacity"]
 
 MAX_CONTROL_BODY = 1 << 20
 """The most bytes of a control call's reply the host reads (real replies are tiny)."""
@@ -59,6 +61,11 @@ _UCRED = struct.Struct("3i")
 class ContainerError(RuntimeError):
     """A container died, timed out or misbehaved; the message names the
     environment, the session and the container, and says what happens next."""
+
+
+class ContainerBusy(ContainerError):
+    """The container's server refused a new session or channel for being full (its session or
+    connection limit); the container is fine: the session goes to another one."""
 
 
 class ContainerLost(ContainerError, WorldLost):
@@ -86,6 +93,29 @@ class Limits:
     agent code writes; tar.gz, MiB; at most 24, half a reply frame) may take. While the folder
     archives to more, the world cannot be resumed after its container dies (its episode then
     ends as truncated, naming this cap), nor forked or dumped (:class:`EpisodeError`, naming it)."""
+
+
+CONTROL_CONNECTIONS = 8
+"""The most connections the host holds open to one container for control calls (its HTTP pool)."""
+MAX_ABANDONED_RUNNING = 4
+"""Abandoned ops still running (blocked where the server cannot stop them, each holding a connection)
+past which a shared container takes no new session
+(:meth:`~envfactory.runtime.docker_session.SessionLink.abandon`)."""
+
+
+def server_connections(max_sessions: int, limits: Limits) -> int:
+    """Connections one container's server serves at once (``ENVFACTORY_MAX_CONNECTIONS``): the
+    sessions plus 64, at most half the pid limit (each connection is a server thread)."""
+    return max(4, min(max_sessions + 64, limits.pids // 2))
+
+
+def session_capacity(limits: Limits) -> int:
+    """The most sessions one container's server can serve at once: each holds a channel (a
+    connection), and the connection limit (:func:`server_connections`, half the pid limit) also
+    has to leave room for the host's control calls (:data:`CONTROL_CONNECTIONS`), a health probe
+    and the abandoned ops a container may still hold (:data:`MAX_ABANDONED_RUNNING`). A pool's
+    ``sessions_per_container`` is clamped to it (114 with the default 256 pids)."""
+    return max(1, limits.pids // 2 - CONTROL_CONNECTIONS - MAX_ABANDONED_RUNNING - 2)
 
 
 def owner_label() -> str:
@@ -168,6 +198,7 @@ class Container:
         self.token = secrets.token_hex(16)
         self.sessions = 0
         self.dead = False
+        self.abandoned_running = 0  # abandoned sessions' ops the server reported still running
         self.pool: Any = None  # the ContainerPool that started it, if any (set by the pool)
         self._pid: int | None = None
         os.makedirs(SOCKET_ROOT, mode=0o700, exist_ok=True)
@@ -218,7 +249,7 @@ class Container:
                     "ENVFACTORY_SOCKET": "/run/envf/s",
                     "ENVFACTORY_MAX_SESSIONS": str(max_sessions),
                     # each connection is a server thread: stay well inside the pid limit
-                    "ENVFACTORY_MAX_CONNECTIONS": str(max(4, min(max_sessions + 64, limits.pids // 2))),
+                    "ENVFACTORY_MAX_CONNECTIONS": str(server_connections(max_sessions, limits)),
                     # agent code runs in child processes: none outlives the call that started it
                     "ENVFACTORY_REAP_AGENT_PROCESSES": "1" if spec.isolation == "container" else "0",
                     "ENVFACTORY_MAX_LIFETIME_S": str(float(life)) if life else "",
@@ -244,7 +275,9 @@ class Container:
         try:
             self._wait_ready(start_timeout)
             transport = httpx.HTTPTransport(uds=self.socket_path)
-            transport._pool = httpcore.ConnectionPool(uds=self.socket_path, network_backend=_VerifiedBackend(self))
+            transport._pool = httpcore.ConnectionPool(uds=self.socket_path, network_backend=_VerifiedBackend(self),
+                                                      max_connections=CONTROL_CONNECTIONS,
+                                                      max_keepalive_connections=CONTROL_CONNECTIONS)
             self.http = httpx.Client(transport=transport, base_url="http://envf",
                                      headers={TOKEN_HEADER: self.token}, timeout=control_timeout)
         except BaseException:
@@ -319,7 +352,13 @@ class Container:
         except httpx.TimeoutException as exc:
             raise ContainerError(f"{self.spec.name}: control call {method} {path} to container {self.name} "
                                  f"timed out ({exc})") from None
-        except (httpx.TransportError, httpx.DecodingError, OSError) as exc:
+        except httpx.DecodingError as exc:
+            raise self._broken(f"its reply to {method} {path} could not be decoded ({exc})") from None
+        except (httpx.TransportError, OSError) as exc:
+            if self.answers():  # the host's side failed (its descriptor, its pipe): not the container
+                raise ContainerError(f"{self.spec.name}: control call {method} {path} to container {self.name} "
+                                     f"failed on the host's side ({exc}); the container still answers and "
+                                     "was kept") from None
             self.dead = True
             raise ContainerError(f"{self.spec.name}: container {self.name} is unreachable "
                                  f"({self.describe_exit()}): {exc}") from None
@@ -333,6 +372,9 @@ class Container:
             raise self._broken(f"its reply to {method} {path} is a {type(doc).__name__}, not an object")
         if status != 200:
             kind, err = doc.get("kind"), str(doc.get("error"))[:2000]
+            if status in (409, 503) and method == "POST":  # full: its session or connection limit
+                raise ContainerBusy(f"{self.spec.name}: container {self.name} refused {method} {path}: "
+                                    f"HTTP {status}: {err}")
             if kind in ("KeyError", "ValueError", "TypeError"):
                 raise {"KeyError": KeyError, "ValueError": ValueError, "TypeError": TypeError}[kind](err)
             raise ContainerError(f"{self.spec.name}: {method} {path} failed in container {self.name}: "
@@ -362,8 +404,14 @@ class Container:
             raise self._broken(f"its channel handshake is not JSON ({exc})") from None
         except OSError as exc:
             s.close()
+            refused = isinstance(exc, (ConnectionRefusedError, FileNotFoundError))
+            if not refused and self.answers():
+                # the container is fine; the server closed this connection unread (over its
+                # connection bound) or the host's side failed: the session goes elsewhere
+                raise ContainerBusy(f"{self.spec.name}: cannot open a channel to container {self.name}: {exc} "
+                                    "(the container still answers and was kept)") from None
             self.dead = True
-            if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
+            if refused:
                 # the server holds its listening socket for life: a path that no longer reaches
                 # it was replaced or removed from inside the container (or the server died)
                 raise ContainerError(
@@ -376,9 +424,41 @@ class Container:
             raise self._broken(f"its channel handshake is a {type(reply).__name__}, not an object")
         if reply.get("ok") is not True:
             s.close()
+            if reply.get("kind") == "busy":  # over its connection limit: the container is fine
+                raise ContainerBusy(f"{self.spec.name}: container {self.name} refused the channel: "
+                                    f"{str(reply.get('error'))[:2000]}")
             raise ContainerError(f"{self.spec.name}: container {self.name} refused the channel: "
                                  f"{str(reply.get('error'))[:2000]}")
         return s
+
+    def answers(self, timeout: float = 5.0) -> bool:
+        """Evidence from the container that it lives: its server (the pinned pid) answers a health
+        request on a fresh connection within ``timeout`` seconds (an HTTP status line, a refusal
+        for being busy included). What the host's own side raised (``EBADF`` on a descriptor it
+        closed, ``EPIPE`` on a write side it shut, a transport's error) is no such evidence, nor
+        its absence: ask the container. A connection refused, closed unanswered or timed out: it
+        does not answer."""
+        if self.dead or self._pid is None:
+            return False
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(timeout)
+            s.connect(self.socket_path)
+            if _peer_pid(s) != self._pid:
+                return False
+            s.sendall(f"GET /health HTTP/1.1\r\nHost: envf\r\n{TOKEN_HEADER}: {self.token}\r\n"
+                      "Connection: close\r\n\r\n".encode("latin-1"))
+            head = b""
+            while len(head) < 9:
+                chunk = s.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+            return head == b"HTTP/1.1 "
+        except OSError:
+            return False
+        finally:
+            s.close()
 
     # -- lifecycle -------------------------------------------------------
     @property
@@ -386,6 +466,10 @@ class Container:
         """Near the end of its lifetime (``Limits.max_lifetime_s``): no new sessions here."""
         at = getattr(self, "retire_at", None)
         return at is not None and time.monotonic() >= at
+
+    def retire(self) -> None:
+        """Take no new session here from now on; the pool removes it once its last session ends."""
+        self.retire_at = time.monotonic()
 
     def status(self) -> dict[str, Any]:
         try:

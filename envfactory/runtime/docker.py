@@ -65,8 +65,10 @@ error observation (``info["world_lost"]``, ``ended_by == "world_lost"``), so a l
 container or engine never hangs a rollout or crashes a training run. A reply that breaks the
 protocol is never resumed (the container is untrustworthy: :class:`ContainerError`);
 a batch that overruns ``step_timeout`` raises
-:class:`~envfactory.world.WorldTimeout` (the container is recycled), and the
-referee ends the episode as truncated with an error observation.
+:class:`~envfactory.world.WorldTimeout`, and the referee ends the episode as truncated with
+an error observation. Only that session fails: in a shared container the server abandons
+its call (:meth:`~envfactory.runtime.docker_session.SessionLink.abandon`) and the container
+and its other sessions go on; a container of the session's own is removed.
 """
 
 from __future__ import annotations
@@ -173,7 +175,7 @@ class ContainerWorld(World):
     Args:
         spec: The environment definition.
         step_timeout: Seconds one batch of calls (or any request) may take
-            before the container is recycled.
+            before the session is abandoned (see the module docstring).
         pool: The container pool (default: the process-wide pool of ``spec``).
         image: Image tag to use instead of the content-hashed build.
         resume: Rebuild the world on a fresh container when its container dies

@@ -22,11 +22,14 @@ import time
 from typing import Any
 
 from ..env import EpisodeError
-from .container import Container, ContainerError, ContainerLost
+from .container import MAX_ABANDONED_RUNNING, Container, ContainerBusy, ContainerError, ContainerLost
 from .pool import Pool
 from .wire import FrameDecodeError, FrameError, encode_frame, recv_frame
 
-__all__ = ["SessionLink", "ContainerDied"]
+__all__ = ["SessionLink", "ContainerDied", "MAX_ABANDONED_RUNNING", "PLACE_TRIES"]
+
+PLACE_TRIES = 4
+"""Containers a new session is offered to (each that refuses it for being full is skipped)."""
 
 
 class ContainerDied(ContainerLost):
@@ -70,21 +73,40 @@ class SessionLink:
         if self.container is not None and not self.container.dead:
             return
         self.drop()
-        c = self.pool.acquire()
-        try:
-            sid = c.call("POST", "/sessions").get("session")
-            if sid.__class__ is not str:
-                c.dead = True
-                raise ContainerError(f"{self.env}: container {c.name} answered no session id ({sid!r}); "
-                                     "it was removed as untrustworthy")
-            self.attach(c, sid)
-        except BaseException:
-            self.container = self.session = None
-            if c.dead:
-                self.pool.discard(c)
-            else:
+        refused: list[Container] = []
+        for attempt in range(PLACE_TRIES):
+            c = self.pool.acquire(exclude=refused)
+            sid = None
+            try:
+                sid = c.call("POST", "/sessions").get("session")
+                if sid.__class__ is not str:
+                    c.dead = True
+                    raise ContainerError(f"{self.env}: container {c.name} answered no session id ({sid!r}); "
+                                         "it was removed as untrustworthy")
+                self.attach(c, sid)
+                return
+            except ContainerBusy:  # full (sessions or connections): the next container, a new one if need be
+                self.container = self.session = None
+                if sid.__class__ is str:
+                    self._delete_quietly(c, sid)
                 self.pool.release(c)
-            raise
+                refused.append(c)
+                if attempt == PLACE_TRIES - 1:
+                    raise
+            except BaseException:
+                self.container = self.session = None
+                if c.dead:
+                    self.pool.discard(c)
+                else:
+                    self.pool.release(c)
+                raise
+
+    @staticmethod
+    def _delete_quietly(c: Container, sid: str) -> None:
+        try:
+            c.call("DELETE", f"/sessions/{sid}")
+        except (ContainerError, KeyError, ValueError, TypeError):
+            pass
 
     def drop(self, *, remove: bool = False) -> None:
         """End the session; with ``remove`` (or a dead container) remove its container. Idempotent."""
@@ -124,14 +146,26 @@ class SessionLink:
             reply = recv_frame(chan, deadline)
         except socket.timeout:
             where = self.where()
-            self.drop(remove=True)
             what = "the step" if req.get("op") == "run" else f"the {req.get('op')} request"
+            if self.abandon():
+                raise overrun(f"{what} did not finish within {self.timeout}s; this session was abandoned and "
+                              f"ended, the other sessions of its shared container go on ({where}); call "
+                              "reset() to start a new episode") from None
             raise overrun(f"{what} did not finish within {self.timeout}s; the environment's container was "
                           f"stopped and recycled ({where}); call reset() to start a new episode") from None
         except FrameDecodeError as exc:
             raise self.untrustworthy(f"its reply is not JSON ({exc})") from None
         except (FrameError, OSError, ValueError) as exc:
             where, c = self.where(), self.container
+            if c is not None and not c.dead and c.answers():
+                # The channel broke (the host's own descriptor or pipe, or the server closed this
+                # session's channel) but the container answers: only this session is lost.
+                self.drop()
+                died = ContainerDied(
+                    f"{where}: this session's channel broke mid-episode ({exc}); the container still answers "
+                    "and was kept, with its other sessions. This episode is lost: call reset() to start a new one.")
+                died.detail = f"{where}: its channel broke, the container answers; {exc}"
+                raise died from None
             exit_info = c.describe_exit() if c else ""
             self.drop(remove=True)
             died = ContainerDied(
@@ -149,6 +183,37 @@ class SessionLink:
             raise self.untrustworthy(f"malformed reply envelope (ok={ok!r}, error of type {type(err).__name__}, "
                                      f"kind of type {type(kind).__name__})")
         raise _ERRORS.get(kind or "", ContainerError)(f"{self.where()}: {err}")
+
+    def abandon(self) -> bool:
+        """Give up on this session after a request overran its deadline, keeping a shared container:
+        its channel is closed and the server ends the session, stopping the op it still runs
+        (``DELETE /sessions/{id}``); the other sessions there never notice. ``True`` when the
+        container was kept. A container that does not answer that call (evidence from the
+        container itself: it is stuck), or one of the session's own (``isolation="container"``,
+        where agent processes may still run), is removed instead (``False``). A container left with
+        :data:`MAX_ABANDONED_RUNNING` abandoned ops still running (each blocked where nothing can
+        stop it, holding a server thread) takes no new session and is removed once its last one ends."""
+        c, sid = self.container, self.session
+        if c is None or getattr(self.pool.spec, "isolation", None) != "session":
+            self.drop(remove=True)
+            return False
+        if self._chan is not None:
+            self._chan.close()
+            self._chan = None
+        try:
+            reply = c.call("DELETE", f"/sessions/{sid}")
+        except (ContainerError, KeyError, ValueError, TypeError):
+            c.dead = True
+            self.drop(remove=True)
+            return False
+        self.container = self.session = None
+        running = reply.get("abandoned_running")
+        if running.__class__ is int:
+            c.abandoned_running = running
+            if running >= MAX_ABANDONED_RUNNING:
+                c.retire()
+        self.pool.release(c)
+        return True
 
     def untrustworthy(self, what: str) -> ContainerError:
         """Remove the container, whose reply broke the protocol; the error to raise."""
@@ -176,14 +241,21 @@ class SessionLink:
         if c is None or pool.spec.isolation != "session":
             return False
         with pool._cond:  # take the slot first: other sessions acquire the same container
-            if c.sessions >= pool.per_container:
+            if c.sessions >= pool.per_container or c.retiring:
                 return False
             c.sessions += 1
+        sid = None
         try:
             sid = c.call("POST", f"/sessions/{self.session}/fork").get("session")
             if sid.__class__ is not str:
                 raise self.untrustworthy(f"fork answered no session id ({sid!r})")
             other.attach(c, sid)
+        except ContainerBusy:  # full: the fork goes elsewhere, as a snapshot
+            other.container = other.session = None
+            if sid.__class__ is str:
+                self._delete_quietly(c, sid)
+            pool.release(c)
+            return False
         except BaseException:
             pool.release(c)
             raise

@@ -41,10 +41,10 @@ import socket
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..definition import ToolEnvSpec
-from .container import LABEL, SOCKET_ROOT, Container, ContainerError, Limits, owner_label
+from .container import LABEL, SOCKET_ROOT, Container, ContainerError, Limits, owner_label, session_capacity
 
 __all__ = ["Pool", "HostLost", "get_pool", "docker_client", "resolve_docker_hosts", "engine_answers", "copy_image",
            "shutdown_all", "gc", "in_background", "wait_background"]
@@ -141,7 +141,9 @@ class Pool:
         warm: Idle containers kept ready (``container`` isolation), or
             containers started ahead (``session`` isolation) by :meth:`prewarm`;
             per engine when there are several.
-        sessions_per_container: Capacity of a shared container.
+        sessions_per_container: Capacity of a shared container, clamped to what its server can
+            serve (:func:`~envfactory.runtime.container.session_capacity`: 114 with the default
+            limits); a session a full container refuses anyway goes to another one.
         limits: Resource limits of each container.
         docker_hosts: Docker engines (``DOCKER_HOST``-style URLs, a list or a comma-separated
             string; default ``$ENVFACTORY_DOCKER_HOSTS``, else the one default engine). With
@@ -168,8 +170,10 @@ class Pool:
 
         self.spec = spec
         self.warm = warm
-        self.per_container = 1 if spec.isolation == "container" else sessions_per_container
         self.limits = limits or Limits()
+        # no more than one server can serve: each session holds one of its connections
+        self.per_container = (1 if spec.isolation == "container"
+                              else max(1, min(sessions_per_container, session_capacity(self.limits))))
         self._live: list[Container] = []  # session isolation: shared containers
         self._idle: list[Container] = []  # container isolation: ready, never used
         self._busy: set[Container] = set()
@@ -293,7 +297,7 @@ class Pool:
             return len(sub._busy) - len(sub._idle)
         return sum(c.sessions for c in sub._live if not c.dead)
 
-    def _acquire_spread(self) -> Container:
+    def _acquire_spread(self, exclude: "Sequence[Container]" = ()) -> Container:
         """A session slot on the engine holding the fewest sessions; an engine that fails to
         start a container and then does not answer a ping is lost, and the next one tried."""
         tried: set[int] = set()
@@ -307,7 +311,7 @@ class Pool:
             with self._cond:
                 sub = min(subs, key=self._load)
             try:
-                return sub.acquire()
+                return sub.acquire(exclude)
             except Exception as exc:
                 why = engine_answers(sub.host)
                 if why is None:
@@ -414,12 +418,13 @@ class Pool:
             raise ContainerError(f"{self.spec.name}: starting a container failed: {err}")
 
     # -- acquire / release ----------------------------------------------
-    def acquire(self) -> Container:
-        """A container with room for one more session (the session count is taken)."""
+    def acquire(self, exclude: "Sequence[Container]" = ()) -> Container:
+        """A container with room for one more session (the session count is taken); not one of
+        ``exclude`` (shared containers that just refused a session for being full)."""
         if self._closed:
             raise RuntimeError(f"the {self.spec.name} pool is shut down")
         if self._subs is not None:
-            return self._acquire_spread()
+            return self._acquire_spread(exclude)
         if self.spec.isolation == "container":
             with self._cond:
                 for old in [c for c in self._idle if c.retiring]:  # too old to start an episode
@@ -440,7 +445,8 @@ class Pool:
                 return c
         with self._cond:
             self._live = [c for c in self._live if not c.dead]
-            room = [c for c in self._live if c.sessions < self.per_container and not c.retiring]
+            room = [c for c in self._live
+                    if c.sessions < self.per_container and not c.retiring and c not in exclude]
             if room:
                 c = min(room, key=lambda c: c.sessions)
                 c.sessions += 1

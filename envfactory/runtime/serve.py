@@ -43,10 +43,15 @@ Configuration (environment variables, set by the host):
   killed (``kill(-1, SIGKILL)``: all of them at once, however they detached, ``setsid``
   included, and a fork bomb cannot outrun it), so nothing an agent started outlives the
   call that started it (the server waits, at most 2 s, until they are gone and no longer
-  hold pids).
+  hold pids). While a request runs there, every other process gets ``oom_score_adj`` 1000
+  (:meth:`Server._guard_oom`), so the OOM killer takes agent code before the server.
 
 A session ends when its framed channel closes (the host holds one channel per
-session and never reopens it), as well as on ``DELETE /sessions/{id}``.
+session and never reopens it), as well as on ``DELETE /sessions/{id}``. A session closed while
+one of its ops runs (the host gave up on it: it overran the step timeout) is *abandoned*: the
+op is stopped at its next Python instruction (an exception raised in its thread), its reply is
+never sent, and the reply to the ``DELETE`` says how many abandoned ops still run (blocked in C;
+``GET /health`` says it too). The server and the other sessions go on.
 
 A generated module (:mod:`envfactory.factory.contained`) also has a *judge* container,
 whose one session never starts a world and answers the ops ``manifest``, ``judge``,
@@ -106,11 +111,26 @@ class _HTTPError(Exception):
 
 
 class _Session:
-    __slots__ = ("world", "lock")
+    __slots__ = ("world", "lock", "thread", "abandoned")
 
     def __init__(self, world: LocalWorld) -> None:
         self.world = world
         self.lock = threading.Lock()
+        self.thread: int | None = None  # the thread running one of its ops now (guarded by Server._lock)
+        self.abandoned = False  # closed by the host while an op ran: that op's result goes nowhere
+
+
+class _Abandoned(BaseException):
+    """Raised (asynchronously) in the thread running an op of a session the host abandoned
+    (it overran its step timeout): a tool looping in Python stops there. A BaseException, so
+    that a tool's ``except Exception`` does not swallow it."""
+
+
+def _raise_in(thread: int, exc: type[BaseException] | None) -> None:
+    """Schedule ``exc`` in ``thread`` at its next Python instruction (``None``: cancel one pending).
+    A thread blocked in C (a ``sleep``) gets it when it returns to Python."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread),
+                                               None if exc is None else ctypes.py_object(exc))
 
 
 class Server:
@@ -135,7 +155,14 @@ class Server:
         self.reap = reap
         self.sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
+        self._abandoned_running: set[_Session] = set()  # abandoned sessions whose op still runs
+        self._abandon_done = threading.Condition(self._lock)
         self._slots = threading.BoundedSemaphore(self.max_connections)
+        # Agent code runs only during an op: while one runs, its processes are marked first in
+        # line for the OOM killer (see _guard_oom); between ops none is left (reap).
+        self._op_running = threading.Event()
+        if reap:
+            threading.Thread(target=self._guard_oom, daemon=True, name="envf-oom-guard").start()
 
     def _add(self, world: LocalWorld) -> str:
         with self._lock:
@@ -144,6 +171,89 @@ class Server:
             sid = secrets.token_hex(6)
             self.sessions[sid] = _Session(world)
         return sid
+
+    def _close_session(self, sid: str, wait: float = 0.5) -> int:
+        """End session ``sid``. One whose op is still running (the host gave up on it: it overran
+        the step timeout) is *abandoned*: its op is stopped at its next Python instruction
+        (:class:`_Abandoned`), its reply goes nowhere, its channel closes, and no other session
+        notices. Waits (at most ``wait`` seconds) for that op to stop; answers how many abandoned
+        ops of this server still run (blocked in C, or swallowing the stop: each holds a thread
+        until it returns)."""
+        with self._lock:
+            s = self.sessions.pop(sid, None)
+            if s is not None and s.thread is not None:
+                if not s.abandoned:
+                    s.abandoned = True
+                    self._abandoned_running.add(s)
+                    _raise_in(s.thread, _Abandoned)
+                self._abandon_done.wait_for(lambda: s not in self._abandoned_running, wait)
+            return len(self._abandoned_running)
+
+    def _run_op(self, s: _Session, req: Any) -> dict[str, Any]:
+        """Run one op of session ``s`` on this thread, marked as running it (so that it can be
+        abandoned: :meth:`_close_session`); :class:`_Abandoned` if it was."""
+        me = threading.get_ident()
+        with self._lock:
+            if s.abandoned:
+                raise _Abandoned
+            s.thread = me
+        reply: dict[str, Any] = {}
+        try:
+            try:
+                with s.lock:
+                    try:
+                        if self.reap:
+                            self._op_running.set()
+                        reply = self._op(s.world, req)
+                    finally:
+                        if self.reap:
+                            _kill_other_processes()
+                            self._op_running.clear()
+            finally:
+                abandoned = self._op_ended(s, me)
+        except _Abandoned:  # the stop landed in the op, or on the way out of it
+            abandoned = self._op_ended(s, me) or True
+        if abandoned:
+            raise _Abandoned
+        return reply
+
+    def _guard_oom(self, every: float = 0.005) -> None:
+        """While an op runs (``reap``: a container whose agent code runs in child processes), give
+        every process but this server and init ``oom_score_adj`` :data:`AGENT_OOM_SCORE_ADJ`, so that
+        when the container runs out of memory the OOM killer takes agent code, never the server
+        (whose own score it cannot lower: it has no capabilities; a new process inherits the
+        server's score until this pass finds it, within ``every`` seconds). Writing another
+        process's score needs no capability when raising it, only its owner's uid (agent code runs
+        as the server's)."""
+        me = os.getpid()
+        marked: set[int] = set()
+        while True:
+            self._op_running.wait()
+            try:
+                pids = {int(p) for p in os.listdir("/proc") if p.isdigit()}
+            except OSError:
+                pids = set()
+            marked &= pids
+            for pid in pids - marked - {1, me}:
+                try:
+                    with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+                        f.write(str(AGENT_OOM_SCORE_ADJ))
+                    marked.add(pid)
+                except OSError:  # gone already, or not ours to change
+                    pass
+            time.sleep(every)
+
+    def _op_ended(self, s: _Session, me: int) -> bool:
+        """This thread no longer runs an op of ``s`` (no stop can be sent to it from now on);
+        ``True`` if ``s`` was abandoned (a stop still pending is cancelled). Idempotent."""
+        with self._lock:
+            s.thread = None
+            if not s.abandoned:
+                return False
+            _raise_in(me, None)
+            self._abandoned_running.discard(s)
+            self._abandon_done.notify_all()
+            return True
 
     def _authorized(self, token: Any) -> bool:
         if isinstance(token, str):
@@ -154,13 +264,12 @@ class Server:
     def route(self, method: str, path: str) -> Any:
         parts = [p for p in path.split("?")[0].split("/") if p]
         if method == "GET" and parts == ["health"]:
-            return {"ok": True, "env": self.spec.name, "sessions": len(self.sessions), "pid": os.getpid()}
+            return {"ok": True, "env": self.spec.name, "sessions": len(self.sessions), "pid": os.getpid(),
+                    "abandoned_running": len(self._abandoned_running)}
         if method == "POST" and parts == ["sessions"]:
             return {"session": self._add(LocalWorld(self.spec))}
         if method == "DELETE" and len(parts) == 2 and parts[0] == "sessions":
-            with self._lock:
-                self.sessions.pop(parts[1], None)
-            return {"ok": True}
+            return {"ok": True, "abandoned_running": self._close_session(parts[1])}
         if method == "POST" and len(parts) == 3 and parts[0] == "sessions" and parts[2] == "fork":
             s = self.sessions.get(parts[1])
             if s is None:
@@ -229,7 +338,13 @@ class Server:
                     del self.sessions[sid]
 
     def _serve_channel(self, conn: socket.socket, sid: str) -> None:
-        sessions, op = self.sessions, self._op
+        try:
+            self._serve_requests(conn, sid)
+        except _Abandoned:  # the host gave up on this session: its channel ends here, nothing sent
+            return
+
+    def _serve_requests(self, conn: socket.socket, sid: str) -> None:
+        sessions = self.sessions
         while True:
             try:
                 req = recv_frame(conn)
@@ -240,12 +355,7 @@ class Server:
             try:
                 if s is None:
                     raise LookupError(f"session {sid!r} was closed")
-                with s.lock:
-                    try:
-                        reply = op(s.world, req)
-                    finally:
-                        if self.reap:
-                            _kill_other_processes()
+                reply = self._run_op(s, req)
             except (KeyError, ValueError, TypeError) as exc:
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": type(exc).__name__}
             except Exception as exc:
@@ -461,6 +571,9 @@ class Server:
         finally:
             conn.close()
 
+
+AGENT_OOM_SCORE_ADJ = 1000
+"""The ``oom_score_adj`` of agent code's processes (the most the kernel allows: killed first)."""
 
 _JUDGE_OPS = frozenset(("manifest", "judge", "terminal", "payoff"))
 

@@ -258,3 +258,25 @@ def test_a_work_folder_over_the_archive_cap_is_named_when_the_resume_fails() -> 
         ep.close()
         pool.shutdown()
         wait_background()
+
+
+def test_fork_after_the_container_was_killed_resumes_like_a_step() -> None:
+    """Issue 28: after a ``kill -9``, 5 of 5 forks raised ``ContainerError`` while the parent's
+    next step resumed. A fork of a world that runs agent code is taken from its last step
+    boundary's snapshot (files included) into a container of its own; the parent resumes on
+    its next step."""
+    ep = envfactory.make(NAME, runtime="docker", step_timeout=30)
+    children = []
+    try:
+        ep.reset(0)
+        a = _run(ep, WRITE.format(f="a"))
+        for i in range(3):
+            _kill9(ep)
+            child = ep.fork()
+            children.append(child)
+            assert _run(child, READ) == str([("a", a)])
+            assert _run(ep, READ) == str([("a", a)]) and ep.world.resumed == i + 1  # the parent resumes
+    finally:
+        for child in children:
+            child.close()
+        ep.close()
