@@ -109,6 +109,11 @@ def _verify_run(args: argparse.Namespace) -> Result:
         f"{t['verified']}/{t['environments']} verified, {t['domains']} domains, {t['tasks']} tasks, "
         f"mean reference solution {t['mean_solution_length']} calls, {t['seconds']:.1f}s"
     )
+    d = t["depth"]
+    lines.append(f"depth: goal-level references {d['goal_level_mean_len']} calls on average "
+                 f"(goal {d['goals']['goal_level_mean_len']}), {d['hard_long']}/{d['hard_tasks']} tasks of "
+                 f"difficulty >= {d['hard_difficulty']} need >= {d['long_calls']} calls "
+                 f"({d['hard_long_share']:.1%}, goal {d['goals']['hard_long_share']:.0%})")
     if "audit" in doc:
         a = doc["audit"]
         tr = a["transcriber"]
