@@ -707,4 +707,19 @@ def _audit_totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
                         "needs_lookup_solved": sum(t["needs_lookup_solved"] for t in tr),
                         "by_kind": _sum_by_kind(tr)},
         "seconds": round(sum(a["seconds"] for a in audited), 3),
+        **({"guided": _guided_totals(audited)} if any("guided" in a for a in audited) else {}),
     }
+
+
+def _guided_totals(audited: list[dict[str, Any]]) -> dict[str, Any]:
+    """The guided searches of every environment together (weighted by their tasks)."""
+    runs = [a["guided"] for a in audited if "guided" in a]
+    n = sum(g["tasks"] for g in runs)
+    space, tried = sum(g["space"] for g in runs), sum(g["sequences"] for g in runs)
+    return {"tasks": n,
+            "mean_depth": round(sum(g["mean_depth"] * g["tasks"] for g in runs) / n, 2) if n else 0.0,
+            "max_depth": max((g["max_depth"] for g in runs), default=0),
+            "mean_reached": round(sum(g["mean_reached"] * g["tasks"] for g in runs) / n, 2) if n else 0.0,
+            "reached_depth": sum(g["reached_depth"] for g in runs), "sequences": tried,
+            "states": sum(g["states"] for g in runs), "space": space,
+            "coverage": float(f"{tried / space:.4g}") if space else 0.0}
