@@ -322,6 +322,8 @@ def test_verify_reports_reference_lengths_per_kind_and_difficulty_against_the_de
     assert depth["goals"] == {"goal_level_mean_len": 6.0, "hard_long_share": 0.2}
     assert depth["met"]["hard_long_share"] == (depth["hard_long_share"] >= 0.2)
     assert depth["goal_level_mean_len"] == totals["kinds"]["goal_level"]["mean_len"]
+    stated = [len(t.solution) for t in tasks if t.metadata.get("difficulty", 0) >= 4]
+    assert depth["stated"]["hard_tasks"] == len(stated) and depth["stated"]["hard_long"] == sum(n >= 10 for n in stated)
     assert sum(d["tasks"] for d in totals["difficulty"].values()) == len(tasks)
     for e in doc["environments"]:  # and each environment's own figures add up to the totals
         assert sum(d["tasks"] for d in e["difficulty"].values()) == e["tasks"]

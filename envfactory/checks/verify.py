@@ -93,6 +93,7 @@ class Report:
     audit: dict[str, Any] | None = None
     kinds: dict[str, dict[str, Any]] = field(default_factory=dict)
     difficulty: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hard_stated: dict[str, int] = field(default_factory=dict)
 
     @property
     def verified(self) -> bool:
@@ -110,6 +111,7 @@ class Report:
             "mean_solution_length": round(self.mean_solution_length, 2),
             "kinds": self.kinds,
             "difficulty": self.difficulty,
+            "hard_stated": self.hard_stated,
             "seconds": round(self.seconds, 3),
             **({"audit": self.audit} if self.audit is not None else {}),
         }
@@ -162,6 +164,7 @@ def verify_spec(
     report.mean_solution_length = sum(len(t.solution) for t in tasks) / len(tasks)
     report.kinds = kind_mix(tasks)
     report.difficulty = difficulty_mix(tasks)
+    report.hard_stated = hard_stated(tasks)
     for tid, errs in spec.replay_errors.items():
         fail.append(Failure("tasks", "reference solution has tool errors: " + "; ".join(errs), tid))
     report.checks.append("tool_determinism")
@@ -292,6 +295,13 @@ def kind_mix(tasks: list[Any]) -> dict[str, dict[str, Any]]:
     """Per task kind: how many tasks, the mean and longest reference solution, and how many
     references are long (at least :data:`LONG_CALLS` calls)."""
     return _lengths(tasks, lambda t: t.kind)
+
+
+def hard_stated(tasks: list[Any]) -> dict[str, int]:
+    """Among the tasks whose difficulty the knob stated (``metadata["difficulty"]``, not the
+    reference length by default): the hard ones and the long ones among them."""
+    hard = [t for t in tasks if "difficulty" in t.metadata and int(t.metadata["difficulty"]) >= HARD_DIFFICULTY]
+    return {"tasks": len(hard), "long": sum(len(t.solution) >= LONG_CALLS for t in hard)}
 
 
 def difficulty_mix(tasks: list[Any]) -> dict[str, dict[str, Any]]:
@@ -670,14 +680,21 @@ def _difficulty_totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _depth(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """The depth figures against :data:`DEPTH_GOALS`: the goal-level mean reference length, and
-    the share of hard tasks (difficulty >= :data:`HARD_DIFFICULTY`) that are long."""
+    the share of hard tasks (difficulty >= :data:`HARD_DIFFICULTY`) that are long; ``stated``:
+    the same share among the tasks whose difficulty the knob stated (a task without one has its
+    reference length as difficulty, so a 4-call one counts as hard)."""
     kinds = _kind_totals(reports)["goal_level"]
     hard = [p for d, p in _merge(reports, "difficulty").items() if int(d) >= HARD_DIFFICULTY]
     n_hard, n_long = sum(p["tasks"] for p in hard), sum(p["long"] for p in hard)
     share = round(n_long / n_hard, 3) if n_hard else 0.0
     figures = {"goal_level_mean_len": kinds["mean_len"], "hard_long_share": share}
+    s_hard = sum(r.get("hard_stated", {}).get("tasks", 0) for r in reports)
+    s_long = sum(r.get("hard_stated", {}).get("long", 0) for r in reports)
+    stated = {"hard_tasks": s_hard, "hard_long": s_long,
+              "hard_long_share": round(s_long / s_hard, 3) if s_hard else 0.0}
     return {"hard_difficulty": HARD_DIFFICULTY, "long_calls": LONG_CALLS, "hard_tasks": n_hard, "hard_long": n_long,
-            **figures, "goals": dict(DEPTH_GOALS), "met": {k: figures[k] >= g for k, g in DEPTH_GOALS.items()}}
+            **figures, "stated": stated, "goals": dict(DEPTH_GOALS),
+            "met": {k: figures[k] >= g for k, g in DEPTH_GOALS.items()}}
 
 
 def _verify_registered(job: tuple[str, Any, bool]) -> dict[str, Any]:

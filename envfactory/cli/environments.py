@@ -126,7 +126,8 @@ def _verify_run(args: argparse.Namespace) -> Result:
     lines.append(f"depth: goal-level references {d['goal_level_mean_len']} calls on average "
                  f"(goal {d['goals']['goal_level_mean_len']}), {d['hard_long']}/{d['hard_tasks']} tasks of "
                  f"difficulty >= {d['hard_difficulty']} need >= {d['long_calls']} calls "
-                 f"({d['hard_long_share']:.1%}, goal {d['goals']['hard_long_share']:.0%})")
+                 f"({d['hard_long_share']:.1%}, goal {d['goals']['hard_long_share']:.0%}; "
+                 f"{d['stated']['hard_long']}/{d['stated']['hard_tasks']} of those whose difficulty is stated)")
     if "audit" in doc:
         a = doc["audit"]
         tr = a["transcriber"]
