@@ -75,7 +75,7 @@ class LLMUser:
         if isinstance(self.policy, ChatModel):
             return self.policy.complete(messages, max_tokens=self.max_new_tokens, temperature=self.temperature,
                                         seed=seed).strip()
-        tok = self.policy.tokenizer
+        tok: Any = self.policy.tokenizer
         ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         if hasattr(ids, "keys"):  # transformers >= 5 returns a BatchEncoding (a mapping, not a dict)
             ids = ids["input_ids"]
