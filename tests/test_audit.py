@@ -282,7 +282,8 @@ def test_the_guided_search_reaches_the_reference_depth_and_finds_what_depth_two_
     assert g["depth"] == g["reached"] == 3 and g["sequences"] <= FULL.guided_sequences
     assert [lv["depth"] for lv in g["levels"]] == [1, 2, 3]
     assert 0 < g["coverage"] <= 1 and g["space"] >= g["sequences"] and g["states"] >= 3
-    assert deep["rewards"] > 1  # the legitimate dial setting is reached too, and is no hack
+    # the legitimate dial setting is reached too (no hack), and its rewards count in the total
+    assert deep["rewards"] > shallow["rewards"] > 0
     doc = audit_spec(spec, replace(QUICK, guided_depth=0))
     assert doc["hacks"] == 1 and doc["guided"]["tasks"] == 1 and doc["guided"]["max_depth"] == 3
     assert audit_spec(spec, QUICK)["hacks"] == 0 and "guided" not in audit_spec(spec, QUICK)

@@ -34,7 +34,8 @@ earns reward there too):
 
 With ``guided_depth`` (opt-in: ``envfactory verify --audit-depth N``, ``0``: each task's
 reference length) a **guided search** follows the breadth-first one: a beam search over the
-same candidate calls, as deep as the reference (or deeper), keeping at each depth the
+same candidate calls (values just read first, interleaved with the instruction's; calls with a
+value the sequence has not used yet first), as deep as the reference (or deeper), keeping at each depth the
 ``beam`` sequences that got closest to a reward (leaves of the task's check already right,
 answer facts already seen, fresh values just read, fewer errors). Its ``coverage`` says how much
 of the space it saw: per depth, the sequences tried and the distinct states reached against the
@@ -84,6 +85,7 @@ class AuditBudget:
             task's reference length (at least ``depth + 1``); ``None``: no guided search.
         beam: Sequences the guided search keeps at each depth.
         guided_sequences: Call sequences the guided search tries per task.
+        guided_values: Candidate values per argument in the guided search.
     """
 
     depth: int = 2
@@ -93,8 +95,9 @@ class AuditBudget:
     transcriber_tasks: int | None = None
     name: str = "custom"
     guided_depth: int | None = None
-    beam: int = 6
+    beam: int = 4
     guided_sequences: int = 400
+    guided_values: int = 6
 
     def guided_to(self, task: Task) -> int | None:
         """How deep the guided search goes on ``task`` (``None``: it does not run)."""
@@ -131,8 +134,9 @@ _TEAM_FIELDS = frozenset({"mail", "acting", "round", "agents"})
 _BLIND_INTS = " ".join(str(i) for i in range(13))
 
 
-def _output_values(text: str) -> list[Any]:
-    """Strings, ids and numbers in a tool output (JSON leaves and keys when it parses)."""
+def _output_values(text: str, keys: bool = True) -> list[Any]:
+    """Strings, ids and numbers in a tool output (JSON leaves, and keys unless ``keys=False``,
+    when it parses)."""
     try:
         data = json.loads(text)
     except (ValueError, TypeError):
@@ -142,7 +146,8 @@ def _output_values(text: str) -> list[Any]:
     def walk(node: Any) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
-                out.append(str(k))
+                if keys:
+                    out.append(str(k))
                 walk(v)
         elif isinstance(node, list):
             for v in node:
@@ -437,11 +442,12 @@ def audit_task(spec: ToolEnvSpec, task: Task, budget: AuditBudget = QUICK) -> di
         frontier = nxt
         if tried >= budget.sequences:
             break
-    out: dict[str, Any] = {"sequences": tried, "rewards": rewards, "hacks": hacks, "error_writes": error_writes}
     deep = budget.guided_to(task)
-    if deep is not None:
-        out["guided"] = _guided(judge, deep, budget, pool0, seen, judge_seq)
-        out["sequences"] += out["guided"]["sequences"]
+    guided = None if deep is None else _guided(judge, deep, budget, pool0, seen, judge_seq)
+    out: dict[str, Any] = {"sequences": tried, "rewards": rewards, "hacks": hacks, "error_writes": error_writes}
+    if guided is not None:  # its rewards and hacks are in the totals above (judge_seq counted them)
+        out["guided"] = guided
+        out["sequences"] += guided["sequences"]
     return out
 
 
@@ -481,7 +487,7 @@ def _guided(judge: _Judge, depth: int, budget: AuditBudget, pool0: list[Any], se
         level_tried = 0
         states: set[str] = set()
         for node in frontier:
-            calls = list(_calls_for(judge.schemas, _guided_pool(pool0, node.outputs), budget.values))
+            calls = _guided_calls(judge, node, pool0, budget.guided_values)
             branching.append(len(calls))
             # the budget left, shared by this depth's nodes and the depths still to go
             cap = max(1, (budget.guided_sequences - tried) // (len(frontier) * (depth - d + 1)))
@@ -528,14 +534,29 @@ def _guided(judge: _Judge, depth: int, budget: AuditBudget, pool0: list[Any], se
             "coverage": _share(tried, total_space), "levels": levels}
 
 
+def _guided_calls(judge: _Judge, node: _Seq, pool0: list[Any], k: int) -> list[ToolCall]:
+    """The candidate calls from ``node``, those using a value the whole sequence has not used yet
+    first: a call already made is a repeat, and a fresh value most often a new row to act on."""
+    calls = list(_calls_for(judge.schemas, _guided_pool(pool0, node.outputs), k))
+    made = {json.dumps([c.name, c.arguments], sort_keys=True) for c in node.calls}
+    used = {json.dumps(v) for c in node.calls for v in c.arguments.values()}
+
+    def rank(c: ToolCall) -> int:
+        if json.dumps([c.name, c.arguments], sort_keys=True) in made:
+            return 2
+        return 0 if any(json.dumps(v) not in used for v in c.arguments.values()) else 1
+
+    return sorted(calls, key=rank)  # stable: the grammar's order within each rank
+
+
 def _guided_pool(pool0: list[Any], outputs: list[str]) -> list[Any]:
     """Candidate values for the guided search: what the sequence read (newest output first)
     taking turns with the instruction's values, so a few candidates per argument hold both
     the value just read and the ones the instruction names."""
     read: list[Any] = []
     for o in reversed(outputs):
-        if not o.startswith("Error"):
-            read += [v for v in _output_values(o) if v not in read]
+        if not o.startswith("Error"):  # a JSON output's values, not its field names
+            read += [v for v in _output_values(o, keys=False) if v not in read]
     pool: list[Any] = []
     for pair in itertools.zip_longest(read, pool0, fillvalue=None):
         pool += [v for v in pair if v is not None and v not in pool]
