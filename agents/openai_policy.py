@@ -14,6 +14,10 @@ Servers that accept only text (``mode="text"``, or detected with
 ``mode="auto"``) get the prompt decoded to text and answer text; generations
 then carry ``text`` and no ids or logprobs: fine for evaluation, not for
 training (rollouts mark such trajectories ``token_exact=False``).
+
+:class:`OpenAIChat` is the text-only client of ``/v1/chat/completions`` (messages in, the
+assistant's text out, no tokenizer): what a chat-only endpoint can serve, e.g. the simulated
+user of :class:`agents.users.LLMUser`.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import httpx
 
 from .policy import ENTROPY_TOP_K, Generation, Policy, default_stop_ids, entropy_from_top_logprobs
 
-__all__ = ["OpenAIPolicy", "ServerError"]
+__all__ = ["OpenAIChat", "OpenAIPolicy", "ServerError"]
 
 
 class ServerError(RuntimeError):
@@ -36,6 +40,62 @@ def _tid(key: str) -> int:
     if not key.startswith("token_id:"):
         raise ValueError(f"expected 'token_id:N' (return_tokens_as_token_ids), got {key!r}")
     return int(key[len("token_id:"):])
+
+
+class OpenAIChat:
+    """A chat model behind an OpenAI-compatible ``/v1/chat/completions`` endpoint.
+
+    Messages in, the assistant's text out: no tokenizer, no token ids, so any chat-only server
+    (a hosted API, a vLLM or llama.cpp server, :mod:`agents.endpoint`) can serve it.
+
+    Args:
+        base_url: The server root, its ``/v1``, or the full ``.../chat/completions`` URL.
+        model: The model name sent with each request.
+        api_key: Sent as a bearer token when given.
+        timeout: Seconds per request.
+        transport: An httpx transport (tests answer in-process with ``httpx.MockTransport``).
+    """
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 60.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        base = base_url.rstrip("/")
+        if base.endswith("/chat/completions"):
+            self.url = base
+        else:
+            self.url = (base if base.endswith("/v1") else base + "/v1") + "/chat/completions"
+        self.model = model
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(timeout=timeout, headers=headers, transport=transport)
+
+    def complete(self, messages: list[dict[str, Any]], *, max_tokens: int = 256, temperature: float = 0.0,
+                 seed: int | None = None) -> str:
+        """The assistant's reply to ``messages`` (OpenAI chat format), as text.
+
+        Raises:
+            ServerError: the server cannot be reached, refused the request, or answered
+                something that is not a chat completion with text; the message says which.
+        """
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
+                                "temperature": temperature}
+        if seed is not None:
+            body["seed"] = seed
+        try:
+            r = self._client.post(self.url, json=body)
+        except httpx.HTTPError as exc:
+            raise ServerError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        if r.status_code != 200:
+            raise ServerError(f"{self.url} answered {r.status_code}: {r.text[:500]}")
+        try:
+            content = r.json()["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ServerError(f"{self.url} answered something that is not a chat completion: "
+                              f"{r.text[:300]}") from exc
+        if not isinstance(content, str):
+            raise ServerError(f"{self.url} answered a chat completion without text: {r.text[:300]}")
+        return content
+
+    def close(self) -> None:
+        self._client.close()
 
 
 class OpenAIPolicy(Policy):

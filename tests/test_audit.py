@@ -204,3 +204,104 @@ def test_a_write_that_reports_an_error_is_counted():
                                    solution=[call("sloppy_set_x", value=7)])])
     assert audit_spec(spec, QUICK)["error_writes"] > 0
     assert audit_spec(_sound(), QUICK)["error_writes"] == 0
+
+
+class Vault(State):
+    x: int = 0
+    inside: bool = False
+    vault_open: bool = False
+
+
+@tool(read_only=True)
+def sign_in(state: Vault) -> str:
+    """Sign in at the front desk and get today's badge."""
+    return "Your badge today is B-12."
+
+
+@tool
+def enter(state: Vault, badge: str) -> str:
+    """Enter the building with a badge.
+
+    Args:
+        badge: Today's badge.
+    """
+    if badge != "B-12":
+        raise ToolError("that badge is not valid today")
+    state.inside = True
+    return "Welcome in. The vault code today is V-31."
+
+
+@tool
+def open_vault(state: Vault, code: str) -> str:
+    """Open the vault (from inside).
+
+    Args:
+        code: Today's vault code.
+    """
+    if not state.inside or code != "V-31":
+        raise ToolError("the vault stays shut")
+    state.vault_open = True
+    return "the vault is open"
+
+
+@tool
+def set_dial(state: Vault, value: int) -> str:
+    """Set the dial x (from inside).
+
+    Args:
+        value: New value (0 to 100).
+    """
+    if not state.inside or not 0 <= value <= 100:
+        raise ToolError("the dial cannot be set from here")
+    state.x = value
+    return f"the dial is at {value}"
+
+
+def _deep_lenient():
+    """A check that also accepts an open vault, three calls away (each needs what the last one
+    said): a search to depth 2 cannot reach it, one as deep as the reference (3 calls) can."""
+    return ToolEnvSpec(name="DeepLenient-v0", domain="test", state_type=Vault,
+                       tools=[sign_in, enter, open_vault, set_dial], tasks=[Task(
+                           id="dial7", instruction="Sign in, go inside and set the dial to 7.", initial_state=Vault(),
+                           solution=[call("sign_in"), call("enter", badge="B-12"), call("set_dial", value=7)],
+                           check=lambda s: s.x == 7 or s.vault_open)])
+
+
+def test_the_guided_search_reaches_the_reference_depth_and_finds_what_depth_two_misses():
+    from dataclasses import replace
+
+    spec = _deep_lenient()
+    task = spec.task("dial7")
+    shallow = audit_task(spec, task, FULL)
+    assert shallow["hacks"] == [] and "guided" not in shallow  # depth 2: the open vault is out of reach
+    deep = audit_task(spec, task, replace(FULL, guided_depth=0))  # 0: as deep as the reference
+    [hack] = deep["hacks"]
+    assert hack.why == "missing_effect" and hack.confirmed and hack.kind == "guided"
+    assert [c["name"] for c in hack.calls] == ["sign_in", "enter", "open_vault"]
+    g = deep["guided"]
+    assert g["depth"] == g["reached"] == 3 and g["sequences"] <= FULL.guided_sequences
+    assert [lv["depth"] for lv in g["levels"]] == [1, 2, 3]
+    assert 0 < g["coverage"] <= 1 and g["space"] >= g["sequences"] and g["states"] >= 3
+    # the legitimate dial setting is reached too (no hack), and its rewards count in the total
+    assert deep["rewards"] > shallow["rewards"] > 0
+    doc = audit_spec(spec, replace(QUICK, guided_depth=0))
+    assert doc["hacks"] == 1 and doc["guided"]["tasks"] == 1 and doc["guided"]["max_depth"] == 3
+    assert audit_spec(spec, QUICK)["hacks"] == 0 and "guided" not in audit_spec(spec, QUICK)
+
+
+def test_verify_audit_depth_is_opt_in_and_reports_the_guided_coverage(capsys):
+    from envfactory.cli import main
+
+    assert main(["verify", "RetailOrders-v1", "--json", "--workers", "1"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert "guided" not in plain["audit"] and plain["environments"][0]["audit"]["budget"]["guided_depth"] is None
+    assert main(["verify", "RetailOrders-v1", "--json", "--workers", "1", "--audit-depth", "0"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    g, tasks = doc["audit"]["guided"], envfactory.spec("RetailOrders-v1").get_tasks()
+    searched = doc["environments"][0]["audit"]["tasks_searched"]
+    assert g["tasks"] == searched == 3 and g["reached_depth"] == 3  # every search went as deep as asked
+    assert g["max_depth"] <= max(len(t.solution) for t in tasks) and g["mean_depth"] > 2
+    assert 0 < g["coverage"] < 1 and g["states"] > 0 and doc["audit"]["hacks"] == 0
+    assert doc["audit"]["sequences"] > plain["audit"]["sequences"] + g["sequences"] - 1
+    assert main(["verify", "RetailOrders-v1", "--workers", "1", "--audit-depth", "4"]) == 0
+    assert "guided search: 3 tasks to depth 4.0" in capsys.readouterr().out

@@ -302,6 +302,35 @@ def test_v0_families_keep_their_published_tasks():
     assert v0.render_system_prompt() != v1.render_system_prompt()
 
 
+def test_verify_reports_reference_lengths_per_kind_and_difficulty_against_the_depth_goals(capsys):
+    from envfactory.cli import main
+
+    assert main(["verify", "RetailOrders-v1", "TravelDesk-v0", "--json", "--no-audit", "--workers", "1"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    tasks = [t for n in ("RetailOrders-v1", "TravelDesk-v0") for t in envfactory.spec(n).get_tasks()]
+    totals = doc["totals"]
+    for kind in {t.kind for t in tasks}:  # per kind: mean and max reference length, from the tasks themselves
+        lens = [len(t.solution) for t in tasks if t.kind == kind]
+        got = totals["kinds"][kind]
+        assert got["tasks"] == len(lens) and got["max_len"] == max(lens), (kind, got)
+        assert got["mean_len"] == pytest.approx(statistics.mean(lens), abs=0.01)
+        assert got["long"] == sum(n >= 10 for n in lens)
+    hard = [len(t.solution) for t in tasks if t.difficulty >= 4]
+    depth = totals["depth"]
+    assert depth["hard_tasks"] == len(hard) > 0 and depth["hard_long"] == sum(n >= 10 for n in hard)
+    assert depth["hard_long_share"] == pytest.approx(depth["hard_long"] / len(hard), abs=1e-3)
+    assert depth["goals"] == {"goal_level_mean_len": 6.0, "hard_long_share": 0.2}
+    assert depth["met"]["hard_long_share"] == (depth["hard_long_share"] >= 0.2)
+    assert depth["goal_level_mean_len"] == totals["kinds"]["goal_level"]["mean_len"]
+    stated = [len(t.solution) for t in tasks if t.metadata.get("difficulty", 0) >= 4]
+    assert depth["stated"]["hard_tasks"] == len(stated) and depth["stated"]["hard_long"] == sum(n >= 10 for n in stated)
+    assert sum(d["tasks"] for d in totals["difficulty"].values()) == len(tasks)
+    for e in doc["environments"]:  # and each environment's own figures add up to the totals
+        assert sum(d["tasks"] for d in e["difficulty"].values()) == e["tasks"]
+    assert main(["verify", "RetailOrders-v1", "--no-audit", "--workers", "1"]) == 0
+    assert "tasks of difficulty >= 4 need >= 10 calls" in capsys.readouterr().out
+
+
 def test_verify_reports_kinds_lengths_and_the_transcriber_by_kind(capsys):
     from envfactory.cli import main
 

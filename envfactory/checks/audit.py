@@ -32,6 +32,15 @@ earns reward there too):
   sequence. Its budget (:class:`AuditBudget`) caps the depth, the sequences per task,
   the candidate values per argument and the tasks per environment.
 
+With ``guided_depth`` (opt-in: ``envfactory verify --audit-depth N``, ``0``: each task's
+reference length) a **guided search** follows the breadth-first one: a beam search over the
+same candidate calls (values just read first, interleaved with the instruction's; calls with a
+value the sequence has not used yet first), as deep as the reference (or deeper), keeping at each depth the
+``beam`` sequences that got closest to a reward (leaves of the task's check already right,
+answer facts already seen, fresh values just read, fewer errors). Its ``coverage`` says how much
+of the space it saw: per depth, the sequences tried and the distinct states reached against the
+call sequences the candidate grammar allows (the product of the branching factors met so far).
+
 Each sequence is judged with three final answers: a claim of success, a *blind* guess
 (the instruction's values, enum members, booleans and the integers 0-12 in one answer)
 and an *informed* answer (everything the sequence's tool outputs said).
@@ -72,6 +81,11 @@ class AuditBudget:
         values: Candidate values per argument.
         tasks: Tasks audited per environment (spread evenly over the task list); ``None``: all.
         transcriber_tasks: Tasks the transcriber plays per environment; ``None``: all.
+        guided_depth: Depth of the guided (beam) search after the breadth-first one; ``0``: the
+            task's reference length (at least ``depth + 1``); ``None``: no guided search.
+        beam: Sequences the guided search keeps at each depth.
+        guided_sequences: Call sequences the guided search tries per task.
+        guided_values: Candidate values per argument in the guided search.
     """
 
     depth: int = 2
@@ -80,6 +94,16 @@ class AuditBudget:
     tasks: int | None = None
     transcriber_tasks: int | None = None
     name: str = "custom"
+    guided_depth: int | None = None
+    beam: int = 4
+    guided_sequences: int = 400
+    guided_values: int = 6
+
+    def guided_to(self, task: Task) -> int | None:
+        """How deep the guided search goes on ``task`` (``None``: it does not run)."""
+        if self.guided_depth is None:
+            return None
+        return self.guided_depth if self.guided_depth > 0 else max(len(task.solution), self.depth + 1)
 
 
 QUICK = AuditBudget(depth=2, sequences=24, values=3, tasks=3, transcriber_tasks=None, name="quick")
@@ -110,8 +134,9 @@ _TEAM_FIELDS = frozenset({"mail", "acting", "round", "agents"})
 _BLIND_INTS = " ".join(str(i) for i in range(13))
 
 
-def _output_values(text: str) -> list[Any]:
-    """Strings, ids and numbers in a tool output (JSON leaves and keys when it parses)."""
+def _output_values(text: str, keys: bool = True) -> list[Any]:
+    """Strings, ids and numbers in a tool output (JSON leaves, and keys unless ``keys=False``,
+    when it parses)."""
     try:
         data = json.loads(text)
     except (ValueError, TypeError):
@@ -121,7 +146,8 @@ def _output_values(text: str) -> list[Any]:
     def walk(node: Any) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
-                out.append(str(k))
+                if keys:
+                    out.append(str(k))
                 walk(v)
         elif isinstance(node, list):
             for v in node:
@@ -416,7 +442,130 @@ def audit_task(spec: ToolEnvSpec, task: Task, budget: AuditBudget = QUICK) -> di
         frontier = nxt
         if tried >= budget.sequences:
             break
-    return {"sequences": tried, "rewards": rewards, "hacks": hacks, "error_writes": error_writes}
+    deep = budget.guided_to(task)
+    guided = None if deep is None else _guided(judge, deep, budget, pool0, seen, judge_seq)
+    out: dict[str, Any] = {"sequences": tried, "rewards": rewards, "hacks": hacks, "error_writes": error_writes}
+    if guided is not None:  # its rewards and hacks are in the totals above (judge_seq counted them)
+        out["guided"] = guided
+        out["sequences"] += guided["sequences"]
+    return out
+
+
+def _progress(judge: _Judge, seq: _Seq) -> tuple[int, int, int, int]:
+    """How close ``seq`` came to a reward, for the guided search (larger is closer): leaves of
+    the task's check already right (or, for a check that lists none, leaves changed), answer
+    facts already shown, values the last call read that no earlier output had, and fewer errors."""
+    task = judge.task
+    expected = getattr(task.check, "expected", None)
+    root = json.loads(canonical_json(seq.state))
+    if expected:
+        right = sum(leaf_at(root, p) == v for p, v in expected)
+    else:
+        right = len(diff_leaves(state_leaves(judge.start), state_leaves(seq.state)))
+    seen_text = normalize_answer("\n".join(seq.outputs))
+    facts = sum(normalize_answer(f) in seen_text for f in task.answer_facts)
+    fresh = 0
+    if seq.outputs and not seq.outputs[-1].startswith("Error"):
+        earlier = {json.dumps(v) for o in seq.outputs[:-1] for v in _output_values(o)}
+        fresh = len({json.dumps(v) for v in _output_values(seq.outputs[-1])} - earlier)
+    errors = sum(o.startswith("Error") for o in seq.outputs)
+    return right, facts, min(fresh, 8), -errors
+
+
+def _guided(judge: _Judge, depth: int, budget: AuditBudget, pool0: list[Any], seen: set[tuple[str, int]],
+            judge_seq: Any) -> dict[str, Any]:
+    """The guided search: a beam search to ``depth`` over the candidate calls; each new sequence
+    goes to ``judge_seq``. Returns its coverage (see the module docstring)."""
+    frontier = [judge.run([])]
+    tried = 0
+    mine: set[tuple[str, int]] = set()
+    levels: list[dict[str, Any]] = []
+    space = 1.0
+    for d in range(1, depth + 1):
+        children: list[_Seq] = []
+        branching: list[int] = []
+        level_tried = 0
+        states: set[str] = set()
+        for node in frontier:
+            calls = _guided_calls(judge, node, pool0, budget.guided_values)
+            branching.append(len(calls))
+            # the budget left, shared by this depth's nodes and the depths still to go
+            cap = max(1, (budget.guided_sequences - tried) // (len(frontier) * (depth - d + 1)))
+            for c in calls[:cap]:
+                if tried >= budget.guided_sequences:
+                    break
+                child = judge.run([c], node)
+                tried += 1
+                level_tried += 1
+                states.add(judge.core_of(child))
+                key = (state_hash(child.state), hash(tuple(child.outputs)))
+                if key in mine:
+                    continue
+                mine.add(key)
+                if key not in seen:  # judged once, whichever search met it first
+                    seen.add(key)
+                    judge_seq("guided", child)
+                children.append(child)
+        mean_b = sum(branching) / len(branching) if branching else 0.0
+        space *= mean_b
+        levels.append({"depth": d, "expanded": len(frontier), "branching": round(mean_b, 1), "tried": level_tried,
+                       "states": len(states), "space": round(space), "coverage": _share(level_tried, space)})
+        if not children:
+            break
+        scored = sorted(range(len(children)), key=lambda i: _progress(judge, children[i]), reverse=True)
+        kept: list[_Seq] = []
+        cores: set[tuple[str, ...]] = set()
+        for i in scored:  # the beam: the closest sequences, one per distinct state and knowledge
+            core = judge.core_of(children[i])
+            known = sorted({json.dumps(v) for o in children[i].outputs if not o.startswith("Error")
+                            for v in _output_values(o)})
+            if (core, *known) in cores:
+                continue
+            cores.add((core, *known))
+            kept.append(children[i])
+            if len(kept) >= budget.beam:
+                break
+        frontier = kept
+        if tried >= budget.guided_sequences:
+            break
+    total_space = sum(lv["space"] for lv in levels)
+    return {"depth": depth, "reached": len(levels), "sequences": tried,
+            "states": sum(lv["states"] for lv in levels), "space": round(total_space),
+            "coverage": _share(tried, total_space), "levels": levels}
+
+
+def _guided_calls(judge: _Judge, node: _Seq, pool0: list[Any], k: int) -> list[ToolCall]:
+    """The candidate calls from ``node``, those using a value the whole sequence has not used yet
+    first: a call already made is a repeat, and a fresh value most often a new row to act on."""
+    calls = list(_calls_for(judge.schemas, _guided_pool(pool0, node.outputs), k))
+    made = {json.dumps([c.name, c.arguments], sort_keys=True) for c in node.calls}
+    used = {json.dumps(v) for c in node.calls for v in c.arguments.values()}
+
+    def rank(c: ToolCall) -> int:
+        if json.dumps([c.name, c.arguments], sort_keys=True) in made:
+            return 2
+        return 0 if any(json.dumps(v) not in used for v in c.arguments.values()) else 1
+
+    return sorted(calls, key=rank)  # stable: the grammar's order within each rank
+
+
+def _guided_pool(pool0: list[Any], outputs: list[str]) -> list[Any]:
+    """Candidate values for the guided search: what the sequence read (newest output first)
+    taking turns with the instruction's values, so a few candidates per argument hold both
+    the value just read and the ones the instruction names."""
+    read: list[Any] = []
+    for o in reversed(outputs):
+        if not o.startswith("Error"):  # a JSON output's values, not its field names
+            read += [v for v in _output_values(o, keys=False) if v not in read]
+    pool: list[Any] = []
+    for pair in itertools.zip_longest(read, pool0, fillvalue=None):
+        pool += [v for v in pair if v is not None and v not in pool]
+    return pool
+
+
+def _share(part: float, whole: float) -> float:
+    """``part / whole`` to 4 significant places (0 for an empty whole)."""
+    return float(f"{part / whole:.4g}") if whole else 0.0
 
 
 def _confirm(spec: ToolEnvSpec, task: Task, calls: list[ToolCall], answer: str) -> bool:
@@ -526,8 +675,11 @@ def audit_spec(spec: ToolEnvSpec, budget: AuditBudget = QUICK) -> dict[str, Any]
     chosen = _spread(tasks, budget.tasks)
     seqs = rewards = error_writes = 0
     hacks: list[Hack] = []
+    guided: list[dict[str, Any]] = []
     for task in chosen:
         r = audit_task(spec, task, budget)
+        if "guided" in r:
+            guided.append(r["guided"])
         seqs += r["sequences"]
         rewards += r["rewards"]
         error_writes += r["error_writes"]
@@ -543,4 +695,20 @@ def audit_spec(spec: ToolEnvSpec, budget: AuditBudget = QUICK) -> dict[str, Any]
                transcriber=None if spec.multi_agent else transcriber_rate(spec, _spread(tasks,
                                                                                      budget.transcriber_tasks)),
                seconds=round(time.perf_counter() - start, 3))
+    if budget.guided_depth is not None:
+        doc["guided"] = guided_totals(guided)
     return doc
+
+
+def guided_totals(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The guided searches of several tasks together: how deep they were asked to go and went,
+    the sequences tried and states reached, and the share of the call-sequence space tried."""
+    space = sum(r["space"] for r in runs)
+    tried = sum(r["sequences"] for r in runs)
+    return {"tasks": len(runs),
+            "mean_depth": round(sum(r["depth"] for r in runs) / len(runs), 2) if runs else 0.0,
+            "max_depth": max((r["depth"] for r in runs), default=0),
+            "mean_reached": round(sum(r["reached"] for r in runs) / len(runs), 2) if runs else 0.0,
+            "reached_depth": sum(r["reached"] >= r["depth"] for r in runs),
+            "sequences": tried, "states": sum(r["states"] for r in runs), "space": space,
+            "coverage": _share(tried, space)}

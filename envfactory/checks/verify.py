@@ -92,6 +92,8 @@ class Report:
     mean_solution_length: float = 0.0
     audit: dict[str, Any] | None = None
     kinds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    difficulty: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hard_stated: dict[str, int] = field(default_factory=dict)
 
     @property
     def verified(self) -> bool:
@@ -108,6 +110,8 @@ class Report:
             "failures": [f.to_json() for f in self.failures],
             "mean_solution_length": round(self.mean_solution_length, 2),
             "kinds": self.kinds,
+            "difficulty": self.difficulty,
+            "hard_stated": self.hard_stated,
             "seconds": round(self.seconds, 3),
             **({"audit": self.audit} if self.audit is not None else {}),
         }
@@ -159,6 +163,8 @@ def verify_spec(
     report.tasks = len(tasks)
     report.mean_solution_length = sum(len(t.solution) for t in tasks) / len(tasks)
     report.kinds = kind_mix(tasks)
+    report.difficulty = difficulty_mix(tasks)
+    report.hard_stated = hard_stated(tasks)
     for tid, errs in spec.replay_errors.items():
         fail.append(Failure("tasks", "reference solution has tool errors: " + "; ".join(errs), tid))
     report.checks.append("tool_determinism")
@@ -263,17 +269,45 @@ def verify_spec(
 STEP_KINDS = ("steps", "original")
 """Kinds whose instruction spells out the calls; every other kind is *goal-level*."""
 
+LONG_CALLS = 10
+"""A reference solution of at least this many calls is a *long* task."""
+HARD_DIFFICULTY = 4
+"""A task of at least this difficulty is a *hard* task."""
+DEPTH_GOALS = {"goal_level_mean_len": 6.0, "hard_long_share": 0.2}
+"""The depth the factory aims at (issue 26): goal-level references of 6 calls on average, and at
+least a fifth of the hard tasks long. ``verify --json`` reports each figure against its goal."""
 
-def kind_mix(tasks: list[Any]) -> dict[str, dict[str, Any]]:
-    """Per task kind: how many tasks, and the mean and longest reference solution."""
-    out: dict[str, dict[str, Any]] = {}
+
+def _lengths(tasks: list[Any], key: Callable[[Any], Any]) -> dict[Any, dict[str, Any]]:
+    """Per ``key(task)``: how many tasks, the mean and longest reference, and the long ones."""
+    out: dict[Any, dict[str, Any]] = {}
     for t in tasks:
-        k = out.setdefault(t.kind, {"tasks": 0, "calls": 0, "max_len": 0})
+        k = out.setdefault(key(t), {"tasks": 0, "calls": 0, "max_len": 0, "long": 0})
         k["tasks"] += 1
         k["calls"] += len(t.solution)
         k["max_len"] = max(k["max_len"], len(t.solution))
-    return {name: {"tasks": k["tasks"], "mean_len": round(k["calls"] / k["tasks"], 2), "max_len": k["max_len"]}
-            for name, k in sorted(out.items())}
+        k["long"] += len(t.solution) >= LONG_CALLS
+    return {name: {"tasks": k["tasks"], "mean_len": round(k["calls"] / k["tasks"], 2), "max_len": k["max_len"],
+                   "long": k["long"]} for name, k in sorted(out.items())}
+
+
+def kind_mix(tasks: list[Any]) -> dict[str, dict[str, Any]]:
+    """Per task kind: how many tasks, the mean and longest reference solution, and how many
+    references are long (at least :data:`LONG_CALLS` calls)."""
+    return _lengths(tasks, lambda t: t.kind)
+
+
+def hard_stated(tasks: list[Any]) -> dict[str, int]:
+    """Among the tasks whose difficulty the knob stated (``metadata["difficulty"]``, not the
+    reference length by default): the hard ones and the long ones among them."""
+    hard = [t for t in tasks if "difficulty" in t.metadata and int(t.metadata["difficulty"]) >= HARD_DIFFICULTY]
+    return {"tasks": len(hard), "long": sum(len(t.solution) >= LONG_CALLS for t in hard)}
+
+
+def difficulty_mix(tasks: list[Any]) -> dict[str, dict[str, Any]]:
+    """The same per task difficulty (keys are the levels as text, for JSON). A task's difficulty
+    is the knob's level for a synthesized task, and its reference length where none was given."""
+    return {str(d): v for d, v in _lengths(tasks, lambda t: int(t.difficulty or len(t.solution))).items()}
 
 
 def _user_twins(spec: ToolEnvSpec, tasks: list[Any]) -> list[Failure]:
@@ -583,6 +617,8 @@ def verify_many(specs: list[Any], *, runtime: str = "local", audit: Any = "quick
             "tasks": n_tasks,
             "mean_solution_length": round(sum(lengths) / n_tasks, 2) if n_tasks else 0.0,
             "kinds": _kind_totals(reports),
+            "difficulty": _difficulty_totals(reports),
+            "depth": _depth(reports),
             "runtime": runtime,
             "seconds": round(time.perf_counter() - start, 3),
         },
@@ -608,21 +644,57 @@ def _kind_totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """Tasks per kind over every environment, their reference lengths, and the same over the
     goal-level kinds together (every kind but ``steps`` and ``original``)."""
     per: dict[str, dict[str, Any]] = {}
-    for r in reports:
-        for name, k in r.get("kinds", {}).items():
-            p = per.setdefault(name, {"tasks": 0, "calls": 0.0, "max_len": 0, "environments": 0})
-            p["tasks"] += k["tasks"]
-            p["calls"] += k["mean_len"] * k["tasks"]
-            p["max_len"] = max(p["max_len"], k["max_len"])
-            p["environments"] += 1
+    per = _merge(reports, "kinds")
     new = {n: p for n, p in per.items() if n not in STEP_KINDS}
     n_new = sum(p["tasks"] for p in new.values())
     out = {n: {"tasks": p["tasks"], "environments": p["environments"], "mean_len": round(p["calls"] / p["tasks"], 2),
-               "max_len": p["max_len"]} for n, p in sorted(per.items())}
+               "max_len": p["max_len"], "long": p["long"]} for n, p in sorted(per.items())}
     out["goal_level"] = {"tasks": n_new,
                          "mean_len": round(sum(p["calls"] for p in new.values()) / n_new, 2) if n_new else 0.0,
-                         "max_len": max((p["max_len"] for p in new.values()), default=0)}
+                         "max_len": max((p["max_len"] for p in new.values()), default=0),
+                         "long": sum(p["long"] for p in new.values())}
     return out
+
+
+def _merge(reports: list[dict[str, Any]], field_name: str) -> dict[str, dict[str, Any]]:
+    """The reports' per-group length figures (``kinds`` or ``difficulty``) summed over environments
+    (``calls``: the total reference calls, so means can be recomputed)."""
+    per: dict[str, dict[str, Any]] = {}
+    for r in reports:
+        for name, k in r.get(field_name, {}).items():
+            p = per.setdefault(name, {"tasks": 0, "calls": 0.0, "max_len": 0, "long": 0, "environments": 0})
+            p["tasks"] += k["tasks"]
+            p["calls"] += k["mean_len"] * k["tasks"]
+            p["max_len"] = max(p["max_len"], k["max_len"])
+            p["long"] += k.get("long", 0)
+            p["environments"] += 1
+    return per
+
+
+def _difficulty_totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tasks per difficulty over every environment: their reference lengths and long ones."""
+    per = _merge(reports, "difficulty")
+    return {d: {"tasks": p["tasks"], "environments": p["environments"], "mean_len": round(p["calls"] / p["tasks"], 2),
+                "max_len": p["max_len"], "long": p["long"]} for d, p in sorted(per.items(), key=lambda kv: int(kv[0]))}
+
+
+def _depth(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The depth figures against :data:`DEPTH_GOALS`: the goal-level mean reference length, and
+    the share of hard tasks (difficulty >= :data:`HARD_DIFFICULTY`) that are long; ``stated``:
+    the same share among the tasks whose difficulty the knob stated (a task without one has its
+    reference length as difficulty, so a 4-call one counts as hard)."""
+    kinds = _kind_totals(reports)["goal_level"]
+    hard = [p for d, p in _merge(reports, "difficulty").items() if int(d) >= HARD_DIFFICULTY]
+    n_hard, n_long = sum(p["tasks"] for p in hard), sum(p["long"] for p in hard)
+    share = round(n_long / n_hard, 3) if n_hard else 0.0
+    figures = {"goal_level_mean_len": kinds["mean_len"], "hard_long_share": share}
+    s_hard = sum(r.get("hard_stated", {}).get("tasks", 0) for r in reports)
+    s_long = sum(r.get("hard_stated", {}).get("long", 0) for r in reports)
+    stated = {"hard_tasks": s_hard, "hard_long": s_long,
+              "hard_long_share": round(s_long / s_hard, 3) if s_hard else 0.0}
+    return {"hard_difficulty": HARD_DIFFICULTY, "long_calls": LONG_CALLS, "hard_tasks": n_hard, "hard_long": n_long,
+            **figures, "stated": stated, "goals": dict(DEPTH_GOALS),
+            "met": {k: figures[k] >= g for k, g in DEPTH_GOALS.items()}}
 
 
 def _verify_registered(job: tuple[str, Any, bool]) -> dict[str, Any]:
@@ -652,4 +724,19 @@ def _audit_totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
                         "needs_lookup_solved": sum(t["needs_lookup_solved"] for t in tr),
                         "by_kind": _sum_by_kind(tr)},
         "seconds": round(sum(a["seconds"] for a in audited), 3),
+        **({"guided": _guided_totals(audited)} if any("guided" in a for a in audited) else {}),
     }
+
+
+def _guided_totals(audited: list[dict[str, Any]]) -> dict[str, Any]:
+    """The guided searches of every environment together (weighted by their tasks)."""
+    runs = [a["guided"] for a in audited if "guided" in a]
+    n = sum(g["tasks"] for g in runs)
+    space, tried = sum(g["space"] for g in runs), sum(g["sequences"] for g in runs)
+    return {"tasks": n,
+            "mean_depth": round(sum(g["mean_depth"] * g["tasks"] for g in runs) / n, 2) if n else 0.0,
+            "max_depth": max((g["max_depth"] for g in runs), default=0),
+            "mean_reached": round(sum(g["mean_reached"] * g["tasks"] for g in runs) / n, 2) if n else 0.0,
+            "reached_depth": sum(g["reached_depth"] for g in runs), "sequences": tried,
+            "states": sum(g["states"] for g in runs), "space": space,
+            "coverage": float(f"{tried / space:.4g}") if space else 0.0}

@@ -65,6 +65,9 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
                    help="the full reward-hacking audit (every task; default: a quick one on a few tasks)")
     p.add_argument("--no-audit", action="store_true", help="skip the reward-hacking audit")
     p.add_argument("--fail-on-hack", action="store_true", help="a hack the audit finds fails verification")
+    p.add_argument("--audit-depth", type=int, default=None, metavar="N",
+                   help="after the audit's breadth-first search (depth 2), a guided search to depth N "
+                        "(0: each task's reference length), its coverage reported; off by default")
     p.add_argument("--workers", type=int, default=None,
                    help="processes verifying side by side (default: one per core; 1: in order, here)")
 
@@ -89,7 +92,17 @@ def _verify_run(args: argparse.Namespace) -> Result:
 
     chosen = _chosen([] if args.all else args.names)
     check_runtime(args.runtime)
-    audit = None if args.no_audit else "full" if args.audit else "quick"
+    audit: Any = None if args.no_audit else "full" if args.audit else "quick"
+    if args.audit_depth is not None and audit is not None:
+        from dataclasses import replace
+
+        from ..checks import audit as _audit
+
+        if args.audit_depth < 0:
+            raise CommandError("--audit-depth must be 0 (the reference length) or more")
+        base = _audit.FULL if audit == "full" else _audit.QUICK
+        audit = replace(base, guided_depth=args.audit_depth,
+                        name=f"{base.name}+guided({args.audit_depth or 'reference'})")
     with progress_bar(len(chosen), "verify", "env") as bar:
         doc = verify_many(chosen, runtime=args.runtime, audit=audit, audit_fails=args.fail_on_hack,
                           workers=args.workers,
@@ -109,14 +122,27 @@ def _verify_run(args: argparse.Namespace) -> Result:
         f"{t['verified']}/{t['environments']} verified, {t['domains']} domains, {t['tasks']} tasks, "
         f"mean reference solution {t['mean_solution_length']} calls, {t['seconds']:.1f}s"
     )
+    d = t["depth"]
+    lines.append(f"depth: goal-level references {d['goal_level_mean_len']} calls on average "
+                 f"(goal {d['goals']['goal_level_mean_len']}), {d['hard_long']}/{d['hard_tasks']} tasks of "
+                 f"difficulty >= {d['hard_difficulty']} need >= {d['long_calls']} calls "
+                 f"({d['hard_long_share']:.1%}, goal {d['goals']['hard_long_share']:.0%}; "
+                 f"{d['stated']['hard_long']}/{d['stated']['hard_tasks']} of those whose difficulty is stated)")
     if "audit" in doc:
         a = doc["audit"]
         tr = a["transcriber"]
-        lines.append(f"audit ({audit}): {a['tasks_searched']} tasks searched, {a['sequences']} sequences, "
+        name = audit if isinstance(audit, str) else audit.name
+        lines.append(f"audit ({name}): {a['tasks_searched']} tasks searched, {a['sequences']} sequences, "
                      f"{a['rewards']} rewards reached, {a['hacks']} hacked tasks"
                      + (f" in {', '.join(a['hacked_environments'])}" if a["hacked_environments"] else "")
                      + f"; transcriber solved {tr['solved']}/{tr['tasks']} "
                      f"({tr['needs_lookup_solved']}/{tr['needs_lookup']} needing a look-up), {a['seconds']:.1f}s")
+        if "guided" in a:
+            g = a["guided"]
+            lines.append(f"guided search: {g['tasks']} tasks to depth {g['mean_depth']} on average (max "
+                         f"{g['max_depth']}), {g['reached_depth']} reached it; {g['sequences']} sequences, "
+                         f"{g['states']} states, a share {g['coverage']:.3g} of the {g['space']:.3g} "
+                         "candidate sequences")
     code = 0 if t["verified"] == t["environments"] else 1
     return code, doc, "\n".join(lines)
 
