@@ -760,7 +760,7 @@ class PyState(State):
         if priv is not None and "_seen" in priv:
             out[SEEN_KEY] = sorted(priv["_seen"])
 
-    def model_dump(self, *, mode: str = "python", **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+    def model_dump(self, *, mode: str = "python", **kwargs: Any) -> dict[str, Any]:
         """As pydantic's, and for ``model_dump(mode="json")`` (what worlds dump and snapshots
         carry) the same document without pydantic walking it again: :func:`encode` makes it
         fresh, and a document of plain data is copied through C ``json`` (it is JSON data)."""
