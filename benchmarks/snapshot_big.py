@@ -134,9 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--case", action="append", choices=("tree", "records", "dicts"))
     args = p.parse_args(argv)
-    doc = bench_snapshots(args.repeats, tuple(args.case or ("tree", "records", "dicts")))
-    json.dump(doc, sys.stdout, indent=1)
-    print()
+    for case in args.case or ("tree", "records", "dicts"):  # a line per case, as soon as it is measured
+        print(json.dumps(bench_snapshots(args.repeats, (case,))), flush=True)
 
 
 if __name__ == "__main__":
