@@ -756,4 +756,7 @@ def bench_bigstate(nodes: int = 10_000, records: int = 5_000, n: int = 200) -> d
         out[f"bigstate_{name}_restore_ms"] = round(restore_us / 1000, 3)
         out[f"bigstate_{name}_restore_vs_deepcopy_ratio"] = round(restore_us / deep_us, 3)
         out[f"bigstate_{name}_snapshot_bytes"] = len(snap)
+    from .snapshot_big import bench_snapshots
+
+    out.update(bench_snapshots())  # snapshot and restore, 5 repeats, also of a multi-MB dict of dicts
     return out

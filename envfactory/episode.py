@@ -767,10 +767,13 @@ class Episode(Environment):
         refused."""
         if self._task is None:
             raise EpisodeError(f"{self.spec.name}: nothing to snapshot; call reset() first")
+        state = self.world.dump()
+        if not (type(self.world) is LocalWorld and type(self.world.state()).__json_dump_is_fresh__):
+            state = json.loads(json.dumps(state))  # a state that dumps fresh JSON data is not copied again
+        referee = json.loads(json.dumps({k: getattr(self, "_" + k) for k in self._FIELDS}))  # lists, not tuples
         snap = {"format": SNAPSHOT_FORMAT, "env": self.spec.name, "task_id": self._task.id,
-                "max_turns": self.max_turns, "state": self.world.dump()}
-        snap.update({k: getattr(self, "_" + k) for k in self._FIELDS})
-        return sign_snapshot(json.loads(json.dumps(snap)))
+                "max_turns": self.max_turns, "state": state, **referee}
+        return sign_snapshot(snap)
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Continue exactly from ``snapshot`` (taken from an episode of the same environment, in
@@ -788,10 +791,14 @@ class Episode(Environment):
         if snapshot.get("env") != self.spec.name:
             raise SnapshotError(f"snapshot is of {snapshot.get('env')!r}; this environment is {self.spec.name!r}")
         check_seal(snapshot)
-        try:
-            snap = json.loads(json.dumps(snapshot))
+        state = snapshot.get("state")
+        direct = type(self.world) is LocalWorld and self.spec.state_type.__json_load_copies__(state)
+        try:  # a private copy, but of the state only where loading it would not make one anyway
+            snap = json.loads(json.dumps({k: v for k, v in snapshot.items() if k != "state"} if direct else snapshot))
         except RecursionError:
             raise SnapshotError("not a snapshot: nested too deep") from None
+        if direct:
+            snap["state"] = state
         check_referee(snap, tuple(self.agents))
         try:
             task = self.spec.task(snap["task_id"])

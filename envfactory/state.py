@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -35,6 +35,16 @@ class State(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    __json_dump_is_fresh__: ClassVar[bool] = False
+    """Whether ``model_dump(mode="json")`` always returns new lists and dicts holding only JSON
+    data (no tuple, string keys): a snapshot then takes it as it is, without a JSON round trip."""
+
+    @classmethod
+    def __json_load_copies__(cls, data: Any) -> bool:
+        """Whether ``model_validate(data)`` builds every list and dict of the state anew (keeps
+        nothing of ``data``), so a restore may pass it a snapshot's data without copying it."""
+        return False
 
     def copy_state(self: S) -> S:
         """An independent deep copy (see :func:`copy_state`)."""

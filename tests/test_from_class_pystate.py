@@ -152,3 +152,73 @@ def test_unpicklable_values_are_named():
         encode({"x": [1, threading.Lock()]}, TRUST)
     with pytest.raises(PyStateError, match="defined inside a function"):
         encode({"x": lambda: 1}, TRUST)
+
+
+class _Record:  # a plain class, a pydantic model and a slotted one: the three ways encode reduces
+    def __init__(self, i):
+        self.i, self.tags = i, {"b", "a"}
+
+
+def test_encode_without_calling_reduce_writes_what_reduce_ex_gives(monkeypatch):
+    """The encoder reduces plain objects and pydantic models without ``__reduce_ex__(4)``
+    (issue 29: snapshots of large states); the document is the one the pickle protocol gives."""
+    from pydantic import BaseModel
+
+    from envfactory.factory import pystate
+
+    class Rec(BaseModel):
+        i: int
+        tags: list[str] = []
+
+    globals()["Rec"] = Rec
+    Rec.__qualname__ = "Rec"
+    zoo = _zoo()
+    zoo.update(records=[_Record(1), _Record(2)], models=[Rec(i=1, tags=["x"]), Rec(i=2)])
+    fast = encode(zoo, TRUST)
+    assert pystate._REDUCE_KIND[_Record] == pystate._BY_DICT and pystate._REDUCE_KIND[Rec] == pystate._BY_GETSTATE
+    monkeypatch.setattr(pystate, "_REDUCE_KIND", collections.defaultdict(lambda: pystate._BY_REDUCE))
+    assert json.dumps(encode(zoo, TRUST)) == json.dumps(fast)
+    back = decode(json.loads(json.dumps(fast)), TRUST)
+    assert back["models"] == zoo["models"] and [r.__dict__ for r in back["records"]] == \
+           [r.__dict__ for r in zoo["records"]]
+
+
+def test_a_snapshot_and_a_restore_share_nothing_with_the_episode():
+    """A snapshot of a ``from_class`` state is not copied through JSON again, and its state is
+    restored without a copy (issue 29): editing either afterwards changes neither episode."""
+    from envfactory.episode import Episode
+    from envfactory.factory.from_class import ClassTask, from_class
+    from envfactory.task import call
+
+    class Store:
+        def __init__(self):
+            self.items = {"a": {"qty": 1, "tags": ["x"]}}
+            self.node = _Record(0)
+
+        def add(self, key: str) -> int:
+            """Add one.
+
+            Args:
+                key: The item.
+            """
+            self.items[key]["qty"] += 1
+            return self.items[key]["qty"]
+
+    globals()["Store"] = Store
+    Store.__qualname__ = "Store"
+    spec = from_class(Store, name="ShareNothing-v0", domain="test", trusted_modules=[__name__],
+                      tasks=[ClassTask("t", "Add a.", {}, [call("add", key="a")])])
+    ep = Episode(spec)
+    ep.reset("t")
+    ep.step(call("add", key="a").to_hermes())
+    snap = ep.snapshot()
+    snap["state"]["items"]["a"]["tags"].append("edited")  # the snapshot's own data
+    assert ep.state.items["a"]["tags"] == ["x"]
+    snap = ep.snapshot()
+    other = Episode(spec)
+    other.restore(snap)
+    snap["state"]["items"]["a"]["tags"].append("edited")
+    snap["state"]["node"]["tags"]["$set"].append("c")
+    assert other.state.items["a"] == {"qty": 2, "tags": ["x"]} and other.state.node.tags == {"a", "b"}
+    other.step(call("add", key="a").to_hermes())
+    assert ep.state.items["a"]["qty"] == 2 and other.state.items["a"]["qty"] == 3

@@ -91,6 +91,7 @@ STDLIB = frozenset({
 """Standard-library callables a document may name besides the trusted modules' classes."""
 
 _SCALARS = frozenset((str, bool, type(None)))
+_JSON_LEAF = frozenset((str, bool, type(None), int, float))  # what a document holds as itself
 _IMMUTABLE = frozenset((str, int, float, bool, type(None), bytes, complex, range))
 _TAGS = ("$ref", "$class", "$reduce", "$tuple", "$dict", "$set", "$frozenset", "$int", "$float",
          "$bytes", "$bytearray", "$global")
@@ -190,7 +191,7 @@ class _Encoder:
                 return v
             return {"$float": "nan" if v != v else ("inf" if v > 0 else "-inf")}
         if cls is tuple:
-            return {"$tuple": [self.enc(x, f"{path}/$tuple/{i}") for i, x in enumerate(v)]}
+            return {"$tuple": self._list(v, f"{path}/$tuple")}
         if cls is bytes:
             return {"$bytes": base64.b64encode(v).decode()}
         if cls is frozenset:
@@ -204,16 +205,40 @@ class _Encoder:
         self.keep.append(v)
         if cls is dict:
             if all(k.__class__ is str and k[:1] != "$" for k in v):
-                return {k: self.enc(x, f"{path}/{_esc(k)}") for k, x in v.items()}
+                return self._fields(v, path)
             return {"$dict": [[self.enc(k, f"{path}/$dict/{i}/0"), self.enc(x, f"{path}/$dict/{i}/1")]
                               for i, (k, x) in enumerate(v.items())]}
         if cls is list:
-            return [self.enc(x, f"{path}/{i}") for i, x in enumerate(v)]
+            return self._list(v, path)
         if cls is set:
             return {"$set": self._set_items(v, f"{path}/$set")}
         if cls is bytearray:
             return {"$bytearray": base64.b64encode(bytes(v)).decode()}
         return self._object(v, path)
+
+    def _fields(self, d: dict[str, Any], path: str, out: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``d`` (string keys, none starting with ``$``) encoded into ``out``: values that are
+        written as themselves are copied without a call (and without building their path)."""
+        out = {} if out is None else out
+        leaf, top = _SCALARS, _MAX_EXACT
+        for k, x in d.items():
+            c = x.__class__
+            if c in leaf or (c is int and -top <= x <= top) or (c is float and x - x == 0.0):
+                out[k] = x
+            else:
+                out[k] = self.enc(x, f"{path}/{_esc(k)}")
+        return out
+
+    def _list(self, v: list[Any] | tuple[Any, ...], path: str) -> list[Any]:
+        leaf, top = _SCALARS, _MAX_EXACT
+        out = []
+        for i, x in enumerate(v):
+            c = x.__class__
+            if c in leaf or (c is int and -top <= x <= top) or (c is float and x - x == 0.0):
+                out.append(x)
+            else:
+                out.append(self.enc(x, f"{path}/{i}"))
+        return out
 
     def _set_items(self, v: Any, path: str) -> list[Any]:
         def key(x: Any) -> str:
@@ -229,15 +254,22 @@ class _Encoder:
 
     def _object(self, v: Any, path: str) -> Any:
         try:
-            rv = v.__reduce_ex__(4)
+            kind = _REDUCE_KIND.get(v.__class__)
+            if kind is None:
+                kind = _reduce_kind(v.__class__)
+            if kind == _BY_DICT:  # what object.__reduce_ex__(4) gives, without building it
+                rv: Any = (_NEWOBJ, (v.__class__,), v.__dict__ or None)
+            elif kind == _BY_GETSTATE:
+                rv = (_NEWOBJ, (v.__class__,), v.__getstate__())
+            else:
+                rv = v.__reduce_ex__(4)
         except Exception as exc:
             raise PyStateError(f"{path or '/'}: {type(v).__qualname__} cannot be carried in a snapshot "
                                f"(not picklable: {exc})") from None
         if isinstance(rv, str):
             return {"$global": self.global_ref(v, path, call=False)}
         func, args, state, items, kv = (tuple(rv) + (None,) * 5)[:5]
-        newobj = copyreg.__newobj__  # type: ignore[attr-defined]  # typeshed lacks it; CPython has it
-        if func is newobj and len(args) == 1 and args[0] is type(v) and items is None and kv is None:
+        if func is _NEWOBJ and len(args) == 1 and args[0] is type(v) and items is None and kv is None:
             out: dict[str, Any] = {"$class": self.global_ref(type(v), path, call=True)}
             slots = None
             if isinstance(state, tuple) and len(state) == 2 and (state[0] is None or isinstance(state[0], dict)) \
@@ -249,8 +281,7 @@ class _Encoder:
                 if left_out:
                     attrs = {k: x for k, x in attrs.items() if k not in left_out}
                 if all(k.__class__ is str and k[:1] != "$" for k in attrs):
-                    for k, x in attrs.items():
-                        out[k] = self.enc(x, f"{path}/{_esc(k)}")
+                    self._fields(attrs, path, out)
                 else:
                     out["$attrs"] = self._plain_dict(attrs, f"{path}/$attrs")
                 if slots:
@@ -272,9 +303,37 @@ class _Encoder:
     def _plain_dict(self, d: dict, path: str) -> Any:
         # a dict that is part of an object's state, not an object of its own: no memo entry
         if all(k.__class__ is str and k[:1] != "$" for k in d):
-            return {k: self.enc(x, f"{path}/{_esc(k)}") for k, x in d.items()}
+            return self._fields(d, path)
         return {"$dict": [[self.enc(k, f"{path}/$dict/{i}/0"), self.enc(x, f"{path}/$dict/{i}/1")]
                           for i, (k, x) in enumerate(d.items())]}
+
+
+_NEWOBJ = copyreg.__newobj__  # type: ignore[attr-defined]  # typeshed lacks it; CPython has it
+_BY_REDUCE, _BY_DICT, _BY_GETSTATE = 0, 1, 2
+_REDUCE_KIND: dict[type, int] = {}
+
+
+def _reduce_kind(cls: type) -> int:
+    """How :func:`encode` gets the pickle reduction of ``cls``'s instances, the same one as
+    ``obj.__reduce_ex__(4)`` whenever it does not call it: ``_BY_DICT`` for a plain class
+    (:func:`_plain_class`: ``(__newobj__, (cls,), obj.__dict__ or None)``), ``_BY_GETSTATE`` for
+    one that only defines ``__getstate__`` (pydantic models: ``(__newobj__, (cls,),
+    obj.__getstate__())``), else ``_BY_REDUCE`` (call it)."""
+    kind = _REDUCE_KIND.get(cls)
+    if kind is not None:
+        return kind
+    kind = _BY_REDUCE
+    if _plain_class(cls):
+        kind = _BY_DICT
+    elif (getattr(cls, "__reduce_ex__", None) is _OBJ_REDUCE_EX and getattr(cls, "__reduce__", None) is _OBJ_REDUCE
+          and getattr(cls, "__getnewargs__", None) is None and getattr(cls, "__getnewargs_ex__", None) is None
+          and getattr(cls, "__getstate__", None) not in (None, _OBJ_GETSTATE)
+          and not issubclass(cls, (list, dict)) and cls.__mro__[-1] is object
+          and all(b.__flags__ & (1 << 9) for b in cls.__mro__[:-1] if b is not object)
+          and any(b.__dict__.get("__getstate__") is not None for b in cls.__mro__[:-1])):
+        kind = _BY_GETSTATE
+    _REDUCE_KIND[cls] = kind
+    return kind
 
 
 _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType)
@@ -366,7 +425,9 @@ class _Decoder:
                 return self.table[path]
             out: list[Any] = []
             self.table[path] = out
-            out.extend(self.dec(x, f"{path}/{i}") for i, x in enumerate(v))
+            leaf = _JSON_LEAF
+            for i, x in enumerate(v):
+                out.append(x if x.__class__ in leaf else self.dec(x, f"{path}/{i}"))
             return out
         if cls is not dict:
             if cls in _SCALARS or cls is int or cls is float:
@@ -383,9 +444,7 @@ class _Decoder:
         if tag is None:
             d: dict[str, Any] = {}
             self.table[path] = d
-            for k, x in v.items():
-                d[k] = self.dec(x, f"{path}/{_esc(k)}")
-            return d
+            return self._fields(v, path, d)
         body = v[tag]
         if tag == "$ref":
             return self.at(body)
@@ -420,6 +479,16 @@ class _Decoder:
             return self._object(v, path)
         return self._reduce(v, path)
 
+    def _fields(self, v: dict[str, Any], path: str, out: dict[str, Any], skip_tags: bool = False) -> dict[str, Any]:
+        """``v``'s items decoded into ``out`` (JSON scalars as themselves, without a call);
+        ``skip_tags``: leave out keys starting with ``$`` (an object's tags)."""
+        leaf = _JSON_LEAF
+        for k, x in v.items():
+            if skip_tags and k[:1] == "$":
+                continue
+            out[k] = x if x.__class__ in leaf else self.dec(x, f"{path}/{_esc(k)}")
+        return out
+
     def _state_dict(self, node: Any, path: str) -> dict[str, Any]:
         if isinstance(node, dict) and "$dict" in node:
             return {self.dec(k, f"{path}/$dict/{i}/0"): self.dec(x, f"{path}/$dict/{i}/1")
@@ -436,7 +505,7 @@ class _Decoder:
         if "$attrs" in v:
             attrs = self._state_dict(v["$attrs"], f"{path}/$attrs")
         else:
-            attrs = {k: self.dec(x, f"{path}/{_esc(k)}") for k, x in v.items() if k[:1] != "$"}
+            attrs = self._fields(v, path, {}, skip_tags=True)
         if "$slots" in v:
             _set_state(obj, (attrs or None, self._state_dict(v["$slots"], f"{path}/$slots")))
         elif attrs or getattr(cls, "__setstate__", None) is not None:
@@ -670,6 +739,7 @@ class PyState(State):
 
     __pystate_trusted__: ClassVar[tuple[str, ...]] = ()
     __pystate_graph__: ClassVar[bool] = False
+    __json_dump_is_fresh__: ClassVar[bool] = True  # model_dump below: encode() builds it, or a JSON copy
     # the copier copy_state looks for (envfactory.state); set per class, so declared without a value
     __state_copy__: ClassVar[Any]
 
@@ -682,10 +752,34 @@ class PyState(State):
         else:
             out = encode(d, type(self).__pystate_trusted__)
         if info.mode_is_json():  # what the episode has seen travels with the state, outside its hash
-            priv = self.__pydantic_private__
-            if priv is not None and "_seen" in priv:
-                out[SEEN_KEY] = sorted(priv["_seen"])
+            self._add_seen(out)
         return out
+
+    def _add_seen(self, out: dict[str, Any]) -> None:
+        priv = self.__pydantic_private__
+        if priv is not None and "_seen" in priv:
+            out[SEEN_KEY] = sorted(priv["_seen"])
+
+    def model_dump(self, *, mode: str = "python", **kwargs: Any) -> dict[str, Any]:
+        """As pydantic's, and for ``model_dump(mode="json")`` (what worlds dump and snapshots
+        carry) the same document without pydantic walking it again: :func:`encode` makes it
+        fresh, and a document of plain data is copied through C ``json`` (it is JSON data)."""
+        if mode != "json" or kwargs:
+            return super().model_dump(mode=mode, **kwargs)
+        d = self.__dict__
+        seen: set[int] = set()
+        if all(_plain(v, seen) for v in d.values()):
+            out = {FORMAT_KEY: FORMAT_VERSION, **json.loads(json.dumps(d))}
+        else:
+            out = encode(d, type(self).__pystate_trusted__)
+        self._add_seen(out)
+        return out
+
+    @classmethod
+    def __json_load_copies__(cls, data: Any) -> bool:
+        """A document (``{"$pystate": 1, ...}``) is decoded (:func:`decode`), which builds every
+        container anew."""
+        return isinstance(data, dict) and FORMAT_KEY in data
 
     @model_validator(mode="wrap")
     @classmethod
