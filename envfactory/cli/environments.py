@@ -73,11 +73,13 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 
 
 def progress_bar(total: int, desc: str, unit: str) -> Any:
-    """A tqdm bar on stderr, shown only when stderr is a terminal (stdout stays the command's)."""
+    """A tqdm bar on stderr, shown only when stderr is a terminal (stdout stays the command's).
+    Redrawn at every step (``mininterval=0``: a step is one environment, at most a few hundred), so a
+    step that ends within tqdm's default 0.1 s of the last one is still shown."""
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=not _isatty(sys.stderr),
-                leave=False, dynamic_ncols=True)
+                leave=False, dynamic_ncols=True, mininterval=0.0)
 
 
 def _isatty(stream: Any) -> bool:
