@@ -324,7 +324,7 @@ def test_a_malformed_http_reply_is_a_container_fault(status: int, body: bytes) -
     path, srv = _listen(_http_answer(head, lambda: [body]))
     c = _fake_container(path, timeout=5)
     link = SessionLink(FakePool(), "Counter-v0", 5)
-    link.pool.acquire = lambda: c
+    link.pool.acquire = lambda exclude=(): c  # Pool.acquire(exclude=refused containers)
     with pytest.raises(ContainerError):
         link.ensure()  # POST /sessions, then the channel
     srv.close()
