@@ -26,9 +26,6 @@ from envfactory import call
 
 from conftest import require_docker
 
-sys.path.insert(0, os.path.dirname(__file__))
-import slow_tool_env  # noqa: E402  (registers SlowTool-v0, isolation="session")
-
 pytestmark = pytest.mark.docker
 
 
@@ -37,11 +34,29 @@ def _docker() -> None:
     require_docker()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def slow_tool():
+    """SlowTool-v0 (``slow_tool_env``, isolation="session"), registered for this module's tests only:
+    its ``spin``/``nap`` tools run as long as they are asked, so a later ``verify --all`` in the same
+    test session (whose random agent asks for hundreds of seconds) must not find it. Imported here,
+    not at collection, and taken out of the registry afterwards."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    try:
+        import slow_tool_env
+    finally:
+        sys.path.pop(0)
+    from envfactory import registry
+
+    registry.register(slow_tool_env.SPEC, replace=True)  # (again, where an earlier run took it out)
+    yield slow_tool_env
+    registry._REGISTRY.pop(slow_tool_env.SPEC.name, None)
+
+
 @pytest.fixture()
-def pool():
+def pool(slow_tool):
     from envfactory.runtime.pool import Pool
 
-    p = Pool(slow_tool_env.SPEC, warm=0, sessions_per_container=8)
+    p = Pool(slow_tool.SPEC, warm=0, sessions_per_container=8)
     started = []
     start = p.start_container
 
