@@ -75,26 +75,87 @@ def fill_params(env: EnvFile, op: OperationSpec, rng: random.Random) -> dict[str
 
 def phrase(env: EnvFile, op: OperationSpec, target: str, args: dict[str, Any]) -> str:
     """What applying ``op`` to ``target`` (words: "it", "every order whose ...") means, in
-    the words of the operation's instruction template (or its name)."""
+    the words of the operation's instruction template, else in words made from its name
+    ("send_to_repair" -> "send <target> to repair", "change_cabin" -> "change the cabin of
+    <target> to <value>"; "its cabin" when the target is "it")."""
     noun = label(env, op.entity)
     idp = "{" + f"{op.entity}_id" + "}"
-    values = {k: ("none" if v is None else v) for k, v in args.items()}
+    values = {k: ("none" if v is None else v.replace("_", " ") if isinstance(v, str) else v) for k, v in args.items()}
     if op.instruction and idp in op.instruction:
         text = re.sub(rf"(?:\b{re.escape(noun)}\s+|\b{re.escape(op.entity)}\s+)?{re.escape(idp)}",
                       target.replace("\\", "\\\\"), op.instruction)
         try:
-            return text.format(**values)
+            text = text.format(**values)
         except (KeyError, IndexError, ValueError):
             pass
-    verb, _, rest = op.name.partition("_")
-    if list(args) == [rest]:  # change_cabin(cabin=...): "change the cabin of <target> to <value>"
-        return f"{verb} the {rest.replace('_', ' ')} of {target} to {values[rest]}"
+        else:
+            return _agree(re.sub(r"\bthe ([a-z][a-z ]*?) (?:of|on|for) it\b", r"its \1", text) if target == "it" else text)
+    return _from_name(env, op, target, args)
+
+
+def _agree(text: str) -> str:
+    """A template's numbers agree with their nouns: "1 packs" -> "1 pack", "3 night(s)" -> "3 nights"
+    ("set the refills of it to 2" became "set its refills to 2" before)."""
+    import inflection
+
+    text = re.sub(r"\b(\d+(?:\.\d+)?) ([a-z]+)\(s\)", lambda m: f"{m[1]} {m[2] if m[1] == '1' else m[2] + 's'}", text)
+    return re.sub(r"(?<![\w.,$-])1 ([a-z]+s)\b", lambda m: "1 " + inflection.singularize(m[1]), text)
+
+
+def _from_name(env: EnvFile, op: OperationSpec, target: str, args: dict[str, Any]) -> str:
+    from .realize import Measure, amount  # the language layer (imported on first use)
+
+    def poss(thing: str) -> str:
+        return f"its {thing}" if target == "it" else f"the {thing} of {target}"
+
+    def value(p: str, v: Any) -> str:
+        fs = env.entities[op.entity].fields.get(p)
+        if isinstance(v, str) and fs is not None and fs.type in ("int", "float"):
+            return v                                    # words standing for a number: "the miles you found"
+        if isinstance(v, bool) or v is None:
+            return "none" if v is None else ("yes" if v else "no")
+        if fs is not None and fs.type in ("int", "float"):
+            return amount(Measure.of(p, fs.description or ""), v)
+        return str(v).replace("_", " ")
+
     words = op.name.split("_")
-    out = " ".join(target if w == op.entity else w for w in words)
-    if op.entity not in words:
-        out += f" for {target}"
-    if args:
-        out += " (" + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in args.items()) + ")"
+    ent_words = op.entity.split("_")
+    verb, rest = words[0], words[1:]
+    left = dict(args)
+    if rest[-len(ent_words):] == ent_words:           # cancel_meeting, refund_ticket
+        rest = rest[:-len(ent_words)]
+        out = " ".join([verb, *rest, target]) if rest else f"{verb} {target}"
+    elif verb in ("mark", "flag") and rest:             # mark_attended: "mark <t> as attended"
+        out = f"{verb} {target} as {' '.join(rest)}"
+    elif verb == "make" and rest:                       # make_available
+        out = f"make {target} {' '.join(rest)}"
+    elif rest[:1] == ["to"]:                            # send_to_repair
+        out = f"{verb} {target} to {' '.join(rest[1:])}"
+    elif rest in (["in"], ["out"], ["up"], ["off"]):    # check_in: "check <t> in"
+        out = f"{verb} {target} {rest[0]}"
+    elif len(left) == 1 and rest[-len(next(iter(left)).split("_")):] == next(iter(left)).split("_"):
+        # change_cabin(cabin), set_driver_status(status): "change its cabin to business"
+        p = next(iter(left))
+        v = left.pop(p)
+        if isinstance(v, bool):
+            return f"{verb} {target} as {'' if v else 'not '}{p.replace('_', ' ')}"
+        prep = "as" if verb in ("record", "log") else "to"
+        return f"{verb} {poss(p.replace('_', ' '))} {prep} {value(p, v)}"
+    elif verb == "add" and rest:                        # add_miles: "add miles to <t>"
+        out = f"add {' '.join(rest)} to {target}"
+    elif rest and len(left) == 1 and isinstance(next(iter(left.values())), (int, float)) \
+            and not isinstance(next(iter(left.values())), bool):   # extend_stay(nights): "extend its stay to 4 nights"
+        p, v = left.popitem()
+        return f"{verb} {poss(' '.join(rest))} to {value(p, v)}"
+    elif rest:                                          # freeze_membership: "freeze its membership"
+        out = f"{verb} {poss(' '.join(rest))}"
+    else:
+        out = f"{verb} {target}"
+    for p, v in left.items():
+        if isinstance(v, bool):
+            out += f", making it {'' if v else 'not '}{p.replace('_', ' ')}"
+        else:
+            out += f", setting {'its' if target == 'it' else 'the'} {p.replace('_', ' ')} to {value(p, v)}"
     return out
 
 
@@ -149,11 +210,16 @@ def default_policies(env: EnvFile) -> list[PolicyRule]:
 def policy_text(env: EnvFile, rule: PolicyRule) -> str:
     if rule.text:
         return rule.text
+    from .realize import Measure, a, rel_compare
+
     op = next(o for o in env.operations if o.name == rule.operation)
     noun = label(env, op.entity)
-    cond = (f"whose {rule.field.replace('_', ' ')} is above {number_text(rule.above)}" if rule.above is not None
-            else f"whose {rule.field.replace('_', ' ')} is {rule.equals}")
-    return f"Never {phrase(env, op, f'any {noun} {cond}', {})}, even when asked: leave it as it is and say why."
+    if rule.above is not None:
+        fs = env.entities[op.entity].fields[rule.field]
+        cond = rel_compare(Measure.of(rule.field, fs.description or ""), "above", rule.above)
+    else:
+        cond = f"whose {rule.field.replace('_', ' ')} is {str(rule.equals).replace('_', ' ')}"
+    return f"Never {phrase(env, op, f'{a(noun)} {cond}', {})}, even when asked: leave it as it is and say why."
 
 
 def number_text(x: Any) -> str:

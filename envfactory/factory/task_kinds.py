@@ -44,6 +44,7 @@ from ..tooling import Tool
 from ..users import USER_TOOL
 from .checks import ChangeCheck
 from .spec_file import TASK_KINDS, EnvFile, OperationSpec, PolicyRule
+from .realize import Measure, Owner, Selection, a as _a, compare, frame
 from .spec_words import (fill_params as _fills, finder as _finder, is_person as _person, label as _label,
                          number_text as _num, numeric_fields as _numeric, phrase, policy_text, violates as _violates)
 
@@ -216,8 +217,12 @@ class KindSynth:
         name = row.get("name")
         if finder is not None and isinstance(name, str) and \
                 sum(1 for r in tables[entity].values() if str(r.get("name")).lower() == name.lower()) == 1:
-            return f"the {_label(self.env, entity)} named {name}", [ToolCall(finder.name, {"name": name})]
+            return f"{_label(self.env, entity)} {name}", [ToolCall(finder.name, {"name": name})]
         return f"{_label(self.env, entity)} {key}", []
+
+    def _measure(self, entity: str, g: str) -> Measure:
+        """How the number field ``g`` of ``entity`` is spoken of."""
+        return Measure.of(g, self.env.entities[entity].fields[g].description or "")
 
     def _selection(self, tables: dict, entity: str, want: int, rng: random.Random, *, need_ref: bool = False,
                    ok: Callable[[str, dict], bool] = lambda k, r: True) -> dict[str, Any] | None:
@@ -252,24 +257,28 @@ class KindSynth:
 
     def _describe(self, tables: dict, entity: str, filters: dict[str, Any], *, mine: str | None = None
                   ) -> tuple[str, list[ToolCall], dict[str, Any]]:
-        """``every <label> of <ref> whose <field> is <value>``, the calls that resolve the refs,
-        and the query's arguments; the reference field ``mine`` reads "of mine" (the user's)."""
+        """``every <label> of <ref> ...`` (one fixed form), the calls that resolve the refs, and
+        the query's arguments; the reference field ``mine`` reads "of mine" (the user's)."""
+        words, calls, args = self._words(tables, entity, filters, mine=mine)
+        return words.np(random.Random(0), form="every")[0], calls, args
+
+    def _words(self, tables: dict, entity: str, filters: dict[str, Any], *, mine: str | None = None
+               ) -> tuple[Selection, list[ToolCall], dict[str, Any]]:
+        """The selected rows in words (:class:`.realize.Selection`, realized in several forms),
+        the calls that resolve the rows they belong to, and the query's arguments."""
         ent = self.env.entities[entity]
-        of, whose, calls = [], [], []
+        owners, plain, calls = [], [], []
         for p, v in filters.items():
             if ent.fields[p].type == "ref":
                 if p == mine:
-                    of.append("of mine")
                     continue
                 text, found = self._ref_text(tables, ent.fields[p].target, v)
-                of.append(f"of {text}")
+                lab = _label(self.env, ent.fields[p].target)
+                owners.append(Owner(lab, text[len(lab) + 1:]))
                 calls += found
             else:
-                whose.append(f"{p.replace('_', ' ')} is {v}")
-        text = f"every {_label(self.env, entity)}" + "".join(" " + o for o in of)
-        if whose:
-            text += " whose " + " and ".join(whose)
-        return text, calls, dict(filters)
+                plain.append((p, ent.fields[p].type, v))
+        return Selection.build(_label(self.env, entity), plain, owners, mine=mine is not None), calls, dict(filters)
 
     def _acts(self, entity: str) -> list[OperationSpec]:
         return [op for op in self.env.operations if op.entity == entity and op.kind == "update"]
@@ -302,10 +311,11 @@ class KindSynth:
                                       not any(_violates(p, op.name, r) for p in self.policies))
                 if sel is None:
                     continue
-                text, calls, qargs = self._describe(tables, e, sel["filters"])
+                words, calls, qargs = self._words(tables, e, sel["filters"])
                 calls.append(ToolCall(sel["op"].name, qargs))
                 calls += [ToolCall(op.name, {f"{e}_id": k, **args}) for k in sel["keys"]]
-                return _Draft("lookup", _sentence(phrase(self.env, op, text, args)), calls, guard=[e])
+                text, i = frame("lookup", rng, vp=phrase(self.env, op, words.np(rng)[0], args))
+                return _Draft("lookup", text, calls, guard=[e], meta={"phrasing": i})
         return None
 
     def _measures(self, e: str) -> list[tuple[str | None, OperationSpec | None, str]]:
@@ -348,7 +358,7 @@ class KindSynth:
                 if len(values) < 2 or len(values) != len(set(got.values())):
                     continue  # both branches must occur, decided by values a tool shows
                 threshold = values[rng.randrange(1, len(values))]
-                text, calls, qargs = self._describe(tables, e, sel["filters"])
+                words, calls, qargs = self._words(tables, e, sel["filters"])
                 calls.append(ToolCall(sel["op"].name, qargs))
                 looked: set[Any] = set()
                 for k in sel["keys"]:
@@ -357,11 +367,14 @@ class KindSynth:
                         calls.append(ToolCall(read.name, {f"{read.entity}_id": tables[e][k][ref]}))
                     op, args = (a, fa) if got[k] >= threshold else (b, fb)
                     calls.append(ToolCall(op.name, {f"{e}_id": k, **args}))
-                what = g.replace("_", " ") if ref is None else \
-                    f"{_label(self.env, self.env.entities[e].fields[ref].target)}'s {g.replace('_', ' ')}"
-                instruction = (f"For {text}: if its {what} is at least {_num(threshold)}, "
-                               f"{phrase(self.env, a, 'it', fa)}; otherwise {phrase(self.env, b, 'it', fb)}.")
-                return _Draft("conditional", instruction, calls, guard=[e])
+                owner = e if ref is None else self.env.entities[e].fields[ref].target
+                m = self._measure(owner, g)
+                whose = "it" if ref is None else f"its {_label(self.env, owner)}"
+                instruction, i = frame("conditional", rng, sel=words.np(rng, form=rng.choice(["every", "each"]))[0],
+                                       c=compare(m, whose, "at_least", threshold, rng),
+                                       nc=compare(m, whose, "below", threshold, rng),
+                                       a=phrase(self.env, a, "it", fa), b=phrase(self.env, b, "it", fb))
+                return _Draft("conditional", instruction, calls, guard=[e], meta={"phrasing": i})
         return None
 
     def _policy(self, s: dict, d: int, rng: random.Random) -> _Draft | None:
@@ -379,11 +392,13 @@ class KindSynth:
             allowed = [k for k in keys if not _violates(rule, op.name, tables[e][k])]
             if not allowed or len(allowed) == len(keys):
                 continue
-            text, calls, qargs = self._describe(tables, e, sel["filters"])
+            words, calls, qargs = self._words(tables, e, sel["filters"])
             calls.append(ToolCall(sel["op"].name, qargs))
             calls += [ToolCall(op.name, {f"{e}_id": k, **args}) for k in allowed]
-            return _Draft("policy", _sentence(phrase(self.env, op, text, args)), calls, guard=[e],
-                          meta={"policy": policy_text(self.env, rule), "refused": len(keys) - len(allowed)})
+            text, i = frame("lookup", rng, vp=phrase(self.env, op, words.np(rng)[0], args))
+            return _Draft("policy", text, calls, guard=[e],
+                          meta={"policy": policy_text(self.env, rule), "refused": len(keys) - len(allowed),
+                                "phrasing": i})
         return None
 
     def _answer(self, s: dict, d: int, rng: random.Random) -> _Draft | None:
@@ -396,8 +411,9 @@ class KindSynth:
                 continue
             rows = tables[e]
             keys = sel["keys"]
-            text, calls, qargs = self._describe(tables, e, sel["filters"])
+            words, calls, qargs = self._words(tables, e, sel["filters"])
             calls.append(ToolCall(sel["op"].name, qargs))
+            text = words.np(rng, plural_only=True)[0]
             nums = [g for g in _numeric(self.env, e) if all(isinstance(rows[k][g], (int, float)) for k in keys)]
             joins = self._joins(e, keys, rows)
             forms = ["count"] + (["total", "most"] if nums and len(keys) >= 2 else [])
@@ -405,16 +421,15 @@ class KindSynth:
             form = "join" if joins and rng.random() < 0.6 else rng.choice(forms)
             if form != "join" and len(calls) < 2:
                 continue  # one listing answers it: too close to a plain read
-            label = _label(self.env, e)
             if form == "count":
                 fact, seen = str(len(keys)), False
-                q = f"How many {label}s" + text[len(f'every {label}'):] + " are there?"
+                q, i = frame("count", rng, q=words.np(rng, form="all")[0][len("all "):])
                 rivals = number_rivals(fact)
             elif form == "total":
                 g = rng.choice(nums)
                 total = sum(rows[k][g] for k in keys)
                 fact, seen = _num(round(total, 2) if isinstance(total, float) else total), False
-                q = f"What is the total {g.replace('_', ' ')} of {text}?"
+                q, i = frame("total", rng, m=self._measure(e, g).noun, sel=text)
                 rivals = number_rivals(fact)
             elif form == "most":
                 g = rng.choice(nums)
@@ -423,7 +438,7 @@ class KindSynth:
                 if len(best) != 1:
                     continue
                 fact, seen = best[0], True
-                q = f"Of {text}, which one has the highest {g.replace('_', ' ')}? Answer with its id."
+                q, i = frame("most", rng, sel=text, sup=_superlative(self._measure(e, g)))
                 rivals = [k.lower() for k in rows if k != best[0]]
             else:
                 ref, read, h = rng.choice(joins)
@@ -436,14 +451,14 @@ class KindSynth:
                 if len(best) != 1:
                     continue
                 fact, seen = best[0], True
-                rlabel = _label(self.env, self.env.entities[e].fields[ref].target)
-                q = (f"Of {text}, which one is for the {rlabel} with the highest {h.replace('_', ' ')}? "
-                     "Answer with its id.")
+                target_e = self.env.entities[e].fields[ref].target
+                q, i = frame("join", rng, sel=text, r=_label(self.env, target_e),
+                             sup=_superlative(self._measure(target_e, h)))
                 calls += [ToolCall(read.name, {f"{read.entity}_id": rid})
                           for rid in dict.fromkeys(rows[k][ref] for k in keys)]
                 rivals = [k.lower() for k in rows if k != best[0]]
             return _Draft("answer", q, calls, guard=[e], facts=[fact], rivals=rivals, seen=seen,
-                          meta={"answer_form": form})
+                          meta={"answer_form": form, "phrasing": i})
         return None
 
     def _joins(self, e: str, keys: list[str], rows: dict) -> list[tuple[str, OperationSpec, str]]:
@@ -492,9 +507,9 @@ class KindSynth:
                     what = f"{_label(self.env, e)} {hidden.replace('_', ' ')}"
                     facts[what] = str(filters.pop(hidden))
                     asks.append(ToolCall(USER_TOOL, {"question": f"Which {what} do you mean?"}))
-                text, others, _ = self._describe(tables, e, filters, mine=ref)
+                words, others, _ = self._words(tables, e, filters, mine=ref)
                 if hidden is not None:
-                    text += f" with the {hidden.replace('_', ' ')} I have in mind"
+                    words.tail = f" with the {hidden.replace('_', ' ')} I have in mind"
                 alabel = _label(self.env, anchor)
 
                 def solution(name: str, key: str, rows: list[str]) -> list[ToolCall]:
@@ -502,11 +517,10 @@ class KindSynth:
                             ToolCall(sel["op"].name, {**shown, ref: key}),
                             *[ToolCall(op.name, {f"{e}_id": k, **args}) for k in rows]]
 
-                instruction = (f"Hi, I'm {_a(alabel)} here. Please {phrase(self.env, op, text, args)}. "
-                               "Ask me for anything you need to know.")
+                instruction, i = frame("user", rng, role=_a(alabel), vp=phrase(self.env, op, words.np(rng)[0], args))
                 twin_name, twin_key, twin_rows = twin
                 return _Draft("user", instruction, solution(facts["name"], shown[ref], sel["keys"]), guard=[e],
-                              user=facts, meta={"user_twin": {**facts, "name": twin_name}, "twin_solution": [
+                              user=facts, meta={"phrasing": i, "user_twin": {**facts, "name": twin_name}, "twin_solution": [
                                   c.to_json() for c in solution(twin_name, twin_key, twin_rows)]})
         return None
 
@@ -576,15 +590,17 @@ class KindSynth:
                                       not any(_violates(x, op.name, r) for x in self.policies))
                 if sel is None:
                     continue
-                text, calls, qargs = self._describe(tables, e, sel["filters"])
-                shown = {**args, p: f"the {g.replace('_', ' ')} you found"}
+                words, calls, qargs = self._words(tables, e, sel["filters"])
+                m = g.replace("_", " ")
+                shown = {**args, p: f"the {m} you found"}
                 calls = [*found, *calls, ToolCall(sel["op"].name, qargs)]
                 calls += [ToolCall(op.name, {f"{e}_id": k, **args}) for k in sel["keys"]]
-                instruction = (f"In the {self.services[src].replace('_', ' ')} records, look up the "
-                               f"{g.replace('_', ' ')} of {name_text}. Then, in the "
-                               f"{self.services[e].replace('_', ' ')} records, {phrase(self.env, op, text, shown)}.")
+                instruction, i = frame("transfer", rng, src=self.services[src].replace("_", " "),
+                                       dst=self.services[e].replace("_", " "), who=name_text, m=m,
+                                       vp=phrase(self.env, op, words.np(rng)[0], shown))
                 return _Draft("multi_service", instruction, calls, guard=[e],
-                              meta={"services": [self.services[src], self.services[e]], "form": "transfer"})
+                              meta={"services": [self.services[src], self.services[e]], "form": "transfer",
+                                    "phrasing": i})
         return None
 
     def _switch(self, tables: dict, src: str, row: dict, found: list[ToolCall], name_text: str,
@@ -607,20 +623,22 @@ class KindSynth:
             lo, hi = gen.range if gen is not None and gen.range else (row[g] - 2, row[g] + 2)
             threshold = rng.randint(int(lo) + 1, max(int(lo) + 1, int(hi)))
             op, args = (a, fa) if row[g] >= threshold else (b, fb)
-            text, calls, qargs = self._describe(tables, e, sel["filters"])
+            words, calls, qargs = self._words(tables, e, sel["filters"])
             calls = [*found, *calls, ToolCall(sel["op"].name, qargs)]
             calls += [ToolCall(op.name, {f"{e}_id": k, **args}) for k in sel["keys"]]
-            instruction = (f"Check the {g.replace('_', ' ')} of {name_text} in the "
-                           f"{self.services[src].replace('_', ' ')} records. If it is at least {_num(threshold)}, "
-                           f"{phrase(self.env, a, text, fa)} in the {self.services[e].replace('_', ' ')} records; "
-                           f"otherwise {phrase(self.env, b, text, fb)} there.")
+            text = words.np(rng)[0]
+            instruction, i = frame("switch", rng, who=name_text, src=self.services[src].replace("_", " "),
+                                   dst=self.services[e].replace("_", " "),
+                                   c=compare(self._measure(src, g), name_text, "at_least", threshold, rng),
+                                   a=phrase(self.env, a, text, fa), b=phrase(self.env, b, text, fb))
             return _Draft("multi_service", instruction, calls, guard=[e],
-                          meta={"services": [self.services[src], self.services[e]], "form": "condition"})
+                          meta={"services": [self.services[src], self.services[e]], "form": "condition",
+                                "phrasing": i})
         return None
 
 
-def _a(word: str) -> str:
-    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
+def _superlative(m: Measure) -> str:
+    return f"the most {m.noun}" if m.count else f"the highest {m.noun}"
 
 
 def _sentence(text: str) -> str:
