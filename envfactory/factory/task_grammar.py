@@ -331,7 +331,7 @@ def _picks(k: "KindSynth", tables: dict, target: str, rng: random.Random) -> lis
                 options: list[dict] = [{}]
                 for p in q.params:
                     if k.env.entities[target].fields[p].type == "enum":
-                        options += [{p: v} for v in {r.get(p) for r in rows.values()} if v is not None]
+                        options += [{p: v} for v in sorted({r.get(p) for r in rows.values()}, key=str) if v is not None]
                 for filt in options:
                     pick = {"entity": target, "query": q.name, "filters": filt, "field": h, "most": most}
                     if _pick_key(tables, pick) is not None:
@@ -364,10 +364,24 @@ def _pick_sets(k: "KindSynth", tables: dict, e: str, rng: random.Random, ok: Any
                         filters[more] = next(row[more] for row in tables[e].values() if str(row.get(more)) == v)
                     st = {"entity": e, "query": q.name, "filters": filters}
                     keys = _set_keys(tables, st)
-                    if keys and len(keys) < len(tables[e]) and all(ok(key) for key in keys):
+                    if keys and len(keys) < len(tables[e]) and all(ok(key) for key in keys) and \
+                            _rivalled(tables, st, r, _pick_key(tables, pick), ok):
                         out.append(st)
     rng.shuffle(out)
     return out
+
+
+def _rivalled(tables: dict, st: Plan, r: str, chosen: str | None, ok: Any) -> bool:
+    """Whether another row of the pick's table, had it been picked, would name rows the act
+    applies to as well: the pick decides which rows are acted on."""
+    pick = st["filters"][r]["pick"]
+    rest = {f: v for f, v in st["filters"].items() if f != r}
+    named: dict[Any, list[str]] = {}
+    for key, row in tables[st["entity"]].items():
+        if _matches(row, rest) and row.get(r) not in (None, chosen) and \
+                _matches(tables[pick["entity"]].get(row[r], {}), pick["filters"]):
+            named.setdefault(row[r], []).append(key)
+    return any(all(ok(key) for key in keys) for keys in named.values())
 
 
 def _plain_set(k: "KindSynth", tables: dict, e: str, want: int, rng: random.Random, ok: Any) -> Plan | None:
@@ -378,7 +392,7 @@ def _plain_set(k: "KindSynth", tables: dict, e: str, want: int, rng: random.Rand
 def _sets(k: "KindSynth", tables: dict, e: str, d: int, rng: random.Random, ok: Any, *, pick: bool) -> list[Plan]:
     """Candidate sets of ``e``: through a pick first when ``pick``, else a plain selection."""
     out = _pick_sets(k, tables, e, rng, ok)[:4] if pick else []
-    plain = _plain_set(k, tables, e, max(3, d + 1), rng, ok)
+    plain = _plain_set(k, tables, e, d + 1, rng, ok)
     return out + ([plain] if plain else [])
 
 
@@ -460,7 +474,7 @@ def _exception(k: "KindSynth", tables: dict, d: int, rng: random.Random) -> Plan
                 for f, fs in ent.fields.items():
                     if f in st["filters"] or f == "name" or fs.type not in ("enum", "str", "bool", "ref"):
                         continue
-                    for v in {tables[e][key].get(f) for key in keys}:
+                    for v in sorted({tables[e][key].get(f) for key in keys}, key=str):
                         drop = [key for key in keys if tables[e][key].get(f) == v]
                         if v is not None and 0 < len(drop) < len(keys) - 1:
                             if fs.type == "ref" and not k._ref_text(tables, fs.target, v)[1]:
@@ -578,6 +592,8 @@ def make(k: "KindSynth", kind: str, initial: Any, difficulty: int, rng: random.R
         if any(_pick_key(final_tables, p) != _pick_key(before, p) for p in _picks_in(part)):
             return None
     calls = [c for _, _, cs in stages for c in cs]
+    if len(calls) > k.env.max_turns - 2:
+        return None  # the reference and the answer must fit the turn limit with a turn to spare
     parts = [p["kind"] for p in plan] + (["pick"] if _picks_in(plan) else [])
     draft = _Draft(kind, words(k, [(p, b) for p, b, _ in stages]), calls,
                    guard=sorted({p["set"]["entity"] for p in plan}), meta={"plan": plan, "grammar": parts})
