@@ -27,7 +27,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-GOAL_KINDS = ("lookup", "answer", "conditional", "user", "policy", "multi_service")
+GOAL_KINDS = ("lookup", "answer", "conditional", "user", "policy", "multi_service",
+              # the task grammar's compositional kinds: attempted with the frames above, for which
+              # no frame of their own was written (the agent is keyed to the old sentence frames)
+              "chain", "aggregate", "exception", "recovery")
 
 _ROW = re.compile(r"^(?:Updated )?([a-z][a-z _]*?) (\S+): (.*)$")
 _FIELD = re.compile(r"(\w+)=(.*?)(?=, \w+=|$)")

@@ -23,9 +23,10 @@ def test_it_solves_a_known_conditional_task_by_its_frame():
 
 def test_it_plays_every_goal_kind_to_the_end_on_a_few_families():
     kinds = set()
-    for name in ("RetailOrders-v1", "Campus-v0", "Museum-v0"):
+    # families until every kind has been played (a kind is played on the first one with it)
+    for name in ("RetailOrders-v1", "MobilityDesk-v0", "Museum-v0", "TravelDesk-v0", "HomeBuying-v0"):
         for task in envfactory.spec(name).tasks_in("eval"):
-            if task.kind not in GOAL_KINDS:
+            if task.kind not in GOAL_KINDS or task.kind in kinds - {"lookup", "conditional"}:
                 continue
             env = envfactory.make(name, split="all")
             env.reset(task)
@@ -34,4 +35,4 @@ def test_it_plays_every_goal_kind_to_the_end_on_a_few_families():
             assert env.done  # it always ends the episode, solved or not
             kinds.add(task.kind)
             env.close()
-    assert {"lookup", "answer", "conditional", "user", "multi_service", "policy"} <= kinds
+    assert set(GOAL_KINDS) <= kinds

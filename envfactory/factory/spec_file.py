@@ -37,13 +37,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 __all__ = ["FieldSpec", "SeedRule", "EntitySpec", "Precondition", "Effect", "OperationSpec",
            "TaskRules", "PolicyRule", "Variant", "EnvFile", "ComposedFile", "TASK_KINDS"]
 
-TASK_KINDS = ("steps", "lookup", "conditional", "policy", "answer", "user", "multi_service")
+TASK_KINDS = ("steps", "lookup", "conditional", "policy", "answer", "user", "multi_service",
+              "chain", "aggregate", "exception", "recovery")
 """Task kinds a spec family can synthesize (:mod:`.task_kinds`): ``steps`` (the instruction
 lists the calls), ``lookup`` (a goal over rows named by their attributes, found before acting),
 ``conditional`` (the action on each row depends on a value a tool shows), ``policy`` (a request
 part of which the system prompt's policy forbids), ``answer`` (a question about the state,
 judged on the answer), ``user`` (a simulated user holds the facts the agent must ask for) and
-``multi_service`` (look up in one service, act in another; composed files)."""
+``multi_service`` (look up in one service, act in another; composed files); and the
+compositional kinds of :mod:`.task_grammar`: ``chain`` (a later step acts on what an earlier one
+found), ``aggregate`` (a total, count or average decides the action), ``exception`` (every row
+of a description except some) and ``recovery`` (where the tools refuse an action, another)."""
 
 _IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
 

@@ -42,6 +42,7 @@ from ..state import State, copy_state, diff_leaves, state_hash, state_leaves
 from ..task import Task, ToolCall, number_rivals
 from ..tooling import Tool
 from ..users import USER_TOOL
+from . import task_grammar
 from .checks import ChangeCheck
 from .spec_file import TASK_KINDS, EnvFile, OperationSpec, PolicyRule
 from .realize import Measure, Owner, Selection, a as _a, compare, frame
@@ -164,6 +165,8 @@ class KindSynth:
             task = Task(id=task_id, instruction=instruction, initial_state=initial, solution=calls, check=check,
                         difficulty=difficulty, metadata={"kind": "steps", "difficulty": difficulty})
             return task if self.accept(task) else None
+        if kind in task_grammar.KINDS:  # compositional kinds: plans of the task grammar
+            return task_grammar.make(self, kind, initial, difficulty, rng, task_id)
         self._memo: dict[tuple, bool] = {}
         draft = getattr(self, f"_{kind}")(json.loads(initial.model_dump_json()), difficulty, rng)
         return None if draft is None else self._finish(draft, initial, difficulty, task_id)
