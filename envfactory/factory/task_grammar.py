@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from ..state import copy_state
 from ..task import Task, ToolCall
 from .spec_file import OperationSpec
+from .realize import Measure, amount, plural
 from .spec_words import fill_params, label, number_text, numeric_fields, phrase, violates
 
 if TYPE_CHECKING:
@@ -230,16 +231,25 @@ def _part_words(k: "KindSynth", tables: dict, plan: Plan) -> str:
     def field(f: str) -> str:
         return f.replace("_", " ")
 
+    def value(v: Any) -> str:
+        return str(v).replace("_", " ")
+
+    def top(e: str, f: str, most: bool) -> str:
+        """ "the highest fee", "the most open bays", "the fewest open bays" (the language layer's measure)."""
+        m = Measure.of(f, env.entities[e].fields[f].description or "")
+        if m.count:
+            return f"the {'most' if most else 'fewest'} {m.noun}"
+        return f"the {'highest' if most else 'lowest'} {m.noun}"
+
     def pick_text(p: Plan) -> str:
-        among = "".join(f" whose {field(f)} is {v}" for f, v in p["filters"].items())
-        return (f"the {label(env, p['entity'])}{among} with the {'highest' if p['most'] else 'lowest'} "
-                f"{field(p['field'])}")
+        among = " and".join(f" whose {field(f)} is {value(v)}" for f, v in p["filters"].items())
+        return f"the {label(env, p['entity'])}{among} with {top(p['entity'], p['field'], p['most'])}"
 
     def extreme_text(e: str, m: Plan, most: bool) -> str:
-        top = "highest" if most else "lowest"
         if m["ref"] is None:
-            return f"the one with the {top} {field(m['field'])}"
-        return f"the one whose {label(env, env.entities[e].fields[m['ref']].target)} has the {top} {field(m['field'])}"
+            return f"the one with {top(e, m['field'], most)}"
+        target = env.entities[e].fields[m["ref"]].target
+        return f"the one whose {label(env, target)} has {top(target, m['field'], most)}"
 
     def set_text(st: Plan, found: str | None = None) -> str:
         e = st["entity"]
@@ -251,9 +261,9 @@ def _part_words(k: "KindSynth", tables: dict, plan: Plan) -> str:
             elif ent.fields[f].type == "ref":
                 of.append("of " + k._ref_text(tables, ent.fields[f].target, v)[0])
             else:
-                whose.append(f"{field(f)} is {v}")
+                whose.append(f"{field(f)} is {value(v)}")
         return f"every {label(env, e)}" + "".join(" " + o for o in of) + (
-            " whose " + " and ".join(whose) if whose else "")
+            " whose " + " and whose ".join(whose) if whose else "")
 
     def act_text(act: Plan, target: str) -> str:
         op = k._ops[act["op"]]
@@ -286,7 +296,7 @@ def _part_words(k: "KindSynth", tables: dict, plan: Plan) -> str:
                 if env.entities[e].fields[f].type == "ref":
                     parts.append("of " + k._ref_text(tables, env.entities[e].fields[f].target, v)[0])
                 else:
-                    parts.append(f"whose {field(f)} is {v}")
+                    parts.append(f"whose {field(f)} is {value(v)}")
             but = "those " + " and ".join(parts)
         else:
             but = extreme_text(st["entity"], ex["measure"], ex["most"])
@@ -297,11 +307,15 @@ def _part_words(k: "KindSynth", tables: dict, plan: Plan) -> str:
         n = number_text(plan["above"])
         if m["agg"] == "count":
             cond = f"there are more than {n} of them"
-        elif m["ref"] is None:
-            cond = f"their {m['agg']} {field(m['field'])} is above {n}"
         else:
-            target_label = label(env, env.entities[st["entity"]].fields[m["ref"]].target)
-            cond = f"the {m['agg']} {field(m['field'])} of their {target_label}s is above {n}"
+            owner = st["entity"] if m["ref"] is None else env.entities[st["entity"]].fields[m["ref"]].target
+            ms = Measure.of(m["field"], env.entities[owner].fields[m["field"]].description or "")
+            say = f"{m['agg']} {ms.noun}"
+            if m["ref"] is None:
+                cond = f"their {say} is above {amount(ms, plan['above']) if not ms.count else n}"
+            else:
+                cond = (f"the {say} of their {plural(label(env, owner))} is above "
+                        f"{amount(ms, plan['above']) if not ms.count else n}")
         only = plan.get("only")
         other = "all of them" if only is None else (
             "only " + extreme_text(st["entity"], only["measure"], only["most"]))
