@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import inflection
 
@@ -172,13 +172,17 @@ def rel_compare(m: Measure, op: str, value: Any, *, plural_rows: bool = False) -
 
 @dataclass(frozen=True)
 class Owner:
-    """A row the selected rows belong to: said by name ("customer Kim") or by id ("student ST-4")."""
+    """A row the selected rows belong to: said by name ("customer Kim"), by id ("student ST-4"),
+    or in words of its own (``said``: "that mechanic", "the mechanic with the most open bays")."""
 
     label: str
     name: str
+    said: str | None = None
 
     def text(self, rng: random.Random, *, short: bool = False) -> str:
         """ "customer Kim", or (not ``short``, sometimes) "the customer named Kim"."""
+        if self.said is not None:
+            return self.said
         if short or re.match(r"^[A-Z]+-\d+$", self.name) or rng.random() < 0.6:
             return f"{self.label} {self.name}"
         return f"the {self.label} named {self.name}"
@@ -218,8 +222,8 @@ class Selection:
     tail: str = ""                                                # " with the status I have in mind"
 
     @classmethod
-    def build(cls, noun: str, filters: list[tuple[str, str, Any]], owners: list[Owner], *, mine: bool = False
-              ) -> "Selection":
+    def build(cls, noun: str, filters: Sequence[tuple[str, str, Any]], owners: Sequence[Owner], *,
+              mine: bool = False) -> "Selection":
         """``filters``: (field, type, value) of the non-reference filters."""
         s = cls(noun=noun, owners=list(owners), mine=mine)
         for f, typ, v in filters:
@@ -255,7 +259,10 @@ class Selection:
         for f, on in self.flags:
             parts.append(f"that {be} {'' if on else 'not '}{f.replace('_', ' ')}")
         for f, v in self.wheres:
-            parts.append(f"whose {f.replace('_', ' ')} is {_value_text(v)}")
+            text = _value_text(v)
+            if isinstance(v, str) and " " in text and "_" not in v and not re.match(r"[A-Z]", text):
+                text = f"'{text}'"  # free text ("whose note is 'use the side entrance'"), not a name
+            parts.append(f"whose {f.replace('_', ' ')} is {text}")
         if not parts:
             return ""
         return " " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
@@ -348,6 +355,28 @@ FRAMES: dict[str, list[str]] = {
                  "First check the {src} records for the {m} of {who}; then, over in the {dst} records, {vp}.",
                  "Using the {m} of {who} from the {src} records, {vp} in the {dst} records.",
                  "Look up {who} in the {src} records and note the {m}. In the {dst} records, {vp}."],
+    # the grammar kinds (task_grammar.py). {pick}: "the mechanic with the most open bays"; {vp}: the act
+    "chain": ["Find {pick}. Then {vp}.", "First find {pick}; once you know which one it is, {vp}.",
+              "Look up {pick}, then {vp}.", "Start by finding {pick}. After that, {vp}.",
+              "Work out {pick} and then {vp}.", "Which is {pick}? Find out, then {vp}."],
+    "find": ["Find {pick}.", "First find {pick}.", "Start by finding {pick}.", "Look up {pick} first.",
+             "Work out {pick}."],
+    # {vp}: the act over the rows; {but}: the exception; {leave}: "leave them as they are"
+    "exception": ["{Vp}, except {but}: {leave}.", "{Vp}, but not {but}: {leave}.",
+                  "Except for {but}, {vp}.", "Please {vp}. Leave out {but}.", "{Vp}; skip {but}.",
+                  "I'd like you to {vp}, with one exception: {but}. {Leave}."],
+    # {sel}: the rows; {cond}: over them as a group; {then}/{other}: the two ways to act
+    "aggregate": ["Look at {sel}. If {cond}, {then}; otherwise {other}.",
+                  "Check {sel}: if {cond}, {then}. If not, {other}.",
+                  "Consider {sel}. When {cond}, {then}; when not, {other}.",
+                  "Go over {sel} together. If {cond}, {then}; else {other}.",
+                  "Take {sel} as a group: if {cond}, {then}, and otherwise {other}."],
+    # {vp}: the act to try; {alt}: the alternative on "that one"
+    "recovery": ["Try to {vp}. Wherever the system refuses, {alt} instead.",
+                 "Please {vp}. If the system refuses any of them, {alt} instead.",
+                 "Attempt to {vp}; for any the system won't allow, {alt} instead.",
+                 "{Vp}. Where that is not allowed, {alt} instead.",
+                 "I'd like you to {vp}. Any that can't be done that way: {alt} instead."],
     # {who}; {src}/{dst}; {c}: "their loyalty points are at least 888"; {a}/{b}: acts over the rows
     "switch": ["Check {who} in the {src} records. If {c}, {a} in the {dst} records; otherwise {b} there.",
                "Look up {who} in the {src} records: if {c}, then in the {dst} records {a}; if not, {b} there.",

@@ -32,16 +32,18 @@ from __future__ import annotations
 
 import json
 import random
-from typing import TYPE_CHECKING, Any
+import re
+import zlib
+from typing import Any
 
 from ..state import copy_state
 from ..task import Task, ToolCall
 from .spec_file import OperationSpec
-from .realize import Measure, amount, plural
+from .realize import Measure, Owner, Selection, amount, frame, plural
+from .task_draft import Draft
 from .spec_words import fill_params, label, number_text, numeric_fields, phrase, violates
 
-if TYPE_CHECKING:
-    from .task_kinds import KindSynth
+KindSynth = Any  # the synthesizer of .task_kinds (not imported: it imports this module)
 
 __all__ = ["KINDS", "make", "solution", "words"]
 
@@ -219,20 +221,31 @@ def _ok(k: "KindSynth", tables: dict, act: Plan, e: str, key: str) -> bool:
 
 # -- words (one place, to be routed through the realizer later) ---------------------------
 def words(k: "KindSynth", stages: list[tuple[Plan, dict]]) -> str:
-    """The instruction of a plan's parts (each with the tables it starts from): every clause is
-    built here, from ``phrase``, ``label`` and ``number_text`` of :mod:`.spec_words`."""
-    texts = [_part_words(k, tables, part) for part, tables in stages]
-    return " After that, ".join([texts[0]] + [t[0].lower() + t[1:] for t in texts[1:]])
+    """The instruction of a plan's parts (each with the tables it starts from), in the language
+    layer's words and frames (:mod:`.realize`): each part in one of its kind's frames, drawn
+    from a generator seeded by the plan itself (stable across runs and hash seeds)."""
+    return words_and_phrasing(k, stages)[0]
 
 
-def _part_words(k: "KindSynth", tables: dict, plan: Plan) -> str:
+def words_and_phrasing(k: "KindSynth", stages: list[tuple[Plan, dict]], salt: str = "") -> tuple[str, int]:
+    """:func:`words` and the frame of the first part (``metadata["phrasing"]``); ``salt`` (the
+    task's id) lets equal plans of different tasks be said differently."""
+    rng = random.Random(zlib.crc32((salt + json.dumps([p for p, _ in stages], sort_keys=True, default=str)).encode()))
+    said = [_part_words(k, tables, part, rng) for part, tables in stages]
+    text = said[0][0]
+    for t, _ in said[1:]:
+        joint = rng.choice(["After that, ", "Then, ", "Next, ", "Once that is done, ", "When you are done, "])
+        text += " " + joint + (t if re.match(r"I\b", t) else t[0].lower() + t[1:])
+    return text, said[0][1]
+
+
+def _part_words(k: "KindSynth", tables: dict, plan: Plan, rng: random.Random) -> tuple[str, int]:
     env = k.env
 
-    def field(f: str) -> str:
-        return f.replace("_", " ")
-
     def value(v: Any) -> str:
-        return str(v).replace("_", " ")
+        text = str(v).replace("_", " ")
+        free = isinstance(v, str) and " " in text and "_" not in v and not re.match(r"[A-Z]", text)
+        return f"'{text}'" if free else text  # free text is quoted, names are not
 
     def top(e: str, f: str, most: bool) -> str:
         """ "the highest fee", "the most open bays", "the fewest open bays" (the language layer's measure)."""
@@ -242,7 +255,7 @@ def _part_words(k: "KindSynth", tables: dict, plan: Plan) -> str:
         return f"the {'highest' if most else 'lowest'} {m.noun}"
 
     def pick_text(p: Plan) -> str:
-        among = " and".join(f" whose {field(f)} is {value(v)}" for f, v in p["filters"].items())
+        among = " and".join(f" whose {f.replace('_', ' ')} is {value(v)}" for f, v in p["filters"].items())
         return f"the {label(env, p['entity'])}{among} with {top(p['entity'], p['field'], p['most'])}"
 
     def extreme_text(e: str, m: Plan, most: bool) -> str:
@@ -251,19 +264,19 @@ def _part_words(k: "KindSynth", tables: dict, plan: Plan) -> str:
         target = env.entities[e].fields[m["ref"]].target
         return f"the one whose {label(env, target)} has {top(target, m['field'], most)}"
 
-    def set_text(st: Plan, found: str | None = None) -> str:
-        e = st["entity"]
+    def selection(e: str, filters: dict, found: str | None = None) -> Selection:
         ent = env.entities[e]
-        of, whose = [], []
-        for f, v in st["filters"].items():
+        owners, plain = [], []
+        for f, v in filters.items():
             if isinstance(v, dict):
-                of.append(f"of {found or pick_text(v['pick'])}")
+                owners.append(Owner(label(env, v["pick"]["entity"]), "", said=found or pick_text(v["pick"])))
             elif ent.fields[f].type == "ref":
-                of.append("of " + k._ref_text(tables, ent.fields[f].target, v)[0])
+                target = ent.fields[f].target
+                text = k._ref_text(tables, target, v)[0]
+                owners.append(Owner(label(env, target), text[len(label(env, target)) + 1:]))
             else:
-                whose.append(f"{field(f)} is {value(v)}")
-        return f"every {label(env, e)}" + "".join(" " + o for o in of) + (
-            " whose " + " and whose ".join(whose) if whose else "")
+                plain.append((f, ent.fields[f].type, v))
+        return Selection.build(label(env, e), plain, owners)
 
     def act_text(act: Plan, target: str) -> str:
         op = k._ops[act["op"]]
@@ -276,18 +289,22 @@ def _part_words(k: "KindSynth", tables: dict, plan: Plan) -> str:
 
     st = plan["set"]
     picked = next((v["pick"] for v in st["filters"].values() if isinstance(v, dict)), None)
-    lead = ""
-    if picked is not None:  # the chain's first step, said as a step of its own
-        lead = f"Find {pick_text(picked)}. Then "
-        target = set_text(st, found=f"that {label(env, picked['entity'])}")
-    else:
-        target = set_text(st)
+    rows = selection(st["entity"], st["filters"],
+                     found=None if picked is None else f"that {label(env, picked['entity'])}")
     kind = plan["kind"]
     if kind == "chain":
-        text = act_text(plan["acts"][0], target)
+        target = rows.np(rng)[0]
+        vp = act_text(plan["acts"][0], target)
         for act in plan["acts"][1:]:
-            text += ", then " + act_text(act, "each of them")
-    elif kind == "exception":
+            vp += ", then " + act_text(act, "each of them")
+        if picked is None:  # the pick is an argument of the act: one request
+            return frame("lookup", rng, vp=vp)
+        return frame("chain", rng, pick=pick_text(picked), vp=vp)
+    if picked is not None:  # a chain inside another kind: its first step said on its own
+        lead, _ = frame("find", rng, pick=pick_text(picked))
+    else:
+        lead = ""
+    if kind == "exception":
         ex = plan["except"]
         if "filters" in ex:
             e = st["entity"]
@@ -296,12 +313,12 @@ def _part_words(k: "KindSynth", tables: dict, plan: Plan) -> str:
                 if env.entities[e].fields[f].type == "ref":
                     parts.append("of " + k._ref_text(tables, env.entities[e].fields[f].target, v)[0])
                 else:
-                    parts.append(f"whose {field(f)} is {value(v)}")
+                    parts.append(f"whose {f.replace('_', ' ')} is {value(v)}")
             but = "those " + " and ".join(parts)
         else:
             but = extreme_text(st["entity"], ex["measure"], ex["most"])
         leave = "leave them as they are" if "filters" in ex else "leave it as it is"
-        text = act_text(plan["act"], target) + f", except {but}: {leave}"
+        text, i = frame("exception", rng, vp=act_text(plan["act"], rows.np(rng)[0]), but=but, leave=leave)
     elif kind == "aggregate":
         m = plan["measure"]
         n = number_text(plan["above"])
@@ -310,22 +327,20 @@ def _part_words(k: "KindSynth", tables: dict, plan: Plan) -> str:
         else:
             owner = st["entity"] if m["ref"] is None else env.entities[st["entity"]].fields[m["ref"]].target
             ms = Measure.of(m["field"], env.entities[owner].fields[m["field"]].description or "")
-            say = f"{m['agg']} {ms.noun}"
-            if m["ref"] is None:
-                cond = f"their {say} is above {amount(ms, plan['above']) if not ms.count else n}"
-            else:
-                cond = (f"the {say} of their {plural(label(env, owner))} is above "
-                        f"{amount(ms, plan['above']) if not ms.count else n}")
+            # "their combined total", not "their total total"
+            say = f"{m['agg'] if m['agg'] not in ms.noun.split() else {'total': 'combined'}.get(m['agg'], 'mean')} {ms.noun}"
+            limit = n if ms.count else amount(ms, plan["above"])
+            cond = f"their {say} is above {limit}" if m["ref"] is None else \
+                f"the {say} of their {plural(label(env, owner))} is above {limit}"
         only = plan.get("only")
         other = "all of them" if only is None else (
             "only " + extreme_text(st["entity"], only["measure"], only["most"]))
-        text = (f"look at {target}. If {cond}, {act_text(plan['then'], 'each of them')}; "
-                f"otherwise {act_text(plan['else'], other)}")
+        text, i = frame("aggregate", rng, sel=rows.np(rng)[0], cond=cond,
+                        then=act_text(plan["then"], "each of them"), other=act_text(plan["else"], other))
     else:  # recovery
-        text = (f"try to {act_text(plan['try'], target)}. Wherever the system refuses, "
-                f"{act_text(plan['else'], 'that one')} instead")
-    text = lead + text
-    return text[0].upper() + text[1:] + "."
+        text, i = frame("recovery", rng, vp=act_text(plan["try"], rows.np(rng)[0]),
+                        alt=act_text(plan["else"], "that one"))
+    return (lead + " " + text if lead else text), i
 
 
 # -- building plans ------------------------------------------------------------------------
@@ -576,8 +591,6 @@ _BUILDERS = {"chain": _chain, "aggregate": _aggregate, "exception": _exception, 
 def make(k: "KindSynth", kind: str, initial: Any, difficulty: int, rng: random.Random, task_id: str) -> Task | None:
     """One ``kind`` task on ``initial`` (``None`` when the state gives none, or when doing
     nothing or applying one of its writes to every row would pass its check)."""
-    from .task_kinds import _Draft
-
     k._memo = {}
     tables = json.loads(initial.model_dump_json())["tables"]
     first = _BUILDERS[kind](k, tables, difficulty, rng)
@@ -609,8 +622,9 @@ def make(k: "KindSynth", kind: str, initial: Any, difficulty: int, rng: random.R
     if len(calls) > k.env.max_turns - 2:
         return None  # the reference and the answer must fit the turn limit with a turn to spare
     parts = [p["kind"] for p in plan] + (["pick"] if _picks_in(plan) else [])
-    draft = _Draft(kind, words(k, [(p, b) for p, b, _ in stages]), calls,
-                   guard=sorted({p["set"]["entity"] for p in plan}), meta={"plan": plan, "grammar": parts})
+    text, phrasing = words_and_phrasing(k, [(p, b) for p, b, _ in stages], salt=task_id)
+    draft = Draft(kind, text, calls, guard=sorted({p["set"]["entity"] for p in plan}),
+                   meta={"plan": plan, "grammar": parts, "phrasing": phrasing})
     task = k._finish(draft, initial, difficulty, task_id, accept=False)
     if task is None or _shortcut_passes(k, task):
         return None
@@ -647,6 +661,6 @@ def _shortcut_passes(k: "KindSynth", task: Task) -> bool:
         s: Any = copy_state(task.initial_state)
         for key in sorted(s.tables.get(op.entity, {})):
             k.tools[op.name].invoke(s, {f"{op.entity}_id": key, **args})
-        if task.check(s):
+        if task.check is not None and task.check(s):
             return True
     return False

@@ -35,7 +35,6 @@ from __future__ import annotations
 import itertools
 import json
 import random
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, cast
 
 from ..state import State, copy_state, diff_leaves, state_hash, state_leaves
@@ -45,6 +44,7 @@ from ..users import USER_TOOL
 from . import task_grammar
 from .checks import ChangeCheck
 from .spec_file import TASK_KINDS, EnvFile, OperationSpec, PolicyRule
+from .task_draft import Draft as _Draft
 from .realize import Measure, Owner, Selection, a as _a, compare, frame
 from .spec_words import (fill_params as _fills, finder as _finder, is_person as _person, label as _label,
                          number_text as _num, numeric_fields as _numeric, phrase, policy_text, violates as _violates)
@@ -54,19 +54,6 @@ __all__ = ["KindSynth"]
 
 
 # -- building one task ---------------------------------------------------------
-@dataclass
-class _Draft:
-    kind: str
-    instruction: str
-    calls: list[ToolCall]
-    guard: list[str] = field(default_factory=list)     # tables whose every row the check pins
-    facts: list[str] = field(default_factory=list)
-    rivals: list[str] | None = None
-    seen: bool = True
-    user: dict[str, str] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
 def _pin(final: dict, tables: list[str]) -> dict[tuple, Any]:
     return {p: v for p, v in final.items() if len(p) >= 2 and p[0] == "tables" and p[1] in tables}
 

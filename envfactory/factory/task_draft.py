@@ -1,0 +1,24 @@
+"""A goal-level task before it is finished (its check built from the reference's changes):
+what :mod:`.task_kinds` and :mod:`.task_grammar` both make."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..task import ToolCall
+
+__all__ = ["Draft"]
+
+
+@dataclass
+class Draft:
+    kind: str
+    instruction: str
+    calls: list[ToolCall]
+    guard: list[str] = field(default_factory=list)     # tables whose every row the check pins
+    facts: list[str] = field(default_factory=list)
+    rivals: list[str] | None = None
+    seen: bool = True
+    user: dict[str, str] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
