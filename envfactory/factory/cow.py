@@ -18,7 +18,7 @@ they are (no copy); dumps, hashes and snapshots write them as plain data.
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterator
+from typing import Any, Iterator, SupportsIndex
 
 __all__ = ["CowDict", "CowList", "armed", "new_token", "COW_TYPES"]
 
@@ -72,7 +72,7 @@ def _live(c: Any) -> bool:
     return tok is not None and tok is getattr(_local, "tok", None)
 
 
-class CowDict(dict):  # type: ignore[type-arg]
+class CowDict(dict[Any, Any]):
     """A dict whose children are copied when a tool of its state first reaches them."""
 
     __slots__ = ("_tok", "_mine")
@@ -127,7 +127,7 @@ class CowDict(dict):  # type: ignore[type-arg]
         for k, v in dict(*args, **kwargs).items():
             self[k] = v
 
-    def __ior__(self, other: Any) -> CowDict:  # type: ignore[override,misc]
+    def __ior__(self, other: Any) -> CowDict:
         self.update(other)
         return self
 
@@ -170,7 +170,7 @@ class CowDict(dict):  # type: ignore[type-arg]
         return out
 
 
-class CowList(list):  # type: ignore[type-arg]
+class CowList(list[Any]):
     """A list whose children are copied when a tool of its state first reaches them."""
 
     __slots__ = ("_tok", "_mine")
@@ -213,9 +213,9 @@ class CowList(list):  # type: ignore[type-arg]
             return list.__reversed__(self)
         return (self._at(i) for i in range(len(self) - 1, -1, -1))
 
-    def pop(self, i: int = -1) -> Any:
+    def pop(self, i: SupportsIndex = -1) -> Any:
         if _live(self) and self:
-            self._at(i)
+            self._at(i.__index__())
         return list.pop(self, i)
 
     def append(self, v: Any) -> None:
@@ -234,7 +234,7 @@ class CowList(list):  # type: ignore[type-arg]
             self._mine.update(map(id, vs))
         list.extend(self, vs)
 
-    def __iadd__(self, vs: Any) -> CowList:  # type: ignore[override,misc]
+    def __iadd__(self, vs: Any) -> CowList:
         self.extend(vs)
         return self
 
@@ -243,10 +243,10 @@ class CowList(list):  # type: ignore[type-arg]
 
     __copy__ = copy
 
-    def __add__(self, other: Any) -> list[Any]:  # type: ignore[override]
+    def __add__(self, other: Any) -> list[Any]:
         return self.copy() + list(other)
 
-    def __mul__(self, n: Any) -> list[Any]:  # type: ignore[override]
+    def __mul__(self, n: Any) -> list[Any]:
         return self.copy() * n
 
     def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
@@ -311,3 +311,79 @@ class armed:
 
     def __exit__(self, *exc: Any) -> None:
         _local.tok = self.prev
+
+
+# -- the state quota's measure, per container ------------------------------------------------------
+_SIZES: dict[int, tuple[Any, int]] = {}  # id -> (a plain container no state changes any more, its size)
+_SIZES_CAP = 1 << 20
+
+
+def cow_state_size(state: Any, limit: int | None = None) -> int:
+    """:func:`envfactory.quotas.state_size` of a copy-on-write state, the same count, without
+    walking again what no state can change any more: containers shared between states (copy on
+    write copies them before a change) are measured once and remembered; only the containers this
+    state has made its own since its last fork (the table and the record a call reached) are
+    walked, their shared children looked up. So a writing call on a multi-MB database measures
+    the tables it touched, not the database."""
+    from ..quotas import state_size
+
+    priv = state.__pydantic_private__
+    tok = priv.get("_tok") if priv else None
+    mine = priv.get("_mine", ()) if priv else ()
+    total = 2
+    try:
+        for k, v in state.__dict__.items():
+            total += len(k) + 4 + _size(v, k not in mine, tok, state_size, set())
+    except RecursionError:  # nested too deep for this walk: the engine's, which has no depth limit
+        return state_size(_Plain(state), limit)
+    return total
+
+
+class _Plain:
+    """A state's fields as a plain object, for the engine's walk."""
+
+    def __init__(self, state: Any) -> None:
+        self.__dict__ = dict(state.__dict__)
+
+
+def _size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
+    """The size of ``v``; ``frozen``: no state changes it any more (it is shared, or reached only
+    through what is)."""
+    cls = v.__class__
+    if cls is str:
+        return len(v) + 2 if v.isascii() else len(v.encode("utf-16-le", "surrogatepass")) * 3 + 2
+    is_cow = cls is CowDict or cls is CowList
+    if not (is_cow or cls is dict or cls is list):
+        return leaf(v)
+    i = id(v)
+    if is_cow:
+        frozen = v._tok is not tok or tok is None
+    if frozen:
+        got = _SIZES.get(i)
+        if got is not None and got[0] is v:
+            return got[1]
+    if i in path:
+        return 16
+    path.add(i)
+    mine = v._mine if is_cow and not frozen else ()
+    total = 2
+    if cls is dict or cls is CowDict:
+        for k, x in dict.items(v):
+            total += len(k) + 4 if k.__class__ is str and k.isascii() else 16
+            if x.__class__ is str and x.isascii():
+                total += len(x) + 2
+            else:
+                total += _size(x, frozen or (is_cow and id(x) not in mine), tok, leaf, path)
+    else:
+        total += len(v)
+        for x in list.__iter__(v):
+            if x.__class__ is str and x.isascii():
+                total += len(x) + 2
+            else:
+                total += _size(x, frozen or (is_cow and id(x) not in mine), tok, leaf, path)
+    path.discard(i)
+    if frozen:
+        if len(_SIZES) >= _SIZES_CAP:
+            _SIZES.clear()
+        _SIZES[i] = (v, total)
+    return total

@@ -743,6 +743,8 @@ class PyState(State):
     __json_dump_is_fresh__: ClassVar[bool] = True  # model_dump below: encode() builds it, or a JSON copy
     # the copier copy_state looks for (envfactory.state); set per class, so declared without a value
     __state_copy__: ClassVar[Any]
+    # the quota's measure (envfactory.quotas.state_size), set per class like the copier
+    __state_size__: ClassVar[Any]
 
     @model_serializer(mode="plain")
     def _pystate_dump(self, info: SerializationInfo) -> dict[str, Any]:
