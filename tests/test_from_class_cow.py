@@ -181,12 +181,13 @@ def test_a_snapshot_restored_then_forked_state_stays_exact():
     assert _fields(child) == _truth(_db(), CALLS[:3], CALLS[3:])[1]
 
 
-def test_the_quota_measure_counts_what_the_engines_walk_counts():
+@pytest.mark.parametrize("users", [40, 150])  # (150: a table measured from its source's measure)
+def test_the_quota_measure_counts_what_the_engines_walk_counts(users):
     class Plain:  # the same fields, walked by the engine's generic walk
         def __init__(self, d: dict[str, Any]) -> None:
             self.__dict__ = d
 
-    spec = _spec(_db(40))
+    spec = _spec(_db(users))
     ep = Episode(spec)
     ep.reset("t")
     for i, (name, args) in enumerate(CALLS * 2):
@@ -209,3 +210,27 @@ def test_the_quota_still_refuses_a_forked_state_over_its_limit(monkeypatch):
     assert out.startswith(quotas.STATE_QUOTA_PREFIX)
     assert state_hash(child.state) == before
     assert _step(child, "rename", {"uid": "u5", "name": "Zed"}).startswith("{")
+
+
+@pytest.mark.parametrize("aliases", [True, False])  # (clone_user makes two records hold one list)
+@pytest.mark.parametrize("users", [30, 150])  # (150: a table written from its source's JSON)
+def test_the_hash_is_the_engines_through_forks_writes_and_shared_references(users, aliases):
+    """The remembered canonical JSON of shared containers gives the engine's text (a state whose
+    calls made two places hold one list, written with a reference, included)."""
+    from envfactory.state import canonical_json
+
+    def engine(state: Any) -> str:
+        return json.dumps(state.model_dump(mode="python"), sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False, default=str)
+
+    spec = _spec(_db(users))
+    ep = Episode(spec)
+    ep.reset("t")
+    assert canonical_json(ep.state) == engine(ep.state)
+    calls = CALLS if aliases else [c for c in CALLS if c[0] != "clone_user"]
+    for i, (name, args) in enumerate(calls * 2):
+        _step(ep, name, args)
+        if i % 2 == 0:
+            ep = ep.fork()
+        assert canonical_json(ep.state) == engine(ep.state), (i, name)
+        assert canonical_json(ep.state) == engine(ep.state)  # (remembered the second time)

@@ -40,6 +40,21 @@ def new_token() -> _Token:
     return _Token()
 
 
+def _cow_copy(v: Any, tok: Any) -> Any:
+    """A shallow copy of the dict or list ``v`` for the state of ``tok`` (a dict remembers its
+    source, whose measure and JSON it differs from only where the state changed it)."""
+    if v.__class__ is dict or v.__class__ is CowDict:
+        new: Any = CowDict()
+        dict.update(new, dict.items(v))  # (C-level: no call per item)
+        new._src = v
+        if v.__class__ is CowDict:
+            v._src = None  # (one source at a time: a chain of old versions is not kept alive)
+    else:
+        new = CowList(list.__iter__(v))
+    new._tok = tok
+    return new
+
+
 def _take(parent: Any, v: Any) -> tuple[Any, bool]:
     """``v`` as the armed state may change it: ``(value, copied)``."""
     cls = v.__class__
@@ -48,20 +63,14 @@ def _take(parent: Any, v: Any) -> tuple[Any, bool]:
     tok = parent._tok
     if id(v) in parent._mine:
         return v, False
-    if cls is dict or cls is CowDict:
-        new: Any = CowDict(v)
-    elif cls is list or cls is CowList:
-        new = CowList(v)
+    if cls is dict or cls is CowDict or cls is list or cls is CowList:
+        new: Any = _cow_copy(v, tok)
     else:
         from ..state import _copy
 
         new = _copy(v)
         if new is v:  # immutable (an enum, a tuple of scalars)
             return v, False
-        parent._mine.add(id(new))
-        return new, True
-    new._tok = tok
-    new._mine = set()
     parent._mine.add(id(new))
     return new, True
 
@@ -75,12 +84,13 @@ def _live(c: Any) -> bool:
 class CowDict(dict[Any, Any]):
     """A dict whose children are copied when a tool of its state first reaches them."""
 
-    __slots__ = ("_tok", "_mine")
+    __slots__ = ("_tok", "_mine", "_src")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         dict.__init__(self, *args, **kwargs)
         self._tok: Any = None
         self._mine: set[int] = set()
+        self._src: Any = None  # the dict this one was copied from
 
     def _get(self, k: Any, v: Any) -> Any:
         v2, copied = _take(self, v)
@@ -289,19 +299,12 @@ class armed:
             if (cls is CowDict or cls is CowList) and v._tok is tok:
                 mine.add(k)
                 continue
-            if cls is dict or cls is CowDict:
-                new: Any = CowDict(v)
-            elif cls is list or cls is CowList:
-                new = CowList(v)
+            if cls is dict or cls is CowDict or cls is list or cls is CowList:
+                d[k] = _cow_copy(v, tok)
             else:
                 from ..state import _copy
 
                 d[k] = _copy(v)
-                mine.add(k)
-                continue
-            new._tok = tok
-            new._mine = set()
-            d[k] = new
             mine.add(k)
         self.prev = getattr(_local, "tok", None)
         _local.tok = tok
@@ -339,6 +342,41 @@ def cow_state_size(state: Any, limit: int | None = None) -> int:
     return total
 
 
+_MISSING = object()
+
+
+def _entry_size(k: Any, x: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
+    n = len(k) + 4 if k.__class__ is str and k.isascii() else 16
+    if x.__class__ is str and x.isascii():
+        return n + len(x) + 2
+    return n + _size(x, frozen, tok, leaf, path)
+
+
+def _size_from(v: Any, src: Any, size: int, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
+    """The size of the dict ``v`` from that of its source ``src`` (``size``): only the entries
+    that differ are measured (a table of thousands of records, one of them changed)."""
+    i = id(v)
+    path.add(i)
+    mine = v._mine if not frozen else ()
+    same = 0
+    get = dict.get
+    for k, x in dict.items(v):
+        old = get(src, k, _MISSING)
+        if old is x:
+            same += 1
+            continue
+        size += _entry_size(k, x, frozen or id(x) not in mine, tok, leaf, path)
+        if old is not _MISSING:
+            same += 1
+            size -= _entry_size(k, old, True, tok, leaf, path)
+    if same != len(src):  # keys taken out
+        for k, old in dict.items(src):
+            if not dict.__contains__(v, k):
+                size -= _entry_size(k, old, True, tok, leaf, path)
+    path.discard(i)
+    return size
+
+
 class _Plain:
     """A state's fields as a plain object, for the engine's walk."""
 
@@ -364,6 +402,14 @@ def _size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
             return got[1]
     if i in path:
         return 16
+    src = v._src if cls is CowDict else None
+    if src is not None:
+        got = _SIZES.get(id(src))
+        if got is not None and got[0] is src:
+            total = _size_from(v, src, got[1], frozen, tok, leaf, path)
+            if frozen:
+                _SIZES[i] = (v, total)
+            return total
     path.add(i)
     mine = v._mine if is_cow and not frozen else ()
     total = 2
@@ -387,3 +433,178 @@ def _size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
             _SIZES.clear()
         _SIZES[i] = (v, total)
     return total
+
+
+# -- the canonical JSON (the state's hash), per container --------------------------------------------
+_JSONS: dict[int, tuple[Any, str, frozenset[int], Any]] = {}
+"""id -> (a frozen container, its JSON, the ids of the containers it holds, for a large dict its
+entries' texts by key and its keys in order)."""
+_ENTRIES_FROM = 64
+_JSONS_CAP = 1 << 18
+_TOP = 2 ** 53
+
+
+class _NotPlain(Exception):
+    """The state is not plain JSON data written as itself: the engine's own serialization decides."""
+
+
+def cow_canonical_json(state: Any) -> str | None:
+    """:func:`envfactory.state.canonical_json` of a copy-on-write state of plain data, the same
+    text, with the JSON of containers no state can change any more (shared ones) written once and
+    remembered: hashing a task's expected state on a multi-MB database writes again only what its
+    calls changed. ``None`` when the state is not plain data written as itself (objects, tuples,
+    a container reached twice): the engine's serialization writes it."""
+    import json
+
+    priv = state.__pydantic_private__
+    tok = priv.get("_tok") if priv else None
+    mine = priv.get("_mine", ()) if priv else ()
+    seen: set[int] = set()
+    items = [("$pystate", "1")]
+    try:
+        for k, v in state.__dict__.items():
+            if k.__class__ is not str or k[:1] == "$":
+                return None
+            items.append((k, _json(v, k not in mine, tok, seen)[0]))
+    except (_NotPlain, RecursionError):
+        return None
+    items.sort(key=lambda kv: kv[0])
+    return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + t for k, t in items) + "}"
+
+
+def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozenset[int] | None]:
+    """``v``'s canonical JSON, and (for a container) the ids of the containers it holds."""
+    import json
+
+    cls = v.__class__
+    if cls is str or cls is bool or v is None:
+        return json.dumps(v, ensure_ascii=False), None
+    if cls is int:
+        if -_TOP <= v <= _TOP:
+            return str(v), None
+        raise _NotPlain
+    if cls is float:
+        if v - v == 0.0:
+            return float.__repr__(v), None
+        raise _NotPlain
+    is_cow = cls is CowDict or cls is CowList
+    if not (is_cow or cls is dict or cls is list):
+        raise _NotPlain
+    i = id(v)
+    if is_cow:
+        frozen = v._tok is not tok or tok is None
+    if frozen:
+        got = _JSONS.get(i)
+        if got is not None and got[0] is v:
+            if not seen.isdisjoint(got[2]):
+                raise _NotPlain  # a container reached twice: written as a reference
+            seen.update(got[2])
+            return got[1], got[2]
+    if i in seen:
+        raise _NotPlain
+    src = v._src if cls is CowDict else None
+    if src is not None:
+        got = _JSONS.get(id(src))
+        if got is not None and got[0] is src and got[3] is not None:
+            made = _json_from(v, got, frozen, tok, seen)
+            if made is not None:
+                if frozen:
+                    if len(_JSONS) >= _JSONS_CAP:
+                        _JSONS.clear()
+                    _JSONS[i] = (v, *made)
+                return made[0], made[1]
+    seen.add(i)
+    inner: set[int] = {i}
+    mine = v._mine if is_cow and not frozen else ()
+    entries: Any = None
+    if cls is dict or cls is CowDict:
+        items = []
+        for k, x in dict.items(v):
+            if k.__class__ is not str or k[:1] == "$":
+                raise _NotPlain
+            text, ids = _json(x, frozen or (is_cow and id(x) not in mine), tok, seen)
+            if ids is not None:
+                inner |= ids
+            items.append((k, json.dumps(k, ensure_ascii=False) + ":" + text))
+        items.sort(key=lambda kv: kv[0])
+        out = "{" + ",".join([t for _, t in items]) + "}"
+        if len(items) >= _ENTRIES_FROM:
+            entries = (dict(items), [k for k, _ in items])
+    else:
+        texts = []
+        for x in list.__iter__(v):
+            text, ids = _json(x, frozen or (is_cow and id(x) not in mine), tok, seen)
+            if ids is not None:
+                inner |= ids
+            texts.append(text)
+        out = "[" + ",".join(texts) + "]"
+    ids_out = frozenset(inner)
+    if frozen:
+        if len(_JSONS) >= _JSONS_CAP:
+            _JSONS.clear()
+        _JSONS[i] = (v, out, ids_out, entries)
+    return out, ids_out
+
+
+def _json_from(v: Any, got: Any, frozen: bool, tok: Any, seen: set[int]) -> Any:
+    """``(JSON, ids, entries)`` of the dict ``v`` from those of its source (``got``): only the
+    entries that differ are written; ``None`` when what they replaced is no longer remembered."""
+    import json
+
+    src, _, src_ids, (texts, order) = got
+    mine = v._mine if not frozen else ()
+    gone: set[int] = {id(src)}  # the source's containers that ``v`` no longer holds
+    texts = dict(texts)
+    new_keys = False
+    changed: list[tuple[Any, Any]] = []
+    same = 0
+    get = dict.get
+    for k, x in dict.items(v):
+        old = get(src, k, _MISSING)
+        if old is x:
+            same += 1
+            continue
+        if old is _MISSING:
+            if k.__class__ is not str or k[:1] == "$":
+                raise _NotPlain
+            new_keys = True
+        else:
+            same += 1
+            if not _forget(old, gone):
+                return None
+        changed.append((k, x))
+    removed = same != len(src)
+    if removed:
+        for k, old in dict.items(src):
+            if not dict.__contains__(v, k):
+                del texts[k]
+                if not _forget(old, gone):
+                    return None
+    kept = src_ids - gone
+    seen.add(id(v))
+    inner: set[int] = {id(v)}
+    for k, x in changed:
+        text, ids = _json(x, frozen or id(x) not in mine, tok, seen)
+        if ids is not None:
+            inner |= ids
+        texts[k] = json.dumps(k, ensure_ascii=False) + ":" + text
+    if not seen.isdisjoint(kept):
+        raise _NotPlain
+    seen |= kept
+    inner |= kept
+    if new_keys or removed:
+        order = sorted(texts)
+    out = "{" + ",".join([texts[k] for k in order]) + "}"
+    return out, frozenset(inner), (texts, order)
+
+
+def _forget(old: Any, gone: set[int]) -> bool:
+    """Add the containers ``old`` (a value of a source) holds to ``gone``; ``False`` when they are
+    no longer remembered."""
+    c = old.__class__
+    if c is dict or c is list or c is CowDict or c is CowList:
+        got = _JSONS.get(id(old))
+        if got is None or got[0] is not old:
+            return False
+        gone |= got[2]
+    return True

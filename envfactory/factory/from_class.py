@@ -63,7 +63,7 @@ from ..tooling import _REQUIRED, Tool, ToolError, _render_result, make_tool
 from .arguments import ArgSource
 from .checks import ChangeCheck
 from .class_compare import Compare, Comparison, MatchesReference
-from .cow import CowDict, CowList, armed, cow_state_size
+from .cow import CowDict, CowList, armed, cow_canonical_json, cow_state_size
 from .pystate import (PyState, PyStateError, _plain_class, cow_state_copy, decode, encode, lazy_state_copy,
                       note_result, own, record_results, result_digest, seen_results, trusted_for)
 from .tasks_synth import SynthConfig, synthesize
@@ -485,6 +485,7 @@ def class_state_type(cls: type, probe: Any) -> tuple[type[PyState], dict[str, st
     model.__pystate_trusted__ = trusted_for([cls])
     model.__state_copy__ = staticmethod(cow_state_copy)  # copy on write per container: the tools run armed
     model.__state_size__ = staticmethod(cow_state_size)  # (the quota's measure, shared containers remembered)
+    model.__canonical_json__ = staticmethod(cow_canonical_json)  # (its hash, likewise)
     return model, mapping
 
 

@@ -745,6 +745,7 @@ class PyState(State):
     __state_copy__: ClassVar[Any]
     # the quota's measure (envfactory.quotas.state_size), set per class like the copier
     __state_size__: ClassVar[Any]
+    __canonical_json__: ClassVar[Any]  # the hash's text (envfactory.state.canonical_json), likewise
 
     @model_serializer(mode="plain")
     def _pystate_dump(self, info: SerializationInfo) -> dict[str, Any]:
