@@ -17,6 +17,7 @@ they are (no copy); dumps, hashes and snapshots write them as plain data.
 
 from __future__ import annotations
 
+import json as _json_mod
 import threading
 from typing import Any, Iterator, SupportsIndex
 
@@ -454,8 +455,6 @@ def cow_canonical_json(state: Any) -> str | None:
     remembered: hashing a task's expected state on a multi-MB database writes again only what its
     calls changed. ``None`` when the state is not plain data written as itself (objects, tuples,
     a container reached twice): the engine's serialization writes it."""
-    import json
-
     priv = state.__pydantic_private__
     tok = priv.get("_tok") if priv else None
     mine = priv.get("_mine", ()) if priv else ()
@@ -469,16 +468,58 @@ def cow_canonical_json(state: Any) -> str | None:
     except (_NotPlain, RecursionError):
         return None
     items.sort(key=lambda kv: kv[0])
-    return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + t for k, t in items) + "}"
+    return "{" + ",".join(_STR(k) + ":" + t for k, t in items) + "}"
+
+
+_ENCODE = _json_mod.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                check_circular=False).encode
+_STR = _json_mod.encoder.encode_basestring  # (what json.dumps(s, ensure_ascii=False) writes)
+_LEAF_TYPES = frozenset((str, bool, type(None)))
+
+
+def _leaf_json(v: Any, cls: type) -> str | None:
+    """The JSON of a container that holds only plain scalars (written by C ``json``), ``None``
+    if it holds a container or an object."""
+    leaf = _LEAF_TYPES
+    if cls is dict or cls is CowDict:
+        for k, x in dict.items(v):
+            if k.__class__ is not str or k[:1] == "$":
+                raise _NotPlain
+            c = x.__class__
+            if c in leaf:
+                continue
+            if c is int:
+                if not -_TOP <= x <= _TOP:
+                    raise _NotPlain
+            elif c is float:
+                if x - x != 0.0:
+                    raise _NotPlain
+            else:
+                return None
+        return _ENCODE(v if cls is dict else dict(dict.items(v)))
+    for x in list.__iter__(v):
+        c = x.__class__
+        if c in leaf:
+            continue
+        if c is int:
+            if not -_TOP <= x <= _TOP:
+                raise _NotPlain
+        elif c is float:
+            if x - x != 0.0:
+                raise _NotPlain
+        else:
+            return None
+    return _ENCODE(v if cls is list else list(list.__iter__(v)))
 
 
 def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozenset[int] | None]:
-    """``v``'s canonical JSON, and (for a container) the ids of the containers it holds."""
-    import json
-
+    """``v``'s canonical JSON, and (for a container no state changes any more, which is
+    remembered) the ids of the containers it holds."""
     cls = v.__class__
-    if cls is str or cls is bool or v is None:
-        return json.dumps(v, ensure_ascii=False), None
+    if cls is str:
+        return _STR(v), None
+    if cls is bool or v is None:
+        return ("true" if v else "false") if cls is bool else "null", None
     if cls is int:
         if -_TOP <= v <= _TOP:
             return str(v), None
@@ -502,6 +543,10 @@ def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozense
             return got[1], got[2]
     if i in seen:
         raise _NotPlain
+    text = _leaf_json(v, cls)
+    if text is not None:  # (not remembered: C json writes it again faster than a look-up saves)
+        seen.add(i)
+        return text, (frozenset((i,)) if frozen else None)
     src = v._src if cls is CowDict else None
     if src is not None:
         got = _JSONS.get(id(src))
@@ -523,9 +568,9 @@ def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozense
             if k.__class__ is not str or k[:1] == "$":
                 raise _NotPlain
             text, ids = _json(x, frozen or (is_cow and id(x) not in mine), tok, seen)
-            if ids is not None:
+            if ids is not None and frozen:
                 inner |= ids
-            items.append((k, json.dumps(k, ensure_ascii=False) + ":" + text))
+            items.append((k, _STR(k) + ":" + text))
         items.sort(key=lambda kv: kv[0])
         out = "{" + ",".join([t for _, t in items]) + "}"
         if len(items) >= _ENTRIES_FROM:
@@ -534,23 +579,22 @@ def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozense
         texts = []
         for x in list.__iter__(v):
             text, ids = _json(x, frozen or (is_cow and id(x) not in mine), tok, seen)
-            if ids is not None:
+            if ids is not None and frozen:
                 inner |= ids
             texts.append(text)
         out = "[" + ",".join(texts) + "]"
+    if not frozen:  # (a state's own container: never remembered, so its parent needs no ids from it)
+        return out, None
     ids_out = frozenset(inner)
-    if frozen:
-        if len(_JSONS) >= _JSONS_CAP:
-            _JSONS.clear()
-        _JSONS[i] = (v, out, ids_out, entries)
+    if len(_JSONS) >= _JSONS_CAP:
+        _JSONS.clear()
+    _JSONS[i] = (v, out, ids_out, entries)
     return out, ids_out
 
 
 def _json_from(v: Any, got: Any, frozen: bool, tok: Any, seen: set[int]) -> Any:
     """``(JSON, ids, entries)`` of the dict ``v`` from those of its source (``got``): only the
     entries that differ are written; ``None`` when what they replaced is no longer remembered."""
-    import json
-
     src, _, src_ids, (texts, order) = got
     mine = v._mine if not frozen else ()
     gone: set[int] = {id(src)}  # the source's containers that ``v`` no longer holds
@@ -580,21 +624,23 @@ def _json_from(v: Any, got: Any, frozen: bool, tok: Any, seen: set[int]) -> Any:
                 del texts[k]
                 if not _forget(old, gone):
                     return None
-    kept = src_ids - gone
+    kept = src_ids - gone  # (a changed record's copy still holds its unchanged parts: they are not gone)
     seen.add(id(v))
     inner: set[int] = {id(v)}
     for k, x in changed:
         text, ids = _json(x, frozen or id(x) not in mine, tok, seen)
-        if ids is not None:
+        if ids is not None and frozen:
             inner |= ids
-        texts[k] = json.dumps(k, ensure_ascii=False) + ":" + text
+        texts[k] = _STR(k) + ":" + text
     if not seen.isdisjoint(kept):
         raise _NotPlain
     seen |= kept
-    inner |= kept
     if new_keys or removed:
         order = sorted(texts)
     out = "{" + ",".join([texts[k] for k in order]) + "}"
+    if not frozen:
+        return out, None, (texts, order)
+    inner |= kept
     return out, frozenset(inner), (texts, order)
 
 
@@ -604,7 +650,10 @@ def _forget(old: Any, gone: set[int]) -> bool:
     c = old.__class__
     if c is dict or c is list or c is CowDict or c is CowList:
         got = _JSONS.get(id(old))
-        if got is None or got[0] is not old:
+        if got is not None and got[0] is old:
+            gone |= got[2]
+        elif _leaf_json(old, c) is not None:  # (only scalars: not remembered, itself alone)
+            gone.add(id(old))
+        else:
             return False
-        gone |= got[2]
     return True

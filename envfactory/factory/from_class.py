@@ -64,8 +64,8 @@ from .arguments import ArgSource
 from .checks import ChangeCheck
 from .class_compare import Compare, Comparison, MatchesReference
 from .cow import CowDict, CowList, armed, cow_canonical_json, cow_state_size
-from .pystate import (PyState, PyStateError, _plain_class, cow_state_copy, decode, encode, lazy_state_copy,
-                      note_result, own, record_results, result_digest, seen_results, trusted_for)
+from .pystate import (PyState, PyStateError, _plain, _plain_class, cow_state_copy, decode, encode, graph_copy,
+                      lazy_state_copy, note_result, own, record_results, result_digest, seen_results, trusted_for)
 from .tasks_synth import SynthConfig, synthesize
 
 __all__ = ["from_class", "Service", "ClassTask", "Synthesis", "ReadsCheck", "class_tools", "class_state_type",
@@ -254,7 +254,7 @@ class _Part:
 
     def instance(self, config: Any) -> Any:
         svc, cls = self.svc, self.cls
-        config = copy.deepcopy(config)  # a loader may keep (and later change) what it is given
+        config = graph_copy(config)  # a loader may keep (and later change) what it is given
         if svc.loader is None:
             if config is not None and not isinstance(config, dict):
                 raise SpecError(f"{cls.__name__}: a configuration is a dict of constructor arguments "
@@ -885,14 +885,18 @@ def from_class(
         return copy_state(kept[1])
 
     probe_state = build_state(probes)
+    if probe_cfg is not None:  # the probe's configuration is read once: its state is that configuration's base
+        bases[id(probe_cfg)] = (probe_cfg, probe_state)
     comparison = Comparison([(p.key if graph else "", p.cls) for p in parts], probes, compare, mapping, trusted)
-    try:  # fail now, naming the place, rather than at the first snapshot
-        doc = encode(probe_state.__dict__, trusted)
-        again = encode(decode(doc, trusted), trusted)
-    except PyStateError as exc:
-        raise SpecError(f"{label}: its state cannot be carried through snapshots: {exc}") from None
-    if again != doc:
-        raise SpecError(f"{label}: its state does not survive a snapshot round trip unchanged")
+    walked: set[int] = set()
+    if not all(_plain(v, walked) for v in probe_state.__dict__.values()):  # (plain data is its own document)
+        try:  # fail now, naming the place, rather than at the first snapshot
+            doc = encode(probe_state.__dict__, trusted)
+            again = encode(decode(doc, trusted), trusted)
+        except PyStateError as exc:
+            raise SpecError(f"{label}: its state cannot be carried through snapshots: {exc}") from None
+        if again != doc:
+            raise SpecError(f"{label}: its state does not survive a snapshot round trip unchanged")
 
     observe = isinstance(read_only, str) and read_only == "observe"
     if observe:
