@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json as _json_mod
 import threading
+import weakref
 from typing import Any, Iterator, SupportsIndex
 
 __all__ = ["CowDict", "CowList", "armed", "new_token", "COW_TYPES"]
@@ -85,7 +86,7 @@ def _live(c: Any) -> bool:
 class CowDict(dict[Any, Any]):
     """A dict whose children are copied when a tool of its state first reaches them."""
 
-    __slots__ = ("_tok", "_mine", "_src")
+    __slots__ = ("_tok", "_mine", "_src", "__weakref__")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         dict.__init__(self, *args, **kwargs)
@@ -184,7 +185,7 @@ class CowDict(dict[Any, Any]):
 class CowList(list[Any]):
     """A list whose children are copied when a tool of its state first reaches them."""
 
-    __slots__ = ("_tok", "_mine")
+    __slots__ = ("_tok", "_mine", "__weakref__")
 
     def __init__(self, *args: Any) -> None:
         list.__init__(self, *args)
@@ -318,8 +319,18 @@ class armed:
 
 
 # -- the state quota's measure, per container ------------------------------------------------------
-_SIZES: dict[int, tuple[Any, int]] = {}  # id -> (a plain container no state changes any more, its size)
-_SIZES_CAP = 1 << 20
+def _hold(v: Any) -> Any:
+    """What a cache keeps of ``v``: a state's container weakly (a dropped fork's tables are not
+    kept alive by being remembered), a plain one (a configuration's, shared) as itself."""
+    return weakref.ref(v) if v.__class__ is CowDict or v.__class__ is CowList else v
+
+
+def _is(held: Any, v: Any) -> bool:
+    return (held() if held.__class__ is weakref.ReferenceType else held) is v
+
+
+_SIZES: dict[int, tuple[Any, int]] = {}  # id -> (a container no state changes any more (_hold), its size)
+_SIZES_CAP = 1 << 19
 
 
 def cow_state_size(state: Any, limit: int | None = None) -> int:
@@ -399,17 +410,17 @@ def _size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
         frozen = v._tok is not tok or tok is None
     if frozen:
         got = _SIZES.get(i)
-        if got is not None and got[0] is v:
+        if got is not None and _is(got[0], v):
             return got[1]
     if i in path:
         return 16
     src = v._src if cls is CowDict else None
     if src is not None:
         got = _SIZES.get(id(src))
-        if got is not None and got[0] is src:
+        if got is not None and _is(got[0], src):
             total = _size_from(v, src, got[1], frozen, tok, leaf, path)
             if frozen:
-                _SIZES[i] = (v, total)
+                _SIZES[i] = (_hold(v), total)
             return total
     path.add(i)
     mine = v._mine if is_cow and not frozen else ()
@@ -432,7 +443,7 @@ def _size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
     if frozen:
         if len(_SIZES) >= _SIZES_CAP:
             _SIZES.clear()
-        _SIZES[i] = (v, total)
+        _SIZES[i] = (_hold(v), total)
     return total
 
 
@@ -536,7 +547,7 @@ def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozense
         frozen = v._tok is not tok or tok is None
     if frozen:
         got = _JSONS.get(i)
-        if got is not None and got[0] is v:
+        if got is not None and _is(got[0], v):
             if not seen.isdisjoint(got[2]):
                 raise _NotPlain  # a container reached twice: written as a reference
             seen.update(got[2])
@@ -550,13 +561,13 @@ def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozense
     src = v._src if cls is CowDict else None
     if src is not None:
         got = _JSONS.get(id(src))
-        if got is not None and got[0] is src and got[3] is not None:
+        if got is not None and _is(got[0], src) and got[3] is not None:
             made = _json_from(v, got, frozen, tok, seen)
             if made is not None:
                 if frozen:
                     if len(_JSONS) >= _JSONS_CAP:
                         _JSONS.clear()
-                    _JSONS[i] = (v, *made)
+                    _JSONS[i] = (_hold(v), *made)
                 return made[0], made[1]
     seen.add(i)
     inner: set[int] = {i}
@@ -588,14 +599,14 @@ def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozense
     ids_out = frozenset(inner)
     if len(_JSONS) >= _JSONS_CAP:
         _JSONS.clear()
-    _JSONS[i] = (v, out, ids_out, entries)
+    _JSONS[i] = (_hold(v), out, ids_out, entries)
     return out, ids_out
 
 
 def _json_from(v: Any, got: Any, frozen: bool, tok: Any, seen: set[int]) -> Any:
     """``(JSON, ids, entries)`` of the dict ``v`` from those of its source (``got``): only the
     entries that differ are written; ``None`` when what they replaced is no longer remembered."""
-    src, _, src_ids, (texts, order) = got
+    src, src_ids, (texts, order) = v._src, got[2], got[3]
     mine = v._mine if not frozen else ()
     gone: set[int] = {id(src)}  # the source's containers that ``v`` no longer holds
     texts = dict(texts)
@@ -650,7 +661,7 @@ def _forget(old: Any, gone: set[int]) -> bool:
     c = old.__class__
     if c is dict or c is list or c is CowDict or c is CowList:
         got = _JSONS.get(id(old))
-        if got is not None and got[0] is old:
+        if got is not None and _is(got[0], old):
             gone |= got[2]
         elif _leaf_json(old, c) is not None:  # (only scalars: not remembered, itself alone)
             gone.add(id(old))
