@@ -578,6 +578,9 @@ def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozense
         for k, x in dict.items(v):
             if k.__class__ is not str or k[:1] == "$":
                 raise _NotPlain
+            if x.__class__ is str:  # (the common leaf, without a call)
+                items.append((k, _STR(k) + ":" + _STR(x)))
+                continue
             text, ids = _json(x, frozen or (is_cow and id(x) not in mine), tok, seen)
             if ids is not None and frozen:
                 inner |= ids
