@@ -588,7 +588,7 @@ def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozense
         items.sort(key=lambda kv: kv[0])
         out = "{" + ",".join([t for _, t in items]) + "}"
         if len(items) >= _ENTRIES_FROM:
-            entries = (dict(items), [k for k, _ in items])
+            entries = _entries(dict(items), [k for k, _ in items])
     else:
         texts = []
         for x in list.__iter__(v):
@@ -606,13 +606,23 @@ def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozense
     return out, ids_out
 
 
+def _entries(texts: dict[Any, str], order: list[Any]) -> tuple[dict[Any, str], list[Any], dict[Any, int]]:
+    """What a large dict's JSON is remembered with: its entries' texts, its keys in order, and
+    where each entry starts in the text (so a copy that changed a few is spliced, not rejoined)."""
+    at: dict[Any, int] = {}
+    n = 1
+    for k in order:
+        at[k] = n
+        n += len(texts[k]) + 1
+    return texts, order, at
+
+
 def _json_from(v: Any, got: Any, frozen: bool, tok: Any, seen: set[int]) -> Any:
     """``(JSON, ids, entries)`` of the dict ``v`` from those of its source (``got``): only the
     entries that differ are written; ``None`` when what they replaced is no longer remembered."""
-    src, src_ids, (texts, order) = v._src, got[2], got[3]
+    src, src_text, src_ids, (texts, order, at) = v._src, got[1], got[2], got[3]
     mine = v._mine if not frozen else ()
     gone: set[int] = {id(src)}  # the source's containers that ``v`` no longer holds
-    texts = dict(texts)
     new_keys = False
     changed: list[tuple[Any, Any]] = []
     same = 0
@@ -631,31 +641,44 @@ def _json_from(v: Any, got: Any, frozen: bool, tok: Any, seen: set[int]) -> Any:
             if not _forget(old, gone):
                 return None
         changed.append((k, x))
-    removed = same != len(src)
-    if removed:
+    removed: list[Any] = []
+    if same != len(src):
         for k, old in dict.items(src):
             if not dict.__contains__(v, k):
-                del texts[k]
+                removed.append(k)
                 if not _forget(old, gone):
                     return None
     kept = src_ids - gone  # (a changed record's copy still holds its unchanged parts: they are not gone)
     seen.add(id(v))
     inner: set[int] = {id(v)}
+    written: dict[Any, str] = {}
     for k, x in changed:
         text, ids = _json(x, frozen or id(x) not in mine, tok, seen)
         if ids is not None and frozen:
             inner |= ids
-        texts[k] = _STR(k) + ":" + text
+        written[k] = _STR(k) + ":" + text
     if not seen.isdisjoint(kept):
         raise _NotPlain
     seen |= kept
+    if not frozen and not new_keys and not removed:  # a state's own copy, same keys: spliced
+        pieces: list[str] = []
+        last = 0
+        for n, k in sorted((at[k], k) for k in written):
+            pieces.append(src_text[last:n])
+            pieces.append(written[k])
+            last = n + len(texts[k])
+        pieces.append(src_text[last:])
+        return "".join(pieces), None, None
+    texts = {**texts, **written}
+    for k in removed:
+        del texts[k]
     if new_keys or removed:
         order = sorted(texts)
     out = "{" + ",".join([texts[k] for k in order]) + "}"
     if not frozen:
-        return out, None, (texts, order)
+        return out, None, None
     inner |= kept
-    return out, frozenset(inner), (texts, order)
+    return out, frozenset(inner), _entries(texts, order)
 
 
 def _forget(old: Any, gone: set[int]) -> bool:
