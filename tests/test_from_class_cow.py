@@ -234,3 +234,51 @@ def test_the_hash_is_the_engines_through_forks_writes_and_shared_references(user
             ep = ep.fork()
         assert canonical_json(ep.state) == engine(ep.state), (i, name)
         assert canonical_json(ep.state) == engine(ep.state)  # (remembered the second time)
+
+
+class Rows:
+    """Rows in a list, beside a dict holding a set."""
+
+    def __init__(self, rows: list[Any]) -> None:
+        self.rows = rows
+        self.meta: dict[str, Any] = {"n": 0, "tags": {"a"}}
+
+    def bump(self, i: int) -> str:
+        """Bump a row, copy two, sort, and note the call on every row.
+
+        Args:
+            i: The row.
+        """
+        self.rows[i]["v"] += 1
+        self.rows[1:3] = [dict(r) for r in self.rows[1:3]]
+        self.rows.sort(key=lambda r: -r["v"])
+        self.meta["n"] += 1
+        self.meta["tags"].add(str(i))
+        for r in reversed(self.rows):
+            r.setdefault("seen", []).append(i)
+        del self.rows[-1]["seen"]
+        return json.dumps(self.rows[:2])
+
+
+def test_list_slices_sorting_and_a_set_in_a_field_stay_exact_across_a_fork():
+    rows = [{"v": i} for i in range(5)]
+    spec = from_class(Rows, name="Rows-v0", domain="rows", read_only=[],
+                      tasks=[ClassTask("t", "Bump row 0.", {"rows": rows}, [call("bump", i=0)])])
+
+    def truth(before: list[int], after: list[int]) -> tuple[list[str], Any]:
+        obj = Rows(copy.deepcopy(rows))
+        outs = [obj.bump(i) for i in before]
+        obj.__dict__ = copy.deepcopy(obj.__dict__)
+        outs += [obj.bump(i) for i in after]
+        return outs, json.dumps(obj.__dict__, default=sorted, sort_keys=True)
+
+    ep = Episode(spec)
+    ep.reset("t")
+    first = [_step(ep, "bump", {"i": i}) for i in (0, 1)]
+    child = ep.fork()
+    for e, after in ((child, [2, 3]), (ep, [4])):
+        outs = first + [_step(e, "bump", {"i": i}) for i in after]
+        want_outs, want_state = truth([0, 1], after)
+        assert outs == want_outs
+        assert json.dumps(dict(e.state.__dict__), default=sorted, sort_keys=True) == want_state
+    assert rows == [{"v": i} for i in range(5)]
