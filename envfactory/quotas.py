@@ -52,7 +52,12 @@ def state_size(state: Any, limit: int | None = None) -> int:
     writing it): every string counted each time it occurs, as the dump writes it, ASCII at one
     byte a character, any other character at its ``\\uXXXX`` escape. Stops counting once past
     ``limit`` (then returns a number over it), so a check costs at most ``limit`` worth of walking.
-    A cycle (only a Python-object state can hold one; its dump writes a reference) counts once."""
+    A cycle (only a Python-object state can hold one; its dump writes a reference) counts once.
+    A state class may bring its own measure of the same count (``__state_size__(state, limit)``:
+    a copy-on-write state remembers what no state can change any more)."""
+    sizer = getattr(state.__class__, "__state_size__", None)
+    if sizer is not None:
+        return int(sizer(state, limit))
     cap = limit if limit is not None else 1 << 62
     total = 0
     stack: list[Any] = [state]

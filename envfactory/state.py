@@ -185,7 +185,14 @@ def _canonical_default(value: Any) -> Any:
 
 
 def canonical_json(state: BaseModel) -> str:
-    """The state's canonical JSON: sorted keys, sorted sets, compact separators."""
+    """The state's canonical JSON: sorted keys, sorted sets, compact separators. A state class
+    may bring its own writer of the same text (``__canonical_json__(state) -> str | None``,
+    ``None``: written here): a copy-on-write state remembers what no state can change any more."""
+    own = getattr(state.__class__, "__canonical_json__", None)
+    if own is not None:
+        text = own(state)
+        if text is not None:
+            return str(text)
     return json.dumps(
         state.model_dump(mode="python"),
         sort_keys=True,

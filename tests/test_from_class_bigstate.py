@@ -1,7 +1,7 @@
 """Copy-on-write forks of states held through from_class (any Python object graph, or
 pydantic records): a fork shares the values; the first tool call on either side copies
 that side's values, so both sides stay independent, whoever acts first, however many
-forks there are, from any thread; forks dropped unused give their share back."""
+forks there are, from any thread; a call copies only the containers it reaches."""
 
 from __future__ import annotations
 
@@ -94,16 +94,20 @@ def test_a_tree_fork_continues_exactly_like_a_fresh_replay():
     assert child.state.model_dump(mode="json") == ref.state.model_dump(mode="json")
 
 
-def test_forks_dropped_unused_give_their_share_back():
+def test_a_call_copies_only_the_containers_and_records_it_reaches():
+    """Before: the first call on either side of a fork copied every record (the whole value)."""
     ep = Episode(_db_spec())
     ep.reset("t")
     _do(ep, "credit", customer_id=1, amount=1.0)
-    for _ in range(3):
-        ep.fork()
-    gc.collect()
-    before = ep.state.__dict__["records"]
+    child = ep.fork()
     _do(ep, "credit", customer_id=1, amount=1.0)
-    assert ep.state.__dict__["records"] is before  # nobody shares it any more: changed in place
+    mine, theirs = ep.state.__dict__["records"], child.state.__dict__["records"]
+    assert mine is not theirs and mine[1] is not theirs[1]  # the table and the record reached: copied
+    assert mine[1].balance == theirs[1].balance + 1.0
+    assert all(mine[k] is theirs[k] for k in theirs if k != 1)  # every other record: still shared
+    again = mine
+    _do(ep, "credit", customer_id=1, amount=1.0)
+    assert ep.state.__dict__["records"] is again  # its own now: changed in place
 
 
 def test_copies_of_copies_and_a_copied_then_restored_state():

@@ -86,32 +86,86 @@ def resolve(source: ArgSource, state_json: Any) -> list[Any]:
 
 
 def _dicts_named(node: Any, stem: str, out: list[dict], depth: int = 0) -> None:
-    node = _untag(node)
-    if not isinstance(node, dict) or depth > 6:
-        return
-    for k in sorted(node, key=str):
-        if not isinstance(k, str):
-            continue
-        v = _untag(node[k])
-        if isinstance(v, dict):
-            if k.lower().rstrip("s").startswith(stem) or stem.startswith(k.lower().rstrip("s")):
-                out.append(v)
-            _dicts_named(v, stem, out, depth + 1)
+    """The dicts held under a key that names ``stem`` (``user_id``: ``users``, ``user``), down to
+    depth 6, objects and tagged dicts of a snapshot document included (in no particular order:
+    callers sort the keys they take)."""
+    by_key = _index(node).dicts
+    for norm, found in by_key.items():
+        if norm.startswith(stem) or stem.startswith(norm):
+            out += found
 
 
 def _leaves_named(node: Any, name: str, out: list[Any], depth: int = 0) -> None:
-    if depth > 8:
-        return
-    if isinstance(node, dict):
-        for k in sorted(node):
-            v = node[k]
-            if k == name and not isinstance(v, (dict, list)):
-                out.append(v)
-            else:
-                _leaves_named(v, name, out, depth + 1)
-    elif isinstance(node, list):
-        for v in node:
-            _leaves_named(v, name, out, depth + 1)
+    """The scalar values held under the key ``name``, down to depth 8 (in no particular order)."""
+    out += _index(node).leaves.get(name, ())
+
+
+class _Index:
+    """What :func:`candidates` looks up in one state document, found in one walk each (a
+    multi-MB database is walked once, not once per parameter)."""
+
+    def __init__(self, doc: Any) -> None:
+        self.doc = doc  # (keeps the document, whose id is the key, alive)
+        self._dicts: dict[str, list[dict]] | None = None
+        self._leaves: dict[Any, list[Any]] | None = None
+
+    @property
+    def dicts(self) -> dict[str, list[dict]]:
+        if self._dicts is None:
+            self._dicts = {}
+            self._walk_dicts(self.doc, 0)
+        return self._dicts
+
+    def _walk_dicts(self, node: Any, depth: int) -> None:
+        node = _untag(node)
+        if not isinstance(node, dict) or depth > 6:
+            return
+        found = self._dicts
+        assert found is not None
+        for k, v in node.items():
+            if not isinstance(k, str):
+                continue
+            v = _untag(v)
+            if isinstance(v, dict):
+                found.setdefault(k.lower().rstrip("s"), []).append(v)
+                self._walk_dicts(v, depth + 1)
+
+    @property
+    def leaves(self) -> dict[Any, list[Any]]:
+        if self._leaves is None:
+            self._leaves = {}
+            self._walk_leaves(self.doc, 0)
+        return self._leaves
+
+    def _walk_leaves(self, node: Any, depth: int) -> None:
+        if depth > 8:
+            return
+        found = self._leaves
+        assert found is not None
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if isinstance(v, (dict, list)):
+                    self._walk_leaves(v, depth + 1)
+                else:
+                    found.setdefault(k, []).append(v)
+        elif isinstance(node, list):
+            for v in node:
+                if isinstance(v, (dict, list)):
+                    self._walk_leaves(v, depth + 1)
+
+
+_LAST_INDEX: list[_Index] = []
+
+
+def _index(doc: Any) -> _Index:
+    """The index of ``doc`` (the last two documents' kept)."""
+    for ix in _LAST_INDEX:
+        if ix.doc is doc:
+            return ix
+    ix = _Index(doc)
+    _LAST_INDEX.insert(0, ix)
+    del _LAST_INDEX[2:]
+    return ix
 
 
 def _schema_options(schema: dict[str, Any]) -> dict[str, Any]:

@@ -63,8 +63,9 @@ from ..tooling import _REQUIRED, Tool, ToolError, _render_result, make_tool
 from .arguments import ArgSource
 from .checks import ChangeCheck
 from .class_compare import Compare, Comparison, MatchesReference
-from .pystate import (PyState, PyStateError, _plain_class, decode, encode, lazy_state_copy, note_result, own,
-                      record_results, result_digest, seen_results, trusted_for)
+from .cow import CowDict, CowList, armed, cow_canonical_json, cow_state_size
+from .pystate import (PyState, PyStateError, _plain, _plain_class, cow_state_copy, decode, encode, graph_copy,
+                      lazy_state_copy, note_result, own, record_results, result_digest, seen_results, trusted_for)
 from .tasks_synth import SynthConfig, synthesize
 
 __all__ = ["from_class", "Service", "ClassTask", "Synthesis", "ReadsCheck", "class_tools", "class_state_type",
@@ -253,7 +254,7 @@ class _Part:
 
     def instance(self, config: Any) -> Any:
         svc, cls = self.svc, self.cls
-        config = copy.deepcopy(config)  # a loader may keep (and later change) what it is given
+        config = graph_copy(config)  # a loader may keep (and later change) what it is given
         if svc.loader is None:
             if config is not None and not isinstance(config, dict):
                 raise SpecError(f"{cls.__name__}: a configuration is a dict of constructor arguments "
@@ -438,24 +439,25 @@ def _attribute_binder(cls: type, mapping: dict[str, str]) -> Callable[..., Calla
 
     def bind(func: Callable[..., Any], renderer: Any, own_message: bool) -> Callable[..., Any]:
         def call(world: Any, /, **kwargs: Any) -> Any:
-            own(world)
             kwargs = _own_arguments(kwargs)
             obj: Any = object.__new__(cls)
             d = obj.__dict__
             wd = world.__dict__
-            for attr, fname in pairs:
-                d[attr] = wd[fname]
             try:
-                result = func(obj, **kwargs)
+                with armed(world):  # copy on write: what the call reaches becomes this state's own
+                    for attr, fname in pairs:
+                        d[attr] = wd[fname]
+                    try:
+                        result = func(obj, **kwargs)
+                    finally:
+                        for attr, fname in pairs:  # attributes may have been rebound, not only mutated
+                            wd[fname] = d[attr]
             except ToolError:
                 raise
             except Exception as exc:
                 if not own_message:
                     raise
                 raise ToolError(_message(exc)) from exc
-            finally:
-                for attr, fname in pairs:  # attributes may have been rebound, not only mutated
-                    wd[fname] = d[attr]
             if len(d) != len(pairs):
                 new = sorted(set(d) - set(mapping))
                 raise ToolError(f"{cls.__name__}.{func.__name__} added attributes {new} at run time; "
@@ -481,7 +483,9 @@ def class_state_type(cls: type, probe: Any) -> tuple[type[PyState], dict[str, st
     model = create_model(f"{cls.__name__}State", __base__=PyState, **fields)
     model.__module__ = cls.__module__
     model.__pystate_trusted__ = trusted_for([cls])
-    model.__state_copy__ = staticmethod(lazy_state_copy)  # copy on write: the tools call own() first
+    model.__state_copy__ = staticmethod(cow_state_copy)  # copy on write per container: the tools run armed
+    model.__state_size__ = staticmethod(cow_state_size)  # (the quota's measure, shared containers remembered)
+    model.__canonical_json__ = staticmethod(cow_canonical_json)  # (its hash, likewise)
     return model, mapping
 
 
@@ -602,6 +606,7 @@ def _seen(known: dict[tuple[int, ...], _Seen], state: State) -> _Seen:
 
 
 _SCALARS = (str, int, float, bool, type(None), bytes)
+_AS_PLAIN: dict[type, type] = {CowDict: dict, CowList: list}  # copy-on-write containers compare as plain ones
 
 
 def _differs(a: Any, b: Any, pairs: dict[int, int] | None = None, back: dict[int, int] | None = None
@@ -623,8 +628,8 @@ def _differs(a: Any, b: Any, pairs: dict[int, int] | None = None, back: dict[int
             return False
     except Exception:  # an __eq__ that raises or returns an array
         return None
-    cls = a.__class__
-    if cls is not b.__class__ or cls in _SCALARS:
+    cls, cls_b = _AS_PLAIN.get(a.__class__, a.__class__), _AS_PLAIN.get(b.__class__, b.__class__)
+    if cls is not cls_b or cls in _SCALARS:
         return not (cls is float and a != a and b != b)  # (NaN, written alike)
     if pairs is None or back is None:
         pairs, back = {}, {}
@@ -851,7 +856,7 @@ def from_class(
         state_type.__state_copy__ = staticmethod(lazy_state_copy)  # every tool here calls own() first
         mapping: dict[str, str] = {}
     else:
-        state_type, mapping = class_state_type(classes[0], probes[0])
+        state_type, mapping = class_state_type(classes[0], probes[0])  # (copied per container: .cow)
     state_type.__pystate_trusted__ = trusted
 
     def build_state(instances: list[Any]) -> State:
@@ -880,14 +885,18 @@ def from_class(
         return copy_state(kept[1])
 
     probe_state = build_state(probes)
+    if probe_cfg is not None:  # the probe's configuration is read once: its state is that configuration's base
+        bases[id(probe_cfg)] = (probe_cfg, probe_state)
     comparison = Comparison([(p.key if graph else "", p.cls) for p in parts], probes, compare, mapping, trusted)
-    try:  # fail now, naming the place, rather than at the first snapshot
-        doc = encode(probe_state.__dict__, trusted)
-        again = encode(decode(doc, trusted), trusted)
-    except PyStateError as exc:
-        raise SpecError(f"{label}: its state cannot be carried through snapshots: {exc}") from None
-    if again != doc:
-        raise SpecError(f"{label}: its state does not survive a snapshot round trip unchanged")
+    walked: set[int] = set()
+    if not all(_plain(v, walked) for v in probe_state.__dict__.values()):  # (plain data is its own document)
+        try:  # fail now, naming the place, rather than at the first snapshot
+            doc = encode(probe_state.__dict__, trusted)
+            again = encode(decode(doc, trusted), trusted)
+        except PyStateError as exc:
+            raise SpecError(f"{label}: its state cannot be carried through snapshots: {exc}") from None
+        if again != doc:
+            raise SpecError(f"{label}: its state does not survive a snapshot round trip unchanged")
 
     observe = isinstance(read_only, str) and read_only == "observe"
     if observe:

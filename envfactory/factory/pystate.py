@@ -67,9 +67,10 @@ from typing import Any, Callable, ClassVar, Container, Iterable
 from pydantic import BaseModel, ConfigDict, SerializationInfo, model_serializer, model_validator
 
 from ..state import State
+from .cow import CowDict, CowList
 
 __all__ = ["PyState", "PyStateError", "FORMAT_KEY", "FORMAT_VERSION", "SEEN_KEY", "STDLIB", "encode", "decode",
-           "graph_copy", "graph_state_copy", "lazy_state_copy", "own", "trusted_for", "note_result", "record_results",
+           "graph_copy", "graph_state_copy", "lazy_state_copy", "cow_state_copy", "own", "trusted_for", "note_result", "record_results",
            "seen_results", "result_digest"]
 
 FORMAT_KEY = "$pystate"
@@ -203,12 +204,12 @@ class _Encoder:
             return {"$ref": seen}
         self.memo[id(v)] = path
         self.keep.append(v)
-        if cls is dict:
+        if cls is dict or cls is CowDict:
             if all(k.__class__ is str and k[:1] != "$" for k in v):
                 return self._fields(v, path)
             return {"$dict": [[self.enc(k, f"{path}/$dict/{i}/0"), self.enc(x, f"{path}/$dict/{i}/1")]
                               for i, (k, x) in enumerate(v.items())]}
-        if cls is list:
+        if cls is list or cls is CowList:
             return self._list(v, path)
         if cls is set:
             return {"$set": self._set_items(v, f"{path}/$set")}
@@ -656,16 +657,16 @@ def _gc(x: Any, memo: dict[int, Any]) -> Any:
     if y is not None:
         return y
     imm = _IMMUTABLE
-    if cls is dict:
+    if cls is dict or cls is CowDict:
         y = memo[i] = {}
         for k, v in x.items():
             if k.__class__ not in imm:
                 k = _gc(k, memo)
             y[k] = v if v.__class__ in imm else _gc(v, memo)
         return y
-    if cls is list:
+    if cls is list or cls is CowList:
         y = memo[i] = []
-        y += [v if v.__class__ in imm else _gc(v, memo) for v in x]
+        y += [v if v.__class__ in imm else _gc(v, memo) for v in list.__iter__(x)]
         return y
     plain = _PLAIN.get(cls)
     if plain is None:
@@ -702,7 +703,7 @@ def _plain(v: Any, seen: set[int]) -> bool:
         return -_MAX_EXACT <= v <= _MAX_EXACT
     if cls is float:
         return v - v == 0.0
-    if cls is dict:
+    if cls is dict or cls is CowDict:
         i = id(v)
         if i in seen:
             return False
@@ -711,7 +712,7 @@ def _plain(v: Any, seen: set[int]) -> bool:
             if k.__class__ is not str or k[:1] == "$" or not _plain(x, seen):
                 return False
         return True
-    if cls is list:
+    if cls is list or cls is CowList:
         i = id(v)
         if i in seen:
             return False
@@ -742,6 +743,9 @@ class PyState(State):
     __json_dump_is_fresh__: ClassVar[bool] = True  # model_dump below: encode() builds it, or a JSON copy
     # the copier copy_state looks for (envfactory.state); set per class, so declared without a value
     __state_copy__: ClassVar[Any]
+    # the quota's measure (envfactory.quotas.state_size), set per class like the copier
+    __state_size__: ClassVar[Any]
+    __canonical_json__: ClassVar[Any]  # the hash's text (envfactory.state.canonical_json), likewise
 
     @model_serializer(mode="plain")
     def _pystate_dump(self, info: SerializationInfo) -> dict[str, Any]:
@@ -885,6 +889,28 @@ def lazy_state_copy(value: PyState) -> PyState:
         mine["_seen"] = set(seen)
     object.__setattr__(new, "__pydantic_private__", mine)
     weakref.finalize(new, _release, mine).atexit = False  # a fork dropped unused gives its share back
+    return new
+
+
+def cow_state_copy(value: PyState) -> PyState:
+    """:func:`~envfactory.state.copy_state` for a :class:`PyState` of attributes: copy on write
+    per container (:mod:`.cow`). The copy shares the field values (an O(fields) fork, whatever
+    the state's size); both sides lose their token, so each one's next tool call (run under
+    :class:`~.cow.armed`) copies only the dicts and lists it reaches (a table and a record,
+    not the database), and every other value it holds once."""
+    priv = value.__pydantic_private__
+    if priv is not None:
+        priv.pop("_tok", None)
+        priv.pop("_mine", None)
+    new = object.__new__(value.__class__)
+    object.__setattr__(new, "__dict__", dict(value.__dict__))
+    object.__setattr__(new, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
+    object.__setattr__(new, "__pydantic_extra__", None)
+    mine: dict[str, Any] | None = None
+    seen = priv.get("_seen") if priv is not None else None
+    if seen is not None:
+        mine = {"_seen": set(seen)}
+    object.__setattr__(new, "__pydantic_private__", mine)
     return new
 
 
