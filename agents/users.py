@@ -23,7 +23,8 @@ __all__ = ["ChatModel", "LLMUser", "USER_PROMPT"]
 USER_PROMPT = (
     "You are a customer talking to a support agent. What you know about yourself:\n{facts}\n"
     "Answer the agent's question in one short sentence, truthfully, using only these facts. "
-    "If the question asks for none of them, say what you can tell instead. Never make up facts."
+    "If the question asks for none of them, say what you can tell instead. Never make up facts. "
+    "If the agent asks you to confirm an action that serves your goal, say yes."
 )
 
 

@@ -58,7 +58,7 @@ from .snapshots import WORLD_GONE, check_referee, check_seal, sign_snapshot
 from .state import State, copy_state
 from .task import Task, ToolCall
 from .tooling import ToolOutcome
-from .users import USER_TOOL, UserResponder, host_reply, user_facts
+from .users import USER_TOOL, UserResponder, host_reply, user_profile
 from .world import LocalWorld, World, WorldGone, WorldLost
 
 __all__ = ["Episode", "SNAPSHOT_FORMAT", "task_for_seed"]
@@ -529,7 +529,7 @@ class Episode(Environment):
                 elif t is None:
                     outcomes.append(self._refused(agent, c.name, tools))
                 elif self._user is not None and c.name == USER_TOOL:
-                    outcomes.append(self._ask_user(self._user, agent, c.arguments))
+                    outcomes.append(self._ask_user(self._user, agent, rnd, c.arguments))
                 elif t.finish:
                     out = t.invoke(None, c.arguments)  # finish touches no state
                     outcomes.append(out)
@@ -593,9 +593,11 @@ class Episode(Environment):
         self._end(self._gone, terminated=False, success=False)
         info[self._gone] = True
 
-    def _ask_user(self, user: UserResponder, agent: str, arguments: dict[str, Any]) -> ToolOutcome:
+    def _ask_user(self, user: UserResponder, agent: str, rnd: int, arguments: dict[str, Any]) -> ToolOutcome:
         """``ask_user`` answered by the episode's host-side user (an LLM user): the same
-        argument validation as the tool, the task's user facts, the questions asked so far."""
+        argument validation as the tool, the task's user (persona, goal, facts), the questions
+        asked so far. A user with a script (a confirmation to give) hears the question in the
+        world too, so what it has confirmed is in the state; the agent sees the LLM's words."""
         checked = self._tools_of[agent][USER_TOOL].invoke(None, arguments)  # the tool's own validation
         if not checked.ok:
             return checked
@@ -608,8 +610,11 @@ class Episode(Environment):
                     asked[c["id"]] = str(c["function"]["arguments"].get("question", ""))
             if m["role"] == "tool" and m.get("name") == USER_TOOL and m["tool_call_id"] in asked:
                 history.append((asked[m["tool_call_id"]], m["content"]))
-        reply = host_reply(user, question, user_facts(self._require_task().initial_state), history)
+        initial = self._require_task().initial_state
+        reply = host_reply(user, question, user_profile(initial), history)
         ok = not reply.startswith("Error")
+        if ok and any(k.startswith("_") for k in getattr(initial, "user", None) or {}):
+            self._run_batch(agent, rnd, [ToolCall(USER_TOOL, dict(arguments))])
         return ToolOutcome(reply, ok, "ok" if ok else "tool_error")
 
     def _refused(self, agent: str, name: str, tools: dict[str, Any]) -> ToolOutcome:

@@ -15,6 +15,7 @@ import envfactory
 from agents.openai_policy import OpenAIChat, ServerError
 from agents.users import LLMUser
 from envfactory.checks.scripted import OraclePolicy, play
+from envfactory.users import user_facts
 
 ENV = "RetailOrders-v1"
 
@@ -91,7 +92,7 @@ def test_a_chat_endpoint_plays_the_user_of_an_episode(chat_server: _ChatServer) 
     first, second = (r["body"] for r in chat_server.requests[:2])
     assert {r["path"] for r in chat_server.requests} == {"/v1/chat/completions"}
     assert {r["auth"] for r in chat_server.requests} == {"Bearer k"} and first["model"] == "user-model"
-    facts = task.initial_state.user
+    facts = user_facts(task.initial_state)  # the facts (the persona and goal are told too)
     assert all(f"- {k}: {v}" in first["messages"][0]["content"] for k, v in facts.items())
     assert first["messages"][-1] == {"role": "user", "content": asked[0].arguments["question"]}
     # the second request carries the first question and the endpoint's own reply as history

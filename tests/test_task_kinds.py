@@ -18,7 +18,7 @@ from envfactory import SpecError
 from envfactory.checks.scripted import OraclePolicy, TranscriberPolicy, play
 from envfactory.factory.from_spec import specs_from_file
 from envfactory.state import copy_state
-from envfactory.users import USER_TOOL, scripted_reply
+from envfactory.users import CONFIRM, USER_TOOL, scripted_reply, user_facts
 from envfactory.checks.verify import verify_spec
 
 GOAL_KINDS = ("lookup", "conditional", "policy", "answer", "user")
@@ -139,8 +139,8 @@ def test_a_user_task_is_unsolvable_without_asking_and_solvable_with_it():
     name = "RetailOrders-v1"
     spec = envfactory.spec(name)
     task = _tasks(name, "user")[0]
-    facts = task.initial_state.user
-    assert facts and all(v not in task.instruction for v in facts.values())
+    facts = user_facts(task.initial_state)
+    assert facts and all(v not in task.instruction for v in task.initial_state.user.values())
     assert task.solution[0].name == USER_TOOL
     # with the asking, through a real episode: solved
     ep = envfactory.make(name)
@@ -151,10 +151,12 @@ def test_a_user_task_is_unsolvable_without_asking_and_solvable_with_it():
     assert twin.initial_state.tables == task.initial_state.tables
     # an agent that never asks acts the same in both worlds, so it can solve at most one:
     # the task's own calls (without the question) fail the twin, the twin's fail the task
+    # (a user who must confirm refuses both: the silent agent then solves neither)
     silent = [c for c in task.solution if c.name != USER_TOOL]
     twin_silent = [c for c in twin.solution if c.name != USER_TOOL]
-    assert _run(spec, task, silent)[1] and not _run(spec, twin, silent)[1]
-    assert _run(spec, twin, twin_silent)[1] and not _run(spec, task, twin_silent)[1]
+    confirms = CONFIRM in task.initial_state.user
+    assert _run(spec, task, silent)[1] is not confirms and not _run(spec, twin, silent)[1]
+    assert _run(spec, twin, twin_silent)[1] is not confirms and not _run(spec, task, twin_silent)[1]
     # and verify's user check holds for the family; a twin that is the task itself is caught
     report = verify_spec(spec, audit=None, api_checks=False, random_episodes=0)
     assert "user" in report.checks and report.verified, report.to_json()["failures"][:3]

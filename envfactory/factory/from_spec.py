@@ -27,7 +27,7 @@ from ..definition import ToolEnvSpec, SpecError
 from ..tooling import Tool, ToolError, make_tool
 from .arguments import FRESH_WORDS
 from ..definition import DEFAULT_SYSTEM_PROMPT
-from ..users import user_tool
+from ..users import unconfirmed, user_tool
 from .spec_file import ComposedFile, EntitySpec, EnvFile, FieldSpec, OperationSpec, TaskRules
 from .yaml_budget import load_yaml
 from .spec_words import default_policies, policy_text, with_finders
@@ -201,6 +201,10 @@ def _build_tool(env: EnvFile, op: OperationSpec) -> Tool:
             rows = state.tables.get(op.entity, {})
             lines = [format_row(label, k, r) for k, r in sorted(rows.items()) if matches(r, filters)]
             return "\n".join(lines) if lines else f"No {label} matches the filters."
+        if op.kind in ("create", "update", "delete"):
+            why = unconfirmed(state, op.name)  # an action the task's user must confirm first
+            if why is not None:
+                raise ToolError(why)
         new_row: dict[str, Any] | None = None
         if op.kind == "create":
             new_row = {f: (fs.default if fs.default is not None else None) for f, fs in ent.fields.items()}

@@ -40,11 +40,12 @@ from typing import Any, Callable, Iterator, cast
 from ..state import State, copy_state, diff_leaves, state_hash, state_leaves
 from ..task import Task, ToolCall, number_rivals
 from ..tooling import Tool
-from ..users import USER_TOOL
+from ..users import CONFIRM, GOAL, PERSONA, SLIP, USER_TOOL
 from . import task_grammar
 from .checks import ChangeCheck
 from .spec_file import TASK_KINDS, EnvFile, OperationSpec, PolicyRule
 from .task_draft import Draft as _Draft
+from .user_goals import irreversible, misspell, persona
 from .realize import Measure, Owner, Selection, a as _a, compare, frame
 from .spec_words import (fill_params as _fills, finder as _finder, is_person as _person, label as _label,
                          number_text as _num, numeric_fields as _numeric, phrase, policy_text, violates as _violates)
@@ -502,15 +503,36 @@ class KindSynth:
                     words.tail = f" with the {hidden.replace('_', ' ')} I have in mind"
                 alabel = _label(self.env, anchor)
 
-                def solution(name: str, key: str, rows: list[str]) -> list[ToolCall]:
-                    return [*asks, ToolCall(found[0].name, {"name": name}), *others,
-                            ToolCall(sel["op"].name, {**shown, ref: key}),
-                            *[ToolCall(op.name, {f"{e}_id": k, **args}) for k in rows]]
-
                 instruction, i = frame("user", rng, role=_a(alabel), vp=phrase(self.env, op, words.np(rng)[0], args))
                 twin_name, twin_key, twin_rows = twin
+                # the user's goal, persona, slip and confirmation (issue 26) draw from their own rng,
+                # so the family's task stream is the one it was
+                sub = random.Random(f"{instruction}/{facts['name']}/{twin_name}")
+                goal = f"I'd like you to {phrase(self.env, op, words.np(sub)[0], args)}."
+                taken = {str(r.get("name")).lower() for r in tables[anchor].values()}
+                wrong = [misspell(n, taken, sub) for n in (facts["name"], twin_name)] if sub.random() < 0.4 else []
+                slips = bool(wrong) and None not in wrong
+                confirm = irreversible(self.env, op)
+
+                def script(key: str, w: str | None) -> dict[str, str]:
+                    return {PERSONA: persona(self.env, tables, anchor, key, e, ref), GOAL: goal,
+                            **({SLIP: f"name={w}"} if slips else {}), **({CONFIRM: op.name} if confirm else {})}
+
+                if slips:  # the reference asks again, and hears the correction
+                    asks.insert(1, ToolCall(USER_TOOL, {"question": "Sorry, could you tell me your name again?"}))
+                # an irreversible action: the reference asks for the user's yes before the first one
+                confirming = [ToolCall(USER_TOOL, {"question": "This cannot be undone: shall I go ahead and "
+                                                                f"{phrase(self.env, op, 'them', args)}?"})] if confirm else []
+
+                def solution(name: str, key: str, rows: list[str]) -> list[ToolCall]:
+                    return [*asks, ToolCall(found[0].name, {"name": name}), *others,
+                            ToolCall(sel["op"].name, {**shown, ref: key}), *confirming,
+                            *[ToolCall(op.name, {f"{e}_id": k, **args}) for k in rows]]
+
+                mine = {**facts, **script(shown[ref], wrong[0] if slips else None)}
+                twin_user = {**facts, "name": twin_name, **script(twin_key, wrong[1] if slips else None)}
                 return _Draft("user", instruction, solution(facts["name"], shown[ref], sel["keys"]), guard=[e],
-                              user=facts, meta={"phrasing": i, "user_twin": {**facts, "name": twin_name}, "twin_solution": [
+                              user=mine, meta={"phrasing": i, "user_twin": twin_user, "twin_solution": [
                                   c.to_json() for c in solution(twin_name, twin_key, twin_rows)]})
         return None
 
