@@ -82,7 +82,8 @@ def phrase(env: EnvFile, op: OperationSpec, target: str, args: dict[str, Any]) -
     idp = "{" + f"{op.entity}_id" + "}"
     values = {k: ("none" if v is None else v.replace("_", " ") if isinstance(v, str) else v) for k, v in args.items()}
     if op.instruction and idp in op.instruction:
-        text = re.sub(rf"(?:\b{re.escape(noun)}\s+|\b{re.escape(op.entity)}\s+)?{re.escape(idp)}",
+        # the template's name for the row goes with its id ("leave request {leave_id}" of a leave)
+        text = re.sub(rf"(?:\b{re.escape(noun)}(?:\s+[a-z]+)?\s+|\b{re.escape(op.entity)}\s+)?{re.escape(idp)}",
                       target.replace("\\", "\\\\"), op.instruction)
         try:
             text = text.format(**values)
