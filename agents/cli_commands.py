@@ -32,9 +32,11 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--episodes", type=int, default=10,
                    help="episodes per environment (tasks in order, cycling); teams: per task, stochastic policies")
     p.add_argument("--runtime", default="local", help="local or docker")
-    p.add_argument("--split", default="eval", choices=["eval", "rl", "sft", "all", "heldout-family", "heldout-kind"],
+    p.add_argument("--split", default="eval", choices=["eval", "rl", "sft", "all", "heldout-family", "heldout-kind",
+                                                            "heldout-phrasing"],
                    help="which tasks to play (single-agent environments): the eval split training never sees "
-                        "(default), a training split, all, or the eval tasks of the held-out families or kinds")
+                        "(default), a training split, all, or the eval tasks of the held-out families, kinds or "
+                        "phrasings")
     p.add_argument("--max-turns", type=int, default=None, help="assistant turns per episode (default: the env's)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="sampled tokens per assistant turn")
     p.add_argument("--temperature", type=float, default=0.7)

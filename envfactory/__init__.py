@@ -16,7 +16,7 @@ Defining an environment: a :class:`State` model, :func:`tool` functions over it,
 team: :class:`Role` objects, a :class:`MultiState` and joint solutions, :func:`by`).
 """
 
-from .definition import HELDOUT_FAMILIES, HELDOUT_KINDS, Role, SpecError, ToolEnvSpec
+from .definition import HELDOUT_FAMILIES, HELDOUT_KINDS, HELDOUT_PHRASING, Role, SpecError, ToolEnvSpec
 from .env import Environment, EpisodeError, SnapshotError, StepResult
 from .episode import Episode
 from .mail import ConflictError, MultiState
@@ -34,6 +34,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "HELDOUT_FAMILIES",
     "HELDOUT_KINDS",
+    "HELDOUT_PHRASING",
     "ToolEnvSpec",
     "Environment",
     "Episode",

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ToolEnvSpec", "Role", "SpecError", "SOLE_AGENT", "PERMISSION_PREFIX", "lookup_task", "SPLITS", "Split",
            "DRAW_SPLITS", "DrawSplit", "DEFAULT_SPLIT", "split_members", "HELDOUT_FAMILIES", "HELDOUT_KINDS",
+           "HELDOUT_PHRASING",
            "GENERALIZATION_SPLITS", "generalization_group",
            "served_tasks", "task_for_seed"]
 
@@ -39,8 +40,8 @@ Split = Literal["sft", "rl", "eval"]
 # what an episode (and every face over it) may draw tasks from: one split, ``train`` (sft and rl:
 # everything but evaluation; the default everywhere) or ``all``. Evaluation tasks are drawn only
 # where ``eval`` (or ``all``) is asked for explicitly.
-DRAW_SPLITS = ("train", "sft", "rl", "eval", "all", "seen", "heldout-family", "heldout-kind")
-DrawSplit = Literal["train", "sft", "rl", "eval", "all", "seen", "heldout-family", "heldout-kind"]
+DRAW_SPLITS = ("train", "sft", "rl", "eval", "all", "seen", "heldout-family", "heldout-kind", "heldout-phrasing")
+DrawSplit = Literal["train", "sft", "rl", "eval", "all", "seen", "heldout-family", "heldout-kind", "heldout-phrasing"]
 DEFAULT_SPLIT: DrawSplit = "train"
 
 # -- splits that test generalization (docs/training.md, "Held-out families and kinds") --------------
@@ -56,21 +57,30 @@ HELDOUT_KINDS: tuple[str, ...] = ("conditional",)
 """The task kinds never trained on, in any family: ``conditional`` composes what the training kinds
 teach one at a time (find rows by description as ``lookup`` does, read a value as ``answer`` does,
 then act on a threshold), so an agent that learned tool use rather than frames should transfer."""
-GENERALIZATION_SPLITS = ("seen", "heldout-family", "heldout-kind")
-"""The draw splits over whole families and kinds: ``seen`` (train-split tasks of the families and
-kinds not held out: what a trainer testing generalization trains on), ``heldout-family`` (eval-split
-tasks of :data:`HELDOUT_FAMILIES`, every kind) and ``heldout-kind`` (eval-split tasks of
-:data:`HELDOUT_KINDS` in the other families). The three are disjoint, and the held-out ones lie
-within ``eval``, so they are kept out of tokenizer and pretraining corpora as every eval task is."""
+HELDOUT_PHRASING = 4
+"""The frame never trained on, in any kind and family: a goal-level task worded in the fifth frame of
+its kind (``task.metadata["phrasing"] == 4``; the frames are ``envfactory.factory.realize.FRAMES``,
+5-6 per kind), so an agent can be evaluated on wordings it never saw."""
+GENERALIZATION_SPLITS = ("seen", "heldout-family", "heldout-kind", "heldout-phrasing")
+"""The draw splits over whole families, kinds and frames: ``seen`` (train-split tasks of the
+families, kinds and frames not held out: what a trainer testing generalization trains on),
+``heldout-family`` (eval-split tasks of :data:`HELDOUT_FAMILIES`, every kind), ``heldout-kind``
+(eval-split tasks of :data:`HELDOUT_KINDS` in the other families) and ``heldout-phrasing``
+(eval-split tasks of the other families and kinds worded in the :data:`HELDOUT_PHRASING` frame).
+The four are disjoint, and the held-out ones lie within ``eval``, so they are kept out of tokenizer
+and pretraining corpora as every eval task is."""
 
 
-def generalization_group(env: str, kind: str | None) -> str:
-    """Which of :data:`GENERALIZATION_SPLITS` a task of environment ``env`` and ``kind`` counts for
-    (ignoring its sft/rl/eval split): ``heldout-family`` first, then ``heldout-kind``, else ``seen``."""
+def generalization_group(env: str, kind: str | None, phrasing: int | None = None) -> str:
+    """Which of :data:`GENERALIZATION_SPLITS` a task of environment ``env``, ``kind`` and frame
+    ``phrasing`` counts for (ignoring its sft/rl/eval split): ``heldout-family`` first, then
+    ``heldout-kind``, then ``heldout-phrasing``, else ``seen``."""
     if env in HELDOUT_FAMILIES:
         return "heldout-family"
     if kind in HELDOUT_KINDS:
         return "heldout-kind"
+    if phrasing == HELDOUT_PHRASING:
+        return "heldout-phrasing"
     return "seen"
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -157,7 +167,7 @@ def split_members(split: str) -> tuple[str, ...]:
         return (split,)
     if split == "seen":
         return ("sft", "rl")
-    if split in ("heldout-family", "heldout-kind"):
+    if split in ("heldout-family", "heldout-kind", "heldout-phrasing"):
         return ("eval",)
     raise ValueError(f"split must be one of {', '.join(DRAW_SPLITS)}, got {split!r}")
 
@@ -436,7 +446,8 @@ class ToolEnvSpec:
         of the split's members, and for :data:`GENERALIZATION_SPLITS` its family and kind fit."""
         if self.split(task) not in split_members(split):
             return False
-        return split not in GENERALIZATION_SPLITS or generalization_group(self.name, task.kind) == split
+        return split not in GENERALIZATION_SPLITS or \
+            generalization_group(self.name, task.kind, task.metadata.get("phrasing")) == split
 
     def draw_task(self, split: DrawSplit, seed: int | None = None, *, pool: list[Task] | None = None) -> Task:
         """The task of ``split`` that ``reset(seed=seed)`` plays (:func:`task_for_seed`; at random
@@ -457,7 +468,7 @@ class ToolEnvSpec:
             raise KeyError(f"task {t.id!r} of {self.name} is in the {own!r} split; this server serves the "
                            f"{split!r} split (start it with --split {own} or --split all to play it)")
         if not self.in_split(t, split):
-            group = generalization_group(self.name, t.kind)
+            group = generalization_group(self.name, t.kind, t.metadata.get("phrasing"))
             raise KeyError(f"task {t.id!r} of {self.name} counts for {group!r}; this server serves the "
                            f"{split!r} split (start it with --split {own} or --split all to play it)")
         return t

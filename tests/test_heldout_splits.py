@@ -1,6 +1,6 @@
-"""Splits that test generalization: whole families and whole task kinds held out of training
-(``envfactory.HELDOUT_FAMILIES``, ``envfactory.HELDOUT_KINDS``), drawn through every face with
-``split="seen" | "heldout-family" | "heldout-kind"``."""
+"""Splits that test generalization: whole families, task kinds and frames held out of training
+(``envfactory.HELDOUT_FAMILIES``, ``HELDOUT_KINDS``, ``HELDOUT_PHRASING``), drawn through every face
+with ``split="seen" | "heldout-family" | "heldout-kind" | "heldout-phrasing"``."""
 
 from __future__ import annotations
 
@@ -44,15 +44,17 @@ def test_the_heldout_families_are_the_ones_the_benchmark_recorded():
 @pytest.mark.parametrize("name", [HELD, KIND, PLAIN])
 def test_the_generalization_splits_are_disjoint_and_within_their_hash_split(name):
     spec = envfactory.spec(name)
-    seen, fam, kind = (_ids(name, s) for s in GENERALIZATION_SPLITS)
-    assert not (seen & fam) and not (seen & kind) and not (fam & kind)
-    assert seen <= _ids(name, "train") and fam | kind <= _ids(name, "eval")
+    seen, fam, kind, words = (_ids(name, s) for s in GENERALIZATION_SPLITS)
+    groups = [seen, fam, kind, words]
+    assert all(not (a & b) for i, a in enumerate(groups) for b in groups[i + 1:])
+    assert seen <= _ids(name, "train") and fam | kind | words <= _ids(name, "eval")
     for t in spec.get_tasks():
         if t.id in seen:
             assert name not in envfactory.HELDOUT_FAMILIES and t.kind not in envfactory.HELDOUT_KINDS
-        group = generalization_group(name, t.kind)
-        assert (t.id in seen or t.id in fam or t.id in kind) == (spec.split(t) != "eval" if group == "seen"
-                                                                 else spec.split(t) == "eval")
+            assert t.metadata.get("phrasing") != envfactory.HELDOUT_PHRASING
+        group = generalization_group(name, t.kind, t.metadata.get("phrasing"))
+        assert (t.id in seen or t.id in fam or t.id in kind or t.id in words) == (
+            spec.split(t) != "eval" if group == "seen" else spec.split(t) == "eval")
 
 
 def test_each_family_lands_where_it_should():
@@ -61,7 +63,16 @@ def test_each_family_lands_where_it_should():
     kind_tasks = envfactory.spec(KIND).tasks_in("heldout-kind")
     assert kind_tasks and {t.kind for t in kind_tasks} == set(envfactory.HELDOUT_KINDS)
     assert all(t.kind not in envfactory.HELDOUT_KINDS for t in envfactory.spec(KIND).tasks_in("seen"))
-    assert _ids(PLAIN, "seen") == _ids(PLAIN, "train") and not _ids(PLAIN, "heldout-family")
+    plain = envfactory.spec(PLAIN)
+    assert _ids(PLAIN, "seen") == {t.id for t in plain.tasks_in("train")
+                                   if t.metadata.get("phrasing") != envfactory.HELDOUT_PHRASING}
+    assert not _ids(PLAIN, "heldout-family")
+    # the held-out frame: eval tasks worded in it, of every kind not held out; none of them seen
+    words = plain.tasks_in("heldout-phrasing")
+    assert words and all(t.metadata["phrasing"] == envfactory.HELDOUT_PHRASING and plain.split(t) == "eval"
+                         for t in words)
+    # the frame's words appear only where it is held out (a lookup's fifth frame: "<request>, please.")
+    assert not any(t.instruction.endswith(", please.") for t in plain.tasks_in("seen") if t.kind == "lookup")
 
 
 def test_every_face_draws_only_from_a_generalization_split():

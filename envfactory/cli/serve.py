@@ -54,7 +54,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="default seed (picks the task as reset(seed=...) does)")
     p.add_argument("--split", default=DEFAULT_SPLIT, choices=list(DRAW_SPLITS),
                    help="the tasks served (default train: sft and rl; evaluation tasks only when asked for; "
-                        "seen / heldout-family / heldout-kind: see docs/training.md)")
+                        "seen / heldout-family / heldout-kind / heldout-phrasing: see docs/training.md)")
     p.add_argument("--max-turns", type=int, default=None, help="override the environment's turn limit")
     p.add_argument("--max-episodes", type=int, default=256,
                    help="live episodes (sessions) at once; beyond it a new one is refused with an error (a "
