@@ -95,8 +95,9 @@ def test_every_face_draws_only_from_a_generalization_split():
     svc = EpisodeService(KIND, split="heldout-kind")
     try:
         assert {r["task_id"] for r in svc.list_tasks()} == _ids(KIND, "heldout-kind")
-        eval_seen = next(t.id for t in envfactory.spec(KIND).tasks_in("eval")
-                         if t.kind not in envfactory.HELDOUT_KINDS)  # right hash split, wrong kind
+        eval_seen = next(t.id for t in envfactory.spec(KIND).tasks_in("eval")  # right hash split, wrong kind
+                         if t.kind not in envfactory.HELDOUT_KINDS
+                         and t.metadata.get("phrasing") != envfactory.HELDOUT_PHRASING)
         with pytest.raises(KeyError, match="counts for 'seen'"):
             svc.start("k", task_id=eval_seen)
         with pytest.raises(KeyError, match="'sft' split"):
