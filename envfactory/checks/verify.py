@@ -460,8 +460,6 @@ def _check_fork_snapshot(spec: ToolEnvSpec, ep: Episode, make_env: Callable[[], 
         child.close()  # a docker fork holds a session of its own
     if ep.state.hash() != before:
         fail.append(Failure("fork", "acting in a fork changed its parent", task.id))
-    if child_end[0].hash() == before and _mutates(spec, rest):
-        fail.append(Failure("fork", "the fork did not change while acting", task.id))
     other = make_env()
     try:
         other.restore(snap)
@@ -472,6 +470,10 @@ def _check_fork_snapshot(spec: ToolEnvSpec, ep: Episode, make_env: Callable[[], 
     finally:
         other.close()
     parent_end = _finish(ep, oracle)
+    # a fork that acts must move as its parent does (a rest of calls may change nothing: a recovery
+    # task's alternative can leave a row as it was, so only a parent that moved says the fork should)
+    if child_end[0].hash() == before and parent_end[0].hash() != before and _mutates(spec, rest):
+        fail.append(Failure("fork", "the fork did not change while acting", task.id))
     if not _alike(spec, parent_end, child_end):
         fail.append(Failure("fork", "parent and fork diverged on the same actions", task.id))
     if not _alike(spec, restored_end, parent_end):
