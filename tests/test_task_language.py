@@ -133,6 +133,9 @@ def test_measures_speak_with_units_money_and_counts():
     miles = Measure.of("miles", "loyalty miles")
     assert compare(miles, "its traveller", "at_least", 4303) == "its traveller has at least 4303 miles"
     assert amount(Measure.of("nights", "nights booked"), 1) == "1 night"
+    assert amount(Measure.of("length", "length of the session in hours"), 1) == "1 hour"
+    assert amount(Measure.of("boat_length", "boat length in feet"), 1) == "1 foot"
+    assert amount(Measure.of("volume_ml", "volume in millilitres"), 1) == "1 ml"
     assert compare(Measure.of("max_kg", "capacity"), "it", "at_least", 3000) == "its capacity is at least 3000 kg"
     assert compare(Measure.of("prep_minutes", "typical preparation time in minutes"), "it", "at_least", 30) == \
         "its prep time is at least 30 minutes"

@@ -128,10 +128,17 @@ def amount(m: Measure, value: Any) -> str:
         return money(value)
     text = thousands(value, not m.yearlike and isinstance(value, (int, float)) and abs(value) >= 10000)
     if m.unit:
-        return f"{text} {m.unit}"
+        return f"{text} {_unit_for(m.unit, value)}"
     if m.count:
         return f"{text} {_singular(m.noun) if value == 1 else m.noun}"
     return text
+
+
+def _unit_for(unit: str, value: Any) -> str:
+    """ "1 hour", "1 foot", "2 hours": a unit agrees with its number (kg, ml, GB never change)."""
+    if value != 1 or not unit.endswith("s") and unit != "feet":
+        return unit
+    return {"feet": "foot", "cubic feet": "cubic foot"}.get(unit, unit[:-1])
 
 
 def _singular(noun: str) -> str:
