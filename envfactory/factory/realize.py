@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 import inflection
 
 __all__ = ["Measure", "Selection", "Owner", "plural", "is_plural", "a", "money", "amount", "compare",
-           "rel_compare", "sentence", "FRAMES", "frame", "thousands"]
+           "rel_compare", "FRAMES", "frame", "thousands"]
 
 # words ending in s that are singular (inflection would singularize them)
 _SINGULAR_S = frozenset("""
@@ -168,7 +168,7 @@ def compare(m: Measure, whose: str, op: str, value: Any, rng: random.Random | No
     return f"{poss} {m.noun} {verb} " + pick(measures).format(v=amount(m, value))
 
 
-def rel_compare(m: Measure, op: str, value: Any, *, plural_rows: bool = False) -> str:
+def rel_compare(m: Measure, op: str, value: Any) -> str:
     """The same comparison as a relative clause on rows: "with more than 2 packs", "whose fee is
     above $500"."""
     counts, measures = _CMP[op]
@@ -303,19 +303,6 @@ class Selection:
             of += " of mine"
         det = {"every": "every ", "all": "all ", "the": "the ", "each": "each "}[form]
         return f"{det}{adj}{noun}{of}{rel}", plural_rows
-
-    def plain(self) -> str:
-        """The rows without a quantifier (for "how many ... are there"): "placed orders of customer Kim"."""
-        rng = random.Random(0)
-        text, _ = self.np(rng, form="all")
-        return text[len("all "):]
-
-
-def sentence(text: str) -> str:
-    """Capitalized, with a final full stop unless it already ends a sentence."""
-    text = text.strip()
-    text = text[0].upper() + text[1:]
-    return text if text[-1] in ".?!" else text + "."
 
 
 # -- sentence frames per kind ------------------------------------------------------

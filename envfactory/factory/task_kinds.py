@@ -246,13 +246,6 @@ class KindSynth:
                             best = (score, {"op": q, "filters": filt, "keys": keys})
         return None if best is None else best[1]
 
-    def _describe(self, tables: dict, entity: str, filters: dict[str, Any], *, mine: str | None = None
-                  ) -> tuple[str, list[ToolCall], dict[str, Any]]:
-        """``every <label> of <ref> ...`` (one fixed form), the calls that resolve the refs, and
-        the query's arguments; the reference field ``mine`` reads "of mine" (the user's)."""
-        words, calls, args = self._words(tables, entity, filters, mine=mine)
-        return words.np(random.Random(0), form="every")[0], calls, args
-
     def _words(self, tables: dict, entity: str, filters: dict[str, Any], *, mine: str | None = None
                ) -> tuple[Selection, list[ToolCall], dict[str, Any]]:
         """The selected rows in words (:class:`.realize.Selection`, realized in several forms),
@@ -651,7 +644,3 @@ class KindSynth:
 
 def _superlative(m: Measure) -> str:
     return f"the most {m.noun}" if m.count else f"the highest {m.noun}"
-
-
-def _sentence(text: str) -> str:
-    return text[0].upper() + text[1:] + "."
