@@ -34,6 +34,7 @@ GOAL_KINDS = ("lookup", "answer", "conditional", "user", "policy", "multi_servic
 
 _ROW = re.compile(r"^(?:Updated )?([a-z][a-z _]*?) (\S+): (.*)$")
 _FIELD = re.compile(r"(\w+)=(.*?)(?=, \w+=|$)")
+_NEXT_PAGE = re.compile(r"call again with page=(\d+) for more\s*$")
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = {"it", "the", "a", "an", "of", "to", "for", "as", "with", "on", "at", "its", "and", "every", "is"}
 _ID = re.compile(r"^[A-Z]{1,4}-?\d+$")
@@ -100,6 +101,15 @@ class FrameAgent:
             raise FrameError("out of turns")
         res = self.env.step(f'<tool_call>{json.dumps({"name": name, "arguments": args})}</tool_call>')
         return "\n".join(str(m["content"]) for m in res.messages if m.get("role") == "tool")
+
+    def listing(self, name: str, args: dict[str, Any]) -> list[dict[str, str]]:
+        """The rows a query lists, over every page it has (the output's last line names the next)."""
+        text = self.call(name, args)
+        rows = rows_of(text)
+        while (more := _NEXT_PAGE.search(text)) is not None:
+            text = self.call(name, {**args, "page": int(more.group(1))})
+            rows += rows_of(text)
+        return rows
 
     def play(self) -> bool:
         """Plays the episode to its end; whether it succeeded."""
@@ -207,7 +217,7 @@ class FrameAgent:
         for k, v in want.items():
             if k in params:
                 args[k] = v
-        rows = rows_of(self.call(query, args))
+        rows = self.listing(query, args)
         rows = [r for r in rows if all(r.get(k) == v for k, v in want.items())]
         conds = re.match(r" whose (.*)$", rest, re.S)
         if conds:
@@ -239,7 +249,7 @@ class FrameAgent:
                      [p.replace(" ", "_") for p in _plural_of(label.split()[-1]) + _plural_of(label)]), None)
         if tool is None:
             raise FrameError(f"no tool finds a {label}")
-        rows = [r for r in rows_of(self.call(tool, {"name": name})) if r.get("name", "").lower() == name.lower()]
+        rows = [r for r in self.listing(tool, {"name": name}) if r.get("name", "").lower() == name.lower()]
         if not rows:
             raise FrameError(f"no {label} named {name}")
         return rows[0]

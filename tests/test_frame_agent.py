@@ -22,16 +22,18 @@ def test_it_solves_a_conditional_task_told_in_its_frame_and_not_the_same_task_re
 
     spec = envfactory.spec("RetailOrders-v1")
     said = re.compile(r"(?:For|Go through|Check|Please handle|I'd like you to review|Look at) (?:every|each) "
-                      r"(placed|shipped) order[ .:;,].*?its (quantity|product's price|product's stock) is "
+                      r"(?:(placed|shipped) )?order(?: (?:of|for) (?:the )?customer (?:named )?([A-Z]\w*))?"
+                      r"(?: that is (placed|shipped))?[ .:;,].*?its (quantity|product's price|product's stock) is "
                       r"(?:at least )?\$?([\d,]+)(?: or more)?[,:] (cancel|ship) it")
     tried = 0
     for task in spec.get_tasks():
         m = said.search(task.instruction)
-        if task.kind != "conditional" or not m or "customer" in task.instruction:  # rows of every customer only
+        if task.kind != "conditional" or not m or not (m.group(1) or m.group(3)):
             continue
-        status, what, n, act = m.groups()
+        status, who, what, n, act = m.group(1) or m.group(3), m.group(2), *m.groups()[3:]
         other = "ship" if act == "cancel" else "cancel"
-        old = (f"For every order whose status is {status}: if its {what} is at least {n.replace(',', '')}, "
+        of = f" of the customer named {who}" if who else ""
+        old = (f"For every order{of} whose status is {status}: if its {what} is at least {n.replace(',', '')}, "
                f"{act} it; otherwise {other} it.")
         assert not solve("RetailOrders-v1", task), task.instruction
         assert solve("RetailOrders-v1", task.model_copy(update={"instruction": old})), old

@@ -68,19 +68,23 @@ def test_the_transcriber_solves_no_goal_level_task():
 
 def test_lookup_fails_when_a_distractor_row_is_also_changed():
     spec = envfactory.spec("RetailOrders-v1")
-    task = next(t for t in _tasks("RetailOrders-v1", "lookup") if len(t.solution) >= 3)
-    act = task.solution[-1]
-    assert _run(spec, task, task.solution)[1]
-    # the same action on every row of the table that it applies to: the unasked ones must stay
-    entity = next(k[: -len("_id")] for k in act.arguments if k.endswith("_id"))
-    state = spec.start_state(task)
-    for c in task.solution:
-        spec.tools_of()[c.name].invoke(state, c.arguments)
-    extra = [k for k in state.tables[entity] if spec.tools_of()[act.name].invoke(
-        copy_state(state), {**act.arguments, f"{entity}_id": k}).ok]
-    assert extra, "the task has no distractor the action could reach"
-    spec.tools_of()[act.name].invoke(state, {**act.arguments, f"{entity}_id": extra[0]})
-    assert not task.success(state, "Done.")
+    tried = 0
+    for task in [t for t in _tasks("RetailOrders-v1", "lookup") if len(t.solution) >= 3][:6]:
+        act = task.solution[-1]
+        assert _run(spec, task, task.solution)[1]
+        # the same action on every row of the table that it applies to: the unasked ones must stay
+        entity = next(k[: -len("_id")] for k in act.arguments if k.endswith("_id"))
+        state = spec.start_state(task)
+        for c in task.solution:
+            spec.tools_of()[c.name].invoke(state, c.arguments)
+        extra = [k for k in state.tables[entity] if spec.tools_of()[act.name].invoke(
+            copy_state(state), {**act.arguments, f"{entity}_id": k}).ok]
+        if not extra:
+            continue  # this world has no distractor the action could reach
+        spec.tools_of()[act.name].invoke(state, {**act.arguments, f"{entity}_id": extra[0]})
+        assert not task.success(state, "Done.")
+        tried += 1
+    assert tried, "no lookup task has a distractor the action could reach"
 
 
 def test_conditional_branches_on_values_only_a_tool_shows():
@@ -91,8 +95,9 @@ def test_conditional_branches_on_values_only_a_tool_shows():
         acts = [c.name for c in task.solution if not spec.tools_of()[c.name].read_only]
         assert len(set(acts)) == 2, (task.instruction, acts)  # both branches occur
         # a condition and its alternative, in whichever of the kind's frames (envfactory/factory/realize.py)
-        assert re.search(r"\b(if|when|where)\b", task.instruction) and \
-            re.search(r"\b(otherwise|if not|the rest|everywhere else|when)\b", task.instruction), task.instruction
+        assert re.search(r"\b(if|when|where)\b", task.instruction) and (
+            re.search(r"\b(otherwise|if not|the rest|everywhere else|when)\b", task.instruction)
+            or len(re.findall(r"\bif\b", task.instruction)) >= 2), task.instruction  # "..., and if ..."
 
 
 def test_policy_tasks_obey_the_written_policy_and_a_violation_fails():

@@ -84,7 +84,8 @@ def _py_type(f: FieldSpec) -> Any:
 
 
 # -- seeding ---------------------------------------------------------------
-def _gen_value(f: FieldSpec, gen: Any, n: int, rng: random.Random, state: dict, used: set) -> Any:
+def _gen_value(f: FieldSpec, gen: Any, n: int, rng: random.Random, state: dict, used: set,
+               extend: bool = False) -> Any:
     if gen is not None and gen.null_share and rng.random() < gen.null_share:
         return None
     if gen is not None and gen.value is not None:
@@ -95,7 +96,12 @@ def _gen_value(f: FieldSpec, gen: Any, n: int, rng: random.Random, state: dict, 
         keys = sorted(state["tables"].get(f.entity, {}))
         return keys[rng.randrange(len(keys))] if keys else None
     if gen is not None and gen.choice is not None:
-        pool = [c for c in gen.choice if not (gen.unique and c in used)] or gen.choice
+        pool = [c for c in gen.choice if not (gen.unique and c in used)]
+        if not pool and extend and gen.unique and all(isinstance(c, str) for c in gen.choice):
+            # a deep table outgrows its list of unique names: "Dune 2", "Ivy 3", ... (still unique)
+            k = len(used)
+            pool = [f"{gen.choice[k % len(gen.choice)]} {k // len(gen.choice) + 1}"]
+        pool = pool or gen.choice
         v = pool[rng.randrange(len(pool))]
         used.add(v)
         return v
@@ -111,19 +117,25 @@ def _gen_value(f: FieldSpec, gen: Any, n: int, rng: random.Random, state: dict, 
     return f"{f.description or 'item'} {n}"
 
 
-def seed_state(env: EnvFile, rng: random.Random, scale: float = 1.0) -> dict[str, Any]:
+def seed_state(env: EnvFile, rng: random.Random, scale: float = 1.0,
+               at_least: dict[str, tuple[int, int]] | None = None) -> dict[str, Any]:
     """A sampled initial state (JSON form) from the entities' seed rules; ``scale`` multiplies
-    the generated row counts (capped where a unique choice runs out of values)."""
+    the generated row counts, and ``at_least`` raises an entity's to a number drawn from its
+    ``(lo, hi)`` (``scale`` is capped where a unique choice runs out of values; ``at_least``
+    goes on with numbered names, "Dune 2"; either way names stay unique)."""
     state: dict[str, Any] = {"tables": {}, "counters": {}}
     for ename, ent in env.entities.items():
         rows: dict[str, dict[str, Any]] = {}
         state["tables"][ename] = rows
         count = ent.seed.count
         extra = rng.randint(count[0], count[1]) if isinstance(count, (tuple, list)) else count
-        if scale != 1.0 and extra:
+        deep = (at_least or {}).get(ename)
+        if (scale != 1.0 or deep) and extra:
             extra = round(extra * scale)
+            if deep:
+                extra = max(extra, rng.randint(*deep) - len(ent.seed.rows))
             for fname, gen in ent.seed.fields.items():
-                if gen.unique and gen.choice:
+                if gen.unique and gen.choice and not (deep and all(isinstance(c, str) for c in gen.choice)):
                     extra = min(extra, max(len(gen.choice) - len(ent.seed.rows), 0))
         used: dict[str, set] = {k: set() for k in ent.fields}
         for i in range(len(ent.seed.rows) + extra):
@@ -134,7 +146,7 @@ def seed_state(env: EnvFile, rng: random.Random, scale: float = 1.0) -> dict[str
                 if fname in fixed:
                     row[fname] = fixed[fname]
                 else:
-                    row[fname] = _gen_value(f, ent.seed.fields.get(fname), n, rng, state, used[fname])
+                    row[fname] = _gen_value(f, ent.seed.fields.get(fname), n, rng, state, used[fname], bool(deep))
             rows[f"{ent.id_prefix}{n}"] = row
         state["counters"][ename] = len(rows)
     return state
@@ -152,7 +164,26 @@ def _operand(v: Any, args: dict[str, Any]) -> Any:
     return v
 
 
-def _build_tool(env: EnvFile, op: OperationSpec) -> Tool:
+def _page(label: str, lines: list[str], page: int | None, size: int) -> str:
+    """One page of a listing: at most ``size`` rows, and (when there are more) a last line
+    saying how many matched and how to ask for the next page."""
+    pages = max(1, -(-len(lines) // size))
+    if page is not None and not 1 <= page <= pages:
+        raise ToolError(f"page {page} is out of range: {len(lines)} {label} rows match, "
+                        f"{pages} page{'s' if pages > 1 else ''} of {size}; ask for a page from 1 to {pages}")
+    if not lines:
+        return f"No {label} matches the filters."
+    if pages == 1:
+        return "\n".join(lines)
+    n = page or 1
+    shown = lines[(n - 1) * size: n * size]
+    more = f"; call again with page={n + 1} for more" if n < pages else ""
+    return "\n".join(shown) + f"\npage {n} of {pages} ({len(lines)} matching){more}"
+
+
+def _build_tool(env: EnvFile, op: OperationSpec, page_size: int | None = None) -> Tool:
+    """The tool of one operation; a query shows at most ``page_size`` rows a call (with a
+    ``page`` argument) when it is given, else every matching row."""
     from tools.tables import check_condition, format_row, get_row, matches, next_key
 
     ent: EntitySpec = env.entities[op.entity]
@@ -178,6 +209,12 @@ def _build_tool(env: EnvFile, op: OperationSpec) -> Tool:
         if op.kind == "query":
             what = f"Only {label} rows with this {p.replace('_', ' ')} (omit to ignore)."
         docs.append(f"{p}: {what}")
+    paged = op.kind == "query" and page_size is not None
+    if paged:
+        params.append(P("page", P.KEYWORD_ONLY, default=None))
+        annotations["page"] = Optional[int]
+        docs.append(f"page: Which page of the matching rows to show, {page_size} rows a page "
+                    "(1 is the first; omit for the first).")
     refs = {p: ent.fields[p].target for p in op.params if ent.fields[p].type == "ref"}
 
     def target(state: Any, on: str, row: dict | None, args: dict) -> dict:
@@ -197,9 +234,13 @@ def _build_tool(env: EnvFile, op: OperationSpec) -> Tool:
             if args.get(p) is not None:
                 get_row(state, rent, args[p], env.entities[rent].label)
         if op.kind == "query":
+            page = args.pop("page", None) if paged else None
             filters = {k: v for k, v in args.items() if v is not None}
             rows = state.tables.get(op.entity, {})
             lines = [format_row(label, k, r) for k, r in sorted(rows.items()) if matches(r, filters)]
+            if paged:
+                assert page_size is not None  # paged: set above
+                return _page(label, lines, page, page_size)
             return "\n".join(lines) if lines else f"No {label} matches the filters."
         if op.kind in ("create", "update", "delete"):
             why = unconfirmed(state, op.name)  # an action the task's user must confirm first
@@ -260,10 +301,12 @@ def _build_tool(env: EnvFile, op: OperationSpec) -> Tool:
 
 
 # -- synthesis sources -----------------------------------------------------
-def _sources(env: EnvFile) -> dict[str, Any]:
+def _sources(env: EnvFile, paged: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for op in env.operations:
         ent = env.entities[op.entity]
+        if paged and op.kind == "query":
+            out[f"{op.name}.page"] = []  # a step-by-step walk never turns pages
         if op.kind in ("read", "update", "delete"):
             out[f"{op.name}.{_id_param(op.entity)}"] = f"keys:tables.{op.entity}"
         for p in op.params:
@@ -343,7 +386,7 @@ def compose(cf: ComposedFile, base: Path) -> tuple[EnvFile, dict[str, str]]:
             operations.append(op.model_copy(update=upd))
     try:
         env = EnvFile.model_validate({"name": cf.name, "domain": cf.domain, "description": cf.description,
-                                      "max_turns": cf.max_turns, "entities": entities,
+                                      "max_turns": cf.max_turns, "page_size": cf.page_size, "entities": entities,
                                       "operations": operations, "tasks": cf.tasks,
                                       # the services' written policies; derived ones when none wrote any
                                       "policies": policies or None})
@@ -362,18 +405,24 @@ def _build(env: EnvFile, rules: TaskRules, name: str, description: str, path: Pa
         env = with_finders(env)
     fields: dict[str, Any] = {} if legacy else {"user": (dict[str, str], {})}
     state_type = create_model(name.split("-")[0] + "State", __base__=TableState, **fields)
-    tools = [_build_tool(env, op) for op in env.operations]
+    tools = [_build_tool(env, op, None if legacy else env.page_size) for op in env.operations]
     if "user" in kinds:
         tools.append(user_tool())
     policies = [] if legacy or "policy" not in kinds else (env.policies if env.policies is not None
                                                           else default_policies(env))
 
+    # goal-level families get deep worlds from difficulty 3: every table that operations change
+    # holds 25 * (difficulty - 1) rows or more (50-75 at 3, 100-150 at 5), so listings page
+    acted = {op.entity for op in env.operations if op.kind == "update"}
+
     def sample(rng: random.Random, difficulty: int = 1) -> Any:
-        return state_type.model_validate(seed_state(env, rng, 1.0 + 0.5 * (difficulty - 1)))
+        deep = None if legacy or difficulty < 3 else {
+            e: (25 * (difficulty - 1), 75 * (difficulty - 1) // 2) for e in acted}
+        return state_type.model_validate(seed_state(env, rng, 1.0 + 0.5 * (difficulty - 1), deep))
 
     templates = {op.name: op.instruction for op in env.operations if op.instruction}
     prefix = name.split("-")[0].lower()
-    synth = SynthConfig(sample_state=sample, arguments=_sources(env), templates=templates,
+    synth = SynthConfig(sample_state=sample, arguments=_sources(env, not legacy), templates=templates,
                         lengths=tuple(rules.lengths), read_share=rules.read_share, prefix=prefix)
     prompt = None
     if policies or "user" in kinds:

@@ -216,6 +216,8 @@ class EnvFile(_Strict):
     domain: str
     description: str = ""
     max_turns: int = 20
+    # the most rows a query shows per call (goal-level families; a v0 steps-only family lists all)
+    page_size: int = Field(default=10, ge=1)
     entities: dict[str, EntitySpec]
     operations: list[OperationSpec]
     tasks: TaskRules = Field(default_factory=TaskRules)
@@ -295,5 +297,6 @@ class ComposedFile(_Strict):
     domain: str
     description: str = ""
     max_turns: int = 24
+    page_size: int = Field(default=10, ge=1)
     services: list[str] = Field(min_length=2)
     tasks: TaskRules = Field(default_factory=TaskRules)

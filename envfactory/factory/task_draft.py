@@ -22,3 +22,4 @@ class Draft:
     seen: bool = True
     user: dict[str, str] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    paged: bool = False                                 # whether ``calls`` turn every page they need

@@ -139,9 +139,14 @@ def _stages(k: "KindSynth", tables: dict, plan: list[Plan]) -> list[tuple[Plan, 
     for part in plan:
         before = {x: {r: dict(v) for r, v in rows.items()} for x, rows in probe.tables.items()}
         calls = _part_solution(k, before, part)
-        if calls is None or not all(k.tools[c.name].invoke(probe, c.arguments).ok for c in calls):
+        if calls is None:
             return None
-        out.append((part, before, calls))
+        paged: list[ToolCall] = []
+        for c in calls:  # each listing with every page of it the part needs
+            paged += [c, *k.pages(probe, c)]
+            if not k.tools[c.name].invoke(probe, c.arguments).ok:
+                return None
+        out.append((part, before, paged))
     return out
 
 
@@ -624,7 +629,7 @@ def make(k: "KindSynth", kind: str, initial: Any, difficulty: int, rng: random.R
     parts = [p["kind"] for p in plan] + (["pick"] if _picks_in(plan) else [])
     text, phrasing = words_and_phrasing(k, [(p, b) for p, b, _ in stages], salt=task_id)
     draft = Draft(kind, text, calls, guard=sorted({p["set"]["entity"] for p in plan}),
-                   meta={"plan": plan, "grammar": parts, "phrasing": phrasing})
+                   meta={"plan": plan, "grammar": parts, "phrasing": phrasing}, paged=True)
     task = k._finish(draft, initial, difficulty, task_id, accept=False)
     if task is None or _shortcut_passes(k, task):
         return None

@@ -167,6 +167,27 @@ class KindSynth:
                 return None
         return s
 
+    def pages(self, state: Any, call: ToolCall) -> list[ToolCall]:
+        """The further pages (``page=2`` on) a listing ``call`` shows on ``state``, which a
+        reference calls because it needs every matching row; none for any other call."""
+        from tools.tables import matches
+
+        op = self._ops.get(call.name)
+        if op is None or op.kind != "query" or "page" in call.arguments:
+            return []
+        filters = {a: v for a, v in call.arguments.items() if v is not None}
+        n = sum(1 for r in state.tables.get(op.entity, {}).values() if matches(r, filters))
+        return [ToolCall(call.name, {**call.arguments, "page": p}) for p in range(2, -(-n // self.env.page_size) + 1)]
+
+    def _paged(self, initial: State, calls: list[ToolCall]) -> list[ToolCall]:
+        """``calls`` with every listing followed by its further pages (on the state it runs on)."""
+        s = copy_state(initial)
+        out: list[ToolCall] = []
+        for c in calls:
+            out += [c, *self.pages(s, c)]
+            self.tools[c.name].invoke(s, c.arguments)
+        return out
+
     def _policy_ok(self, initial: State, calls: list[ToolCall]) -> bool:
         if not self.policies:
             return True
@@ -183,6 +204,10 @@ class KindSynth:
     def _finish(self, d: _Draft, initial: State, difficulty: int, task_id: str, accept: bool = True) -> Task | None:
         if d.user:
             initial = initial.model_copy(update={"user": dict(d.user)})
+        if not d.paged:
+            d.calls = self._paged(initial, d.calls)
+        if len(d.calls) > max(self.env.max_turns, 24) - 2:
+            return None  # the reference and the answer must fit the turn limit with a turn to spare
         final = self._run(initial, d.calls)
         if final is None or not self._policy_ok(initial, d.calls):
             return None
