@@ -35,6 +35,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
 from typing import Any, Callable, Iterator, cast
 
 from ..state import State, copy_state, diff_leaves, state_hash, state_leaves
@@ -169,15 +170,14 @@ class KindSynth:
 
     def pages(self, state: Any, call: ToolCall) -> list[ToolCall]:
         """The further pages (``page=2`` on) a listing ``call`` shows on ``state``, which a
-        reference calls because it needs every matching row; none for any other call."""
-        from tools.tables import matches
-
+        reference calls because it needs every matching row; none for any other call. Read
+        from the listing's own footer ("page 1 of 4 ..."), so the tool alone decides paging."""
         op = self._ops.get(call.name)
         if op is None or op.kind != "query" or "page" in call.arguments:
             return []
-        filters = {a: v for a, v in call.arguments.items() if v is not None}
-        n = sum(1 for r in state.tables.get(op.entity, {}).values() if matches(r, filters))
-        return [ToolCall(call.name, {**call.arguments, "page": p}) for p in range(2, -(-n // self.env.page_size) + 1)]
+        out = self.tools[call.name].invoke(state, call.arguments)
+        m = re.search(r"^page 1 of (\d+) \(", str(out.content) if out.ok else "", re.M)
+        return [ToolCall(call.name, {**call.arguments, "page": p}) for p in range(2, int(m.group(1)) + 1)] if m else []
 
     def _paged(self, initial: State, calls: list[ToolCall]) -> list[ToolCall]:
         """``calls`` with every listing followed by its further pages (on the state it runs on)."""
