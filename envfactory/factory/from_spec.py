@@ -30,7 +30,7 @@ from ..definition import DEFAULT_SYSTEM_PROMPT
 from ..users import unconfirmed, user_tool
 from .spec_file import ComposedFile, EntitySpec, EnvFile, FieldSpec, OperationSpec, TaskRules
 from .yaml_budget import load_yaml
-from .spec_words import default_policies, policy_text, with_finders
+from .spec_words import default_policies, is_person, policy_text, with_finders
 from .task_kinds import KindSynth
 from .tasks_synth import (BANNED_ANSWERS, SynthConfig, _anchored, _blindly_reachable, _change_task,
                           _guessable_calls, _random_solves, _seeds, synthesize)
@@ -84,8 +84,25 @@ def _py_type(f: FieldSpec) -> Any:
 
 
 # -- seeding ---------------------------------------------------------------
+_SURNAMES = ("Adams", "Baker", "Chen", "Diaz", "Evans", "Fischer", "Garcia", "Haddad", "Ito", "Jensen", "Khan",
+             "Lopez", "Moreau", "Nakamura", "Okafor", "Patel", "Quinn", "Rossi", "Santos", "Tanaka", "Umar",
+             "Varga", "Weber", "Xu", "Young", "Zhang")
+
+
+def _more_names(base: list[str], person: bool) -> Any:
+    """Unique names past a list's end, for a deep table: people get surnames ("Ivy Chen", "Di Roy
+    Haddad"), other things a number ("Dune 2")."""
+    for k in range(1, 10_000):
+        for b in base:
+            if person:
+                first = b.split()[0]
+                yield f"{first} {_SURNAMES[(k - 1) % len(_SURNAMES)]}" + (f" {k // len(_SURNAMES) + 1}" if k > len(_SURNAMES) else "")
+            else:
+                yield f"{b} {k + 1}"
+
+
 def _gen_value(f: FieldSpec, gen: Any, n: int, rng: random.Random, state: dict, used: set,
-               extend: bool = False) -> Any:
+               extend: bool = False, person: bool = False) -> Any:
     if gen is not None and gen.null_share and rng.random() < gen.null_share:
         return None
     if gen is not None and gen.value is not None:
@@ -98,9 +115,8 @@ def _gen_value(f: FieldSpec, gen: Any, n: int, rng: random.Random, state: dict, 
     if gen is not None and gen.choice is not None:
         pool = [c for c in gen.choice if not (gen.unique and c in used)]
         if not pool and extend and gen.unique and all(isinstance(c, str) for c in gen.choice):
-            # a deep table outgrows its list of unique names: "Dune 2", "Ivy 3", ... (still unique)
-            k = len(used)
-            pool = [f"{gen.choice[k % len(gen.choice)]} {k // len(gen.choice) + 1}"]
+            # a deep table outgrows its list of unique names: "Ivy Chen" (people), "Dune 2" (still unique)
+            pool = [next(v for v in _more_names(list(gen.choice), person) if v not in used)]
         pool = pool or gen.choice
         v = pool[rng.randrange(len(pool))]
         used.add(v)
@@ -122,7 +138,7 @@ def seed_state(env: EnvFile, rng: random.Random, scale: float = 1.0,
     """A sampled initial state (JSON form) from the entities' seed rules; ``scale`` multiplies
     the generated row counts, and ``at_least`` raises an entity's to a number drawn from its
     ``(lo, hi)`` (``scale`` is capped where a unique choice runs out of values; ``at_least``
-    goes on with numbered names, "Dune 2"; either way names stay unique)."""
+    goes on with more names, "Ivy Chen" for people and "Dune 2" for things; names stay unique)."""
     state: dict[str, Any] = {"tables": {}, "counters": {}}
     for ename, ent in env.entities.items():
         rows: dict[str, dict[str, Any]] = {}
@@ -138,6 +154,7 @@ def seed_state(env: EnvFile, rng: random.Random, scale: float = 1.0,
                 if gen.unique and gen.choice and not (deep and all(isinstance(c, str) for c in gen.choice)):
                     extra = min(extra, max(len(gen.choice) - len(ent.seed.rows), 0))
         used: dict[str, set] = {k: set() for k in ent.fields}
+        person = bool(deep) and is_person(env, ename)
         for i in range(len(ent.seed.rows) + extra):
             n = i + 1
             fixed = ent.seed.rows[i] if i < len(ent.seed.rows) else {}
@@ -146,7 +163,8 @@ def seed_state(env: EnvFile, rng: random.Random, scale: float = 1.0,
                 if fname in fixed:
                     row[fname] = fixed[fname]
                 else:
-                    row[fname] = _gen_value(f, ent.seed.fields.get(fname), n, rng, state, used[fname], bool(deep))
+                    row[fname] = _gen_value(f, ent.seed.fields.get(fname), n, rng, state, used[fname], bool(deep),
+                                            person)
             rows[f"{ent.id_prefix}{n}"] = row
         state["counters"][ename] = len(rows)
     return state
