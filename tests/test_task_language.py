@@ -29,7 +29,8 @@ def tells(instruction: str, op_names: list[str]) -> list[str]:
     t = _quoted_removed(instruction)
     found = []
     checks = {
-        "the ... of it": r"\bthe [a-z]+(?: [a-z]+)? of it\b",
+        "the ... of it": r"\bthe [a-z]+(?: [a-z]+)? of (?:it|them)\b",
+        "more than 1 of": r"\bmore than [01] of\b",
         "underscore": r"_",
         "python literal": r"\b(None|True|False|null)\b",
         "spacing": r"\s{2,}|\s[,.;:?!]",
@@ -116,6 +117,8 @@ def test_the_tells_test_finds_the_old_machine_text():
         "Quote a estimate on every order.": "article a estimate",
         "Extend the stay of every guest to 1 nights.": "1 + plural",
         "Update the value (value 2) of every deal.": "parenthesized dump",
+        "If there are more than 1 of them, approve each of them.": "more than 1 of",
+        "For every member: if they have 3 credits, set the plan of them to plus.": "the ... of it",
     }
     for text, tell in old.items():
         assert tell in tells(text, ["send_to_repair"]), (text, tells(text, []))

@@ -101,8 +101,15 @@ def _more_names(base: list[str], person: bool) -> Any:
                 yield f"{b} {k + 1}"
 
 
+class _Used(set):  # type: ignore[type-arg]
+    """A field's values so far, with where its list of further names has got to (the names
+    before it are all taken: ``used`` only grows, so the walk never restarts)."""
+
+    more: Any = None
+
+
 def _gen_value(f: FieldSpec, gen: Any, n: int, rng: random.Random, state: dict, used: set,
-               extend: bool = False, person: bool = False) -> Any:
+               extend: bool = False, person: bool = False, refs: dict | None = None) -> Any:
     if gen is not None and gen.null_share and rng.random() < gen.null_share:
         return None
     if gen is not None and gen.value is not None:
@@ -110,13 +117,24 @@ def _gen_value(f: FieldSpec, gen: Any, n: int, rng: random.Random, state: dict, 
     if gen is not None and gen.pattern is not None:
         return gen.pattern.format(n=n)
     if f.type == "ref":
-        keys = sorted(state["tables"].get(f.entity, {}))
+        table = state["tables"].get(f.entity, {})
+        got = None if refs is None else refs.get(f.entity)
+        if got is None or got[0] != len(table):  # (sorted once per table size, not per row)
+            got = (len(table), sorted(table))
+            if refs is not None:
+                refs[f.entity] = got
+        keys = got[1]
         return keys[rng.randrange(len(keys))] if keys else None
     if gen is not None and gen.choice is not None:
         pool = [c for c in gen.choice if not (gen.unique and c in used)]
         if not pool and extend and gen.unique and all(isinstance(c, str) for c in gen.choice):
             # a deep table outgrows its list of unique names: "Ivy Chen" (people), "Dune 2" (still unique)
-            pool = [next(v for v in _more_names(list(gen.choice), person) if v not in used)]
+            more = getattr(used, "more", None)
+            if more is None:
+                more = _more_names(list(gen.choice), person)
+                if isinstance(used, _Used):
+                    used.more = more
+            pool = [next(v for v in more if v not in used)]
         pool = pool or gen.choice
         v = pool[rng.randrange(len(pool))]
         used.add(v)
@@ -140,6 +158,7 @@ def seed_state(env: EnvFile, rng: random.Random, scale: float = 1.0,
     ``(lo, hi)`` (``scale`` is capped where a unique choice runs out of values; ``at_least``
     goes on with more names, "Ivy Chen" for people and "Dune 2" for things; names stay unique)."""
     state: dict[str, Any] = {"tables": {}, "counters": {}}
+    refs: dict[str, tuple[int, list[str]]] = {}
     for ename, ent in env.entities.items():
         rows: dict[str, dict[str, Any]] = {}
         state["tables"][ename] = rows
@@ -153,7 +172,7 @@ def seed_state(env: EnvFile, rng: random.Random, scale: float = 1.0,
             for fname, gen in ent.seed.fields.items():
                 if gen.unique and gen.choice and not (deep and all(isinstance(c, str) for c in gen.choice)):
                     extra = min(extra, max(len(gen.choice) - len(ent.seed.rows), 0))
-        used: dict[str, set] = {k: set() for k in ent.fields}
+        used: dict[str, set] = {k: _Used() for k in ent.fields}
         person = bool(deep) and is_person(env, ename)
         for i in range(len(ent.seed.rows) + extra):
             n = i + 1
@@ -164,7 +183,7 @@ def seed_state(env: EnvFile, rng: random.Random, scale: float = 1.0,
                     row[fname] = fixed[fname]
                 else:
                     row[fname] = _gen_value(f, ent.seed.fields.get(fname), n, rng, state, used[fname], bool(deep),
-                                            person)
+                                            person, refs)
             rows[f"{ent.id_prefix}{n}"] = row
         state["counters"][ename] = len(rows)
     return state

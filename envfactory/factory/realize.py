@@ -157,13 +157,15 @@ _CMP = {  # (count form, measure forms)
 
 def compare(m: Measure, whose: str, op: str, value: Any, rng: random.Random | None = None) -> str:
     """A clause comparing a row's number to ``value``: ``whose`` is the row's possessor ("it",
-    "its traveller"): "its fee is at least $747", "its traveller has at least 4,303 miles"."""
+    "they" for a person, "its traveller"): "its fee is at least $747", "their fee is at least
+    $747", "its traveller has at least 4,303 miles"."""
     counts, measures = _CMP[op]
     pick: Callable[[list[str]], str] = (lambda xs: rng.choice(xs)) if rng is not None else (lambda xs: xs[0])
     if m.count:
         n = amount(m, value)
-        return f"{whose} {'has' if whose == 'it' or not is_plural(whose) else 'have'} " + pick(counts).format(n=n)
-    poss = "its" if whose == "it" else f"{whose}'s"
+        has = "has" if whose == "it" or (whose != "they" and not is_plural(whose)) else "have"
+        return f"{whose} {has} " + pick(counts).format(n=n)
+    poss = {"it": "its", "they": "their"}.get(whose, f"{whose}'s")
     verb = "are" if m.plural else "is"
     return f"{poss} {m.noun} {verb} " + pick(measures).format(v=amount(m, value))
 

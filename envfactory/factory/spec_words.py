@@ -73,6 +73,9 @@ def fill_params(env: EnvFile, op: OperationSpec, rng: random.Random) -> dict[str
     return args
 
 
+_POSS = {"it": "its", "them": "their"}  # a pronoun target's possessive
+
+
 def phrase(env: EnvFile, op: OperationSpec, target: str, args: dict[str, Any]) -> str:
     """What applying ``op`` to ``target`` (words: "it", "every order whose ...") means, in
     the words of the operation's instruction template, else in words made from its name
@@ -90,7 +93,9 @@ def phrase(env: EnvFile, op: OperationSpec, target: str, args: dict[str, Any]) -
         except (KeyError, IndexError, ValueError):
             pass
         else:
-            return _agree(re.sub(r"\bthe ([a-z][a-z ]*?) (?:of|on|for) it\b", r"its \1", text) if target == "it" else text)
+            if target in _POSS:  # "the refills of it" -> "its refills", "... of them" -> "their ..."
+                text = re.sub(rf"\bthe ([a-z][a-z ]*?) (?:of|on|for) {target}\b", rf"{_POSS[target]} \1", text)
+            return _agree(text)
     return _from_name(env, op, target, args)
 
 
@@ -107,7 +112,7 @@ def _from_name(env: EnvFile, op: OperationSpec, target: str, args: dict[str, Any
     from .realize import Measure, amount  # the language layer (imported on first use)
 
     def poss(thing: str) -> str:
-        return f"its {thing}" if target == "it" else f"the {thing} of {target}"
+        return f"{_POSS[target]} {thing}" if target in _POSS else f"the {thing} of {target}"
 
     def value(p: str, v: Any) -> str:
         fs = env.entities[op.entity].fields.get(p)

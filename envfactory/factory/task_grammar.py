@@ -219,9 +219,7 @@ def _part_solution(k: "KindSynth", tables: dict, plan: Plan) -> list[ToolCall] |
 def _ok(k: "KindSynth", tables: dict, act: Plan, e: str, key: str) -> bool:
     """Whether the tool accepts ``act`` on row ``key`` (refusal: a precondition fails)."""
     args = {p: _value(tables, v) for p, v in act["args"].items()}
-    probe = k._state_type.model_construct(tables={x: {r: dict(v) for r, v in rows.items()} for x, rows in tables.items()},
-                                          counters={})
-    return k.tools[act["op"]].invoke(probe, {f"{e}_id": key, **args}).ok
+    return k._probe(tables, act["op"], e, key, args)[0]
 
 
 # -- words (one place, to be routed through the realizer later) ---------------------------
@@ -328,7 +326,8 @@ def _part_words(k: "KindSynth", tables: dict, plan: Plan, rng: random.Random) ->
         m = plan["measure"]
         n = number_text(plan["above"])
         if m["agg"] == "count":
-            cond = f"there are more than {n} of them"
+            cond = {0: "there are any of them", 1: "there is more than one of them"}.get(
+                plan["above"], f"there are more than {n} of them")
         else:
             owner = st["entity"] if m["ref"] is None else env.entities[st["entity"]].fields[m["ref"]].target
             ms = Measure.of(m["field"], env.entities[owner].fields[m["field"]].description or "")

@@ -60,6 +60,42 @@ def _pin(final: dict, tables: list[str]) -> dict[tuple, Any]:
     return {p: v for p, v in final.items() if len(p) >= 2 and p[0] == "tables" and p[1] in tables}
 
 
+class _ProbeRows(dict):  # type: ignore[type-arg]
+    """A table for a probe: shares its rows with the table it copies until a tool reaches one
+    (``get``, indexing, iteration over values or items), then gives the probe its own copy, so
+    nothing a probing tool writes lands in the real rows."""
+
+    __slots__ = ("_own",)
+
+    def __init__(self, rows: dict) -> None:
+        dict.__init__(self, rows)
+        self._own: set[Any] = set()
+
+    def __getitem__(self, k: Any) -> Any:
+        if k not in self._own and dict.__contains__(self, k):
+            self._own.add(k)
+            dict.__setitem__(self, k, dict(dict.__getitem__(self, k)))
+        return dict.__getitem__(self, k)
+
+    def get(self, k: Any, default: Any = None) -> Any:
+        return self[k] if dict.__contains__(self, k) else default
+
+    def __setitem__(self, k: Any, v: Any) -> None:
+        self._own.add(k)
+        dict.__setitem__(self, k, v)
+
+    def pop(self, k: Any, *default: Any) -> Any:
+        if dict.__contains__(self, k):
+            self[k]  # (a popped row is the probe's own copy)
+        return dict.pop(self, k, *default)
+
+    def values(self) -> Any:
+        return [self[k] for k in list(dict.keys(self))]
+
+    def items(self) -> Any:
+        return [(k, self[k]) for k in list(dict.keys(self))]
+
+
 class KindSynth:
     """Tasks of every kind for one table-backed family (see the module docstring).
 
@@ -156,7 +192,7 @@ class KindSynth:
             return task if self.accept(task) else None
         if kind in task_grammar.KINDS:  # compositional kinds: plans of the task grammar
             return task_grammar.make(self, kind, initial, difficulty, rng, task_id)
-        self._memo: dict[tuple, bool] = {}
+        self._memo: dict[tuple, Any] = {}
         draft = getattr(self, f"_{kind}")(json.loads(initial.model_dump_json()), difficulty, rng)
         return None if draft is None else self._finish(draft, initial, difficulty, task_id)
 
@@ -249,18 +285,28 @@ class KindSynth:
             return None
         ent = self.env.entities[entity]
         best = None
+        # the rows by the values of each filter combination (as a query matches them), once per
+        # table while a task is made
+        memo = ("groups", entity, id(rows))
+        if memo not in self._memo:
+            self._memo[memo] = (sorted(rows), {}, rows)  # (holding rows: its id names it while memoized)
+        order, groups, _ = self._memo[memo]
         for q in [op for op in self.env.operations if op.entity == entity and op.kind == "query"]:
             params = [p for p in q.params if p != "name" and ent.fields[p].type in ("ref", "enum", "str", "int", "bool")]
             for size in (2, 1):
                 for combo in itertools.combinations(params, size):
                     if need_ref and not any(ent.fields[p].type == "ref" for p in combo):
                         continue
-                    for pivot in rng.sample(sorted(rows), min(len(rows), 4)):
+                    for pivot in rng.sample(order, min(len(rows), 4)):
                         filt = {p: rows[pivot][p] for p in combo}
                         if any(v is None for v in filt.values()):
                             continue
-                        keys = sorted(k for k, r in rows.items()
-                                      if all(str(r.get(p)).lower() == str(v).lower() for p, v in filt.items()))
+                        if combo not in groups:
+                            by: dict[tuple[str, ...], list[str]] = {}
+                            for k in order:
+                                by.setdefault(tuple(str(rows[k].get(p)).lower() for p in combo), []).append(k)
+                            groups[combo] = by
+                        keys = groups[combo][tuple(str(v).lower() for v in filt.values())]
                         if len(keys) == len(rows) or not all(ok(k, rows[k]) for k in keys):
                             continue
                         # a row named through another (an order of the customer named Kim) needs one
@@ -268,7 +314,7 @@ class KindSynth:
                         has_ref = any(ent.fields[p].type == "ref" for p in combo)
                         score = (abs(len(keys) - want) + (0 if has_ref else 0.75), rng.random())
                         if best is None or score < best[0]:
-                            best = (score, {"op": q, "filters": filt, "keys": keys})
+                            best = (score, {"op": q, "filters": filt, "keys": list(keys)})
         return None if best is None else best[1]
 
     def _words(self, tables: dict, entity: str, filters: dict[str, Any], *, mine: str | None = None
@@ -294,14 +340,28 @@ class KindSynth:
 
     def _applies(self, tables: dict, op: OperationSpec, key: str, args: dict[str, Any]) -> bool:
         """Whether ``op`` succeeds on row ``key`` and changes it (tried on a copy)."""
-        memo = (op.name, key, json.dumps(args, sort_keys=True), id(tables))
-        if memo not in self._memo:
+        ok, changed = self._probe(tables, op.name, op.entity, key, args)
+        return ok and changed
+
+    def _probe(self, tables: dict, op: str, entity: str, key: str, args: dict[str, Any]) -> tuple[bool, bool]:
+        """Whether tool ``op`` accepts row ``key`` of ``entity`` with ``args``, and whether it
+        changes that row, tried on a copy of ``tables`` that copies a row only when the tool
+        reaches it (:class:`_ProbeRows`: a probe costs the rows it touches, not the world)."""
+        try:
+            said: Any = tuple(sorted((k, type(v).__name__, v) for k, v in args.items()))  # (1 and True differ)
+            hash(said)
+        except TypeError:  # (an unhashable value: its JSON)
+            said = json.dumps(args, sort_keys=True)
+        memo = (op, entity, key, said, id(tables))
+        got = self._memo.get(memo)
+        if got is None:
             probe = self._state_type.model_construct(
-                tables={e: {k: dict(r) for k, r in rows.items()} for e, rows in tables.items()}, counters={})
-            before = dict(probe.tables[op.entity][key])
-            ok = self.tools[op.name].invoke(probe, {f"{op.entity}_id": key, **args}).ok
-            self._memo[memo] = ok and probe.tables[op.entity].get(key) != before  # a delete removes it
-        return self._memo[memo]
+                tables={e: _ProbeRows(rows) for e, rows in tables.items()}, counters={})
+            before = tables[entity].get(key)
+            ok = self.tools[op].invoke(probe, {f"{entity}_id": key, **args}).ok
+            got = self._memo[memo] = (ok, probe.tables[entity].get(key) != before)  # a delete removes it
+            self._memo[("alive", id(tables))] = tables  # (its id names it while memoized)
+        return got
 
     def _entities(self, rng: random.Random) -> list[str]:
         es = [e for e in self.env.entities if self._acts(e)]
@@ -378,11 +438,14 @@ class KindSynth:
                     calls.append(ToolCall(op.name, {f"{e}_id": k, **args}))
                 owner = e if ref is None else self.env.entities[e].fields[ref].target
                 m = self._measure(owner, g)
-                whose = "it" if ref is None else f"its {_label(self.env, owner)}"
+                person = _person(self.env, e)  # people are "they", not "it"
+                whose = ("they" if person else "it") if ref is None else \
+                    f"{'their' if person else 'its'} {_label(self.env, owner)}"
+                obj = "them" if person else "it"
                 instruction, i = frame("conditional", rng, sel=words.np(rng, form=rng.choice(["every", "each"]))[0],
                                        c=compare(m, whose, "at_least", threshold, rng),
                                        nc=compare(m, whose, "below", threshold, rng),
-                                       a=phrase(self.env, a, "it", fa), b=phrase(self.env, b, "it", fb))
+                                       a=phrase(self.env, a, obj, fa), b=phrase(self.env, b, obj, fb))
                 return _Draft("conditional", instruction, calls, guard=[e], meta={"phrasing": i})
         return None
 
