@@ -56,4 +56,7 @@ def test_verify_all_passes(capsys):
     assert len(big) >= 30 and len({e["domain"] for e in big}) >= 12
     t = doc["totals"]
     assert t["tasks"] >= 1500 and t["mean_solution_length"] > 1.5
+    # issue 26's depth: goal-level references of 6 calls on average, a fifth of hard tasks >= 10 calls
+    assert all(t["depth"]["met"].values()), t["depth"]
+    assert all(k["max_len"] >= 1 for k in t["kinds"].values()) and t["kinds"]["goal_level"]["mean_len"] >= 6
     print(f"verify --all: {t['environments']} environments in {time.perf_counter() - start:.1f}s")

@@ -326,8 +326,7 @@ def _part_words(k: "KindSynth", tables: dict, plan: Plan, rng: random.Random) ->
         m = plan["measure"]
         n = number_text(plan["above"])
         if m["agg"] == "count":
-            cond = {0: "there are any of them", 1: "there is more than one of them"}.get(
-                plan["above"], f"there are more than {n} of them")
+            cond = "there is more than one of them" if plan["above"] == 1 else f"there are more than {n} of them"
         else:
             owner = st["entity"] if m["ref"] is None else env.entities[st["entity"]].fields[m["ref"]].target
             ms = Measure.of(m["field"], env.entities[owner].fields[m["field"]].description or "")
@@ -547,9 +546,9 @@ def _aggregate(k: "KindSynth", tables: dict, d: int, rng: random.Random) -> Plan
                 step = max(1, int(abs(got) * 0.25)) if m["agg"] != "count" else 1
                 above = int(got) - step if rng.random() < 0.5 else int(got) + step
                 if m["agg"] == "count":
-                    above = max(0, above)
-                if above == got:
-                    continue
+                    above = max(1, above)  # ("more than 0": the rows are there, so no decision)
+                if above == got or (above <= 0 and m["agg"] != "count" and min(vals) >= 0):
+                    continue  # (an average of counts "above 0" decides nothing either)
                 only = None
                 if rng.random() < 0.5:
                     for mm in rng.sample(_measures(k, e), len(_measures(k, e))):
