@@ -158,3 +158,25 @@ def test_a_selection_is_said_in_several_agreeing_forms():
     depot = Selection.build("truck", [("status", "enum", "depot")], [])
     assert all("that is depot" not in depot.np(random.Random(i))[0] for i in range(20))
     assert all(len(fs) >= 5 for fs in FRAMES.values())
+
+
+@pytest.mark.slow
+def test_a_family_supply_shows_five_phrasings_of_every_kind_it_makes():
+    """Per family, not only pooled: every tenth family with a task supply, each goal-level kind it
+    makes shows five or more phrasings within 40 of its supply's tasks."""
+    specs = [s for s in sorted(envfactory.specs(), key=lambda s: s.name)
+             if (getattr(s, "metadata", None) or {}).get("supply") is not None]
+    short = []
+    for spec in specs[::10]:
+        for kind in [k for k in GOAL_KINDS if k in spec.metadata.get("kinds", [])]:
+            phrasings: set = set()
+            try:
+                for t in itertools.islice(envfactory.task_supply(spec.name, difficulty=2, seed=3, kinds=[kind]), 40):
+                    phrasings.add(t.metadata["phrasing"])
+                    if len(phrasings) >= 5:
+                        break
+            except (RuntimeError, ValueError):
+                continue  # the family cannot make this kind at difficulty 2
+            if len(phrasings) < 5:
+                short.append((spec.name, kind, sorted(phrasings)))
+    assert not short, short

@@ -529,6 +529,8 @@ class KindSynth:
                 calls += [ToolCall(read.name, {f"{read.entity}_id": rid})
                           for rid in dict.fromkeys(rows[k][ref] for k in keys)]
                 rivals = [k.lower() for k in rows if k != best[0]]
+            if re.search(rf"(?<![\w.]){re.escape(fact)}(?![\w]|\.\d)", q, flags=re.IGNORECASE):
+                continue  # the answer is in the question ("... the ingredient named oats 6?": 6)
             return _Draft("answer", q, calls, guard=[e], facts=[fact], rivals=rivals, seen=seen,
                           meta={"answer_form": form, "phrasing": i})
         return None
@@ -567,7 +569,7 @@ class KindSynth:
                 if not found:
                     continue  # the user is known by name, found through the finder
                 facts = {"name": str(who["name"])}
-                twin = self._twin(tables, e, anchor, ref, filters, ok)
+                twin = self._twin(tables, e, anchor, ref, filters, ok, most=len(sel["keys"]))
                 if twin is None:
                     continue
                 # half the time the user also keeps which rows they mean (a preference): asked for too
@@ -617,10 +619,12 @@ class KindSynth:
                                   c.to_json() for c in solution(twin_name, twin_key, twin_rows)]})
         return None
 
-    def _twin(self, tables: dict, e: str, anchor: str, ref: str, filters: dict, ok: Callable
+    def _twin(self, tables: dict, e: str, anchor: str, ref: str, filters: dict, ok: Callable, most: int
               ) -> tuple[str, str, list[str]] | None:
         """Another named user for whom the same request selects other rows (all of which it
-        can act on): the twin that proves the task needs the asking."""
+        can act on, and at most ``most`` of them, so that the twin's reference, pages included,
+        fits the turn limit whenever the task's own does): the twin that proves the task needs
+        the asking."""
         for key, row in sorted(tables[anchor].items()):
             if key == filters[ref] or not isinstance(row.get("name"), str):
                 continue
@@ -629,7 +633,7 @@ class KindSynth:
             other = {**filters, ref: key}
             keys = sorted(k for k, r in tables[e].items()
                           if all(str(r.get(p)).lower() == str(v).lower() for p, v in other.items()))
-            if keys and all(ok(k, tables[e][k]) for k in keys):
+            if keys and len(keys) <= most and all(ok(k, tables[e][k]) for k in keys):
                 return row["name"], key, keys
         return None
 
