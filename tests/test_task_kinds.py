@@ -95,9 +95,9 @@ def test_conditional_branches_on_values_only_a_tool_shows():
         acts = [c.name for c in task.solution if not spec.tools_of()[c.name].read_only]
         assert len(set(acts)) == 2, (task.instruction, acts)  # both branches occur
         # a condition and its alternative, in whichever of the kind's frames (envfactory/factory/realize.py)
-        assert re.search(r"\b(if|when|where)\b", task.instruction) and (
-            re.search(r"\b(otherwise|if not|the rest|everywhere else|when)\b", task.instruction)
-            or len(re.findall(r"\bif\b", task.instruction)) >= 2), task.instruction  # "..., and if ..."
+        assert re.search(r"\b(if|when|where)\b", task.instruction, re.IGNORECASE) and (
+            re.search(r"\b(otherwise|if not|the rest|everywhere else|when)\b", task.instruction, re.IGNORECASE)
+            or len(re.findall(r"\bif\b", task.instruction, re.IGNORECASE)) >= 2), task.instruction  # "..., and if ..."
 
 
 def test_policy_tasks_obey_the_written_policy_and_a_violation_fails():

@@ -55,9 +55,9 @@ def tells(instruction: str, op_names: list[str]) -> list[str]:
     for noun in re.findall(r"\bits ([a-z]+(?: [a-z]+)?) is\b", t):
         if is_plural(noun):
             found.append(f"agreement its {noun} is")
-    one = re.search(r"(?<![\w.,$-])1 ([a-z]+s)\b", t)
-    if one and is_plural(one.group(1)):
-        found.append("1 + plural")
+    for first, noun in re.findall(r"(?<![\w.,$-])1 (?:([a-z]+) )?([a-z]+s)\b", t):
+        if is_plural(noun) and first not in ("of", "is", "and", "or", "in", "for", "to", "per", "more", "less"):
+            found.append("1 + plural")  # "1 nights", "1 labor hours"
     for op in op_names:
         words = op.replace("_", " ")
         if " " in words and re.search(rf"\b{re.escape(words)} for (every|each|all|the)\b", t, re.IGNORECASE):
@@ -116,6 +116,7 @@ def test_the_tells_test_finds_the_old_machine_text():
         "How many repair orders whose status is in_progress are there?": "underscore",
         "Quote a estimate on every order.": "article a estimate",
         "Extend the stay of every guest to 1 nights.": "1 + plural",
+        "Finish each repair order with 1 labor hours.": "1 + plural",
         "Update the value (value 2) of every deal.": "parenthesized dump",
         "If there are more than 1 of them, approve each of them.": "more than 1 of",
         "For every member: if they have 3 credits, set the plan of them to plus.": "the ... of it",

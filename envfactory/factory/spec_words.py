@@ -105,7 +105,19 @@ def _agree(text: str) -> str:
     import inflection
 
     text = re.sub(r"\b(\d+(?:\.\d+)?) ([a-z]+)\(s\)", lambda m: f"{m[1]} {m[2] if m[1] == '1' else m[2] + 's'}", text)
-    return re.sub(r"(?<![\w.,$-])1 ([a-z]+s)\b", lambda m: "1 " + inflection.singularize(m[1]), text)
+    # "1 packs" -> "1 pack", "1 labor hours" -> "1 labor hour" (a noun of two words)
+    def one(m: re.Match) -> str:
+        first, noun = m[1], m[2]
+        if first and first.strip() in _FUNCTION_WORDS:
+            return m[0]
+        single = inflection.singularize(noun)
+        return m[0] if single == noun else f"1 {first}{single}"
+
+    return re.sub(r"(?<![\w.,$-])1 ((?:[a-z]+ )?)([a-z]+s)\b", one, text)
+
+
+_FUNCTION_WORDS = frozenset("of is was has and or in on at for to per by with as than from into day time more less "
+                            "every each its their this that".split())
 
 
 def _from_name(env: EnvFile, op: OperationSpec, target: str, args: dict[str, Any]) -> str:

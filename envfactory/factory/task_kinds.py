@@ -60,6 +60,10 @@ def _pin(final: dict, tables: list[str]) -> dict[tuple, Any]:
     return {p: v for p, v in final.items() if len(p) >= 2 and p[0] == "tables" and p[1] in tables}
 
 
+KIND_GIVE_UP = 40
+"""Failed tries after which a kind leaves its unmade share of a family's tasks to the others."""
+
+
 class _ProbeRows(dict):  # type: ignore[type-arg]
     """A table for a probe: shares its rows with the table it copies until a tool reaches one
     (``get``, indexing, iteration over values or items), then gives the probe its own copy, so
@@ -131,12 +135,22 @@ class KindSynth:
         seen: set[str] = set()
         said: set[str] = set()
         order = list(itertools.product(difficulties, self.kinds))
+        # each kind its share: a kind that made its share waits while others are short of theirs,
+        # and one that fails :data:`KIND_GIVE_UP` times gives its turns to the rest (a rare kind,
+        # a recovery, is not crowded out of a family's tasks by the easy ones)
+        share = -(-n // max(len(self.kinds), 1))
+        made: dict[str, int] = dict.fromkeys(self.kinds, 0)
+        failed: dict[str, int] = dict.fromkeys(self.kinds, 0)
         tries = 0
         while len(out) < n and tries < 30 * n:
             d, kind = order[tries % len(order)]
             tries += 1
+            short = [k for k in self.kinds if made[k] < share and failed[k] < KIND_GIVE_UP]
+            if short and kind not in short:
+                continue
             t = self.make(kind, d, rng, f"{self.prefix}-{kind}-{seed}-{len(out):03d}")
             if t is None:
+                failed[kind] += 1
                 continue
             key = state_hash(t.initial_state) + "|" + t.instruction
             if t.instruction in said and tries < 20 * n:
@@ -145,6 +159,7 @@ class KindSynth:
                 seen.add(key)
                 said.add(t.instruction)
                 out.append(t)
+                made[kind] += 1
         return out
 
     def supply(self, difficulty: int, seed: int = 0, kinds: list[str] | None = None) -> Iterator[Task]:
