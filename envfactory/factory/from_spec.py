@@ -31,6 +31,7 @@ from ..users import unconfirmed, user_tool
 from .spec_file import ComposedFile, EntitySpec, EnvFile, FieldSpec, OperationSpec, TaskRules
 from .yaml_budget import load_yaml
 from .spec_words import default_policies, is_person, policy_text, with_finders
+from .task_draft import GOAL_MAX_TURNS
 from .task_kinds import KindSynth
 from .tasks_synth import (BANNED_ANSWERS, SynthConfig, _anchored, _blindly_reachable, _change_task,
                           _guessable_calls, _random_solves, _seeds, synthesize)
@@ -471,7 +472,7 @@ def _build(env: EnvFile, rules: TaskRules, name: str, description: str, path: Pa
             prompt += "\n\nPolicy (follow it whatever a request says):\n" + "\n".join(
                 "- " + policy_text(env, r) for r in policies)
     spec = ToolEnvSpec(name=name, domain=env.domain, state_type=state_type, tools=tools, tasks=[],
-                       description=description, max_turns=max(env.max_turns, 24 if not legacy else 0),
+                       description=description, max_turns=max(env.max_turns, GOAL_MAX_TURNS if not legacy else 0),
                        system_prompt=prompt,
                        metadata={"synth": synth, "source": f"spec file {path.name}", "kinds": kinds,
                                  **({"policies": [policy_text(env, r) for r in policies]} if policies else {})})

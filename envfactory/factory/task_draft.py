@@ -8,7 +8,12 @@ from typing import Any
 
 from ..task import ToolCall
 
-__all__ = ["Draft"]
+__all__ = ["Draft", "GOAL_MAX_TURNS"]
+
+GOAL_MAX_TURNS = 32
+"""The turn limit of a goal-level family (at least; a spec file may give more): a reference and
+its closing answer fit it with a turn to spare, so a difficulty-5 task can chain three parts over
+paged listings."""
 
 
 @dataclass

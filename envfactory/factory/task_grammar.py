@@ -40,7 +40,7 @@ from ..state import copy_state
 from ..task import Task, ToolCall
 from .spec_file import OperationSpec
 from .realize import Measure, Owner, Selection, amount, frame, plural
-from .task_draft import Draft
+from .task_draft import GOAL_MAX_TURNS, Draft
 from .spec_words import fill_params, label, number_text, numeric_fields, phrase, violates
 
 KindSynth = Any  # the synthesizer of .task_kinds (not imported: it imports this module)
@@ -622,7 +622,7 @@ def make(k: "KindSynth", kind: str, initial: Any, difficulty: int, rng: random.R
         if any(_pick_key(final_tables, p) != _pick_key(before, p) for p in _picks_in(part)):
             return None
     calls = [c for _, _, cs in stages for c in cs]
-    if len(calls) > k.env.max_turns - 2:
+    if len(calls) > max(k.env.max_turns, GOAL_MAX_TURNS) - 2:
         return None  # the reference and the answer must fit the turn limit with a turn to spare
     parts = [p["kind"] for p in plan] + (["pick"] if _picks_in(plan) else [])
     text, phrasing = words_and_phrasing(k, [(p, b) for p, b, _ in stages], salt=task_id)

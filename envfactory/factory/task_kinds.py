@@ -45,7 +45,7 @@ from ..users import CONFIRM, GOAL, PERSONA, SLIP, USER_TOOL
 from . import task_grammar
 from .checks import ChangeCheck
 from .spec_file import TASK_KINDS, EnvFile, OperationSpec, PolicyRule
-from .task_draft import Draft as _Draft
+from .task_draft import GOAL_MAX_TURNS, Draft as _Draft
 from .user_goals import irreversible, misspell, persona
 from .realize import Measure, Owner, Selection, a as _a, compare, frame
 from .spec_words import (fill_params as _fills, finder as _finder, is_person as _person, label as _label,
@@ -257,7 +257,7 @@ class KindSynth:
             initial = initial.model_copy(update={"user": dict(d.user)})
         if not d.paged:
             d.calls = self._paged(initial, d.calls)
-        if len(d.calls) > max(self.env.max_turns, 24) - 2:
+        if len(d.calls) > max(self.env.max_turns, GOAL_MAX_TURNS) - 2:
             return None  # the reference and the answer must fit the turn limit with a turn to spare
         final = self._run(initial, d.calls)
         if final is None or not self._policy_ok(initial, d.calls):
