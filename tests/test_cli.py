@@ -279,6 +279,8 @@ def test_running_one_command_builds_only_its_arguments():
     (["serve", "Bank-v0", "--runtime", "nope"], "no runtime 'nope'; the runtimes: local, docker"),
     (["verify", "Counter-v0", "--runtime", "nope"], "no runtime 'nope'; the runtimes: local, docker"),
     (["serve", "Bank-v0", "--runtime", "nope", "--protocol", "openenv", "--port", "0"], "no runtime 'nope'"),
+    (["tasks", "synth", "Counter-v0", "--n", "-1"], "--n must be 1 or more (got -1)"),
+    (["tasks", "synth", "Counter-v0", "--n", "0"], "--n must be 1 or more (got 0)"),
 ])
 def test_errors_go_to_stderr_with_a_nonzero_exit(argv, fragment, capfd, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # eval-team must not leave a report behind
@@ -290,6 +292,46 @@ def test_errors_go_to_stderr_with_a_nonzero_exit(argv, fragment, capfd, tmp_path
     out = capfd.readouterr()
     assert fragment in json.loads(out.out)["error"]  # stdout: the JSON document and nothing else
     assert fragment in out.err
+
+
+def test_tasks_synth_says_a_shortfall_on_stderr(monkeypatch, capfd):
+    """Fewer tasks than asked for: the tasks found are the output (stdout), the shortfall an error on
+    stderr, exit 1."""
+    from envfactory.factory import tasks_synth
+
+    real = tasks_synth.synthesize_for
+    monkeypatch.setattr(tasks_synth, "synthesize_for", lambda spec, n, seed: real(spec, n=1, seed=seed))
+    assert cli.main(["tasks", "synth", "Counter-v0", "--n", "3"]) == 1
+    out = capfd.readouterr()
+    assert "1 tasks for Counter-v0" in out.out and "error" not in out.out
+    assert "envfactory tasks: error: 1 of the 3 tasks asked for could be synthesized for Counter-v0" in out.err
+    assert cli.main(["tasks", "synth", "Counter-v0", "--n", "3", "--json"]) == 1
+    out = capfd.readouterr()
+    assert len(json.loads(out.out)) == 1 and "1 of the 3 tasks" in out.err
+
+
+def test_an_unexpected_exception_is_one_error_line_on_stderr(monkeypatch, capfd):
+    """Whatever a command raises (here: an OSError from deep inside, as a bad model path or report folder
+    gives) is one 'envfactory CMD: error:' line on stderr and exit 1, never a bare traceback; with --json
+    stdout is still one {"error": ...} document; ENVFACTORY_TRACEBACK=1 adds the traceback."""
+    from envfactory.cli import environments
+
+    def boom(args):
+        raise OSError("[Errno 2] No such file or directory: '/proc/nope'")
+
+    monkeypatch.setattr(environments, "LIST", environments.LIST._replace(run=boom))
+    monkeypatch.setitem(cli.BUILTIN_COMMANDS, "list", "envfactory.cli.environments:LIST")
+    assert cli.main(["list"]) == 1
+    out = capfd.readouterr()
+    assert out.out == "" and "Traceback" not in out.err
+    assert "envfactory list: error: [Errno 2] No such file or directory: '/proc/nope' (OSError;" in out.err
+    assert cli.main(["list", "--json"]) == 1
+    out = capfd.readouterr()
+    assert "/proc/nope" in json.loads(out.out)["error"] and "Traceback" not in out.err
+    monkeypatch.setenv("ENVFACTORY_TRACEBACK", "1")
+    assert cli.main(["list"]) == 1
+    out = capfd.readouterr()
+    assert "Traceback" in out.err and "envfactory list: error:" in out.err and out.out == ""
 
 
 def test_a_bad_spec_file_is_named_once(tmp_path, capfd):

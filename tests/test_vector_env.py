@@ -50,8 +50,15 @@ def test_shared_memory_is_refused_with_a_clear_error():
 def test_vector_env_honours_the_split():
     spec = envfactory.spec("Bank-v0")
     splits = {t.id: spec.split(t) for t in spec.get_tasks()}
-    vec = gymnasium.make_vec("envfactory/Bank-v0", num_envs=2, vectorization_mode="sync", split="eval")
+    vec = gymnasium.make_vec("envfactory/Bank-v0", num_envs=2, vectorization_mode="sync")
+    try:  # the default split: never an evaluation task unless asked for
+        drawn = {t for s in range(0, 120, 2) for t in vec.reset(seed=s)[1]["task_id"]}
+        assert {splits[t] for t in drawn} == {"sft", "rl"}
+    finally:
+        vec.close()
+    vec = gymnasium.make_vec("envfactory/Bank-v0", num_envs=2, split="eval")  # worker processes get the split
     try:
+        assert isinstance(vec, gymnasium.vector.AsyncVectorEnv)
         for s in range(0, 20, 2):
             _, info = vec.reset(seed=s)
             assert {splits[t] for t in info["task_id"]} == {"eval"}

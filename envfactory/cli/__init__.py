@@ -9,8 +9,10 @@ it). Both tables are loaded the same way, by :func:`commands`: a name is importe
 when the CLI starts, and a command's heavy imports wait inside its ``run``.
 
 ``run`` returns ``(exit_code, json_document, human_text)``, or raises :class:`CommandError`.
-The human text goes to stdout; an error (a :class:`CommandError`, or a non-zero result
-whose document is ``{"error": ...}``) goes to stderr as ``envfactory NAME: error: ...``.
+The human text goes to stdout; an error (a :class:`CommandError`, any other exception a command
+raises, or a non-zero result whose document is ``{"error": ...}``) goes to stderr as
+``envfactory NAME: error: ...`` (an unexpected exception exits 1, its traceback shown only with
+``ENVFACTORY_TRACEBACK=1``).
 With ``--json``, everything the command (or any library or child process) writes to
 stdout goes to stderr, and stdout carries only the JSON document (``{"error": ...}``
 for an error, a usage error that argparse finds included).
@@ -23,6 +25,7 @@ import contextlib
 import json
 import os
 import sys
+import traceback
 from importlib import metadata
 from typing import Any, Callable, Iterator, NamedTuple, NoReturn
 
@@ -224,6 +227,12 @@ def _run(name: str, cmd: Command, source: str, args: argparse.Namespace) -> Resu
                "Install the extra that provides it (pyproject.toml's optional dependencies, "
                "e.g. pip install 'envfactory[train]').")
         return 2, {"error": msg}, ""
+    except Exception as exc:  # noqa: BLE001 - any other failure: one line on stderr, never a bare traceback
+        if os.environ.get("ENVFACTORY_TRACEBACK", "") not in ("", "0"):
+            traceback.print_exc(file=sys.stderr)
+        what = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        return 1, {"error": f"{what or type(exc).__name__} ({type(exc).__name__}; "
+                            "ENVFACTORY_TRACEBACK=1 shows where)"}, ""
 
 
 def _error_of(code: int, doc: Any) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import sys
 
 from . import Command, CommandError, Result, examples_epilog
 
@@ -92,6 +93,8 @@ def _tasks_run(args: argparse.Namespace) -> Result:
         spec = get_spec(args.name)
     except KeyError as exc:
         raise CommandError(str(exc.args[0])) from None
+    if args.n < 1:
+        raise CommandError(f"--n must be 1 or more (got {args.n})")
     if args.difficulty is not None:
         import itertools
 
@@ -118,8 +121,11 @@ def _tasks_run(args: argparse.Namespace) -> Result:
     lines = [f"{d['id']:<18} L{d['difficulty']}  {d['instruction'].splitlines()[0][:90]}" for d in docs]
     lines.append(f"{len(tasks)} tasks for {spec.name} (seed {args.seed}); by difficulty: "
                  + ", ".join(f"L{k}={v}" for k, v in sorted(levels.items())))
-    code = 0 if len(tasks) == args.n else 1
-    return code, docs, "\n".join(lines)
+    if len(tasks) < args.n:  # the tasks found are the output; the shortfall is said on stderr, exit 1
+        print(f"envfactory tasks: error: {len(tasks)} of the {args.n} tasks asked for could be synthesized "
+              f"for {spec.name}", file=sys.stderr, flush=True)
+        return 1, docs, "\n".join(lines)
+    return 0, docs, "\n".join(lines)
 
 
 GENERATE = Command("build and verify an environment from a prompt (LLM) or a spec file", _generate_args,
