@@ -440,3 +440,22 @@ def test_only_people_play_the_user(tmp_path: Path):
     with pytest.raises(RuntimeError, match="no user task"):
         next(supply(2, 0, ["user"]))
     assert next(supply(2, 0, ["lookup"])).kind == "lookup"
+
+
+def test_a_synthesis_probe_never_writes_the_rows_it_was_made_from():
+    """Task synthesis tries a tool on a copy that copies a row only when the tool reaches it
+    (task_kinds._ProbeRows): every way in (get, indexing, values, items, pop) gives a copy."""
+    from envfactory.factory.task_kinds import _ProbeRows
+
+    rows = {"a": {"x": 1}, "b": {"x": 2}}
+    probe = _ProbeRows(rows)
+    probe.get("a")["x"] = 9
+    probe["b"]["y"] = 3
+    for r in probe.values():
+        r["z"] = 1
+    for _, r in probe.items():
+        r["w"] = 1
+    probe.pop("a")["gone"] = True
+    probe["c"] = {"x": 5}
+    assert rows == {"a": {"x": 1}, "b": {"x": 2}}
+    assert probe == {"b": {"x": 2, "y": 3, "z": 1, "w": 1}, "c": {"x": 5}}

@@ -102,7 +102,7 @@ def _more_names(base: list[str], person: bool) -> Any:
                 yield f"{b} {k + 1}"
 
 
-class _Used(set):  # type: ignore[type-arg]
+class _Used(set):
     """A field's values so far, with where its list of further names has got to (the names
     before it are all taken: ``used`` only grows, so the walk never restarts)."""
 

@@ -64,7 +64,7 @@ KIND_GIVE_UP = 40
 """Failed tries after which a kind leaves its unmade share of a family's tasks to the others."""
 
 
-class _ProbeRows(dict):  # type: ignore[type-arg]
+class _ProbeRows(dict):
     """A table for a probe: shares its rows with the table it copies until a tool reaches one
     (``get``, indexing, iteration over values or items), then gives the probe its own copy, so
     nothing a probing tool writes lands in the real rows."""
