@@ -416,6 +416,7 @@ def listing(only: Iterable[str] | None = None, *, cache: bool = True) -> list[di
 
     rows: dict[str, dict[str, Any]] = {}
     built: list[str] = []
+    cold: list[str] = []  # announced environments to build: in worker processes when there are many
     for name in (names() if only is None else [n.removeprefix(GYM_NAMESPACE + "/") for n in only]):
         s = _REGISTRY.get(name)
         module = _ANNOUNCED.get(name)
@@ -428,17 +429,30 @@ def listing(only: Iterable[str] | None = None, *, cache: bool = True) -> list[di
                 and unchanged(entry):
             rows[name] = dict(entry["row"])
             continue
-        try:
-            s = spec(name)
-        except SpecError as exc:  # a module that fails to import: warned about and skipped, as specs() does
-            _discovery_errors[module or name] = str(exc)
-            warnings.warn(f"envfactory: {exc}", RuntimeWarning, stacklevel=2)
+        if cacheable and s is None:
+            cold.append(name)
             continue
-        rows[name] = s.describe()
+        _describe_into(name, module, rows)
         if cacheable:
             built.append(name)
+    sources: set[str] = set()
+    workers = _listing_workers(len(cold))
+    if workers > 1:
+        for name, row, error, loaded in _describe_elsewhere(cold, workers):
+            if error is not None:
+                _discovery_errors[_ANNOUNCED.get(name) or name] = error
+                warnings.warn(f"envfactory: {error}", RuntimeWarning, stacklevel=2)
+                continue
+            rows[name] = row
+            built.append(name)
+            sources.update(loaded)
+    else:
+        for name in cold:
+            if _describe_into(name, _ANNOUNCED.get(name), rows):
+                built.append(name)
     if cache and built:
-        depsets.append({f: _stamp(f) for f in _loaded_sources()})
+        sources.update(_loaded_sources())
+        depsets.append({f: _stamp(f) for f in sorted(sources)})
         for name in built:
             envs[name] = {"module": _ANNOUNCED[name], "row": rows[name], "deps": len(depsets) - 1}
         # keep only the dependency sets (and files) that an entry still uses
@@ -450,6 +464,55 @@ def listing(only: Iterable[str] | None = None, *, cache: bool = True) -> list[di
         depsets = [depsets[i] for i in used]
         _write_listing(path, {"format": _LISTING_FORMAT, "python": sys.version, "envs": envs, "depsets": depsets})
     return [rows[n] for n in sorted(rows)]
+
+
+def _describe_into(name: str, module: str | None, rows: dict[str, dict[str, Any]]) -> bool:
+    """``rows[name] = spec(name).describe()``; ``False`` (warned about and skipped, as
+    :func:`specs` does) when the environment's module fails to import."""
+    try:
+        s = spec(name)
+    except SpecError as exc:
+        _discovery_errors[module or name] = str(exc)
+        warnings.warn(f"envfactory: {exc}", RuntimeWarning, stacklevel=2)
+        return False
+    rows[name] = s.describe()
+    return True
+
+
+LISTING_MIN_PER_WORKER = 8
+"""Cold environments per extra worker process before :func:`listing` builds them in parallel."""
+
+
+def _listing_workers(cold: int) -> int:
+    """How many processes build ``cold`` environments' entries: ``ENVFACTORY_LIST_WORKERS``
+    (1: in this process), else one per core, at most one per :data:`LISTING_MIN_PER_WORKER`."""
+    raw = os.environ.get("ENVFACTORY_LIST_WORKERS", "")
+    try:
+        most = int(raw) if raw else (os.cpu_count() or 1)
+    except ValueError:
+        raise ValueError(f"ENVFACTORY_LIST_WORKERS must be a whole number, got {raw!r}") from None
+    return max(1, min(most, cold // LISTING_MIN_PER_WORKER))
+
+
+def _describe_one(name: str) -> tuple[str, dict[str, Any] | None, str | None, list[str]]:
+    """In a worker process: one environment's listing row (or why its module failed), and the
+    source files loaded so far (what the row may depend on)."""
+    try:
+        row = spec(name).describe()
+    except SpecError as exc:
+        return name, None, str(exc), []
+    return name, row, None, _loaded_sources()
+
+
+def _describe_elsewhere(names_: list[str], workers: int) -> Iterator[tuple[str, Any, str | None, list[str]]]:
+    """Build the entries of ``names_`` in ``workers`` fresh processes (task synthesis is CPU-bound:
+    a cold listing of every family takes minutes in one process). Spawned, not forked: the caller
+    may hold threads."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield from pool.map(_describe_one, names_)
 
 
 def _world_factory(runtime: str) -> Any:

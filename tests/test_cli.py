@@ -473,3 +473,36 @@ def test_training_progress_is_a_tqdm_bar_on_stderr(monkeypatch):
         progress("rl", i, 3, started, success=0.5)
     shown = terminal.getvalue()
     assert "rl: 100%" in shown and "3/3" in shown and "success=0.5" in shown and "00:04" in shown
+
+
+def test_a_cold_listing_built_in_worker_processes_equals_one_built_here(tmp_path, monkeypatch):
+    """A cold `envfactory list` builds its entries in spawned worker processes
+    (``ENVFACTORY_LIST_WORKERS``); the rows are those built in one process, and the cache they
+    leave (with the workers' source files) makes the next listing warm."""
+    from envfactory import registry
+
+    names = ["Counter-v0", "Bank-v0", "FindLight-v1", "RetailOrders-v0", "Library-v0", "Telecom-v0"]
+    monkeypatch.setenv("ENVFACTORY_CACHE", str(tmp_path))
+    monkeypatch.setenv("ENVFACTORY_LIST_WORKERS", "2")
+    r = _py("""
+        import json, sys
+        from envfactory import registry
+        registry.LISTING_MIN_PER_WORKER = 3
+        used = []
+        real = registry._describe_elsewhere
+        registry._describe_elsewhere = lambda names, workers: (used.append(workers), real(names, workers))[1]
+        rows = registry.listing(sys.argv[1:])
+        print(json.dumps({"rows": rows, "workers": used, "here": [n for n in sys.argv[1:] if n in registry._REGISTRY
+                                                                  and registry._REGISTRY[n]._tasks is not None]}))
+    """, *names)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["workers"] == [2] and out["here"] == []  # built elsewhere, none in the listing process
+    monkeypatch.setenv("ENVFACTORY_LIST_WORKERS", "1")
+    assert registry.listing(names, cache=False) == out["rows"]
+    doc = json.loads(registry.listing_cache_path().read_text()) if registry.listing_cache_path().exists() else None
+    if doc is not None:  # (the subprocess's cache key matches this process's when sys.path does)
+        assert set(names) - {"Counter-v0", "Bank-v0"} <= set(doc["envs"])
+    monkeypatch.setenv("ENVFACTORY_LIST_WORKERS", "nope")
+    with pytest.raises(ValueError, match="ENVFACTORY_LIST_WORKERS"):
+        registry._listing_workers(20)
