@@ -432,24 +432,16 @@ def listing(only: Iterable[str] | None = None, *, cache: bool = True) -> list[di
         if cacheable and s is None:
             cold.append(name)
             continue
-        _describe_into(name, module, rows)
-        if cacheable:
+        if _record(_describe_one(name, sources=False), rows) and cacheable:
             built.append(name)
     sources: set[str] = set()
     workers = _listing_workers(len(cold))
-    if workers > 1:
-        for name, row, error, loaded in _describe_elsewhere(cold, workers):
-            if error is not None:
-                _discovery_errors[_ANNOUNCED.get(name) or name] = error
-                warnings.warn(f"envfactory: {error}", RuntimeWarning, stacklevel=2)
-                continue
-            rows[name] = row
-            built.append(name)
-            sources.update(loaded)
-    else:
-        for name in cold:
-            if _describe_into(name, _ANNOUNCED.get(name), rows):
-                built.append(name)
+    found = _describe_elsewhere(cold, workers) if workers > 1 else \
+        (_describe_one(name, sources=False) for name in cold)
+    for result in found:
+        if _record(result, rows):
+            built.append(result[0])
+            sources.update(result[3])
     if cache and built:
         sources.update(_loaded_sources())
         depsets.append({f: _stamp(f) for f in sorted(sources)})
@@ -466,16 +458,15 @@ def listing(only: Iterable[str] | None = None, *, cache: bool = True) -> list[di
     return [rows[n] for n in sorted(rows)]
 
 
-def _describe_into(name: str, module: str | None, rows: dict[str, dict[str, Any]]) -> bool:
-    """``rows[name] = spec(name).describe()``; ``False`` (warned about and skipped, as
-    :func:`specs` does) when the environment's module fails to import."""
-    try:
-        s = spec(name)
-    except SpecError as exc:
-        _discovery_errors[module or name] = str(exc)
-        warnings.warn(f"envfactory: {exc}", RuntimeWarning, stacklevel=2)
+def _record(result: tuple[str, dict[str, Any] | None, str | None, list[str]], rows: dict[str, dict[str, Any]]) -> bool:
+    """Put a :func:`_describe_one` row into ``rows``; ``False`` (warned about and skipped, as
+    :func:`specs` does) when the environment's module failed to import."""
+    name, row, error, _ = result
+    if row is None:
+        _discovery_errors[_ANNOUNCED.get(name) or name] = str(error)
+        warnings.warn(f"envfactory: {error}", RuntimeWarning, stacklevel=3)
         return False
-    rows[name] = s.describe()
+    rows[name] = row
     return True
 
 
@@ -494,14 +485,15 @@ def _listing_workers(cold: int) -> int:
     return max(1, min(most, cold // LISTING_MIN_PER_WORKER))
 
 
-def _describe_one(name: str) -> tuple[str, dict[str, Any] | None, str | None, list[str]]:
-    """In a worker process: one environment's listing row (or why its module failed), and the
-    source files loaded so far (what the row may depend on)."""
+def _describe_one(name: str, sources: bool = True) -> tuple[str, dict[str, Any] | None, str | None, list[str]]:
+    """One environment's listing row (or why its module failed to import) and, with
+    ``sources`` (in a worker process), the source files loaded so far: what the row may depend
+    on (the calling process reads its own once, after building)."""
     try:
         row = spec(name).describe()
     except SpecError as exc:
         return name, None, str(exc), []
-    return name, row, None, _loaded_sources()
+    return name, row, None, _loaded_sources() if sources else []
 
 
 def _describe_elsewhere(names_: list[str], workers: int) -> Iterator[tuple[str, Any, str | None, list[str]]]:
