@@ -44,6 +44,7 @@ TICKETS = {"ticket_queue": [{"id": 1, "title": "printer", "description": "jam", 
                              "created_by": "agent"}]}
 MSG = {"random_seed": 7, "current_user": "USR001"}
 FIRST_MSG_ID = random.Random(7).randint(10000, 99999)
+_PRISTINE_TWITTER = copy.deepcopy(twitter_api.DEFAULT_STATE)
 
 
 def _loaded(cls, config):
@@ -363,13 +364,17 @@ def test_read_only_tools_by_observation_rather_than_by_name():
                           synthesis=Synthesis(arguments=arguments))  # by observation: the default
     ro = lambda spec: {n for n, t in spec.all_tools.items() if t.read_only and n != "finish"}  # noqa: E731
     assert ro(by_name) == {"find"}  # pwd, ls, cat: no read-like prefix
-    assert ro(observed) == {"pwd", "ls", "cat", "find"}
+    assert ro(observed) == {"pwd", "ls", "find"}
+    # cat ran once without raising (a.txt, after a walk's cd docs): one quiet random call does not
+    # make a reader (a writer can be quiet once: mv of a file onto itself), so it is undecided,
+    # named, and its name decides; a task's reference that reads a file decides it (below)
+    assert "cat" in observed.metadata["read_only_undecided"]
     several = from_class([Service(GorillaFileSystem, loader="_load_scenario", key="fs"),
                           Service(TicketAPI, loader="_load_scenario", key="tickets", exclude=["edit_ticket"])],
                          name="Two-v0", domain="x", config={"fs": FS, "tickets": TICKETS},
                          synthesis=Synthesis(arguments={**arguments, "ticket_id": [1], "title": ["t"]}),
                          read_only="observe")
-    assert {"pwd", "ls", "cat", "find", "get_ticket"} <= ro(several)
+    assert {"pwd", "ls", "find", "get_ticket"} <= ro(several)
     assert "edit_ticket" not in several.all_tools
     assert not several.all_tools["create_ticket"].read_only and not several.all_tools["close_ticket"].read_only
 
@@ -434,3 +439,71 @@ def test_inherited_public_methods_become_tools_too():
     spec.all_tools["ping"].invoke(s, {})
     assert spec.all_tools["status"].invoke(s, {}).content == "up after 1 calls"
     assert spec.all_tools["status"].description == "The extended service's status."
+
+
+# What each class's own documentation says only reads (every other public method changes the state).
+DOCUMENTED_READS = {
+    GorillaFileSystem: {"pwd", "ls", "cat", "find"},
+    TwitterAPI: {"get_tweet", "list_all_following", "get_user_tweets", "liked_tweets"},
+    MessageAPI: {"list_users", "get_user_id", "view_messages_sent", "search_messages"},
+    TradingBot: {"get_stock_info", "get_order_details"},
+    TicketAPI: {"get_ticket", "get_user_tickets"},
+    Shop: {"view_cart", "get_order"},
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_read_only_flags_agree_with_each_class_s_documentation_on_every_tool(name, monkeypatch):
+    """Before: observed by random calls alone, ``cat`` (it raises on a drawn name) and ``mv`` (a
+    file moved onto itself changes nothing) came out the wrong way, and ``checkout`` (it refuses
+    an empty cart) fell to the name rule, whose prefix ``check`` took it for a read. Now the
+    reference solutions' valid calls are watched first, one quiet random call decides nothing,
+    and the name rule reads whole words."""
+    import warnings
+
+    # (TwitterAPI keeps its module's DEFAULT_STATE["retweets"] and changes it in place, as the suite
+    # it is modelled on does: the direct calls of other tests leave their retweets there)
+    monkeypatch.setattr(twitter_api, "DEFAULT_STATE", copy.deepcopy(_PRISTINE_TWITTER))
+    services = SCENARIOS[name][0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # (undecided tools are named; the flags are what is tested)
+        spec = _spec(name)
+    for svc in services:
+        for method in dir(svc.cls):
+            if method.startswith("_") or not callable(getattr(svc.cls, method)):
+                continue
+            tool = spec.all_tools[svc.prefix + method]
+            assert tool.read_only == (method in DOCUMENTED_READS[svc.cls]), (svc.cls.__name__, method)
+
+
+def test_the_name_rule_reads_whole_words():
+    from envfactory.factory.from_class import reads_by_name
+
+    assert all(map(reads_by_name, ["get_user", "getUser", "list", "is_open", "check_status", "view2"]))
+    assert not any(map(reads_by_name, ["checkout", "reading_list_add", "gettysburg", "listen", "totalize"]))
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_a_gold_replay_earns_reward_1_under_the_default_comparison(name, monkeypatch):
+    """Each scenario's calls as a task's reference, with no check of its own: success is the
+    default comparison (the owners' equality, else the public attributes), and the replay whose
+    final state matches the classes' own execution earns 1 (the state equality is checked first)."""
+    from envfactory.checks.scripted import OraclePolicy
+
+    monkeypatch.setattr(twitter_api, "DEFAULT_STATE", copy.deepcopy(_PRISTINE_TWITTER))
+    services, config, options, _, calls = SCENARIOS[name]
+    task = ClassTask(id="gold", instruction="Do it.", config=config, solution=[call(n, **a) for n, a in calls])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        spec = from_class(services, name="Gold-v0", domain="third_party", config=config, tasks=[task],
+                          max_turns=len(calls) + 2, **options)
+    ep = Episode(spec)
+    ep.reset("gold")
+    for action in OraclePolicy.actions(spec.task("gold")):  # every call, one a turn, then the answer
+        result = ep.step(action)
+        if action != OraclePolicy.actions(spec.task("gold"))[-1]:
+            assert not result.done
+    assert ep.state.model_dump(mode="json") == _direct(name)[1]
+    assert result.done and result.reward == 1.0 and result.info["success"]

@@ -45,6 +45,7 @@ from . import _callable
 
 import copy
 import enum
+import functools
 import inspect
 import json
 import random
@@ -52,7 +53,7 @@ import re
 import typing
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Sequence, cast
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -73,6 +74,18 @@ __all__ = ["from_class", "Service", "ClassTask", "Synthesis", "ReadsCheck", "cla
 
 READ_PREFIXES = ("get", "list", "find", "search", "show", "count", "describe", "check", "read",
                  "lookup", "view", "total", "report", "status", "is_", "has_", "peek")
+
+
+def reads_by_name(method: str) -> bool:
+    """The name rule for a tool nobody pinned and nothing observed: a :data:`READ_PREFIXES` word
+    that starts the name as a word (``get_user``, ``getUser``, ``list``, ``is_open``), not as
+    the start of a longer one (``checkout`` buys, ``reading_list_add`` is not ``read``)."""
+    for p in READ_PREFIXES:
+        if method.startswith(p):
+            rest = method[len(p):]
+            if p.endswith("_") or not rest or rest[0] == "_" or rest[0].isupper() or rest[0].isdigit():
+                return True
+    return False
 
 Config = dict[str, Any] | Sequence[dict[str, Any]] | Callable[[random.Random], dict[str, Any]]
 Loader = str | Callable[[Any, Any], Any]
@@ -512,7 +525,7 @@ def class_tools(
     """Tools for the public methods of ``cls`` (in definition order), over a state of attributes."""
     part = _Part(Service(cls), "")
     ro = set(read_only) if read_only is not None else None
-    tools = [_method_tool(cls, n, tool_name=n, read_only=(n in ro if ro is not None else n.startswith(READ_PREFIXES)),
+    tools = [_method_tool(cls, n, tool_name=n, read_only=(n in ro if ro is not None else reads_by_name(n)),
                           bind=_attribute_binder(cls, mapping), validation="strict", render=None,
                           errors="detailed") for n in _methods(part, include, exclude)]
     if not tools:
@@ -521,12 +534,18 @@ def class_tools(
 
 
 def observe_read_only(tools: Sequence[Tool], synth: SynthConfig, *, seed: int = 0, walks: int = 24,
-                      length: int = 6) -> dict[str, bool | None]:
+                      length: int = 6, references: Sequence[tuple[Callable[[], State], Sequence[ToolCall]]] = (),
+                      ) -> dict[str, bool | None]:
     """Which tools change the state, by watching them rather than by their names.
 
-    Random walks (``walks`` of ``length`` calls, arguments drawn as task synthesis
+    First the ``references`` (a task's initial state, made on demand, and its reference
+    solution): valid calls in an order that works, so a writer that refuses random arguments
+    (``checkout`` of an empty cart, ``mv`` of a file that is not there) is seen writing. Then
+    random walks (``walks`` of ``length`` calls, arguments drawn as task synthesis
     draws them) from sampled initial states; a tool that changed the state once is
-    not read-only; one that ran without error and never changed it is. A call that
+    not read-only; one that ran without error and never changed it is, if that was in a
+    reference or in two different random calls (other arguments, or another state): a writer
+    can leave a state as it was for one drawn call (``mv`` of a file onto itself). A call that
     returns an error-shaped value (``"Error: ..."``, ``{"error": ...}``) without changing
     the state shows nothing either way: a tool seen only so is undecided (``None``; a
     method that answers a wrong argument with an error value would otherwise look like a
@@ -542,12 +561,36 @@ def observe_read_only(tools: Sequence[Tool], synth: SynthConfig, *, seed: int = 
 
     rng = random.Random(f"observe/{seed}")
     changed: set[str] = set()
-    ran: set[str] = set()
+    ran: dict[str, set[tuple[str, tuple[Any, ...]]]] = {}  # tool -> the walks' calls it left the state unchanged in
+    quiet: set[str] = set()  # left the state unchanged in a reference's call
     failed: set[str] = set()  # answered with an error-shaped value, state unchanged
     known: dict[tuple[int, ...], _Seen] = {}
+    by_name = {t.name: t for t in tools}
+    for make, calls in references:
+        state = make()
+        for c in calls:
+            t = by_name.get(c.name)
+            if t is None:  # not one of these tools: the rest of this reference is not run
+                break
+            trial = copy_state(state)
+            out = t.invoke(trial, c.arguments)
+            if not out.ok:
+                continue
+            differs = _state_differs(trial, state)
+            if differs or (differs is None and state_hash(trial) != state_hash(state)):
+                changed.add(t.name)
+                state = trial
+            elif _error_shaped(out.content):
+                failed.add(t.name)
+            else:
+                quiet.add(t.name)  # a task author's valid call that left the state as it was
+    bases = 0
     for _ in range(walks):
         state = synth.sample_state(rng)
         start = _seen(known, state)  # arguments are drawn from the walk's initial state
+        if start.no < 0:
+            start.no, bases = bases, bases + 1
+        at: tuple[Any, ...] = (start.no,)  # which state a call ran on: the base and the writes since
         for _ in range(length):
             t = tools[rng.randrange(len(tools))]
             args = draw_arguments(t.name, t.parameters, start.doc, synth.arguments, rng, start.pools)
@@ -562,13 +605,25 @@ def observe_read_only(tools: Sequence[Tool], synth: SynthConfig, *, seed: int = 
                                                 or state_hash(trial) != _seen(known, state).hash())):
                 changed.add(t.name)  # (a tool seen changing the state once is not hashed again)
                 state = trial
+                at += ((t.name, _call_key(args)),)
             elif _error_shaped(out.content):
                 failed.add(t.name)
             else:
-                ran.add(t.name)
+                ran.setdefault(t.name, set()).add((_call_key(args), at))
     seen: dict[str, bool | None] = {n: None for n in failed}
-    seen.update({n: n not in changed for n in ran | changed})
+    seen.update({n: None for n, calls in ran.items() if len(calls) < 2})  # one quiet random call: undecided
+    seen.update({n: True for n, calls in ran.items() if len(calls) >= 2})
+    seen.update({n: True for n in quiet})
+    seen.update({n: False for n in changed})
     return seen
+
+
+def _call_key(arguments: Mapping[str, Any]) -> str:
+    """Which call this was, for telling two quiet calls of one tool apart."""
+    try:
+        return json.dumps(arguments, sort_keys=True, default=repr)
+    except (TypeError, ValueError):  # keys that cannot be sorted, say
+        return repr(arguments)
 
 
 class _Seen:
@@ -577,6 +632,7 @@ class _Seen:
 
     def __init__(self, state: State) -> None:
         self.state = state  # keeps the values (and so the ids the key is made of) alive
+        self.no = -1  # its number among the walks' initial states, once one starts from it
         self._doc: Any = None
         self.pools: dict[tuple[str, str], list[Any]] = {}
         self._hash: str | None = None
@@ -870,6 +926,7 @@ def from_class(
         return state_type.model_validate({f: attrs[a] for a, f in mapping.items()})
 
     bases: dict[int, tuple[Any, State]] = {}  # id(configuration) -> (it, the state it builds)
+    measured: set[int] = set()  # ids of bases whose size the quota has remembered (held in bases)
 
     def make_state(cfg: Any) -> State:
         """The initial state of a configuration: built once per configuration object (the last
@@ -878,10 +935,19 @@ def from_class(
         kept = bases.get(id(cfg))
         if kept is None or kept[0] is not cfg:
             kept = (cfg, build_state([p.instance(c) for p, c in zip(parts, configs_of(cfg))]))
-            bases.pop(id(cfg), None)
+            gone = bases.pop(id(cfg), None)
+            if gone is not None:
+                measured.discard(id(gone[1]))
             bases[id(cfg)] = kept
             while len(bases) > 8:  # configurations drawn afresh each time (config=f(rng)) are not kept
-                bases.pop(next(iter(bases)))
+                measured.discard(id(bases.pop(next(iter(bases)))[1]))
+        elif id(kept[1]) not in measured:
+            # A base shared by a second state is measured for the state quota now, while the
+            # environment is built: its containers' sizes are remembered (cow_state_size), so
+            # the first writing call of an episode measures only what it changed, not the
+            # database (0.7-1.1 s on a 4.8 MB one, paid by whichever episode wrote first).
+            measured.add(id(kept[1]))
+            cow_state_size(kept[1])
         return copy_state(kept[1])
 
     probe_state = build_state(probes)
@@ -920,7 +986,7 @@ def from_class(
                     f"{m}; give one service a prefix (Service({part.cls.__name__}, prefix="
                     f"'{part.key}_')) or exclude one")
             owner[tname] = f"{part.cls.__name__}.{m}"
-            is_ro = (m in ro or tname in ro) if ro is not None else m.startswith(READ_PREFIXES)
+            is_ro = (m in ro or tname in ro) if ro is not None else reads_by_name(m)
             if ro is not None:
                 pinned.add(tname)
             tools.append(_method_tool(part.cls, m, tool_name=tname, read_only=is_ro, bind=bind,
@@ -993,7 +1059,13 @@ def from_class(
     )
     undecided: list[str] = []
     if observe:
-        seen = observe_read_only(tools, synth, seed=seed)
+        references: list[tuple[Callable[[], State], Sequence[ToolCall]]] = []
+        for given in task_items or ():  # (tasks given as a callable stay lazy: only walks observe them)
+            if isinstance(given, ClassTask):
+                references.append((functools.partial(make_state, given.config), given.solution))
+            elif isinstance(given, Task):
+                references.append((functools.partial(copy_state, given.initial_state), given.solution))
+        seen = observe_read_only(tools, synth, seed=seed, references=references)
         for t in tools:
             if t.name in pinned:
                 continue
