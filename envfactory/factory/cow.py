@@ -18,8 +18,6 @@ they are (no copy); dumps, hashes and snapshots write them as plain data.
 from __future__ import annotations
 
 import json as _json_mod
-from itertools import compress
-from operator import is_not
 import threading
 import weakref
 from typing import Any, Iterator, SupportsIndex
@@ -331,7 +329,6 @@ def _is(held: Any, v: Any) -> bool:
     return (held() if held.__class__ is weakref.ReferenceType else held) is v
 
 
-_SIZE_8 = frozenset((int, float, bool, type(None)))
 _SIZES: dict[int, tuple[Any, int]] = {}  # id -> (a container no state changes any more (_hold), its size)
 _SIZES_CAP = 1 << 19
 
@@ -373,15 +370,6 @@ def _size_from(v: Any, src: Any, size: int, frozen: bool, tok: Any, leaf: Any, p
     i = id(v)
     path.add(i)
     mine = v._mine if not frozen else ()
-    keys = list(dict.keys(v))
-    if len(keys) == len(src) and keys == list(dict.keys(src)):  # values replaced only: found at C speed
-        at = dict.__getitem__
-        for k in compress(keys, map(is_not, dict.values(v), dict.values(src))):
-            x = at(v, k)
-            size += _entry_size(k, x, frozen or id(x) not in mine, tok, leaf, path)
-            size -= _entry_size(k, at(src, k), True, tok, leaf, path)
-        path.discard(i)
-        return size
     same = 0
     get = dict.get
     for k, x in dict.items(v):
@@ -437,25 +425,18 @@ def _size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
     path.add(i)
     mine = v._mine if is_cow and not frozen else ()
     total = 2
-    scalar = _SIZE_8  # (numbers, booleans and None count 8, as the engine's walk counts them)
     if cls is dict or cls is CowDict:
         for k, x in dict.items(v):
             total += len(k) + 4 if k.__class__ is str and k.isascii() else 16
-            c = x.__class__
-            if c is str and x.isascii():
+            if x.__class__ is str and x.isascii():
                 total += len(x) + 2
-            elif c in scalar:
-                total += 8
             else:
                 total += _size(x, frozen or (is_cow and id(x) not in mine), tok, leaf, path)
     else:
         total += len(v)
         for x in list.__iter__(v):
-            c = x.__class__
-            if c is str and x.isascii():
+            if x.__class__ is str and x.isascii():
                 total += len(x) + 2
-            elif c in scalar:
-                total += 8
             else:
                 total += _size(x, frozen or (is_cow and id(x) not in mine), tok, leaf, path)
     path.discard(i)
@@ -644,34 +625,23 @@ def _json_from(v: Any, got: Any, frozen: bool, tok: Any, seen: set[int]) -> Any:
     gone: set[int] = {id(src)}  # the source's containers that ``v`` no longer holds
     new_keys = False
     changed: list[tuple[Any, Any]] = []
-    removed: list[Any] = []
-    keys = list(dict.keys(v))
-    if len(keys) == len(src) and keys == list(dict.keys(src)):
-        # the same keys in the same order (values replaced, none added or taken out): the
-        # replaced entries are found by identity at C speed, not by a look-up per entry
-        item = dict.__getitem__
-        for k in compress(keys, map(is_not, dict.values(v), dict.values(src))):
-            if not _forget(item(src, k), gone):
+    same = 0
+    get = dict.get
+    for k, x in dict.items(v):
+        old = get(src, k, _MISSING)
+        if old is x:
+            same += 1
+            continue
+        if old is _MISSING:
+            if k.__class__ is not str or k[:1] == "$":
+                raise _NotPlain
+            new_keys = True
+        else:
+            same += 1
+            if not _forget(old, gone):
                 return None
-            changed.append((k, item(v, k)))
-        same = len(src)
-    else:
-        same = 0
-        get = dict.get
-        for k, x in dict.items(v):
-            old = get(src, k, _MISSING)
-            if old is x:
-                same += 1
-                continue
-            if old is _MISSING:
-                if k.__class__ is not str or k[:1] == "$":
-                    raise _NotPlain
-                new_keys = True
-            else:
-                same += 1
-                if not _forget(old, gone):
-                    return None
-            changed.append((k, x))
+        changed.append((k, x))
+    removed: list[Any] = []
     if same != len(src):
         for k, old in dict.items(src):
             if not dict.__contains__(v, k):
