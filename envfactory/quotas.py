@@ -45,6 +45,8 @@ OBSERVATION_CUT = ("\n[cut: this turn's tool observations reached their cap of "
 
 _NUMBER = (int, float, bool)
 _MODELS: set[type] = set()  # classes seen to be pydantic models
+_SIZERS: dict[type, Any] = {}  # class -> its own measure (__state_size__) or None
+_UNSEEN = object()
 
 
 def state_size(state: Any, limit: int | None = None) -> int:
@@ -55,9 +57,17 @@ def state_size(state: Any, limit: int | None = None) -> int:
     A cycle (only a Python-object state can hold one; its dump writes a reference) counts once.
     A state class may bring its own measure of the same count (``__state_size__(state, limit)``:
     a copy-on-write state remembers what no state can change any more)."""
-    sizer = getattr(state.__class__, "__state_size__", None)
+    cls = state.__class__
+    sizer = _SIZERS.get(cls, _UNSEEN)
+    if sizer is _UNSEEN:  # (looked up once per class: a model class's missing attribute raises inside pydantic)
+        sizer = _SIZERS[cls] = getattr(cls, "__state_size__", None)
     if sizer is not None:
         return int(sizer(state, limit))
+    if cls in _MODELS or isinstance(state, BaseModel):  # a model of scalars: one pass, no walk
+        _MODELS.add(cls)
+        flat = _flat_size(state)
+        if flat is not None:
+            return flat
     cap = limit if limit is not None else 1 << 62
     total = 0
     stack: list[Any] = [state]
@@ -138,6 +148,21 @@ def state_size(state: Any, limit: int | None = None) -> int:
                     total += len(repr(v))
         if total > cap:
             return total
+    return total
+
+
+def _flat_size(model: Any) -> int | None:
+    """:func:`state_size` of a model whose fields are all strings, numbers, booleans or None,
+    counted as the walk counts them (``None`` when a field holds anything else)."""
+    total = 2
+    for k, x in model.__dict__.items():
+        c = x.__class__
+        if c is str:
+            total += len(k) + 6 + (len(x) if x.isascii() else len(x.encode("utf-16-le", "surrogatepass")) * 3)
+        elif c in _NUMBER or x is None:
+            total += len(k) + 12
+        else:
+            return None
     return total
 
 

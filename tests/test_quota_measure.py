@@ -1,0 +1,38 @@
+"""The state quota's measure (envfactory.quotas.state_size): a model of scalars is counted in one
+pass, and that count is the general walk's, whatever the strings hold."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from envfactory import quotas
+from envfactory.state import State
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+                    st.text(max_size=20), st.text(alphabet=st.characters(min_codepoint=0x80), max_size=5))
+
+
+class Flat(State):
+    a: object = None
+    bb: object = None
+    ccc: object = None
+
+
+@settings(max_examples=300, deadline=None)
+@given(scalars, scalars, scalars)
+def test_a_model_of_scalars_counts_what_the_walk_counts(a, bb, ccc) -> None:
+    state = Flat(a=a, bb=bb, ccc=ccc)
+    one_pass = quotas.state_size(state)
+    flat = quotas._flat_size
+    quotas._flat_size = lambda model: None  # the general walk
+    try:
+        walked = quotas.state_size(state)
+    finally:
+        quotas._flat_size = flat
+    assert one_pass == walked
+
+
+def test_a_model_holding_a_container_is_walked() -> None:
+    state = Flat(a=["x" * 10], bb={"k": 1}, ccc="é")
+    assert quotas._flat_size(state) is None
+    assert quotas.state_size(state) > 10
