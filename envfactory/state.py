@@ -184,11 +184,18 @@ def _canonical_default(value: Any) -> Any:
     return to_jsonable_python(value)
 
 
+_WRITERS: dict[type, Any] = {}  # state class -> its own canonical JSON writer, or None
+_UNSEEN = object()
+
+
 def canonical_json(state: BaseModel) -> str:
     """The state's canonical JSON: sorted keys, sorted sets, compact separators. A state class
     may bring its own writer of the same text (``__canonical_json__(state) -> str | None``,
     ``None``: written here): a copy-on-write state remembers what no state can change any more."""
-    own = getattr(state.__class__, "__canonical_json__", None)
+    cls = state.__class__
+    own = _WRITERS.get(cls, _UNSEEN)
+    if own is _UNSEEN:  # (looked up once per class: a model class's missing attribute raises inside pydantic)
+        own = _WRITERS[cls] = getattr(cls, "__canonical_json__", None)
     if own is not None:
         text = own(state)
         if text is not None:
