@@ -941,11 +941,12 @@ def from_class(
             bases[id(cfg)] = kept
             while len(bases) > 8:  # configurations drawn afresh each time (config=f(rng)) are not kept
                 measured.discard(id(bases.pop(next(iter(bases)))[1]))
-        elif id(kept[1]) not in measured:
+        elif not graph and id(kept[1]) not in measured:
             # A base shared by a second state is measured for the state quota now, while the
             # environment is built: its containers' sizes are remembered (cow_state_size), so
             # the first writing call of an episode measures only what it changed, not the
-            # database (0.7-1.1 s on a 4.8 MB one, paid by whichever episode wrote first).
+            # database (0.7-1.1 s on a 4.8 MB one, paid by whichever episode wrote first). (A
+            # state of objects is copied whole by its first call and measured whole: nothing kept.)
             measured.add(id(kept[1]))
             cow_state_size(kept[1])
         return copy_state(kept[1])
