@@ -1079,7 +1079,8 @@ def from_class(
             undecided.sort()
             warnings.warn(
                 f"{label}: could not observe whether {', '.join(undecided)} change the state (every random "
-                f"call that did not raise answered with an error value and changed nothing); their names "
+                f"call that did not raise answered with an error value, or one call alone left the state as it "
+                f"was, which a writer can do, and no task's reference showed what it does); their names "
                 f"decide (read-only: {[n for n in undecided if by_name[n].read_only]}); pin the read-only "
                 f"methods with read_only=[...] or Service(cls, read_only=[...]), or give Synthesis(arguments=...) "
                 f"that make them succeed", UserWarning, stacklevel=2)
