@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel
 
-from .state import copy_state
+from .state import class_hook, copy_state
 from .tooling import ToolOutcome
 
 __all__ = ["MAX_STATE_BYTES", "MAX_OBSERVATION_CHARS", "STATE_QUOTA_PREFIX", "OBSERVATION_CUT", "state_size",
@@ -45,8 +45,6 @@ OBSERVATION_CUT = ("\n[cut: this turn's tool observations reached their cap of "
 
 _NUMBER = (int, float, bool)
 _MODELS: set[type] = set()  # classes seen to be pydantic models
-_SIZERS: dict[type, Any] = {}  # class -> its own measure (__state_size__) or None
-_UNSEEN = object()
 
 
 def state_size(state: Any, limit: int | None = None) -> int:
@@ -58,9 +56,7 @@ def state_size(state: Any, limit: int | None = None) -> int:
     A state class may bring its own measure of the same count (``__state_size__(state, limit)``:
     a copy-on-write state remembers what no state can change any more)."""
     cls = state.__class__
-    sizer = _SIZERS.get(cls, _UNSEEN)
-    if sizer is _UNSEEN:  # (looked up once per class: a model class's missing attribute raises inside pydantic)
-        sizer = _SIZERS[cls] = getattr(cls, "__state_size__", None)
+    sizer = class_hook(cls, "__state_size__")
     if sizer is not None:
         return int(sizer(state, limit))
     if cls in _MODELS or isinstance(state, BaseModel):  # a model of scalars: one pass, no walk

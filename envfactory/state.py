@@ -184,18 +184,28 @@ def _canonical_default(value: Any) -> Any:
     return to_jsonable_python(value)
 
 
-_WRITERS: dict[type, Any] = {}  # state class -> its own canonical JSON writer, or None
+_HOOKS: dict[str, dict[type, Any]] = {}  # hook name -> {state class: the class's own hook, or None}
 _UNSEEN = object()
+
+
+def class_hook(cls: type, name: str) -> Any:
+    """``getattr(cls, name, None)`` for a state class's own hook (``__canonical_json__``,
+    ``__state_size__``), looked up once per class: on a pydantic model class a missing attribute
+    raises and is caught inside pydantic, on every lookup of a hot path."""
+    seen = _HOOKS.get(name)
+    if seen is None:
+        seen = _HOOKS[name] = {}
+    hook = seen.get(cls, _UNSEEN)
+    if hook is _UNSEEN:
+        hook = seen[cls] = getattr(cls, name, None)
+    return hook
 
 
 def canonical_json(state: BaseModel) -> str:
     """The state's canonical JSON: sorted keys, sorted sets, compact separators. A state class
     may bring its own writer of the same text (``__canonical_json__(state) -> str | None``,
     ``None``: written here): a copy-on-write state remembers what no state can change any more."""
-    cls = state.__class__
-    own = _WRITERS.get(cls, _UNSEEN)
-    if own is _UNSEEN:  # (looked up once per class: a model class's missing attribute raises inside pydantic)
-        own = _WRITERS[cls] = getattr(cls, "__canonical_json__", None)
+    own = class_hook(state.__class__, "__canonical_json__")
     if own is not None:
         text = own(state)
         if text is not None:
