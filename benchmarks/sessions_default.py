@@ -71,11 +71,11 @@ def bench_sessions(sessions: int = 2000, env: str = "Counter-v0", threads: int =
             if i is None:
                 return
             ep = eps[i]
-            if ep._task is None:  # its reset failed (counted)
+            if ep.task is None:  # its reset failed (counted)
                 continue
             try:
                 r = None
-                for action in OraclePolicy.actions(ep._task):
+                for action in OraclePolicy.actions(ep.task):
                     r = ep.step(action)
                     if r.done:
                         break

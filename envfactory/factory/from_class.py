@@ -925,8 +925,8 @@ def from_class(
                             f"{sorted(mapping)}; build with from_class(..., state='objects')")
         return state_type.model_validate({f: attrs[a] for a, f in mapping.items()})
 
-    bases: dict[int, tuple[Any, State]] = {}  # id(configuration) -> (it, the state it builds)
-    measured: set[int] = set()  # ids of bases whose size the quota has remembered (held in bases)
+    # id(configuration) -> (it, the state it builds, whether the quota's measure of it is remembered)
+    bases: dict[int, tuple[Any, State, bool]] = {}
 
     def make_state(cfg: Any) -> State:
         """The initial state of a configuration: built once per configuration object (the last
@@ -934,26 +934,24 @@ def from_class(
         read-only observation of one multi-MB database share it until a tool changes their copy."""
         kept = bases.get(id(cfg))
         if kept is None or kept[0] is not cfg:
-            kept = (cfg, build_state([p.instance(c) for p, c in zip(parts, configs_of(cfg))]))
-            gone = bases.pop(id(cfg), None)
-            if gone is not None:
-                measured.discard(id(gone[1]))
+            kept = (cfg, build_state([p.instance(c) for p, c in zip(parts, configs_of(cfg))]), False)
+            bases.pop(id(cfg), None)
             bases[id(cfg)] = kept
             while len(bases) > 8:  # configurations drawn afresh each time (config=f(rng)) are not kept
-                measured.discard(id(bases.pop(next(iter(bases)))[1]))
-        elif not graph and id(kept[1]) not in measured:
+                bases.pop(next(iter(bases)))
+        elif not graph and not kept[2]:
             # A base shared by a second state is measured for the state quota now, while the
             # environment is built: its containers' sizes are remembered (cow_state_size), so
             # the first writing call of an episode measures only what it changed, not the
             # database (0.7-1.1 s on a 4.8 MB one, paid by whichever episode wrote first). (A
             # state of objects is copied whole by its first call and measured whole: nothing kept.)
-            measured.add(id(kept[1]))
             cow_state_size(kept[1])
+            kept = bases[id(cfg)] = (cfg, kept[1], True)
         return copy_state(kept[1])
 
     probe_state = build_state(probes)
     if probe_cfg is not None:  # the probe's configuration is read once: its state is that configuration's base
-        bases[id(probe_cfg)] = (probe_cfg, probe_state)
+        bases[id(probe_cfg)] = (probe_cfg, probe_state, False)
     comparison = Comparison([(p.key if graph else "", p.cls) for p in parts], probes, compare, mapping, trusted)
     walked: set[int] = set()
     if not all(_plain(v, walked) for v in probe_state.__dict__.values()):  # (plain data is its own document)
