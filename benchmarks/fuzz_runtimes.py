@@ -17,6 +17,26 @@ play the reference solution over and over meanwhile). Counted:
 * ``differences``: steps whose ``StepResult.to_json()`` differ between the runtimes,
   and episodes whose final states (canonical JSON) differ.
 
+Beside the generated outputs, the attacks of issue 28 run for the whole run (each can be
+turned off):
+
+* amplification (``--amplify``, a share of seeds): a file of 100 KB or 1 MB, then turns of up
+  to 255 copies, appends or reads of it, played like any output on both runtimes (the state
+  and observation quotas must refuse and cut alike, and judging must survive);
+* a timeout attacker (``SlowTool-v0``, tests/adversarial/slow_tool_env.py): tools that sleep
+  or spin past a 1 s ``step_timeout``, over and over, in the container that two note-taking
+  bystanders share; the attack must end only its own episode, and the bystanders' worlds are
+  never moved (a resume there is an ``attack_failures``);
+* a memory attacker (``--memory-every`` seconds, ``CodeSandbox-v0``, tests/docker_attack_env.py):
+  60 children of 20 MiB in a 256 MiB per-session container; the episode must go on;
+* ``--held`` sessions (2,000 by default) opened with the default settings
+  (``envfactory.make(name, runtime="docker")``) and held throughout; a roaming thread steps
+  them through their reference solutions meanwhile, and at the end every one finishes its
+  episode (``held``: errors, ``world_lost``, solved).
+
+Every bystander's Docker step (the three reference players, the note takers, the held
+sessions) is timed: ``bystander_stalls`` counts those over ``--stall`` (1 s).
+
 Not part of CI (``tests/adversarial/test_differential_fuzz.py`` is the small CI-sized
 version). Usage::
 
@@ -241,6 +261,40 @@ def generate(rng: random.Random, schemas: list[dict[str, Any]]) -> Any:
     return _text(rng, rng.choice((0, 5, 100, 5000)))
 
 
+def amplification(rng: random.Random, names: list[str]) -> list[Any]:
+    """An amplification attack (issue 28), as the few outputs of one episode: a big file, then turns
+    of up to 255 copies, appends or reads of it. Both runtimes must refuse the same calls (the state
+    quota) and cut the same observations (the observation quota); the world must survive judging."""
+    from envfactory import call
+
+    if not {"write_file", "copy_file", "append_file", "read_file"} <= set(names):
+        return []
+    big = f"/home/user/big{rng.randrange(4)}.txt"
+    out: list[Any] = [[call("write_file", path=big, content=rng.choice("xyz") * rng.choice((100_000, 1_000_000)))]]
+    for turn in range(rng.randint(1, 4)):
+        kind = rng.choice(("copy", "copy", "append", "read"))
+        n = rng.choice((16, 64, 255))
+        if kind == "copy":
+            out.append([call("copy_file", source=big, destination=f"/home/user/c{turn}_{i}.txt") for i in range(n)])
+        elif kind == "append":
+            out.append([call("append_file", path=big, content=rng.choice("ab") * rng.choice((1000, 100_000)))
+                        for _ in range(min(n, 16))])
+        else:
+            out.append([call("read_file", path=big)] * rng.choice((2, 40)))
+    return out
+
+
+def outputs(s: int, schemas: list[dict[str, Any]], amplify: float = 0.0) -> list[Any]:
+    """What one seed plays: one generated output, or (with probability ``amplify``) the outputs of
+    an amplification attack, played from a fresh episode."""
+    rng = random.Random(s)
+    if amplify and rng.random() < amplify:
+        attack = amplification(rng, [f["function"]["name"] for f in schemas])
+        if attack:
+            return attack
+    return [generate(rng, schemas)]
+
+
 # -- known bugs, outside the runtimes: with --skip-known, outputs that would hit them are counted, not played
 # tools/filesystem.py: make_dir loops forever on a path that normalizes to a leading "//" (posixpath
 # keeps two leading slashes; dirname("//x") is "//", never "/"): an in-process step never returns.
@@ -253,7 +307,8 @@ def known_bug(action: Any) -> bool:
 
 # -- the run -------------------------------------------------------------------------------
 class Tally:
-    KINDS = ("escaped", "hangs", "bystanders_lost", "differences", "state_differences")
+    KINDS = ("escaped", "hangs", "bystanders_lost", "differences", "state_differences", "bystander_stalls",
+             "attack_failures")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -264,6 +319,9 @@ class Tally:
         self.resumed_seconds = 0.0  # the slowest of them
         self.steps_docker_timeout = 0
         self.bystander_steps = 0
+        self.bystander_max_s = 0.0  # the slowest bystander step (Docker), any kind of bystander
+        self.amplifications = 0  # amplification attacks played (their outputs count in ``outputs``)
+        self.attacks: dict[str, int] = {}  # attacks played beside the lanes, by kind
         self.examples: dict[str, list[dict[str, Any]]] = {k: [] for k in self.KINDS}
         self.errors: dict[str, int] = {}
         self.current: dict[int, tuple[int, str, float]] = {}  # lane -> (seed, runtime, started)
@@ -275,6 +333,18 @@ class Tally:
         now = time.monotonic()
         return {k: {"seed": s, "runtime": rt, "for_s": round(now - t, 1)}
                 for k, (s, rt, t) in list(self.current.items()) if now - t > over}
+
+    def bystander_step(self, seconds: float, stall: float, **where: Any) -> None:
+        """A bystander's Docker step took ``seconds``: over ``stall`` is a stall."""
+        with self.lock:
+            self.bystander_steps += 1
+            self.bystander_max_s = max(self.bystander_max_s, seconds)
+        if seconds > stall:
+            self.bad("bystander_stalls", seconds=round(seconds, 3), **where)
+
+    def attacked(self, kind: str) -> None:
+        with self.lock:
+            self.attacks[kind] = self.attacks.get(kind, 0) + 1
 
     def bad(self, kind: str, **example: Any) -> None:
         with self.lock:
@@ -434,8 +504,53 @@ def _step(ep: Any, action: Any) -> tuple[Any, float, BaseException | None]:
     return r, time.perf_counter() - t0, None
 
 
+def _play(k: int, s: int, action: Any, local: Any, dock: Any, task: Any, tally: Tally, deadline: float) -> None:
+    """One output on both runtimes, compared; a finished episode starts again."""
+    tally.current[k] = (s, "local", time.monotonic())
+    a, ta, ea = _step(local, action)
+    tally.current[k] = (s, "docker", time.monotonic())
+    resumed = dock.world.resumed
+    b, tb, eb = _step(dock, action)
+    resumed = dock.world.resumed != resumed  # its container died (another lane's doing, or this output's)
+    tally.current.pop(k, None)
+    with tally.lock:
+        tally.outputs += 1
+    if ea or eb:
+        tally.bad("escaped", seed=s, local=ea, docker=eb)
+        for e in (ea, eb):
+            if e is not None:
+                with tally.lock:
+                    tally.errors[type(e).__name__] = tally.errors.get(type(e).__name__, 0) + 1
+        local.reset(task)
+        dock.reset(task)
+        return
+    if resumed:
+        with tally.lock:
+            tally.resumed_steps += 1
+            tally.resumed_seconds = max(tally.resumed_seconds, tb)
+    if ta > deadline or (tb > deadline and not resumed) or b.info.get("timeout"):
+        tally.bad("hangs", seed=s, local_s=round(ta, 3), docker_s=round(tb, 3))
+        if b.info.get("timeout"):
+            with tally.lock:
+                tally.steps_docker_timeout += 1
+    ja, jb = a.to_json(), b.to_json()
+    if ja != jb:
+        tally.bad("differences", seed=s, local=ja, docker=jb)
+    if a.done or b.done:
+        if dock.ended_by in ("timeout", "world_lost"):  # its state went with the world
+            with tally.lock:
+                tally.gone_states += 1
+        else:
+            sa, sb = canonical_json(local.state), canonical_json(dock.state)
+            if sa != sb:
+                tally.bad("state_differences", seed=s, local=sa, docker=sb)
+        local.reset(task)
+        dock.reset(task)
+
+
 def lane(k: int, name: str, task: Any, seed: int, quota: int, stop_at: float, deadline: float,
-         pool: Any, tally: Tally, max_turns: int, step_timeout: float, skip_known: bool = False) -> None:
+         pool: Any, tally: Tally, max_turns: int, step_timeout: float, skip_known: bool = False,
+         amplify: float = 0.0) -> None:
     local = envfactory.make(name, max_turns=max_turns)
     dock = envfactory.make(name, runtime="docker", pool=pool, max_turns=max_turns, step_timeout=step_timeout)
     schemas = local.tool_schemas()
@@ -446,57 +561,24 @@ def lane(k: int, name: str, task: Any, seed: int, quota: int, stop_at: float, de
             if time.monotonic() > stop_at:
                 break
             s = seed * 1_000_003 + k * 10_000_019 + i
-            action = generate(random.Random(s), schemas)
-            if skip_known and known_bug(action):
+            actions = outputs(s, schemas, amplify)
+            if len(actions) > 1:  # an attack: from a fresh episode
                 with tally.lock:
-                    tally.skipped_known += 1
-                continue
-            tally.current[k] = (s, "local", time.monotonic())
-            a, ta, ea = _step(local, action)
-            tally.current[k] = (s, "docker", time.monotonic())
-            resumed = dock.world.resumed
-            b, tb, eb = _step(dock, action)
-            resumed = dock.world.resumed != resumed  # its container died (another lane's doing, or this output's)
-            tally.current.pop(k, None)
-            with tally.lock:
-                tally.outputs += 1
-            if ea or eb:
-                tally.bad("escaped", seed=s, local=ea, docker=eb)
-                for e in (ea, eb):
-                    if e is not None:
-                        with tally.lock:
-                            tally.errors[type(e).__name__] = tally.errors.get(type(e).__name__, 0) + 1
+                    tally.amplifications += 1
                 local.reset(task)
                 dock.reset(task)
-                continue
-            if resumed:
-                with tally.lock:
-                    tally.resumed_steps += 1
-                    tally.resumed_seconds = max(tally.resumed_seconds, tb)
-            if ta > deadline or (tb > deadline and not resumed) or b.info.get("timeout"):
-                tally.bad("hangs", seed=s, local_s=round(ta, 3), docker_s=round(tb, 3))
-                if b.info.get("timeout"):
+            for action in actions:
+                if skip_known and known_bug(action):
                     with tally.lock:
-                        tally.steps_docker_timeout += 1
-            ja, jb = a.to_json(), b.to_json()
-            if ja != jb:
-                tally.bad("differences", seed=s, local=ja, docker=jb)
-            if a.done or b.done:
-                if dock.ended_by in ("timeout", "world_lost"):  # its state went with the world
-                    with tally.lock:
-                        tally.gone_states += 1
-                else:
-                    sa, sb = canonical_json(local.state), canonical_json(dock.state)
-                    if sa != sb:
-                        tally.bad("state_differences", seed=s, local=sa, docker=sb)
-                local.reset(task)
-                dock.reset(task)
+                        tally.skipped_known += 1
+                    continue
+                _play(k, s, action, local, dock, task, tally, deadline)
     finally:
         dock.close()
 
 
 def bystander(k: int, name: str, task: Any, stop: threading.Event, pool: Any, tally: Tally,
-              pause: float = 0.02) -> None:
+              pause: float = 0.02, stall: float = 1.0) -> None:
     """Plays the reference solution over and over on Docker, each move checked against an
     in-process twin; anything else is a lost bystander."""
     t = envfactory.spec(name).task(task) if isinstance(task, str) else envfactory.spec(name).get_tasks()[task]
@@ -510,9 +592,10 @@ def bystander(k: int, name: str, task: Any, stop: threading.Event, pool: Any, ta
                 if ra != rb:
                     tally.bad("bystanders_lost", bystander=k, reset=True)
                 for act in actions:
-                    a, b = local.step(act), dock.step(act)
-                    with tally.lock:
-                        tally.bystander_steps += 1
+                    a = local.step(act)
+                    t0 = time.perf_counter()
+                    b = dock.step(act)
+                    tally.bystander_step(time.perf_counter() - t0, stall, bystander=k)
                     if a.to_json() != b.to_json():
                         tally.bad("bystanders_lost", bystander=k, local=a.to_json(), docker=b.to_json())
                     if a.done:
@@ -528,9 +611,202 @@ def bystander(k: int, name: str, task: Any, stop: threading.Event, pool: Any, ta
         dock.close()
 
 
+# -- attacks beside the lanes (issue 28) ---------------------------------------------------------
+_TESTS = Path(__file__).resolve().parents[1] / "tests"
+
+_HOG = """
+import subprocess, sys, time
+hog = "x = bytearray(20 << 20)\\nfor i in range(0, len(x), 4096): x[i] = 1\\nimport time; time.sleep(10)"
+kids = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(60)]
+time.sleep(5)
+print(sum(k.poll() is not None for k in kids), "of 60 children were killed")
+"""
+"""60 children of 20 MiB each in a 256 MiB container (tests/adversarial/test_oom_spares_the_server.py)."""
+
+
+def _import_test_env(module: str, folder: Path) -> None:
+    """Import a test environment module under its own top-level name, as its tests do (the Docker
+    runtime copies such a module into the image). ``folder`` goes first on ``sys.path``:
+    benchmarks/ has a ``slow_tool_env`` of its own."""
+    import importlib
+
+    sys.path.insert(0, str(folder))
+    try:
+        importlib.import_module(module)
+    finally:
+        sys.path.remove(str(folder))
+
+
+def timeout_attacker(stop: threading.Event, tally: Tally, pool: Any, seed: int, step_timeout: float = 1.0) -> None:
+    """An agent whose tool overruns ``step_timeout`` (``nap``: asleep in C; ``spin``: a Python loop that
+    holds the server's GIL between switches), over and over, in the container its bystanders share.
+    Each must end only its own episode (``timeout``)."""
+    from envfactory import call
+
+    rng = random.Random(seed)
+    while not stop.is_set():
+        tool = "spin" if rng.random() < 0.25 else "nap"  # a spin burns a core of the container until stopped
+        a = envfactory.make("SlowTool-v0", runtime="docker", pool=pool, step_timeout=step_timeout)
+        try:
+            a.reset(0)
+            r = a.step(call(tool, seconds=rng.choice((1.5, 3.0))))
+            if not (r.truncated and r.info.get("timeout") and a.ended_by == "timeout"):
+                tally.bad("attack_failures", attack=f"timeout_{tool}", messages=r.messages, info=r.info)
+        except Exception as exc:  # noqa: BLE001 -- counted
+            tally.bad("attack_failures", attack=f"timeout_{tool}", error=exc)
+        finally:
+            a.close()
+        tally.attacked(f"timeout_{tool}")
+        stop.wait(rng.uniform(0.5, 4.0))
+
+
+def note_bystander(k: int, stop: threading.Event, tally: Tally, pool: Any, stall: float) -> None:
+    """Adds notes beside the timeout attacker, each checked against an in-process twin and timed; its
+    world must never be moved (a resume means the attacker's timeout recycled the container)."""
+    from envfactory import call
+
+    local = envfactory.make("SlowTool-v0")
+    dock = envfactory.make("SlowTool-v0", runtime="docker", pool=pool)
+    try:
+        while not stop.is_set():
+            try:
+                local.reset(0)
+                dock.reset(0)
+                for i in range(40):
+                    a = local.step(call("note", text=f"{k}-{i}"))
+                    t0 = time.perf_counter()
+                    b = dock.step(call("note", text=f"{k}-{i}"))
+                    tally.bystander_step(time.perf_counter() - t0, stall, bystander=f"note-{k}")
+                    if a.to_json() != b.to_json():
+                        tally.bad("bystanders_lost", bystander=f"note-{k}", local=a.to_json(), docker=b.to_json())
+                    if stop.wait(0.02):
+                        break
+                if canonical_json(local.state) != canonical_json(dock.state):
+                    tally.bad("bystanders_lost", bystander=f"note-{k}", final_state=True)
+            except Exception as exc:  # noqa: BLE001
+                tally.bad("bystanders_lost", bystander=f"note-{k}", error=exc)
+                time.sleep(0.5)
+        if dock.world.resumed:
+            tally.bad("attack_failures", attack="timeout", bystander=f"note-{k}", resumed=dock.world.resumed)
+    finally:
+        dock.close()
+
+
+def memory_attacker(stop: threading.Event, tally: Tally, every: float) -> None:
+    """Every ``every`` seconds, an agent that forks 60 children of 20 MiB in its own 256 MiB container
+    (``isolation="container"``): the OOM killer must take its processes, not the server, and the
+    episode must go on."""
+    from envfactory import call
+    from envfactory.runtime.container import Limits
+
+    while not stop.wait(every):
+        ep = envfactory.make("CodeSandbox-v0", runtime="docker", step_timeout=60, resume=False,
+                             limits=Limits(memory_mb=256, pids=256))
+        try:
+            ep.reset(0)
+            c = ep.world.container
+            r = ep.step(call("run_python", code=_HOG))
+            after = ep.step(call("run_python", code="print(6 * 7)"))
+            if (r.done or "world_lost" in r.info or ep.world.container is not c or c.dead
+                    or after.messages[0]["content"].strip() != "42"):
+                tally.bad("attack_failures", attack="memory", messages=r.messages, info=r.info,
+                          after=after.messages)
+        except Exception as exc:  # noqa: BLE001
+            tally.bad("attack_failures", attack="memory", error=exc)
+        finally:
+            ep.close()
+        tally.attacked("memory")
+
+
+class Held:
+    """``n`` sessions opened with the defaults (``envfactory.make(name, runtime="docker")``), held for
+    the whole run beside the attacks; a roaming thread steps them through their reference solutions
+    meanwhile (each step checked against an in-process twin, and timed); at the end every one
+    finishes its episode. Counted: errors, ``world_lost``, episodes not solved."""
+
+    def __init__(self, name: str, n: int, tally: Tally) -> None:
+        self.tally = tally
+        self.eps: list[tuple[Any, Any]] = []
+        self.todo: list[list[Any]] = []
+        self.errors: dict[str, int] = {}
+        self.ended: dict[str, int] = {}
+        self.solved = self.episodes = 0
+        self.tasks = envfactory.spec(name).get_tasks()
+        t0 = time.monotonic()
+        for i in range(n):
+            try:
+                local, dock = envfactory.make(name), envfactory.make(name, runtime="docker")
+                self.eps.append((local, dock))
+                self.todo.append([])
+                self._reset(len(self.eps) - 1, i)
+            except Exception as exc:  # noqa: BLE001 -- counted
+                self._error("open", exc)
+        self.open_s = round(time.monotonic() - t0, 1)
+
+    def _error(self, where: str, exc: BaseException) -> None:
+        key = f"{where}: {type(exc).__name__}"
+        self.errors[key] = self.errors.get(key, 0) + 1
+        self.tally.bad("bystanders_lost", held=where, error=exc)
+
+    def _reset(self, j: int, i: int) -> None:
+        local, dock = self.eps[j]
+        task = self.tasks[i % len(self.tasks)]
+        local.reset(task.id)
+        dock.reset(task.id)
+        self.todo[j] = list(OraclePolicy.actions(task))
+
+    def _step(self, j: int, stall: float) -> None:
+        local, dock = self.eps[j]
+        act = self.todo[j].pop(0)
+        a = local.step(act)
+        t0 = time.perf_counter()
+        b = dock.step(act)
+        self.tally.bystander_step(time.perf_counter() - t0, stall, held=j)
+        if a.to_json() != b.to_json():
+            self.tally.bad("bystanders_lost", held=j, local=a.to_json(), docker=b.to_json())
+        if b.done or not self.todo[j]:
+            ended = str(b.info.get("ended_by"))
+            self.ended[ended] = self.ended.get(ended, 0) + 1
+            self.episodes += 1
+            self.solved += bool(b.info.get("success"))
+            if not b.info.get("success"):
+                self.tally.bad("bystanders_lost", held=j, ended_by=ended, messages=b.messages)
+            self.todo[j] = []
+
+    def roam(self, stop: threading.Event, stall: float, pause: float = 0.05) -> None:
+        j = 0
+        while self.eps and not stop.wait(pause):
+            j = (j + 1) % len(self.eps)
+            try:
+                if not self.todo[j]:
+                    self._reset(j, self.episodes + j)
+                self._step(j, stall)
+            except Exception as exc:  # noqa: BLE001
+                self._error("roam", exc)
+
+    def finish(self, stall: float) -> dict[str, Any]:
+        t0 = time.monotonic()
+        for j in range(len(self.eps)):
+            try:
+                while self.todo[j]:
+                    self._step(j, stall)
+            except Exception as exc:  # noqa: BLE001
+                self._error("finish", exc)
+        for _, dock in self.eps:
+            try:
+                dock.close()
+            except Exception as exc:  # noqa: BLE001
+                self._error("close", exc)
+        return {"sessions": len(self.eps), "open_s": self.open_s, "finish_s": round(time.monotonic() - t0, 1),
+                "episodes": self.episodes, "solved": self.solved, "ended_by": self.ended,
+                "world_lost": self.ended.get("world_lost", 0), "errors": self.errors}
+
+
 def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, seconds: float | None = None,
         lanes: int = 4, bystanders: int = 3, deadline: float = 5.0, step_timeout: float = 20.0,
-        max_turns: int = 8, progress: bool = True, skip_known: bool = False) -> dict[str, Any]:
+        max_turns: int = 8, progress: bool = True, skip_known: bool = False, amplify: float = 0.002,
+        held: int = 2000, timeout_attack: bool = True, memory_every: float = 300.0,
+        stall: float = 1.0) -> dict[str, Any]:
     from envfactory.runtime.docker import stats
     from envfactory.runtime.pool import Pool
 
@@ -539,17 +815,42 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
     pool = Pool(spec, sessions_per_container=lanes + bystanders + 4)
     pool.prewarm(1)  # one container, shared by every session
     tally = Tally()
-    stop_at = time.monotonic() + (seconds if seconds is not None else 1e12)
     stop = threading.Event()
     per = [n // lanes + (1 if k < n % lanes else 0) for k in range(lanes)]
+    extra: list[threading.Thread] = []
+    slow_pool = None
+    slow_started: list[Any] = []
+    held_sessions = Held(name, held, tally) if held else None  # opened first: held through every attack
+    if timeout_attack:
+        _import_test_env("slow_tool_env", _TESTS / "adversarial")  # SlowTool-v0: nap, spin, note
+        slow_pool = Pool(envfactory.spec("SlowTool-v0"), warm=0, sessions_per_container=8)
+        start = slow_pool.start_container
+
+        def counted() -> Any:  # the containers it starts: one, unless a timeout recycled it
+            c = start()
+            slow_started.append(c)
+            return c
+
+        slow_pool.start_container = counted  # type: ignore[method-assign]
+        extra.append(threading.Thread(target=timeout_attacker, args=(stop, tally, slow_pool, seed), daemon=True,
+                                      name="attack-timeout"))
+        extra += [threading.Thread(target=note_bystander, args=(k, stop, tally, slow_pool, stall), daemon=True,
+                                   name=f"bystander-note-{k}") for k in range(2)]
+    if memory_every:
+        _import_test_env("docker_attack_env", _TESTS)  # CodeSandbox-v0: agent code, a container each
+        extra.append(threading.Thread(target=memory_attacker, args=(stop, tally, memory_every), daemon=True,
+                                      name="attack-memory"))
+    if held_sessions is not None:
+        extra.append(threading.Thread(target=held_sessions.roam, args=(stop, stall), daemon=True, name="held-roam"))
+    stop_at = time.monotonic() + (seconds if seconds is not None else 1e12)
     t0 = time.monotonic()
     try:
-        bys = [threading.Thread(target=bystander, args=(k, name, task_id, stop, pool, tally), daemon=True,
-                                name=f"bystander-{k}")
-               for k in range(bystanders)]
+        bys = [threading.Thread(target=bystander, args=(k, name, task_id, stop, pool, tally, 0.02, stall),
+                                daemon=True, name=f"bystander-{k}")
+               for k in range(bystanders)] + extra
         workers = [threading.Thread(target=lane, args=(k, name, task_id, seed, per[k], stop_at, deadline, pool,
-                                                       tally, max_turns, step_timeout, skip_known), daemon=True,
-                                    name=f"lane-{k}")
+                                                       tally, max_turns, step_timeout, skip_known, amplify),
+                                    daemon=True, name=f"lane-{k}")
                    for k in range(lanes)]
         for t in bys + workers:
             t.start()
@@ -567,16 +868,21 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
                 last = now
                 el = last - t0
                 print(f"[{el:7.1f}s] {tally.outputs} outputs ({tally.outputs / el:.0f}/s) {tally.counts} "
-                      f"stuck={tally.stuck(deadline)} resume={stats()}", file=sys.stderr, flush=True)
+                      f"stuck={tally.stuck(deadline)} resume={stats()} attacks={tally.attacks} "
+                      f"amplified={tally.amplifications} bystander_max={tally.bystander_max_s:.2f}s",
+                      file=sys.stderr, flush=True)
         elapsed = time.monotonic() - t0
         stuck = tally.stuck(deadline)
         stop.set()
         for t in bys:
             t.join(60)
         containers = pool.containers()
+        held_report = held_sessions.finish(stall) if held_sessions is not None else None
     finally:
         stop.set()
         pool.shutdown()
+        if slow_pool is not None:
+            slow_pool.shutdown()
     rate = tally.outputs / elapsed if elapsed else 0.0
     return {
         "env": name, "task": task_id, "seed": seed, "lanes": lanes, "bystanders": bystanders,
@@ -585,7 +891,10 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
         "extrapolated_s_for_1e6": round(1e6 / rate) if rate else None,
         **tally.counts, "docker_step_timeouts": tally.steps_docker_timeout,
         "resumed_steps": tally.resumed_steps, "resumed_step_max_s": round(tally.resumed_seconds, 2),
-        "bystander_steps": tally.bystander_steps, "escaped_by_type": tally.errors,
+        "bystander_steps": tally.bystander_steps, "bystander_max_s": round(tally.bystander_max_s, 3),
+        "stall_s": stall, "amplifications": tally.amplifications, "attacks": tally.attacks,
+        "timeout_pool_containers_started": len(slow_started), "held": held_report,
+        "escaped_by_type": tally.errors,
         "docker_episodes_gone": tally.gone_states, "slow_steps": tally.slow_reports, "host_gc_over_0_1s": tally.gc_slow,
         "stuck_at_end": stuck, "containers_at_end": len(containers), "resume_stats": stats(),
         "examples": tally.examples,
@@ -605,16 +914,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-turns", type=int, default=8)
     p.add_argument("--skip-known", action="store_true",
                    help="count, do not play, outputs that hit a known bug outside the runtimes (see known_bug)")
+    p.add_argument("--amplify", type=float, default=0.002,
+                   help="share of seeds that play an amplification attack (a big file, copied, appended, read)")
+    p.add_argument("--held", type=int, default=2000, help="sessions opened with the defaults and held throughout")
+    p.add_argument("--no-timeout-attack", action="store_true", help="no agent overrunning step_timeout")
+    p.add_argument("--memory-every", type=float, default=300.0,
+                   help="seconds between memory attacks in a per-session container (0: none)")
+    p.add_argument("--stall", type=float, default=1.0, help="a bystander step slower than this is a stall")
     p.add_argument("--json", help="also write the report here")
     a = p.parse_args(argv)
     out = run(a.n, env=a.env, task=a.task, seed=a.seed, seconds=a.seconds, lanes=a.lanes,
               bystanders=a.bystanders, deadline=a.deadline, max_turns=a.max_turns,
-              skip_known=a.skip_known)
+              skip_known=a.skip_known, amplify=a.amplify, held=a.held, timeout_attack=not a.no_timeout_attack,
+              memory_every=a.memory_every, stall=a.stall)
     text = json.dumps(out, indent=1, default=str)
     print(text)
     if a.json:
         Path(a.json).write_text(text)
-    bad = out["escaped"] + out["hangs"] + out["bystanders_lost"] + out["differences"] + out["state_differences"]
+    bad = sum(out[k] for k in Tally.KINDS)
     return 1 if bad else 0
 
 
