@@ -378,8 +378,11 @@ class ToolEnvSpec:
                 if errs:
                     self.replay_errors[t.id] = errs
                 if t.check is None and t.expected_state_hash is None:
-                    t.expected_state_hash = state_hash(s)
-                    t.keep_expected_final(s)  # judged by comparing with it, the hash where unsure
+                    if type(s).__hash_on_demand__:  # (hashed by the first judgment that needs it)
+                        t.keep_expected_final(s, on_demand=True)
+                    else:
+                        t.expected_state_hash = state_hash(s)
+                        t.keep_expected_final(s)  # judged by comparing with it, the hash where unsure
                 if t.answer_facts and t.answer_rivals is None:
                     t.answer_rivals = self.answer_rivals(t.answer_facts)
             self._task_index = index

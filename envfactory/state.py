@@ -40,6 +40,12 @@ class State(BaseModel):
     """Whether ``model_dump(mode="json")`` always returns new lists and dicts holding only JSON
     data (no tuple, string keys): a snapshot then takes it as it is, without a JSON round trip."""
 
+    __hash_on_demand__: ClassVar[bool] = False
+    """Whether a task's expected final state is hashed when a judgment first needs it rather than
+    when the task is registered (:meth:`~envfactory.task.Task.keep_expected_final`): for states
+    whose hash is costly (a database imported with ``from_class``), which a final state identical
+    to the reference's never needs."""
+
     @classmethod
     def __json_load_copies__(cls, data: Any) -> bool:
         """Whether ``model_validate(data)`` builds every list and dict of the state anew (keeps

@@ -121,6 +121,10 @@ class Task(BaseModel):
             final state equals the state the reference solution produces (a
             canonical-hash comparison, as in tau-bench).
         difficulty: Defaults to the length of the reference solution.
+        expected_state_hash: The hash of the reference solution's final state, for a task
+            without ``check``; filled in when the environment loads its tasks, or, for states
+            whose hash is costly (``State.__hash_on_demand__``: databases imported with
+            ``from_class``), by the first judgment that needs it (:meth:`expected_hash`).
         metadata: Environment-specific data (e.g. private valuations for a payoff).
     """
 
@@ -139,7 +143,7 @@ class Task(BaseModel):
     expected_state_hash: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     # (expected_state_hash, the reference's final state): see keep_expected_final
-    _expected_final: tuple[str, State] | None = PrivateAttr(default=None)
+    _expected_final: tuple[str | None, State] | None = PrivateAttr(default=None)
 
     @field_validator("solution", mode="after")
     @classmethod
@@ -167,22 +171,38 @@ class Task(BaseModel):
         """Whether the final state satisfies the task (ignoring the answer)."""
         if self.check is not None:
             return bool(self.check(final_state))
-        if self.expected_state_hash is None:
+        private = self.__pydantic_private__  # (the attribute itself goes through pydantic's __getattr__)
+        kept = private.get("_expected_final") if private else None
+        if self.expected_state_hash is None and kept is None:
             raise RuntimeError(
                 f"task {self.id!r} has neither a check nor an expected state; "
                 "register it through an ToolEnvSpec, which replays the reference solution"
             )
-        private = self.__pydantic_private__  # (the attribute itself goes through pydantic's __getattr__)
-        kept = private.get("_expected_final") if private else None
         if kept is not None and kept[0] == self.expected_state_hash and same_state(final_state, kept[1]):
             return True  # the same canonical JSON as the reference's final state, without serializing
-        return state_hash(final_state) == self.expected_state_hash
+        return state_hash(final_state) == self.expected_hash()
 
-    def keep_expected_final(self, state: State) -> None:
+    def keep_expected_final(self, state: State, *, on_demand: bool = False) -> None:
         """Keep the reference's final ``state`` (its hash is :attr:`expected_state_hash`), so that a
         final state identical to it is judged without serializing either (:func:`same_state`);
-        anything else is judged by the hash, as before."""
-        self._expected_final = (self.expected_state_hash or state_hash(state), state)
+        anything else is judged by the hash, as before. ``on_demand`` (with no hash set yet): leave
+        :attr:`expected_state_hash` ``None`` until a judgment needs it (:meth:`expected_hash`)."""
+        if on_demand and self.expected_state_hash is None:
+            self._expected_final = (None, state)
+        else:
+            self._expected_final = (self.expected_state_hash or state_hash(state), state)
+
+    def expected_hash(self) -> str | None:
+        """:attr:`expected_state_hash`, computed now from the kept reference final state if it was
+        left for later (:meth:`keep_expected_final` with ``on_demand``); ``None`` for a task judged
+        by its check."""
+        if self.expected_state_hash is None:
+            private = self.__pydantic_private__
+            kept = private.get("_expected_final") if private else None
+            if kept is not None and kept[0] is None:
+                self.expected_state_hash = state_hash(kept[1])
+                self._expected_final = (self.expected_state_hash, kept[1])
+        return self.expected_state_hash
 
     def answer_ok(self, answer: str | None) -> bool:
         """Whether the final answer contains every required fact."""

@@ -193,3 +193,45 @@ def test_first_write_of_an_episode_measures_only_what_it_changed(monkeypatch):
     monkeypatch.setattr(cow, "_size", lambda *a: walked.append(1) or size(*a))
     _do(ep.fork(), "modify_user_address", user_id="user_00009", address1="2 Oak", city="Reno", zip="89501")
     assert walked and len(walked) < 100, len(walked)  # a table and a record, not 400 users' 1,200 orders
+
+
+def test_the_build_hashes_no_expected_state_and_the_first_judgment_of_a_task_does(monkeypatch):
+    """Before: the build serialized and hashed every task's expected final state (48 hashes of
+    about 46 ms on a 5 MB database, a quarter of the build), tasks never played included. Now a
+    database's expected state is hashed by the first judgment of its task; verdicts unchanged."""
+    from benchmarks.bigdb_import import RetailDB, retail_db, retail_tasks
+    from envfactory.checks.scripted import OraclePolicy, play
+    from envfactory.factory import cow
+    from envfactory.factory.from_class import ReadsCheck
+
+    hashed = []
+    inner = cow._json  # (what writes a copy-on-write state's canonical JSON)
+    monkeypatch.setattr(cow, "_json", lambda *a: hashed.append(1) or inner(*a))
+    spec = from_class(RetailDB, name="R-v0", domain="r", tasks=retail_tasks(retail_db(60), 12))
+    tasks = spec.get_tasks()
+    assert hashed == []  # nothing serialized while the tasks were built
+    change = [t for t in tasks if t.check is None]
+    reads = [t for t in tasks if isinstance(t.check, ReadsCheck)]
+    assert len(change) >= 4 and reads
+    assert all(t.expected_state_hash is None for t in change)
+    assert all(t.check._hash is None for t in reads)
+
+    def reference(t):
+        final = spec.start_state(t)
+        spec.replay(final, t.solution)
+        return state_hash(final)
+
+    ep = Episode(spec)
+    for t in change[:2] + reads[:1]:
+        assert play(ep, OraclePolicy(), t.id).success
+    assert hashed  # (what is counted: judging hashes)
+    assert [t.expected_state_hash for t in change[:2]] == [reference(t) for t in change[:2]]
+    assert reads[0].check.describe()["state"] == reads[0].check.expected_hash == reference(reads[0])
+    assert all(t.expected_state_hash is None for t in change[2:])  # not played: not hashed
+
+    t = next(t for t in change[2:] if t.solution[0].name == "modify_user_address")
+    ep.reset(t.id)
+    _do(ep, "modify_user_address", **{**t.solution[0].arguments, "city": "Tulsa!"})
+    r = ep.step("Done.")
+    assert r.done and not ep.success  # another final state
+    assert t.expected_hash() == t.expected_state_hash == reference(t)

@@ -176,12 +176,22 @@ class ReadsCheck:
     any call that returns the same text counts (``get_ticket(2)`` or ``get_ticket('ticket_002')``).
     """
 
-    def __init__(self, reads: Sequence[tuple[str, str]], expected_hash: str | None,
-                 check: Callable[[Any], bool] | None = None) -> None:
+    def __init__(self, reads: Sequence[tuple[str, str]], expected_hash: str | None = None,
+                 check: Callable[[Any], bool] | None = None, *, expected: Any = None) -> None:
         self.reads = list(reads)  # (tool name, digest of its result)
         self.required = frozenset(d for _, d in self.reads)
-        self.expected_hash = expected_hash
+        self._hash = expected_hash
+        self.expected = expected  # the reference's final state: hashed when a judgment first needs it
         self.check = check
+
+    @property
+    def expected_hash(self) -> str | None:
+        """The hash of the reference's final state (computed on first use from ``expected``)."""
+        if self._hash is None and self.expected is not None:
+            from ..state import state_hash
+
+            self._hash = state_hash(self.expected)
+        return self._hash
 
     def __call__(self, state: Any) -> bool:
         from ..state import state_hash
@@ -1038,7 +1048,9 @@ def from_class(
         if not need_reads or not reads or (wanted is None and require_reads == "auto"
                                             and not unchanged(s, start)):
             return task if check is task.check else task.model_copy(update={"check": check})
-        return task.model_copy(update={"check": ReadsCheck(reads, state_hash(s), check),
+        expected: dict[str, Any] = ({"expected": s} if type(s).__hash_on_demand__
+                                    else {"expected_hash": state_hash(s)})
+        return task.model_copy(update={"check": ReadsCheck(reads, check=check, **expected),
                                        "initial_state": record_results(copy_state(task.initial_state))})
 
     def to_task(t: Task | ClassTask) -> Task:

@@ -741,6 +741,7 @@ class PyState(State):
     __pystate_trusted__: ClassVar[tuple[str, ...]] = ()
     __pystate_graph__: ClassVar[bool] = False
     __json_dump_is_fresh__: ClassVar[bool] = True  # model_dump below: encode() builds it, or a JSON copy
+    __hash_on_demand__: ClassVar[bool] = True  # a multi-MB database is hashed only for a judgment that needs it
     # the copier copy_state looks for (envfactory.state); set per class, so declared without a value
     __state_copy__: ClassVar[Any]
     # the quota's measure (envfactory.quotas.state_size), set per class like the copier
