@@ -217,3 +217,17 @@ def test_make_dir_refuses_a_path_whose_parents_would_blow_up_the_state() -> None
     path = "/" + "/".join(["d"] * 5000)
     r = e.step(json.dumps({"name": "make_dir", "arguments": {"path": path}}))
     assert "too long" in r.messages[0]["content"] and e.state.hash() == before
+
+
+def test_find_files_refuses_a_pattern_that_would_take_minutes() -> None:
+    """Found by benchmarks/fuzz_runtimes.py (the 10^6 run with attacks, seed 20216476): a 200,000-character
+    ``find_files`` pattern holding 6,185 unclosed ``[`` took 81 s in-process (``fnmatch`` scans to the
+    end for each), and on Docker overran ``step_timeout`` (the only step difference of the run).
+    Patterns are capped, the same on both runtimes; a long one is the call's error."""
+    e = envfactory.make("FileSystem-v0")
+    e.reset(0)
+    pattern = ("AIMz3T,Ah6btQ\\,clgjRznO-2enTyMOGp[>1l:8s>_jqMIh6Gi" * 4000)[:200_000]
+    r = e.step(json.dumps({"name": "find_files", "arguments": {"directory": "/", "pattern": pattern}}))
+    assert r.messages[0]["content"].startswith("Error: pattern is too long (200000 characters")
+    ok = e.step(json.dumps({"name": "find_files", "arguments": {"directory": "/", "pattern": "[" * 1024}}))
+    assert not ok.messages[0]["content"].startswith("Error")  # at the cap: still a pattern
