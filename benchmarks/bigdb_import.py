@@ -176,7 +176,8 @@ def _stats(key: str, samples_s: list[float], unit: float = 1e3) -> dict[str, flo
 def bench_bigdb(users: int = 4200, tasks: int = 60, forks: int = 20) -> dict[str, Any]:
     """Build (``from_class`` + every task, the DB and the task list made before it: the fixture,
     timed apart) and fork + first call (a read and a write), each against ``copy.deepcopy`` of
-    the database in the same run (ratios), with min/median/max and the load average."""
+    the database in the same run (ratios), with min/median/max and the load average; then the
+    first judgment of six tasks (where their expected states are hashed)."""
     from envfactory.episode import Episode
     from envfactory.task import call
 
@@ -231,6 +232,21 @@ def bench_bigdb(users: int = 4200, tasks: int = 60, forks: int = 20) -> dict[str
     out["bigdb_fork_first_read_vs_deepcopy_ratio"] = round(statistics.median(read_s) / deep_med, 4)
     out["bigdb_fork_first_write_vs_deepcopy_ratio"] = round(statistics.median(write_s) / deep_med, 4)
     ep.close()
+
+    # judging, where the expected states' hashes went (a task's first judgment hashes its
+    # reference's final state; the very first one also writes the whole shared database once)
+    judge_s = []
+    for t in [x for x in spec.get_tasks() if x.check is None][:6]:
+        ep = Episode(spec)
+        ep.reset(t.id)
+        for c in t.solution:
+            ep.step(c.to_hermes())
+        t0 = time.perf_counter()
+        ep.step("Done.")
+        judge_s.append(time.perf_counter() - t0)
+        ep.close()
+    out["bigdb_first_judgment_s"] = round(judge_s[0], 3)
+    out.update(_stats("bigdb_next_tasks_first_judgment_ms", judge_s[1:]))
     out["bigdb_loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     return out
 
