@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from enum import Enum
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel
 
@@ -45,6 +45,7 @@ OBSERVATION_CUT = ("\n[cut: this turn's tool observations reached their cap of "
 
 _NUMBER = (int, float, bool)
 _MODELS: set[type] = set()  # classes seen to be pydantic models
+_SIZERS: dict[type, Callable[[Any, int | None], int]] = {}  # state class -> how to measure it
 
 
 def state_size(state: Any, limit: int | None = None) -> int:
@@ -55,15 +56,38 @@ def state_size(state: Any, limit: int | None = None) -> int:
     A cycle (only a Python-object state can hold one; its dump writes a reference) counts once.
     A state class may bring its own measure of the same count (``__state_size__(state, limit)``:
     a copy-on-write state remembers what no state can change any more)."""
-    cls = state.__class__
-    sizer = class_hook(cls, "__state_size__")
-    if sizer is not None:
-        return int(sizer(state, limit))
-    if cls in _MODELS or isinstance(state, BaseModel):  # a model of scalars: one pass, no walk
+    sizer = _SIZERS.get(state.__class__)
+    if sizer is None:
+        sizer = _sizer_for(state.__class__)
+    return sizer(state, limit)
+
+
+def _sizer_for(cls: type) -> Callable[[Any, int | None], int]:
+    """How :func:`state_size` measures a state of class ``cls``, chosen once per class: the
+    class's own ``__state_size__``, the one-pass count of a model of scalars (else the walk), or
+    the walk."""
+    hook = class_hook(cls, "__state_size__")
+    sizer: Callable[[Any, int | None], int]
+    if hook is not None:
+        def sizer(state: Any, limit: int | None) -> int:
+            return int(hook(state, limit))
+    elif issubclass(cls, BaseModel):
         _MODELS.add(cls)
-        flat = _flat_size(state)
-        if flat is not None:
-            return flat
+        sizer = _model_size
+    else:
+        sizer = _walk
+    _SIZERS[cls] = sizer
+    return sizer
+
+
+def _model_size(state: Any, limit: int | None) -> int:
+    """A model of scalars in one pass (:func:`_flat_size`); any other model walked."""
+    flat = _flat_size(state)
+    return flat if flat is not None else _walk(state, limit)
+
+
+def _walk(state: Any, limit: int | None) -> int:
+    """:func:`state_size` by walking the state (see there)."""
     cap = limit if limit is not None else 1 << 62
     total = 0
     stack: list[Any] = [state]
@@ -217,11 +241,12 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
     limit = MAX_STATE_BYTES
     global _last
     known, size = _last
+    sizer = _SIZERS.get(state.__class__) or _sizer_for(state.__class__)
     if known is not state:  # else: measured after the last call (only tools change a state)
-        size = state_size(state, limit // BACKUP_FROM)
+        size = sizer(state, limit // BACKUP_FROM)
     backup = copy_state(state) if size > limit // BACKUP_FROM else None
     out = tool.invoke(state, arguments)
-    size = state_size(state, limit)
+    size = sizer(state, limit)
     if size <= limit:
         _last = (state, size)
         return out, state
