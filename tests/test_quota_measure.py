@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from envfactory import quotas
 from envfactory.state import State
+from envfactory.tooling import tool
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
                     st.text(max_size=20), st.text(alphabet=st.characters(min_codepoint=0x80), max_size=5))
@@ -36,3 +37,29 @@ def test_a_model_holding_a_container_is_walked() -> None:
     state = Flat(a=["x" * 10], bb={"k": 1}, ccc="é")
     assert quotas._flat_size(state) is None
     assert quotas.state_size(state) > 10
+
+
+class Measured(State):
+    n: int = 0
+
+
+Measured.__state_size__ = staticmethod(lambda state, limit=None: 10 if state.n < 3 else 1 << 40)  # type: ignore[attr-defined]
+
+
+@tool
+def bump(state: Measured) -> str:
+    """Add one."""
+    state.n += 1
+    return str(state.n)
+
+
+def test_a_state_class_s_own_measure_is_what_the_quota_checks() -> None:
+    """``__state_size__`` on the class decides the quota (copy-on-write states bring theirs):
+    chosen once per class, for ``state_size`` and for the check after each call alike."""
+    state = Measured()
+    assert quotas.state_size(state) == 10
+    for expected in (1, 2):
+        out, state = quotas.invoke_within_quota(bump, state, {})
+        assert out.ok and out.content == str(expected)
+    out, state = quotas.invoke_within_quota(bump, state, {})  # the measure says it is now over the quota
+    assert not out.ok and out.kind == "quota"
