@@ -56,10 +56,7 @@ def state_size(state: Any, limit: int | None = None) -> int:
     A cycle (only a Python-object state can hold one; its dump writes a reference) counts once.
     A state class may bring its own measure of the same count (``__state_size__(state, limit)``:
     a copy-on-write state remembers what no state can change any more)."""
-    sizer = _SIZERS.get(state.__class__)
-    if sizer is None:
-        sizer = _sizer_for(state.__class__)
-    return sizer(state, limit)
+    return (_SIZERS.get(state.__class__) or _sizer_for(state.__class__))(state, limit)
 
 
 def _sizer_for(cls: type) -> Callable[[Any, int | None], int]:
@@ -72,7 +69,6 @@ def _sizer_for(cls: type) -> Callable[[Any, int | None], int]:
         def sizer(state: Any, limit: int | None) -> int:
             return int(hook(state, limit))
     elif issubclass(cls, BaseModel):
-        _MODELS.add(cls)
         sizer = _model_size
     else:
         sizer = _walk
