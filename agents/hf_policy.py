@@ -142,13 +142,32 @@ class HFPolicy(Policy):
         self._cache = PrefixCache(prefix_cache_tokens)
         self._weights_version = self._param_version()
         self.prefix_tokens_reused = 0  # prompt tokens served from the prefix cache
+        # the work sampling did, for a FLOP count (benchmarks/rollout.py): positions run through
+        # the model (prompt and fed sampled ids; padding and finished rows not counted) and the
+        # real keys they attended to
+        self.positions_computed = 0
+        self.keys_attended = 0
         self.min_shared_prefix = 32  # shorter shared prefixes are not worth a separate forward
         self.decode_attention = True  # agents.decode_attention while sampling (False: transformers' own)
+        self.lean_decode = True  # agents.lean_decode's one-token steps where the model supports them
+        self._lean: Any = None  # its fused weights, rebuilt when the parameters change
 
     # -- bookkeeping -------------------------------------------------------
     def clear_cache(self) -> None:
         """Forget every cached key/value (e.g. after swapping the model's weights)."""
         self._cache.clear()
+        self._lean = None
+
+    def _lean_decoder(self) -> Any:
+        """The :class:`~agents.lean_decode.LeanDecoder` for the current weights, or ``None`` where
+        it is turned off or does not support the model."""
+        if not self.lean_decode:
+            return None
+        if self._lean is None:
+            from . import lean_decode
+
+            self._lean = lean_decode.LeanDecoder(self.model) if lean_decode.supports(self.model) else False
+        return self._lean or None
 
     def _param_version(self) -> int:
         return sum(p._version for p in self.model.parameters())
@@ -163,6 +182,7 @@ class HFPolicy(Policy):
         if version != self._weights_version:  # trained in place: cached keys/values are stale
             self._cache.clear()
             self._weights_version = version
+            self._lean = None
         stops = set(default_stop_ids(self.tokenizer) if stop_token_ids is None else stop_token_ids)
         was_training = self.model.training
         threads = torch.get_num_threads()
@@ -206,12 +226,96 @@ class HFPolicy(Policy):
                        ) -> tuple[Any, torch.Tensor, torch.Tensor, list[int], list[int]]:
         """Run the uncached part of every prompt; return (cache, mask, last logits, next positions,
         ids reused per row: they sit at columns ``[0, reused)``).
-        ``extra``: room to reserve in the cache for the tokens to be sampled."""
+        ``extra``: room to reserve in the cache for the tokens to be sampled.
+
+        Rows whose uncached parts differ in length run in separate forwards
+        (:meth:`_prefill_groups`): one padded forward over all rows computes every row at the
+        longest row's length, and a first turn's whole prompt batched with a later turn's tool
+        result costs the short rows the long one's length (measured: 2.4 s for 4 rows where
+        their own tokens need 0.25 s). The results land in one batch cache of the layout in the
+        module docstring."""
         B = len(prompts)
         hits = [self._cache.lookup(p) for p in prompts]
         reuse = [min(n, len(p) - 1) if e is not None else 0 for (e, n), p in zip(hits, prompts)]
         C = max(reuse)
         rest = [p[c:] for p, c in zip(prompts, reuse)]
+        W = max(len(r) for r in rest)
+        mask = torch.zeros((B, C + W), dtype=torch.long)
+        for i, (r, c) in enumerate(zip(rest, reuse)):
+            mask[i, :c] = 1
+            mask[i, C + W - len(r):] = 1
+        n_layers = self.model.config.get_text_config().num_hidden_layers
+        cache = _growing_cache(n_layers, C + W + extra)
+        keys: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
+        logits: torch.Tensor | None = None
+        for rows in self._prefill_groups(rest, reuse):
+            g_hits = [hits[i] for i in rows]
+            g_cache, g_logits = self._prefill_group([rest[i] for i in rows], [reuse[i] for i in rows], g_hits)
+            if len(rows) == B:  # one group (rows in batch order): its cache is the batch's
+                return g_cache, mask, g_logits, [len(p) for p in prompts], reuse
+            if logits is None:
+                logits = g_logits.new_empty((B, g_logits.shape[-1]))
+                for layer in g_cache.layers:
+                    k = layer.keys
+                    keys.append(k.new_zeros((B, k.shape[1], C + W, k.shape[3])))
+                    values.append(k.new_zeros((B, k.shape[1], C + W, k.shape[3])))
+            idx = torch.tensor(rows, dtype=torch.long, device=g_logits.device)
+            logits[idx] = g_logits
+            gw = g_cache.layers[0].keys.shape[2]  # the group's own (Cg + Wg) columns
+            for li, layer in enumerate(g_cache.layers):
+                for n, i in enumerate(rows):
+                    c, w = reuse[i], len(rest[i])
+                    keys[li][i, :, :c] = layer.keys[n, :, :c]
+                    values[li][i, :, :c] = layer.values[n, :, :c]
+                    keys[li][i, :, C + W - w:] = layer.keys[n, :, gw - w:]
+                    values[li][i, :, C + W - w:] = layer.values[n, :, gw - w:]
+        for li in range(n_layers):
+            cache.layers[li].update(keys[li], values[li])
+        assert logits is not None
+        return cache, mask, logits, [len(p) for p in prompts], reuse
+
+    def _prefill_groups(self, rest: list[np.ndarray], reuse: list[int]) -> list[list[int]]:
+        """Rows in groups that one padded forward each computes with little waste: by the
+        length of their uncached part, longest first; a row joins the current group while the
+        group's padded work (rows x longest part, each position's linear layers and attention
+        over the group's widest cache) stays within 1.25x its rows' own work plus what one more
+        forward costs (taken as 32 positions)."""
+        cfg = self.model.config.get_text_config()
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        # a position's linear layers in units of one attended column (4 x layers x heads x head_dim FLOPs)
+        lin = self._linear_params() / (2 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim)
+        order = sorted(range(len(rest)), key=lambda i: (-len(rest[i]), -reuse[i]))
+        groups: list[list[int]] = []
+        own = padded_w = cmax = 0.0
+        for i in order:
+            w, c = len(rest[i]), reuse[i]
+            mine = w * (lin + c + w / 2)
+            if groups:
+                g = groups[-1]
+                padded = (len(g) + 1) * padded_w * (lin + max(cmax, c) + padded_w / 2)
+                if padded <= 1.25 * (own + mine) + 32 * (lin + cmax):
+                    g.append(i)
+                    own += mine
+                    cmax = max(cmax, c)
+                    continue
+            groups.append([i])
+            own, padded_w, cmax = mine, w, c
+        return [sorted(g) for g in groups]  # batch order within a group: one group is the batch as given
+
+    def _linear_params(self) -> int:
+        n = getattr(self, "_n_linear", None)
+        if n is None:
+            n = self._n_linear = sum(m.weight.numel() for m in self.model.modules()
+                                     if isinstance(m, torch.nn.Linear))
+        return n
+
+    def _prefill_group(self, rest: list[np.ndarray], reuse: list[int], hits: list[Any]) -> tuple[Any, torch.Tensor]:
+        """One padded forward over ``rest`` (each row after its ``reuse`` cached ids); returns the
+        group's cache (layout: reused prefix at ``[0, c)``, padding, the rest right-aligned) and
+        each row's last logits."""
+        B = len(rest)
+        C = max(reuse)
         W = max(len(r) for r in rest)
         dev = self.device
         ids = torch.full((B, W), self.pad_id, dtype=torch.long)
@@ -222,7 +326,7 @@ class HFPolicy(Policy):
             pos[i, W - len(r):] = torch.arange(c, c + len(r))
             mask[i, :c] = 1
             mask[i, C + W - len(r):] = 1
-        cache = _growing_cache(self.model.config.get_text_config().num_hidden_layers, C + W + extra)
+        cache = _growing_cache(self.model.config.get_text_config().num_hidden_layers, C + W)
         if C > 0:
             ref = next(e for (e, _), c in zip(hits, reuse) if c > 0).kv
             for li, (k0, _) in enumerate(ref):
@@ -234,11 +338,12 @@ class HFPolicy(Policy):
                         v[i, :, :c] = e.kv[li][1][:, :c]
                 cache.layers[li].update(k, v)
         self._prefill += sum(len(r) for r in rest)
+        self.positions_computed += sum(len(r) for r in rest)
+        self.keys_attended += sum(len(r) * c + len(r) * (len(r) + 1) // 2 for r, c in zip(rest, reuse))
         self.prefix_tokens_reused += sum(reuse)
         out = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
                          past_key_values=cache, use_cache=True, logits_to_keep=1)
-        next_pos = [len(p) for p in prompts]
-        return out.past_key_values, mask, out.logits[:, -1, :], next_pos, reuse
+        return out.past_key_values, out.logits[:, -1, :]
 
     def _generate(self, prompts: list[list[int]], max_new: int, temperature: float, top_p: float,
                   stops: set[int], seed: int | None) -> list[Generation]:
@@ -253,6 +358,7 @@ class HFPolicy(Policy):
         dev = self.device
         plan = decode_attention.plan_batch(arrs, reused, mask) \
             if self.model.config._attn_implementation == decode_attention.NAME else None
+        lean = self._lean_decoder() if plan is not None else None
         gens = None
         if seed is not None:  # row i of the caller draws from its own generator, wherever it sits in the batch
             gens = [torch.Generator(device=dev).manual_seed((int(seed) * 1_000_003 + i) % (2**63)) for i in order]
@@ -298,8 +404,13 @@ class HFPolicy(Policy):
             col = torch.tensor([[1 if a else 0] for a in active], dtype=torch.long)
             mask = torch.cat([mask, col], dim=1)
             pos = torch.tensor([[p] for p in next_pos], dtype=torch.long)
+            self.positions_computed += sum(active)
+            self.keys_attended += sum(n + 1 for n, a in zip(next_pos, active) if a)
             next_pos = [n + 1 if a else n for n, a in zip(next_pos, active)]
             feed = torch.tensor([[t if a else self.pad_id] for t, a in zip(tok_l, active)], dtype=torch.long)
+            if lean is not None:
+                logits = lean.step(feed[:, 0].to(dev), pos[:, 0].to(dev), cache, mask.to(dev), plan)
+                continue
             extra = {"ef_plan": plan} if plan is not None else {}  # only decode_attention reads it
             out = self.model(input_ids=feed.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
                              past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)

@@ -12,9 +12,12 @@ run: the model's FLOPs per token (its matmuls at the rollout's mean context) and
 the FLOP/s torch's matmul achieves here on the model's own layer shapes, at the
 rollout's decode batch and at a prefill-sized batch, on the policy's thread count.
 ``rollout_hf_vs_decode_bound_ratio`` is sampled tokens/s over the decode bound;
-``rollout_hf_mfu`` counts every token the model computed (prefill included)
-against the prefill-shaped (best) matmul rate. The HF rollout is also run with
-transformers' own SDPA attention in place of :mod:`agents.decode_attention`, the
+``rollout_hf_mfu`` is the FLOPs of every position the model computed (prompt parts
+not served from its prefix cache, and the sampled ids fed back; attention over the real
+keys each attended to: :func:`work_flops`) per second, against the prefill-shaped (best)
+matmul rate. The HF rollout is also run with
+transformers' own forward and SDPA attention in place of :mod:`agents.lean_decode` and
+:mod:`agents.decode_attention` (``*_sdpa_baseline_*``), the
 two interleaved ``repeats`` times (min/median/max, and the machine's load at the
 start and end), and once more for SmolLM2-135M where it is installed.
 """
@@ -52,6 +55,7 @@ def _measure(policy: Policy, episodes_per_env: int, max_new_tokens: int) -> dict
     policy.generate([[5, 6, 7, 8]], max_new_tokens=4, seed=0)  # warm-up
     pairs = [(envfactory.make(name, max_turns=3), i) for name in ENVS for i in range(episodes_per_env)]
     prefill0 = policy.prefill_tokens_computed()
+    work0 = (getattr(policy, "positions_computed", 0), getattr(policy, "keys_attended", 0))
     t0 = time.perf_counter()
     trajs = [r.trajectory for r in rollout(mixed, pairs, max_new_tokens=max_new_tokens, temperature=1.0, seed=0)]
     dt = time.perf_counter() - t0
@@ -63,6 +67,8 @@ def _measure(policy: Policy, episodes_per_env: int, max_new_tokens: int) -> dict
     context = sum(len(p) * len(g.token_ids) + len(g.token_ids) ** 2 / 2 for p, g in rec.calls)
     return {"s": dt, "tokens": tokens, "episodes": len(trajs), "turns": sum(t.turns for t in trajs),
             "prefill": policy.prefill_tokens_computed() - prefill0,
+            "positions": getattr(policy, "positions_computed", 0) - work0[0],
+            "keys": getattr(policy, "keys_attended", 0) - work0[1],
             "mean_context": context / max(tokens, 1), "batch": len(pairs)}
 
 
@@ -70,13 +76,30 @@ def flops_per_token(model: Any, context: float) -> float:
     """Forward FLOPs of one token: 2 per weight of every linear layer (the output head
     included, tied or not) plus attention's scores and weighted sum over ``context``
     keys (2 x 2 x layers x context x query width)."""
+    linear, per_key = _flop_rates(model)
+    return linear + per_key * context
+
+
+def _flop_rates(model: Any) -> tuple[float, float]:
+    """(FLOPs of a position's linear layers, FLOPs per key a position attends to)."""
     import torch
 
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    attention = 4 * cfg.num_hidden_layers * context * cfg.num_attention_heads * head_dim
-    return 2.0 * linear + attention
+    return 2.0 * linear, 4.0 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim
+
+
+def work_flops(model: Any, m: dict[str, float]) -> float:
+    """FLOPs of the work a measured rollout did: every position the policy ran (prompt parts
+    not served from its cache, and the sampled ids it fed back) at its linear layers, plus
+    attention over the real keys each attended to, as the policy counted them. Padding,
+    finished rows still in a batch and masked keys are not counted. A policy that does not
+    count them is charged every prefill and sampled token at the mean sampled context."""
+    linear, per_key = _flop_rates(model)
+    if m.get("positions"):
+        return linear * m["positions"] + per_key * m["keys"]
+    return (m["tokens"] + m["prefill"]) * flops_per_token(model, m["mean_context"])
 
 
 def matmul_flops_per_s(model: Any, batch: int, threads: int, repeats: int = 30) -> float:
@@ -152,7 +175,8 @@ def _report(prefix: str, policy: Any, on: dict, off: dict, ratios: list[float], 
             f"{prefix}_matmul_prefill_gflops_per_s": round(peak / 1e9, 2),
             f"{prefix}_decode_bound_tokens_per_s": round(bound, 1),
             f"{prefix}_vs_decode_bound_ratio": round(tps / bound, 3),
-            f"{prefix}_mfu": round((on["tokens"] + on["prefill"]) * fpt / on["s"] / peak, 3)}
+            f"{prefix}_gflops": round(work_flops(policy.model, on) / 1e9, 2),
+            f"{prefix}_mfu": round(work_flops(policy.model, on) / on["s"] / peak, 3)}
 
 
 def bench_rollout(episodes_per_env: int = 16, max_new_tokens: int = 64, repeats: int = 3,
