@@ -152,6 +152,8 @@ def _ab(policy: Any, episodes_per_env: int, max_new_tokens: int, repeats: int) -
     med = {on: sorted(r, key=lambda m: m["tokens"] / m["s"])[len(r) // 2] for on, r in runs.items()}
     for on, r in runs.items():
         med[on]["tokens_per_s_spread"] = _spread([m["tokens"] / m["s"] for m in r], 1)  # type: ignore[assignment]
+        med[on]["gflops_per_s_spread"] = _spread(  # type: ignore[assignment]
+            [work_flops(policy.model, m) / m["s"] / 1e9 for m in r], 2)
     return med[True], med[False], ratios
 
 
@@ -176,7 +178,9 @@ def _report(prefix: str, policy: Any, on: dict, off: dict, ratios: list[float], 
             f"{prefix}_decode_bound_tokens_per_s": round(bound, 1),
             f"{prefix}_vs_decode_bound_ratio": round(tps / bound, 3),
             f"{prefix}_gflops": round(work_flops(policy.model, on) / 1e9, 2),
-            f"{prefix}_mfu": round(work_flops(policy.model, on) / on["s"] / peak, 3)}
+            f"{prefix}_mfu": round(work_flops(policy.model, on) / on["s"] / peak, 3),
+            f"{prefix}_mfu_min_median_max": {k: round(v * 1e9 / peak, 3) for k, v in on["gflops_per_s_spread"].items()},
+            f"{prefix}_sdpa_baseline_mfu": round(work_flops(policy.model, off) / off["s"] / peak, 3)}
 
 
 def bench_rollout(episodes_per_env: int = 16, max_new_tokens: int = 64, repeats: int = 3,
@@ -202,7 +206,8 @@ def bench_rollout(episodes_per_env: int = 16, max_new_tokens: int = 64, repeats:
     threads = out["rollout_hf_torch_threads"] = hf.threads or torch.get_num_threads()
     on, off, ratios = _ab(hf, episodes_per_env, max_new_tokens, repeats)
     out |= _report("rollout_hf", hf, on, off, ratios, threads)
-    out["rollout_hf_rng_note"] = "both arms sample with agents.hf_policy.sample_ids; only the attention differs"
+    out["rollout_hf_rng_note"] = ("both arms sample with agents.hf_policy.sample_ids and prefill alike; the baseline's "
+                                  "one-token steps run transformers' forward with SDPA attention")
     # both cores: the same episodes on two threads, against the one-thread default
     hf.threads = 2
     hf.clear_cache()
