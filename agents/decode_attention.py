@@ -35,6 +35,7 @@ __all__ = ["NAME", "DecodePlan", "Segment", "plan_batch", "register", "sort_rows
 
 NAME = "envfactory_decode"
 MIN_SHARED = 64  # shorter shared prefixes are read per row: the extra products cost more than they save
+MIN_GAP = 32  # shorter runs of masked columns are read: a split read costs more than they do
 
 
 @dataclass
@@ -42,12 +43,15 @@ class Segment:
     """Rows ``[lo, hi)`` of the batch: they read their own keys/values from column ``own``
     on (every column before it is masked for all of them or, below ``shared``, read once),
     and, when ``shared`` > 0, the columns ``[0, shared)`` of row ``lo``, which hold the same
-    keys/values in every row of the segment."""
+    keys/values in every row of the segment. ``gap``: columns ``[gap[0], gap[1])`` past
+    ``own`` that are masked for every row of the segment (the batch layout's padding between
+    the longest reused prefix and the right-aligned rest of the prompts), skipped."""
 
     lo: int
     hi: int
     own: int
     shared: int
+    gap: tuple[int, int] | None = None
 
 
 @dataclass
@@ -96,7 +100,25 @@ def plan_batch(prompts: list[Any], reused: list[int], mask: torch.Tensor, min_sh
             merged[-1] = (merged[-1][0], b[1], 0)
         else:
             merged.append(b)
-    return DecodePlan([Segment(lo, hi, first_real(lo, hi, shared), shared) for lo, hi, shared in merged])
+    segments = []
+    for lo, hi, shared in merged:
+        own = first_real(lo, hi, shared)
+        segments.append(Segment(lo, hi, own, shared, _gap(real[lo:hi, own:].any(dim=0), own)))
+    return DecodePlan(segments)
+
+
+def _gap(used: torch.Tensor, offset: int) -> tuple[int, int] | None:
+    """The longest run of unused columns in ``used`` (one bool per column), as absolute
+    columns (``+ offset``), when it is at least :data:`MIN_GAP` long and has used columns on
+    both sides."""
+    idx = used.nonzero().flatten()
+    if len(idx) < 2:
+        return None
+    runs = idx[1:] - idx[:-1] - 1  # unused columns between consecutive used ones
+    k = int(runs.argmax())
+    if int(runs[k]) < MIN_GAP:
+        return None
+    return offset + int(idx[k]) + 1, offset + int(idx[k + 1])
 
 
 def _partial(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
@@ -127,8 +149,18 @@ def _decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
     outs = []
     for sg in segments:
         lo, hi, c = sg.lo, sg.hi, sg.own
-        m1, s1, o1 = _partial(q[lo:hi], key[lo:hi, :, c:], value[lo:hi, :, c:],
-                              None if bias is None else bias[lo:hi, ..., c:])
+        if sg.gap is None:
+            m1, s1, o1 = _partial(q[lo:hi], key[lo:hi, :, c:], value[lo:hi, :, c:],
+                                  None if bias is None else bias[lo:hi, ..., c:])
+        else:  # the columns before and after the gap, merged
+            g0, g1 = sg.gap
+            m1, s1, o1 = _partial(q[lo:hi], key[lo:hi, :, c:g0], value[lo:hi, :, c:g0],
+                                  None if bias is None else bias[lo:hi, ..., c:g0])
+            m3, s3, o3 = _partial(q[lo:hi], key[lo:hi, :, g1:], value[lo:hi, :, g1:],
+                                  None if bias is None else bias[lo:hi, ..., g1:])
+            mx = torch.maximum(m1, m3)
+            wa, wb = torch.exp(m1 - mx), torch.exp(m3 - mx)
+            m1, s1, o1 = mx, s1 * wa + s3 * wb, o1 * wa + o3 * wb
         if sg.shared:
             n = hi - lo
             qg = q[lo:hi].permute(1, 0, 2, 3).reshape(Hkv, n * G, D)  # every query of the segment at once

@@ -52,6 +52,29 @@ def test_plan_batch_finds_runs_of_shared_prefixes_and_their_first_real_column() 
     assert all(s.own == (s.shared if s.shared else 0) for s in plan.segments)
 
 
+def test_a_gap_of_columns_masked_for_a_whole_segment_is_skipped_exactly() -> None:
+    torch.manual_seed(1)
+    B, Hkv, G, D, L = 5, 2, 2, 16, 120
+    q = torch.randn(B, Hkv * G, 1, D)
+    k, v = torch.randn(B, Hkv, L, D), torch.randn(B, Hkv, L, D)
+    k[1:3, :, :30], v[1:3, :, :30] = k[0, :, :30], v[0, :, :30]
+    mask = torch.ones(B, 1, 1, L, dtype=torch.bool)
+    # the batch layout: reused prefixes of 30-36 ids, padding, then each row's rest right-aligned
+    for i, (c, w) in enumerate([(36, 20), (33, 41), (30, 25), (10, 70), (0, 90)]):
+        mask[i, ..., c:L - w] = False
+    real = mask.reshape(B, L)
+    plan = da.plan_batch([np.arange(40) + (0 if i < 3 else 1000 * i) for i in range(B)],
+                         [36, 33, 30, 10, 0], real.long(), min_shared=16)
+    first = plan.segments[0]
+    assert (first.lo, first.hi, first.shared, first.gap) == (0, 3, 30, (36, L - 41))
+    ref = _sdpa(q, k, v, mask)
+    assert torch.allclose(da._decode(q, k, v, mask, D ** -0.5, plan), ref, atol=1e-5)
+    bias = torch.zeros(B, 1, 1, L).masked_fill(~mask, float("-inf"))  # lean_decode passes an additive mask
+    assert torch.allclose(da._decode(q, k, v, bias, D ** -0.5, plan), ref, atol=1e-5)
+    no_gap = da.DecodePlan([da.Segment(s.lo, s.hi, s.own, s.shared) for s in plan.segments])
+    assert torch.allclose(da._decode(q, k, v, mask, D ** -0.5, no_gap), ref, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def hf() -> HFPolicy:
     return HFPolicy(build_tiny_model(), device="cpu")
