@@ -249,9 +249,11 @@ class HFPolicy(Policy):
         keys: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
         logits: torch.Tensor | None = None
-        for rows in self._prefill_groups(rest, reuse):
+        groups = self._prefill_groups(rest, reuse)
+        for rows in groups:
             g_hits = [hits[i] for i in rows]
-            g_cache, g_logits = self._prefill_group([rest[i] for i in rows], [reuse[i] for i in rows], g_hits)
+            g_cache, g_logits = self._prefill_group([rest[i] for i in rows], [reuse[i] for i in rows], g_hits,
+                                                    extra if len(groups) == 1 else 0)
             if len(rows) == B:  # one group (rows in batch order): its cache is the batch's
                 return g_cache, mask, g_logits, [len(p) for p in prompts], reuse
             if logits is None:
@@ -310,10 +312,11 @@ class HFPolicy(Policy):
                                      if isinstance(m, torch.nn.Linear))
         return n
 
-    def _prefill_group(self, rest: list[np.ndarray], reuse: list[int], hits: list[Any]) -> tuple[Any, torch.Tensor]:
+    def _prefill_group(self, rest: list[np.ndarray], reuse: list[int], hits: list[Any], extra: int = 0
+                       ) -> tuple[Any, torch.Tensor]:
         """One padded forward over ``rest`` (each row after its ``reuse`` cached ids); returns the
-        group's cache (layout: reused prefix at ``[0, c)``, padding, the rest right-aligned) and
-        each row's last logits."""
+        group's cache (layout: reused prefix at ``[0, c)``, padding, the rest right-aligned; room
+        for ``extra`` more columns) and each row's last logits."""
         B = len(rest)
         C = max(reuse)
         W = max(len(r) for r in rest)
@@ -326,7 +329,7 @@ class HFPolicy(Policy):
             pos[i, W - len(r):] = torch.arange(c, c + len(r))
             mask[i, :c] = 1
             mask[i, C + W - len(r):] = 1
-        cache = _growing_cache(self.model.config.get_text_config().num_hidden_layers, C + W)
+        cache = _growing_cache(self.model.config.get_text_config().num_hidden_layers, C + W + extra)
         if C > 0:
             ref = next(e for (e, _), c in zip(hits, reuse) if c > 0).kv
             for li, (k0, _) in enumerate(ref):
