@@ -133,6 +133,15 @@ def _partial(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tens
     return m, p.sum(dim=-1, keepdim=True), torch.matmul(p, v)
 
 
+def _merge(a: tuple[torch.Tensor, torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Two :func:`_partial` results over disjoint keys as one (exact, by their log-sum-exp)."""
+    (ma, sa, oa), (mb, sb, ob) = a, b
+    mx = torch.maximum(ma, mb)
+    wa, wb = torch.exp(ma - mx), torch.exp(mb - mx)
+    return mx, sa * wa + sb * wb, oa * wa + ob * wb
+
+
 def _decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
             scaling: float, plan: DecodePlan | None) -> torch.Tensor:
     B, H, _, D = query.shape
@@ -156,11 +165,8 @@ def _decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
             g0, g1 = sg.gap
             m1, s1, o1 = _partial(q[lo:hi], key[lo:hi, :, c:g0], value[lo:hi, :, c:g0],
                                   None if bias is None else bias[lo:hi, ..., c:g0])
-            m3, s3, o3 = _partial(q[lo:hi], key[lo:hi, :, g1:], value[lo:hi, :, g1:],
-                                  None if bias is None else bias[lo:hi, ..., g1:])
-            mx = torch.maximum(m1, m3)
-            wa, wb = torch.exp(m1 - mx), torch.exp(m3 - mx)
-            m1, s1, o1 = mx, s1 * wa + s3 * wb, o1 * wa + o3 * wb
+            m1, s1, o1 = _merge((m1, s1, o1), _partial(q[lo:hi], key[lo:hi, :, g1:], value[lo:hi, :, g1:],
+                                                       None if bias is None else bias[lo:hi, ..., g1:]))
         if sg.shared:
             n = hi - lo
             qg = q[lo:hi].permute(1, 0, 2, 3).reshape(Hkv, n * G, D)  # every query of the segment at once
@@ -168,9 +174,7 @@ def _decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: t
             m2 = m2.reshape(Hkv, n, G, 1).permute(1, 0, 2, 3)
             s2 = s2.reshape(Hkv, n, G, 1).permute(1, 0, 2, 3)
             o2 = o2.reshape(Hkv, n, G, D).permute(1, 0, 2, 3)
-            mx = torch.maximum(m1, m2)
-            wa, wb = torch.exp(m1 - mx), torch.exp(m2 - mx)
-            s1, o1 = s1 * wa + s2 * wb, o1 * wa + o2 * wb
+            m1, s1, o1 = _merge((m1, s1, o1), (m2, s2, o2))
         outs.append(o1 / s1)
     out = outs[0] if len(outs) == 1 else torch.cat(outs)
     return out.reshape(B, 1, H, D)
