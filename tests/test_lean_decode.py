@@ -80,6 +80,7 @@ def test_lean_decoder_is_refused_where_it_would_not_be_exact() -> None:
     model.model.layers[1].self_attn.k_proj = Wrapped(old.in_features, old.out_features, bias=True)
     assert not lean_decode.supports(model)
     assert not lean_decode.supports(_random_model("llama", hidden_act="gelu"))
+    assert not lean_decode.supports(_random_model("llama", attention_bias=True))  # o_proj has a bias too
     assert not lean_decode.supports(_random_model("qwen2", use_sliding_window=True, sliding_window=16,
                                                   max_window_layers=0))
     with pytest.raises(ValueError, match="does not support"):
