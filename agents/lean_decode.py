@@ -12,11 +12,12 @@ for every layer, and :mod:`agents.decode_attention` reading the cache.
 
 It reads the model's own rotary embedding module, so every RoPE variant the model
 supports is computed as transformers does; it refuses (``supports`` is False) what it
-does not reproduce exactly: other architectures, sliding-window layers, biased MLPs,
-adapters wrapped around the linear layers (PEFT), activations other than SiLU.
+does not reproduce exactly: other architectures, sliding-window layers, biased MLPs or
+output projections (Llama's ``attention_bias``), adapters wrapped around the linear layers
+(PEFT), activations other than SiLU.
 Prefill (many positions per row) and training always run the model's own forward.
 
-Its fused weights are copies (for SmolLM2 in float32, about 0.6 GB more): ``HFPolicy``
+Its fused weights are copies (for SmolLM2 in float32, about 0.5 GB more): ``HFPolicy``
 builds a new decoder whenever the parameters' version counters show an in-place update (a
 training step, ``load_state_dict``) and after ``clear_cache()``; :meth:`LeanDecoder.refresh`
 rebuilds them for a caller that holds one.
