@@ -149,6 +149,8 @@ class HFPolicy(Policy):
         self.keys_attended = 0
         self.min_shared_prefix = 32  # shorter shared prefixes are not worth a separate forward
         self.decode_attention = True  # agents.decode_attention while sampling (False: transformers' own)
+        # weights of the linear layers: the prefill grouping's cost model (a position's matmul work)
+        self._linear_params = sum(m.weight.numel() for m in self.model.modules() if isinstance(m, torch.nn.Linear))
         self.lean_decode = True  # agents.lean_decode's one-token steps where the model supports them
         self._lean: Any = None  # its fused weights, rebuilt when the parameters change
 
@@ -256,12 +258,14 @@ class HFPolicy(Policy):
                                                     extra if len(groups) == 1 else 0)
             if len(rows) == B:  # one group (rows in batch order): its cache is the batch's
                 return g_cache, mask, g_logits, [len(p) for p in prompts], reuse
-            if logits is None:
+            if logits is None:  # the batch cache's buffers, written in place by every group below
                 logits = g_logits.new_empty((B, g_logits.shape[-1]))
-                for layer in g_cache.layers:
+                for layer, batch_layer in zip(g_cache.layers, cache.layers):
                     k = layer.keys
-                    keys.append(k.new_zeros((B, k.shape[1], C + W, k.shape[3])))
-                    values.append(k.new_zeros((B, k.shape[1], C + W, k.shape[3])))
+                    zero = k.new_zeros((B, k.shape[1], C + W, k.shape[3]))
+                    batch_layer.update(zero, zero)  # copies into the layer's own key and value buffers
+                    keys.append(batch_layer.keys)
+                    values.append(batch_layer.values)
             idx = torch.tensor(rows, dtype=torch.long, device=g_logits.device)
             logits[idx] = g_logits
             gw = g_cache.layers[0].keys.shape[2]  # the group's own (Cg + Wg) columns
@@ -272,8 +276,6 @@ class HFPolicy(Policy):
                     values[li][i, :, :c] = layer.values[n, :, :c]
                     keys[li][i, :, C + W - w:] = layer.keys[n, :, gw - w:]
                     values[li][i, :, C + W - w:] = layer.values[n, :, gw - w:]
-        for li in range(n_layers):
-            cache.layers[li].update(keys[li], values[li])
         assert logits is not None
         return cache, mask, logits, [len(p) for p in prompts], reuse
 
@@ -286,7 +288,7 @@ class HFPolicy(Policy):
         cfg = self.model.config.get_text_config()
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         # a position's linear layers in units of one attended column (4 x layers x heads x head_dim FLOPs)
-        lin = self._linear_params() / (2 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim)
+        lin = self._linear_params / (2 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim)
         order = sorted(range(len(rest)), key=lambda i: (-len(rest[i]), -reuse[i]))
         groups: list[list[int]] = []
         own = padded_w = cmax = 0.0
@@ -304,13 +306,6 @@ class HFPolicy(Policy):
             groups.append([i])
             own, padded_w, cmax = mine, w, c
         return [sorted(g) for g in groups]  # batch order within a group: one group is the batch as given
-
-    def _linear_params(self) -> int:
-        n = getattr(self, "_n_linear", None)
-        if n is None:
-            n = self._n_linear = sum(m.weight.numel() for m in self.model.modules()
-                                     if isinstance(m, torch.nn.Linear))
-        return n
 
     def _prefill_group(self, rest: list[np.ndarray], reuse: list[int], hits: list[Any], extra: int = 0
                        ) -> tuple[Any, torch.Tensor]:
