@@ -53,7 +53,7 @@ from . import quotas
 from .definition import DEFAULT_SPLIT, PERMISSION_PREFIX, DrawSplit, ToolEnvSpec, split_members, task_for_seed
 from .env import Environment, EpisodeError, Message, SnapshotError, StepResult, _offload
 from .mail import CONFLICT_PREFIX, Mailbox, MultiState
-from .parsing import ParsedAction, parse_action, parse_text
+from .parsing import ParsedAction, one_call, parse_action, parse_text
 from .snapshots import WORLD_GONE, check_referee, check_seal, sign_snapshot
 from .state import State, copy_state
 from .task import Task, ToolCall
@@ -67,6 +67,9 @@ SNAPSHOT_FORMAT = 2
 NOTHING_NEW = "(nothing new)"
 _IGNORED = "Error: ignored; the episode was already finished by an earlier call."
 _CONFLICT = "Error: " + CONFLICT_PREFIX
+_N_CALL_IDS = 1024
+# a call's id when the agent gave none (``call_<round>_0`` for a turn's one call), for the usual rounds
+_CALL_IDS = tuple(f"call_{r}_0" for r in range(_N_CALL_IDS))
 
 
 class Episode(Environment):
@@ -110,19 +113,20 @@ class Episode(Environment):
         self._in_process = (not self._team and type(self.world) is LocalWorld
                             and all(self.world._tools.get(n) is t for n, t in self._solo_tools.items()))
         self._timed_out: str | None = None
+        self._success: bool | None = None  # the verdict, once judged
+        self._answer: str | None = None
+        self._ended_by: str | None = None
         self._gone = "timeout"  # or "world_lost": why the world is gone, once it is
         self._task: Task | None = None
         self._terminated = self._truncated = False
         self._tx: dict[str, list[Message]] = {}
         self._pending: list[tuple[Any, ...]] = []
         self._eager = False  # see write_transcripts_eagerly
-        # what reset() sets, computed once: each agent's system prompt, and the referee's scalar
-        # fields (one dict update instead of a dozen attribute writes)
+        # what reset() sets, computed once: each agent's system prompt, and a sole agent's mail
+        # count and rewards (never changed in place, only replaced, so every episode shares them)
         self._system = {a: spec.render_system_prompt(a) for a in self.agents}
-        self._fresh: dict[str, Any] = {"_round": 1, "_pos": 0, "_terminated": False, "_truncated": False, "_success": None,
-                       "_answer": None, "_ended_by": None, "_timed_out": None}
-        if not self._team:
-            self._fresh.update(_seen_mail={self._solo_agent: 0}, _rewards={self._solo_agent: 0.0})
+        self._solo_seen = {self._solo_agent: 0}
+        self._solo_rewards = {self._solo_agent: 0.0}
         self._tasks_built = False
 
     # -- the transcripts, written lazily ----------------------------------------
@@ -189,7 +193,9 @@ class Episode(Environment):
             self._tasks_built = True
         if not self._team:  # the sole agent: the same fields, written out
             if self._in_process:  # LocalWorld.start, inlined (a sole agent's state needs no team)
-                self.world._state = copy_state(t.initial_state)  # type: ignore[attr-defined]
+                init = t.initial_state
+                state = self.world._state = copy_state(init)  # type: ignore[attr-defined]
+                quotas.fresh_copy(state, init)
             else:
                 self.world.start(t)
             self._task = t
@@ -208,8 +214,11 @@ class Episode(Environment):
             self._passed: list[str] = []
             self._last_words: dict[str, str] = {}
             self._log: list[tuple[Any, ...]] = []
-            self.__dict__.update(self._fresh)  # with _seen_mail and _rewards: a sole agent's are never
-            return opened.copy()               # changed in place (only replaced), so they are shared
+            self._round, self._pos = 1, 0  # (attribute writes: twice as fast as a dict update of them)
+            self._terminated = self._truncated = False
+            self._success = self._answer = self._ended_by = self._timed_out = None
+            self._seen_mail, self._rewards = self._solo_seen, self._solo_rewards
+            return opened.copy()
         self.world.start(t)
         self._task = t
         self._transcripts: dict[str, list[Message]] = {}
@@ -228,10 +237,10 @@ class Episode(Environment):
         self._last_words = {}
         self._log = []  # (round, agent, name, arguments, kind, read_only)
         self._terminated = self._truncated = False
-        self._success: bool | None = None
+        self._success = None
         self._rewards = dict.fromkeys(self.agents, 0.0)
-        self._answer: str | None = None
-        self._ended_by: str | None = None
+        self._answer = None
+        self._ended_by = None
         self._timed_out = None
         return list(self._transcripts[self.agents[0]])
 
@@ -321,27 +330,41 @@ class Episode(Environment):
         task = self._task
         if task is None or self._terminated or self._truncated:
             task = self._check_turn(agent)  # raises
-        parsed = parse_text(action) if action.__class__ is str else parse_action(action)
-        calls = parsed.calls
-        if parsed.errors or not calls or self._timed_out is not None:
-            if not (calls or parsed.errors or parsed.attempted) and self._timed_out is None:
-                return self._solo_answer(agent, task, parsed)
-            return self._slow(agent, parsed)
         world_tools = self._solo_tools
         rnd = self._round
-        counts = self._counts[agent]
-        if len(calls) == 1:  # the usual turn, written out: one call, one tool message
-            c = calls[0]
-            t = world_tools.get(c.name)
-            if t is None:
+        one = one_call(action) if action.__class__ is str else None
+        t = world_tools.get(one[0]) if one is not None and self._timed_out is None else None
+        if t is not None:  # the usual turn's text, read without building the parse's objects
+            assert one is not None  # (for mypy: t is found only for one call)
+            parsed = None
+            name, args = one
+            content: str = action
+            cid = _CALL_IDS[rnd] if rnd < _N_CALL_IDS else f"call_{rnd}_0"
+            calls: list[ToolCall] | None = None
+        else:
+            parsed = parse_text(action) if action.__class__ is str else parse_action(action)
+            calls = parsed.calls
+            if parsed.errors or not calls or self._timed_out is not None:
+                if not (calls or parsed.errors or parsed.attempted) and self._timed_out is None:
+                    return self._solo_answer(agent, task, parsed)
                 return self._slow(agent, parsed)
+            content = parsed.content
+            if len(calls) == 1:
+                c = calls[0]
+                t = world_tools.get(c.name)
+                if t is None:
+                    return self._slow(agent, parsed)
+                name, args = c.name, c.arguments
+                cid = c.id or (_CALL_IDS[rnd] if rnd < _N_CALL_IDS else f"call_{rnd}_0")
+        counts = self._counts[agent]
+        if calls is None or len(calls) == 1:  # the usual turn, written out: one call, one tool message
             if self._in_process:  # what LocalWorld.run does for one call
                 # _in_process: self.world is a LocalWorld (checked in __init__)
                 o, self.world._state = quotas.invoke_within_quota(  # type: ignore[attr-defined]
-                    t, self.world._state, c.arguments)  # type: ignore[attr-defined]
+                    t, self.world._state, args)  # type: ignore[attr-defined]
             else:
                 try:  # _run_batch, inlined
-                    outs = self.world.run(agent, rnd, calls)
+                    outs = self.world.run(agent, rnd, calls or [ToolCall(name, args)])
                 except WorldGone as exc:
                     outs = self._world_gone(exc, 1)
                 if len(outs) != 1:
@@ -349,8 +372,6 @@ class Episode(Environment):
                 o = outs[0]
             if len(o.content) > quotas.MAX_OBSERVATION_CHARS:
                 o = quotas.cut_outcomes([o], quotas.MAX_OBSERVATION_CHARS)[0][0]
-            cid = c.id or f"call_{rnd}_0"
-            name, args = c.name, c.arguments
             kind = o.kind
             timed_out = False
             if not o.ok:
@@ -358,14 +379,16 @@ class Episode(Environment):
                 if o.content.startswith(_CONFLICT):
                     kind = "conflict"
                 timed_out = kind == "timeout"
-            self._log.append((rnd, agent, name, args, kind, t.read_only))
+            # (t is the one call's tool on both paths into this branch; mypy cannot follow that)
+            self._log.append((rnd, agent, name, args, kind, t.read_only))  # type: ignore[union-attr]
             new: list[Message] = [{"role": "tool", "tool_call_id": cid, "name": name, "content": o.content}]
             counts["tool_calls"] += 1
             if self._eager:
                 openai_calls = [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]
             else:  # the assistant message is written when the transcript is read (see _transcripts)
-                self._pending.append((parsed.content, None, cid, name, args, new))
+                self._pending.append((content, None, cid, name, args, new))
         else:
+            assert parsed is not None and calls is not None  # (for mypy: the parse made them)
             found = []
             for c in calls:
                 t = world_tools.get(c.name)
@@ -379,7 +402,7 @@ class Episode(Environment):
                 self._pending.append((parsed.content, openai_calls, None, None, None, new))
         if self._eager:  # a reader of every turn (the Gymnasium face): written now
             transcript = self._tx[agent]
-            transcript.append({"role": "assistant", "content": parsed.content, "tool_calls": openai_calls})
+            transcript.append({"role": "assistant", "content": content, "tool_calls": openai_calls})
             transcript += new
         self._last_tool[agent] = new
         acted = self._acted[agent] = self._acted[agent] + 1

@@ -171,25 +171,42 @@ def _blocks(text: str, start: int) -> tuple[list[str], bool]:
     return bodies, text.count(_OPEN) > len(bodies)
 
 
+def one_call(text: str) -> tuple[str, dict[str, Any]] | None:
+    """``(name, arguments)`` when ``text`` is what :func:`parse_text` reads as exactly one
+    well-formed call and nothing else to report (one ``<tool_call>`` block holding
+    ``{"name": str, "arguments": object}``); ``None`` for anything else, which
+    :func:`parse_text` then reads in full. The step's hot path: no objects built."""
+    if len(text) > MAX_ACTION_CHARS:
+        return None
+    start = text.find(_OPEN)
+    if start < 0:
+        return None
+    b = start + _N_OPEN
+    j = text.find(_CLOSE, b)
+    if j < 0 or text.find(_OPEN, b) >= 0:
+        return None
+    body = text[b:j].strip(_JSON_WS)
+    try:
+        obj, end = _scan(body, 0)
+    except (StopIteration, ValueError, RecursionError):
+        return None
+    if end == len(body) and obj.__class__ is dict and len(obj) == 2:
+        name = obj.get("name")
+        args = obj.get("arguments")
+        if name.__class__ is str and name and args.__class__ is dict:
+            return name, args
+    return None
+
+
 def parse_text(text: str) -> ParsedAction:
     """Parse raw model text (see module docstring)."""
+    one = one_call(text)
+    if one is not None:
+        return ParsedAction(text, [ToolCall(one[0], one[1])], [], True)
     if len(text) > MAX_ACTION_CHARS:
         return _too_long(text)
     start = text.find(_OPEN)
     if start >= 0:
-        b = start + _N_OPEN
-        j = text.find(_CLOSE, b)
-        if j >= 0 and text.find(_OPEN, b) < 0:  # the step's hot path: one block of one call
-            body = text[b:j].strip(_JSON_WS)
-            try:
-                obj, end = _scan(body, 0)
-            except (StopIteration, ValueError, RecursionError):
-                end = -1
-            if end == len(body) and obj.__class__ is dict and len(obj) == 2:
-                name = obj.get("name")
-                args = obj.get("arguments")
-                if name.__class__ is str and name and args.__class__ is dict:
-                    return ParsedAction(text, [ToolCall(name, args)], [], True)
         calls: list[ToolCall] = []
         errors: list[str] = []
         bodies, unclosed = _blocks(text, start)

@@ -77,9 +77,19 @@ def _sizer_for(cls: type) -> Callable[[Any, int | None], int]:
 
 
 def _model_size(state: Any, limit: int | None) -> int:
-    """A model of scalars in one pass (:func:`_flat_size`); any other model walked."""
-    flat = _flat_size(state)
-    return flat if flat is not None else _walk(state, limit)
+    """A model whose fields are all strings, numbers, booleans or None in one pass, counted as
+    the walk counts them; any other model walked. (The quota's check after every call: one
+    function, no call inside it, for the usual small state.)"""
+    total = 2
+    for k, x in state.__dict__.items():
+        c = x.__class__
+        if c is str:
+            total += len(k) + 6 + (len(x) if x.isascii() else len(x.encode("utf-16-le", "surrogatepass")) * 3)
+        elif c in _NUMBER or x is None:
+            total += len(k) + 12
+        else:
+            return _walk(state, limit)
+    return total
 
 
 def _walk(state: Any, limit: int | None) -> int:
@@ -167,21 +177,6 @@ def _walk(state: Any, limit: int | None) -> int:
     return total
 
 
-def _flat_size(model: Any) -> int | None:
-    """:func:`state_size` of a model whose fields are all strings, numbers, booleans or None,
-    counted as the walk counts them (``None`` when a field holds anything else)."""
-    total = 2
-    for k, x in model.__dict__.items():
-        c = x.__class__
-        if c is str:
-            total += len(k) + 6 + (len(x) if x.isascii() else len(x.encode("utf-16-le", "surrogatepass")) * 3)
-        elif c in _NUMBER or x is None:
-            total += len(k) + 12
-        else:
-            return None
-    return total
-
-
 class _Leave:
     """A marker on the walk's stack: the container ``id`` is walked (it leaves the path)."""
 
@@ -222,6 +217,30 @@ def cut_observations(contents: Sequence[str], room: int) -> tuple[list[str] | No
 
 
 _last: tuple[Any, Any] = (None, 0)  # the state last measured after a call, and its size
+# id(original) -> (original, the cap it was measured under, its size): the task states that
+# reset copies, kept while small (at most _FRESH_MAX of them, each under _FRESH_BYTES)
+_FRESH: dict[int, tuple[Any, int, int]] = {}
+_FRESH_MAX = 256
+_FRESH_BYTES = 1 << 16
+
+
+def fresh_copy(copy: Any, original: Any) -> None:
+    """Note that ``copy`` is a fresh copy of ``original`` (a task's initial state, copied by
+    ``reset``), so that the first call on it takes the size measured before it from
+    ``original``'s, measured once (the same dump, so the same size) instead of walking the copy.
+    A wrong figure here could only change whether a backup copy is kept: the measure after
+    every call, which enforces the quota, is always taken."""
+    global _last
+    cap = MAX_STATE_BYTES // BACKUP_FROM
+    hit = _FRESH.get(id(original))
+    if hit is None or hit[0] is not original or hit[1] != cap:
+        sizer = _SIZERS.get(original.__class__) or _sizer_for(original.__class__)
+        hit = (original, cap, sizer(original, cap))
+        if hit[2] < _FRESH_BYTES:
+            if len(_FRESH) >= _FRESH_MAX:
+                _FRESH.clear()
+            _FRESH[id(original)] = hit
+    _last = (copy, hit[2])
 
 
 def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any]:

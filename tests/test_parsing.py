@@ -230,3 +230,58 @@ _json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.float
 @given(st.one_of(st.text(), _json_values.map(json.dumps)), st.sampled_from(["", " ", "\n", "\t\r", "x", "\u00a0"]))
 def test_fast_json_path_agrees_with_json_loads_fuzzed(body: str, pad: str) -> None:
     test_fast_json_path_agrees_with_json_loads(pad + body + pad)
+
+
+_counter_call = st.builds(
+    lambda name, by, pad: f"{pad}<tool_call>{json.dumps({'name': name, 'arguments': by})}</tool_call>{pad}",
+    st.sampled_from(["increment", "reset_counter", "finish", "nope"]),
+    st.sampled_from([{}, {"by": 1}, {"by": 3}, {"by": 11}, {"by": "2"}, {"by": 1.0}, {"x": 1}]),
+    st.sampled_from(["", " ", "ok ", "\n"]))
+_counter_action = st.one_of(_counter_call, _fragment, st.just(""), st.just("The counter shows 10."))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_counter_action, min_size=1, max_size=6))
+def test_the_step_s_one_call_shortcut_plays_what_the_full_parse_plays(actions) -> None:
+    """A sole agent's step takes short paths (a text of one well-formed call read without the
+    parse's objects, ``parsing.one_call``; the one call run inline); played again through the
+    general turn that a team's agents take (``Episode._turn``), the same actions give the same
+    results, transcript, log and state."""
+    from envfactory.episode import Episode
+
+    def general(self, action):
+        agent = self._solo_agent
+        self._check_turn(agent)
+        return self._slow(agent, parse_text(action))
+
+    def play(shortcut: bool):
+        saved = Episode._solo_turn
+        if not shortcut:
+            Episode._solo_turn = general
+        try:
+            env = envfactory.make("Counter-v0", max_turns=5)
+            env.reset(0)
+            results = []
+            for a in actions:
+                if env.done:
+                    break
+                r = env.step(a)
+                results.append((r.messages, r.reward, r.terminated, r.truncated, r.info, r.rewards))
+            return results, env.transcript(), env.log, env.state.model_dump(), env.success
+        finally:
+            Episode._solo_turn = saved
+
+    assert play(True) == play(False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_fragment, max_size=6).map("".join))
+def test_one_call_is_parse_text_s_reading_of_one_call(text) -> None:
+    from envfactory.parsing import one_call
+    from envfactory.task import ToolCall
+
+    one = one_call(text)
+    if one is not None:
+        parsed = parse_text(text)
+        assert parsed.calls == [ToolCall(one[0], one[1])] and not parsed.errors and parsed.attempted
+        assert parsed.content == text

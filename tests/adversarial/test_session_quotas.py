@@ -69,6 +69,22 @@ def test_a_refused_call_leaves_the_state_as_it_was(monkeypatch) -> None:
     assert r.info["tool_errors"] == 1
 
 
+def test_the_first_call_after_reset_is_undone_when_over_the_quota(monkeypatch) -> None:
+    """``reset`` takes the fresh state's measure from the task's initial state, measured once
+    (``quotas.fresh_copy``), not by walking the copy: that measure must still see a state past
+    ``1/BACKUP_FROM`` of the quota, so that the first call, taking it over, is undone (a copy was
+    kept), on the one-call text path and the call-list path alike, every reset."""
+    monkeypatch.setattr(quotas, "MAX_STATE_BYTES", quotas.state_size(_fresh_state()) + 2_500)
+    env = envfactory.make("FileSystem-v0")
+    big = call("write_file", path="/home/user/b.txt", content="b" * 5000)
+    for action in [big.to_hermes(), [big], big.to_hermes()]:
+        env.reset(0)
+        before = env.state.model_dump()
+        said = env.step(action).messages[0]["content"]
+        assert quotas.STATE_QUOTA_PREFIX in said and "it was not applied" in said, said
+        assert env.state.model_dump() == before
+
+
 def _fresh_state() -> Any:
     env = envfactory.make("FileSystem-v0")
     env.reset(0)
