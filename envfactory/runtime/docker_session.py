@@ -41,6 +41,8 @@ class ContainerDied(ContainerLost):
 
     detail = ""
 
+_SMALL_FRAME = 16 << 10  # a request this small fits the socket's buffer: its send does not wait
+_SEND_SLACK = 0.001  # seconds a send may take before the reply's recv is armed for what is left
 _ERRORS = {"KeyError": KeyError, "ValueError": ValueError, "TypeError": TypeError}
 
 
@@ -141,9 +143,17 @@ class SessionLink:
         timeout = self.timeout
         deadline = time.monotonic() + timeout
         try:
-            chan.settimeout(timeout)
+            # A small frame's send returns at once (the socket buffer takes it), so the socket's
+            # timeout, when it is already this session's, ends the first recv at the deadline (late
+            # by the send's time, under _SEND_SLACK): no settimeout (a system call, and a GIL hand-off)
+            # on the usual step. After a large frame or a slow send the recv is armed for what is
+            # left (and the next request sets the session's timeout again).
+            if chan.gettimeout() != timeout:
+                chan.settimeout(timeout)
             chan.sendall(frame)
-            reply = recv_frame(chan, deadline)
+            # (a send that waited, a full socket buffer, leaves the recv armed for what is left)
+            armed = len(frame) <= _SMALL_FRAME and time.monotonic() + timeout - deadline <= _SEND_SLACK
+            reply = recv_frame(chan, deadline, armed=armed)
         except socket.timeout:
             where = self.where()
             what = "the step" if req.get("op") == "run" else f"the {req.get('op')} request"

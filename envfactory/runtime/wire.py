@@ -103,14 +103,16 @@ def recv_exact(sock: socket.socket, n: int, buf: bytearray, deadline: float | No
         n -= len(chunk)
 
 
-def recv_frame(sock: socket.socket, deadline: float | None = None) -> Any:
+def recv_frame(sock: socket.socket, deadline: float | None = None, *, armed: bool = False) -> Any:
     """Receive one JSON frame. Usually one ``recv`` for the header and body together.
 
     ``deadline`` (a ``time.monotonic()`` value) bounds the whole frame, every ``recv``
-    together: past it, ``socket.timeout``. :class:`FrameError` when the channel is
-    broken (EOF, a frame over the cap, stray bytes); :class:`FrameDecodeError` when
-    the frame's body is not JSON."""
-    if deadline is not None:
+    together: past it, ``socket.timeout``. ``armed``: the socket's timeout already ends the
+    first ``recv`` at the deadline (the caller set it just before; each ``settimeout`` is a
+    system call that releases the GIL), so only later ``recv`` calls are armed. :class:`FrameError`
+    when the channel is broken (EOF, a frame over the cap, stray bytes); :class:`FrameDecodeError`
+    when the frame's body is not JSON."""
+    if deadline is not None and not armed:
         _arm(sock, deadline)
     data = sock.recv(65536)
     if not data:
