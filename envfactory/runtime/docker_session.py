@@ -41,6 +41,7 @@ class ContainerDied(ContainerLost):
 
     detail = ""
 
+
 _SMALL_FRAME = 16 << 10  # a request this small fits the socket's buffer: its send does not wait
 _SEND_SLACK = 0.001  # seconds a send may take before the reply's recv is armed for what is left
 _ERRORS = {"KeyError": KeyError, "ValueError": ValueError, "TypeError": TypeError}
