@@ -75,7 +75,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import threading
 import time
