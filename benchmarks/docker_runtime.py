@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import resource
 import subprocess
 import sys
 import threading
@@ -84,7 +85,8 @@ def bench_shared_sessions(sessions: int = 1000, threads: int = 16, seconds: floa
     container (each session is a server thread: the containers get ``pids`` room for them),
     stepped by ``threads`` threads (each owns ``sessions / threads`` episodes and steps
     them in turn, as fast as it can) for ``seconds``: step latency p50/p99/max over every
-    step of every thread, throughput, and what holding the sessions took."""
+    step of every thread, throughput, the driving process's CPU a step (user + system), and
+    what holding the sessions took."""
     from envfactory.registry import make, spec
     from envfactory.runtime.container import Limits
     from envfactory.runtime.pool import Pool
@@ -134,11 +136,13 @@ def bench_shared_sessions(sessions: int = 1000, threads: int = 16, seconds: floa
             t.start()
         start.wait()
         t0 = time.perf_counter()
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         time.sleep(seconds)
         stop.set()
         for t in ts:
             t.join(60)
         elapsed = time.perf_counter() - t0
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         allv = [x for v in lat for x in v]
         touched = sum(1 for e in envs if e.turns_taken() > 0)
         out.update({
@@ -149,6 +153,11 @@ def bench_shared_sessions(sessions: int = 1000, threads: int = 16, seconds: floa
             "shared_sessions_step_p999_ms": round(_pct(allv, 0.999) / 1000, 3),
             "shared_sessions_step_max_ms": round(max(allv) / 1e6, 3),
             "shared_sessions_errors": sum(errors),
+            # the driving process's CPU a step (user + system, every thread): where a step's host time goes
+            "shared_sessions_host_cpu_us_per_step": round(
+                ((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)) / max(1, len(allv)) * 1e6, 1),
+            "shared_sessions_host_sys_us_per_step": round(
+                (cpu1.ru_stime - cpu0.ru_stime) / max(1, len(allv)) * 1e6, 1),
         })
         out["shared_sessions_stepped"] = touched  # sessions that took at least one step
     finally:
