@@ -67,6 +67,38 @@ def _throughput(make: Any, sessions: int, seconds: float) -> float:
     return sum(counts) / seconds
 
 
+def _rounds_of_step_many(envs: list[Any], seconds: float) -> dict[str, Any]:
+    """Rounds of ``step_many`` over every episode, from this thread, for ``seconds``."""
+    from envfactory import step_many
+
+    rounds: list[int] = []
+    steps = errors = 0
+    clock = time.perf_counter_ns
+    t0 = time.perf_counter()
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    while time.perf_counter() - t0 < seconds:
+        r0 = clock()
+        results = step_many([(e, ACTION) for e in envs])
+        rounds.append(clock() - r0)
+        steps += len(results)
+        errors += sum(r.messages[0]["content"].startswith("Error") for r in results)
+    elapsed = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "shared_sessions_driver": "step_many",
+        "shared_sessions_steps": steps,
+        "shared_sessions_steps_per_s": round(steps / elapsed),
+        "shared_sessions_rounds": len(rounds),
+        "shared_sessions_round_p50_ms": round(_pct(rounds, 0.5) / 1000, 3),
+        "shared_sessions_round_max_ms": round(max(rounds) / 1e6, 3),
+        "shared_sessions_errors": errors,
+        "shared_sessions_host_cpu_us_per_step": round(
+            ((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)) / max(1, steps) * 1e6, 1),
+        "shared_sessions_host_sys_us_per_step": round((cpu1.ru_stime - cpu0.ru_stime) / max(1, steps) * 1e6, 1),
+        "shared_sessions_stepped": sum(1 for e in envs if e.turns_taken() > 0),
+    }
+
+
 def _openenv(n: int) -> dict[str, Any]:
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "openenv_counter.py"
     try:
@@ -80,13 +112,15 @@ def _openenv(n: int) -> dict[str, Any]:
 
 
 def bench_shared_sessions(sessions: int = 1000, threads: int = 16, seconds: float = 10.0,
-                          per_container: int = 125) -> dict[str, Any]:
+                          per_container: int = 125, driver: str = "threads") -> dict[str, Any]:
     """``sessions`` Counter-v0 episodes held open at once, ``per_container`` to a shared
     container (each session is a server thread: the containers get ``pids`` room for them),
     stepped by ``threads`` threads (each owns ``sessions / threads`` episodes and steps
     them in turn, as fast as it can) for ``seconds``: step latency p50/p99/max over every
     step of every thread, throughput, the driving process's CPU a step (user + system), and
-    what holding the sessions took."""
+    what holding the sessions took. ``driver="step_many"``: one thread plays rounds of
+    :func:`envfactory.step_many` over every session instead (a round's time is each step's
+    latency there)."""
     from envfactory.registry import make, spec
     from envfactory.runtime.container import Limits
     from envfactory.runtime.pool import Pool
@@ -108,6 +142,11 @@ def bench_shared_sessions(sessions: int = 1000, threads: int = 16, seconds: floa
             envs.append(e)
         out["shared_sessions_open_s"] = round(time.perf_counter() - t0, 2)
         out["shared_sessions_containers"] = len(pool.containers())
+        if driver == "step_many":
+            out.update(_rounds_of_step_many(envs, seconds))
+            return out
+        if driver != "threads":
+            raise ValueError(f"driver must be 'threads' or 'step_many', not {driver!r}")
         lat: list[list[int]] = [[] for _ in range(threads)]
         errors = [0] * threads
         stop = threading.Event()
@@ -311,7 +350,7 @@ if __name__ == "__main__":
         print(json.dumps(bench_work_snapshots(**{k: int(v) for k, v in kw.items()}), indent=1))
     elif args[:1] == ["sessions"]:
         kw = dict(a.split("=", 1) for a in args[1:])
-        print(json.dumps(bench_shared_sessions(**{k: (float(v) if k == "seconds" else int(v))
+        print(json.dumps(bench_shared_sessions(**{k: (float(v) if k == "seconds" else v if k == "driver" else int(v))
                                                  for k, v in kw.items()}), indent=1))
     else:
         print(json.dumps(bench_docker(), indent=1))

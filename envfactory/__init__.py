@@ -18,7 +18,7 @@ team: :class:`Role` objects, a :class:`MultiState` and joint solutions, :func:`b
 
 from .definition import HELDOUT_FAMILIES, HELDOUT_KINDS, HELDOUT_PHRASING, Role, SpecError, ToolEnvSpec
 from .env import Environment, EpisodeError, SnapshotError, StepResult
-from .episode import Episode
+from .episode import Episode, step_many
 from .mail import ConflictError, MultiState
 from .parsing import ActionTypeError, parse_action
 from .registry import ENTRY_POINT_GROUP, discover, make, make_multi, register, spec, specs, task_supply
@@ -60,6 +60,7 @@ __all__ = [
     "spec",
     "specs",
     "state_hash",
+    "step_many",
     "task_supply",
     "tool",
 ]

@@ -46,7 +46,7 @@ The one-role case pays nothing for mail: it has no mailbox and no letters.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from . import quotas
@@ -61,7 +61,7 @@ from .tooling import ToolOutcome
 from .users import USER_TOOL, UserResponder, host_reply, user_profile
 from .world import LocalWorld, World, WorldGone, WorldLost
 
-__all__ = ["Episode", "SNAPSHOT_FORMAT", "task_for_seed"]
+__all__ = ["Episode", "SNAPSHOT_FORMAT", "task_for_seed", "step_many"]
 
 SNAPSHOT_FORMAT = 2
 NOTHING_NEW = "(nothing new)"
@@ -275,6 +275,42 @@ class Episode(Environment):
         agent = self._solo_agent
         return StepResult(new, reward, terminated, truncated, info, agent, {agent: reward})
 
+    def _solo_begin(self, action: Any) -> tuple[str, Any, WorldGone | None] | None:
+        """:func:`step_many`'s first half of the sole agent's turn: for the usual turn (a text of one
+        call of a world tool) on a world that splits a batch, the call sent; ``None`` for any other
+        turn (:meth:`step` plays it whole). Call :meth:`_solo_finish` with what it returns."""
+        if (self._in_process or self._team or action.__class__ is not str or self._task is None
+                or self._terminated or self._truncated or self._timed_out is not None):
+            return None
+        one = one_call(action)
+        if one is None or one[0] not in self._solo_tools:
+            return None
+        try:
+            pending = self.world.run_begin(self._solo_agent, self._round, [ToolCall(one[0], one[1])])
+        except WorldGone as exc:
+            return action, None, exc
+        return None if pending is None else (action, pending, None)
+
+    def _solo_finish(self, begun: tuple[str, Any, WorldGone | None]) -> StepResult:
+        """:func:`step_many`'s second half: the turn :meth:`_solo_begin` began, played with the
+        world's answer (read now) as :meth:`step` plays it."""
+        action, pending, gone = begun
+        pre: ToolOutcome | WorldGone
+        if gone is not None:
+            pre = gone
+        else:
+            try:
+                outs = self.world.run_end(pending)
+            except WorldGone as exc:
+                pre = exc
+            else:
+                if len(outs) != 1:
+                    raise RuntimeError(f"{self.spec.name}: the world answered {len(outs)} outcomes for 1 call")
+                pre = outs[0]
+        new, reward, terminated, truncated, info = self._solo_turn(action, pre)
+        agent = self._solo_agent
+        return StepResult(new, reward, terminated, truncated, info, agent, {agent: reward})
+
     def step_round(self, actions: Mapping[str, Any]) -> dict[str, StepResult]:
         """Play one round of simultaneous moves from ``{agent: action}`` (an agent missing
         from it passes) and return ``{agent: StepResult}`` for the agents that acted, in role
@@ -321,11 +357,13 @@ class Episode(Environment):
         r = self._turn(agent, parsed, 0, preparsed=True)
         return r.messages, r.reward, r.terminated, r.truncated, r.info
 
-    def _solo_turn(self, action: Any) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+    def _solo_turn(self, action: Any, pre: ToolOutcome | WorldGone | None = None
+                   ) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         """The sole agent's turn as ``(messages, reward, terminated, truncated, info)``. The
         usual turn (well-formed calls of world tools) takes this short path; anything else
         (a pass, parse errors, ``finish``, an unknown tool, a world that timed out) goes
-        through :meth:`_turn` like a team's."""
+        through :meth:`_turn` like a team's. ``pre``: the world's answer to the turn's one call,
+        already in (:func:`step_many`), or how the world went while it ran."""
         agent = self._solo_agent
         task = self._task
         if task is None or self._terminated or self._truncated:
@@ -342,6 +380,8 @@ class Episode(Environment):
             cid = _CALL_IDS[rnd] if rnd < _N_CALL_IDS else f"call_{rnd}_0"
             calls: list[ToolCall] | None = None
         else:
+            if pre is not None:
+                raise RuntimeError(f"{self.spec.name}: a turn of step_many changed between its halves")
             parsed = parse_text(action) if action.__class__ is str else parse_action(action)
             calls = parsed.calls
             if parsed.errors or not calls or self._timed_out is not None:
@@ -358,7 +398,9 @@ class Episode(Environment):
                 cid = c.id or (_CALL_IDS[rnd] if rnd < _N_CALL_IDS else f"call_{rnd}_0")
         counts = self._counts[agent]
         if calls is None or len(calls) == 1:  # the usual turn, written out: one call, one tool message
-            if self._in_process:  # what LocalWorld.run does for one call
+            if pre is not None:  # step_many's second half
+                o = pre if pre.__class__ is ToolOutcome else self._world_gone(cast(WorldGone, pre), 1)[0]
+            elif self._in_process:  # what LocalWorld.run does for one call
                 # _in_process: self.world is a LocalWorld (checked in __init__)
                 o, self.world._state = quotas.invoke_within_quota(  # type: ignore[attr-defined]
                     t, self.world._state, args)  # type: ignore[attr-defined]
@@ -904,3 +946,84 @@ class Episode(Environment):
     def __repr__(self) -> str:
         tid = self._task.id if self._task else None
         return f"<Episode {self.spec.name} task={tid} round={self.round} done={self.done} world={type(self.world).__name__}>"
+
+
+def step_many(steps: Iterable[tuple[Environment, Any]]) -> list[StepResult]:
+    """Play one sole-agent turn in each ``(episode, action)``: what ``[e.step(a) for e, a in
+    steps]`` returns, in that order, from one thread, with the world round trips in flight
+    together. The usual turn of an episode over a container world (a text of one call of a
+    world tool) is sent first; every other turn is then played with :meth:`Episode.step` while
+    those are under way; then each reply is read as it comes in (a ``selectors`` loop, each
+    within its own step timeout). Threads stepping sessions each wait on their own reply and hand
+    the GIL over at every one; here one thread pays only the steps' own work.
+
+    Raises:
+        EpisodeError: an episode appears twice, or one of them could not take a step (a team,
+            not reset, ended), before anything is sent. An error raised by one turn is raised
+            once every turn already sent has been read and played (their results are then lost
+            to the caller, as a loop of ``step`` calls would lose the rest).
+    """
+    pairs = list(steps)
+    seen: set[int] = set()
+    for env, _ in pairs:
+        if id(env) in seen:
+            raise EpisodeError(f"step_many: {env!r} appears twice; each episode takes one turn")
+        seen.add(id(env))
+        if isinstance(env, Episode):
+            if env._team:
+                raise EpisodeError(f"step_many: {env.spec.name} is a team environment; it plays a sole agent's "
+                                   "turns (use step_round or act)")
+            env._check_turn(env._solo_agent)
+    results: list[StepResult | None] = [None] * len(pairs)
+    flight: list[tuple[int, Episode, tuple[str, Any, WorldGone | None]]] = []
+    try:
+        rest = []
+        for i, (env, action) in enumerate(pairs):
+            begun = env._solo_begin(action) if isinstance(env, Episode) else None
+            if begun is None:
+                rest.append(i)
+            elif begun[1] is None:  # the world went at the send
+                results[i] = cast(Episode, env)._solo_finish(begun)
+            else:
+                flight.append((i, cast(Episode, env), begun))
+        for i in rest:  # played while the others' calls run
+            env, action = pairs[i]
+            results[i] = env.step(action)
+    finally:
+        failure = _read_replies(flight, results)
+    if failure is not None:
+        raise failure
+    return cast("list[StepResult]", results)
+
+
+def _read_replies(flight: list[tuple[int, Episode, tuple[str, Any, WorldGone | None]]],
+                  results: list[StepResult | None]) -> BaseException | None:
+    """Finish every turn of ``flight`` as its reply comes in, or at its deadline (its read then
+    raises the timeout that ends it as :meth:`Episode.step` would); the first error raised by one
+    (the others are finished all the same)."""
+    if not flight:
+        return None
+    import selectors
+    import time
+
+    failure: BaseException | None = None
+    waiting: dict[int, tuple[float, int, Episode, tuple[str, Any, WorldGone | None]]] = {}
+    with selectors.DefaultSelector() as sel:
+        for i, env, begun in flight:
+            fd, deadline = env.world.run_wait(begun[1])
+            waiting[fd] = (deadline, i, env, begun)
+            sel.register(fd, selectors.EVENT_READ)
+        while waiting:
+            first = min(w[0] for w in waiting.values())
+            ready = [key.fd for key, _ in sel.select(max(0.0, first - time.monotonic()))]
+            if not ready:  # a deadline passed: its read raises the timeout
+                now = time.monotonic()
+                ready = [fd for fd, w in waiting.items() if w[0] <= now]
+            for fd in ready:
+                _, i, env, begun = waiting.pop(fd)
+                sel.unregister(fd)
+                try:
+                    results[i] = env._solo_finish(begun)
+                except BaseException as exc:  # noqa: BLE001 - raised once every turn is finished
+                    failure = failure or exc
+    return failure

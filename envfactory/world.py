@@ -81,6 +81,24 @@ class World(ABC):
     def close(self) -> None:
         """Release what the world holds (containers, sessions). Idempotent."""
 
+    # -- a batch in two halves (for step_many: many worlds' batches in flight together) ---------
+    def run_begin(self, agent: str, round: int, calls: Sequence[ToolCall]) -> Any:
+        """Send ``calls`` to a remote world and return what :meth:`run_end` needs (its
+        :meth:`run_wait` handle is then readable once the outcomes are in); ``None`` when this
+        world does not split a batch (in-process worlds) or not this one: then call :meth:`run`.
+        Raises what :meth:`run` raises for a batch that never got under way."""
+        return None
+
+    def run_wait(self, pending: Any) -> tuple[int, float]:
+        """``(a file descriptor that is readable once the outcomes are in, the monotonic
+        deadline after which :meth:`run_end` raises the timeout)``."""
+        raise NotImplementedError
+
+    def run_end(self, pending: Any) -> list[ToolOutcome]:
+        """The outcomes of a batch :meth:`run_begin` sent: what :meth:`run` would have returned
+        (or raised). Call it once for each ``run_begin``, before anything else on this world."""
+        raise NotImplementedError
+
 
 class LocalWorld(World):
     """The state in this process; tool calls are function calls."""

@@ -274,16 +274,7 @@ class ContainerWorld(World):
         return result  # type: ignore[return-value]
 
     def _run(self, agent: str, round: int, calls: Sequence[ToolCall], split: bool) -> list[ToolOutcome]:
-        if self.resume and (len(self._journal) >= SNAPSHOT_EVERY or self._journal_bytes >= SNAPSHOT_BYTES):
-            self._snapshot()
-        req = {"op": "run", "agent": agent, "round": round,
-               "calls": [{"name": c.name, "arguments": c.arguments} for c in calls]}
-        if self._with_state:
-            req["state"] = True
-        if self._files:
-            self._last_snap = False  # until this batch's snapshot is in
-            if self.resume:
-                req["snapshot"] = True
+        req = self._run_request(agent, round, calls)
         try:
             reply = self._request(req, overrun=WorldTimeout)
         except FrameEncodeError as exc:  # nothing was sent: find the calls at fault
@@ -298,6 +289,74 @@ class ContainerWorld(World):
             self._state = None
             self._last_snap = False
             raise
+        return self._run_reply(agent, round, req, reply, calls)
+
+    def run_begin(self, agent: str, round: int, calls: Sequence[ToolCall]) -> Any:
+        """:meth:`run`'s first half (see :meth:`World.run_begin`): the batch sent on this world's
+        session. ``None`` (nothing sent: :meth:`run` plays it whole) for a world snapshotted with
+        its files at every step, arguments JSON would change, or a request that cannot be encoded;
+        also after the container died at the send, once the world is resumed on a fresh one."""
+        if self._files or not all(_carried(c.arguments) for c in calls):
+            return None
+        req = self._run_request(agent, round, calls)
+        try:
+            sent = self._link.send(req, overrun=WorldTimeout)
+        except FrameEncodeError:
+            return None
+        except ContainerDied as exc:
+            if not self.resume or self._task is None:
+                self._state = None
+                raise
+            self._resume_after(exc)
+            return None
+        except WorldTimeout:
+            raise
+        except BaseException:
+            self._state = None
+            raise
+        return agent, round, calls, req, sent
+
+    def run_wait(self, pending: Any) -> tuple[int, float]:
+        return self._link.channel_fd, pending[4][0]
+
+    def run_end(self, pending: Any) -> list[ToolOutcome]:
+        """:meth:`run`'s second half: the reply to the batch :meth:`run_begin` sent, taken as
+        :meth:`run` takes it (a container that died meanwhile: the world resumed on a fresh one
+        and the batch sent again, once)."""
+        agent, round, calls, req, sent = pending
+        try:
+            try:
+                # (read later than the send: the recv is armed for what is left of the deadline)
+                reply = self._link.receive(req, (sent[0], False), overrun=WorldTimeout)
+            except ContainerDied as exc:
+                if not self.resume or self._task is None:
+                    raise
+                self._resume_after(exc)
+                reply = self._link.request(req, overrun=WorldTimeout)
+        except WorldTimeout:
+            raise
+        except BaseException:
+            self._state = None
+            raise
+        return self._run_reply(agent, round, req, reply, calls)
+
+    def _run_request(self, agent: str, round: int, calls: Sequence[ToolCall]) -> dict[str, Any]:
+        """A batch's request (a snapshot first when the journal is due for one)."""
+        if self.resume and (len(self._journal) >= SNAPSHOT_EVERY or self._journal_bytes >= SNAPSHOT_BYTES):
+            self._snapshot()
+        req = {"op": "run", "agent": agent, "round": round,
+               "calls": [{"name": c.name, "arguments": c.arguments} for c in calls]}
+        if self._with_state:
+            req["state"] = True
+        if self._files:
+            self._last_snap = False  # until this batch's snapshot is in
+            if self.resume:
+                req["snapshot"] = True
+        return req
+
+    def _run_reply(self, agent: str, round: int, req: dict[str, Any], reply: dict[str, Any],
+                   calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+        """A batch's outcomes from its reply, checked; the state, snapshot or journal kept."""
         self._state = None
         outs = reply.get("outcomes")
         if outs.__class__ is not list or len(outs) != len(calls):

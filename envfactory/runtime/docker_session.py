@@ -136,6 +136,12 @@ class SessionLink:
         breaks the protocol. An error the server reports is raised as its own kind
         (``KeyError``, ``ValueError``, ``TypeError``; ``ContainerError`` otherwise).
         A request that cannot be encoded raises ``FrameEncodeError`` and sends nothing."""
+        return self.receive(req, self.send(req, overrun=overrun), overrun=overrun)
+
+    def send(self, req: dict[str, Any], *, overrun: type[Exception] = ContainerError) -> tuple[float, bool]:
+        """:meth:`request`'s first half: send ``req``; return what :meth:`receive` needs (the
+        exchange's deadline, and whether the socket's timeout already bounds the first ``recv``).
+        Raises as :meth:`request` does (``FrameEncodeError``: nothing sent)."""
         chan = self._chan
         if chan is None:
             raise EpisodeError(f"{self.env}: no live session (its container was removed); call reset()")
@@ -152,10 +158,46 @@ class SessionLink:
             if chan.gettimeout() != timeout:
                 chan.settimeout(timeout)
             chan.sendall(frame)
-            # (a send that waited, a full socket buffer, leaves the recv armed for what is left)
-            armed = len(frame) <= _SMALL_FRAME and time.monotonic() + timeout - deadline <= _SEND_SLACK
+        except BaseException as exc:
+            self._failed(exc, req, overrun)
+            raise
+        # (a send that waited, a full socket buffer, leaves the recv armed for what is left)
+        return deadline, len(frame) <= _SMALL_FRAME and time.monotonic() + timeout - deadline <= _SEND_SLACK
+
+    def receive(self, req: dict[str, Any], sent: tuple[float, bool], *,
+                overrun: type[Exception] = ContainerError) -> dict[str, Any]:
+        """:meth:`request`'s second half: the reply to ``req``, which :meth:`send` sent (``sent``:
+        what it returned). Raises as :meth:`request` does."""
+        chan = self._chan
+        if chan is None:
+            raise EpisodeError(f"{self.env}: no live session (its container was removed); call reset()")
+        deadline, armed = sent
+        try:
             reply = recv_frame(chan, deadline, armed=armed)
-        except socket.timeout:
+        except BaseException as exc:
+            self._failed(exc, req, overrun)
+            raise
+        if reply.__class__ is not dict:
+            raise self.untrustworthy(f"its reply is a {type(reply).__name__}, not an object")
+        ok = reply.get("ok")
+        if ok is True:
+            return reply
+        err, kind = reply.get("error"), reply.get("kind")
+        if ok is not False or err.__class__ is not str or not (kind is None or kind.__class__ is str):
+            raise self.untrustworthy(f"malformed reply envelope (ok={ok!r}, error of type {type(err).__name__}, "
+                                     f"kind of type {type(kind).__name__})")
+        raise _ERRORS.get(kind or "", ContainerError)(f"{self.where()}: {err}")
+
+    @property
+    def channel_fd(self) -> int:
+        """The session channel's descriptor (readable once a reply is in), ``-1`` without one."""
+        chan = self._chan
+        return -1 if chan is None else chan.fileno()
+
+    def _failed(self, exc: BaseException, req: dict[str, Any], overrun: type[Exception]) -> None:
+        """What a failed exchange raises (the session and container dealt with as :meth:`request`
+        says); returns, for the caller to re-raise ``exc`` itself, when it is none of these."""
+        if isinstance(exc, socket.timeout):
             where = self.where()
             what = "the step" if req.get("op") == "run" else f"the {req.get('op')} request"
             if self.abandon():
@@ -164,9 +206,9 @@ class SessionLink:
                               "reset() to start a new episode") from None
             raise overrun(f"{what} did not finish within {self.timeout}s; the environment's container was "
                           f"stopped and recycled ({where}); call reset() to start a new episode") from None
-        except FrameDecodeError as exc:
+        if isinstance(exc, FrameDecodeError):
             raise self.untrustworthy(f"its reply is not JSON ({exc})") from None
-        except (FrameError, OSError, ValueError) as exc:
+        if isinstance(exc, (FrameError, OSError, ValueError)):
             where, c = self.where(), self.container
             if c is not None and not c.dead and c.answers():
                 # The channel broke (the host's own descriptor or pipe, or the server closed this
@@ -184,16 +226,6 @@ class SessionLink:
                 "and the pool replaces it; this episode is lost: call reset() to start a new one.")
             died.detail = f"{where}: {exit_info}; {exc}"
             raise died from None
-        if reply.__class__ is not dict:
-            raise self.untrustworthy(f"its reply is a {type(reply).__name__}, not an object")
-        ok = reply.get("ok")
-        if ok is True:
-            return reply
-        err, kind = reply.get("error"), reply.get("kind")
-        if ok is not False or err.__class__ is not str or not (kind is None or kind.__class__ is str):
-            raise self.untrustworthy(f"malformed reply envelope (ok={ok!r}, error of type {type(err).__name__}, "
-                                     f"kind of type {type(kind).__name__})")
-        raise _ERRORS.get(kind or "", ContainerError)(f"{self.where()}: {err}")
 
     def abandon(self) -> bool:
         """Give up on this session after a request overran its deadline, keeping a shared container:

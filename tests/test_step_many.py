@@ -1,0 +1,137 @@
+"""``envfactory.step_many``: one turn in each of many episodes from one thread, the container worlds'
+round trips in flight together (issue 29: 1,000 sessions at twice the steps/s of threads, each
+waiting on its own reply). Without Docker: each world's session lives on the real environment
+server (:class:`envfactory.runtime.serve.Server`) in this process, on a socket pair, as in
+``tests/adversarial/test_hostile_wire.py``; the Docker run is ``test_docker_parity``'s business
+and the figure is ``python -m benchmarks.docker_runtime sessions driver=step_many``'s."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import envfactory
+from envfactory import EpisodeError, step_many
+from envfactory.episode import Episode
+from envfactory.registry import spec as get_spec
+from envfactory.runtime.serve import Server
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "adversarial"))
+from test_hostile_wire import TOKEN, FakeContainer, _link_to, _world_on  # noqa: E402
+
+_calls = st.sampled_from([
+    '<tool_call>{"name": "increment", "arguments": {"by": 2}}</tool_call>',
+    '<tool_call>{"name": "increment", "arguments": {"by": 11}}</tool_call>',
+    '<tool_call>{"name": "reset_counter", "arguments": {}}</tool_call>',
+    '<tool_call>{"name": "nope", "arguments": {}}</tool_call>',
+    '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call> and <tool_call>{"name": "increment", '
+    '"arguments": {"by": 1}}</tool_call>',
+    "<tool_call>{oops</tool_call>",
+    "The counter shows 10.",
+])
+
+
+def _episodes(srv: Server, n: int, timeout: float = 30.0) -> list[Episode]:
+    out = []
+    for _ in range(n):
+        world, _ = _world_on(srv, "Counter-v0", timeout)
+        ep = Episode(get_spec("Counter-v0"), world, max_turns=4)
+        ep.reset(0)
+        out.append(ep)
+    return out
+
+
+def _seen(ep: Episode, r) -> tuple:
+    return r.messages, r.reward, r.terminated, r.truncated, r.info, r.rewards
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(_calls, min_size=4, max_size=4), min_size=1, max_size=5))
+def test_step_many_plays_what_step_plays(rounds) -> None:
+    """Rounds of turns over container worlds, played with ``step_many`` and, on twins, with ``step``
+    one at a time: the same results, transcripts, states and verdicts."""
+    srv = Server(get_spec("Counter-v0"), TOKEN, 64)
+    many, one = _episodes(srv, 4), _episodes(srv, 4)
+    for actions in rounds:
+        live = [(i, a) for i, a in enumerate(actions) if not many[i].done]
+        got = step_many([(many[i], a) for i, a in live])
+        want = [one[i].step(a) for i, a in live]
+        assert [_seen(many[i], r) for (i, _), r in zip(live, got)] == [_seen(one[i], r) for (i, _), r in zip(live, want)]
+    for a, b in zip(many, one):
+        assert a.transcript() == b.transcript() and a.log == b.log and a.state == b.state and a.success == b.success
+        a.close()
+        b.close()
+
+
+def test_step_many_overlaps_the_round_trips_and_mixes_in_process_episodes() -> None:
+    """Eight sessions whose server answers each call after 0.3 s take one wait, not eight; an
+    in-process episode in the same call is played while they run."""
+    srv = Server(get_spec("Counter-v0"), TOKEN, 64)
+    eps = _episodes(srv, 8)
+    local = envfactory.make("Counter-v0")
+    local.reset(0)
+    tool = srv.spec.all_tools["increment"]
+    fn = tool.fn
+    try:
+        object.__setattr__(tool, "fn", lambda state, by=1: (time.sleep(0.3), fn(state, by))[1])
+        t0 = time.monotonic()
+        results = step_many([(e, '<tool_call>{"name": "increment", "arguments": {"by": 3}}</tool_call>') for e in eps]
+                            + [(local, '<tool_call>{"name": "increment", "arguments": {"by": 5}}</tool_call>')])
+        took = time.monotonic() - t0
+    finally:
+        object.__setattr__(tool, "fn", fn)
+    assert [r.messages[0]["content"] for r in results] == ["3"] * 8 + ["5"]
+    assert took < 8 * 0.3 / 2, took  # one thread, yet not one wait after another
+
+
+def test_a_reply_that_never_comes_ends_that_turn_at_its_deadline_only() -> None:
+    srv = Server(get_spec("Counter-v0"), TOKEN, 64)
+    fine = _episodes(srv, 2)
+    silent, _, _ = _link_to(lambda sock: time.sleep(30))  # reads nothing, answers nothing
+    world, _ = _world_on(srv, "Counter-v0", 1.0)
+    stuck = Episode(get_spec("Counter-v0"), world, max_turns=4)
+    stuck.reset(0)
+    world._link._chan = silent._chan  # its next request goes to the silent peer
+    call = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
+    t0 = time.monotonic()
+    a, gone, b = step_many([(fine[0], call), (stuck, call), (fine[1], call)])
+    assert time.monotonic() - t0 < 10
+    assert a.messages[0]["content"] == b.messages[0]["content"] == "1"
+    assert gone.truncated and gone.info.get("timeout") and gone.info["ended_by"] == "timeout", gone.info
+    assert "did not finish within" in gone.messages[0]["content"]
+
+
+def test_protocol_errors_come_before_anything_is_sent() -> None:
+    srv = Server(get_spec("Counter-v0"), TOKEN, 64)
+    (ep,) = _episodes(srv, 1)
+    call = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
+    with pytest.raises(EpisodeError, match="twice"):
+        step_many([(ep, call), (ep, call)])
+    fresh = envfactory.make("Counter-v0")  # never reset
+    with pytest.raises(EpisodeError):
+        step_many([(ep, call), (fresh, call)])
+    assert ep.turns_taken() == 0  # nothing was sent for it
+    team = envfactory.make("MultiDeal-v0")
+    team.reset(0)
+    with pytest.raises(EpisodeError, match="team"):
+        step_many([(team, call)])
+    assert step_many([(ep, call)])[0].messages[0]["content"] == "1"
+
+
+def test_an_error_in_one_turn_is_raised_after_the_sent_turns_are_played() -> None:
+    srv = Server(get_spec("Counter-v0"), TOKEN, 64)
+    sent = _episodes(srv, 3)
+    local = envfactory.make("Counter-v0")
+    local.reset(0)
+    call = '<tool_call>{"name": "increment", "arguments": {"by": 2}}</tool_call>'
+    with pytest.raises(envfactory.ActionTypeError):
+        step_many([(e, call) for e in sent] + [(local, 12345)])
+    for e in sent:  # each sent turn was read and played: the channel is in step for the next one
+        assert e.turns_taken() == 1 and e.state.value == 2
+        assert e.step(call).messages[0]["content"] == "4"
