@@ -291,16 +291,16 @@ class Episode(Environment):
             return action, None, exc
         return None if pending is None else (action, pending, None)
 
-    def _solo_finish(self, begun: tuple[str, Any, WorldGone | None]) -> StepResult:
+    def _solo_finish(self, begun: tuple[str, Any, WorldGone | None], ready: bool = False) -> StepResult:
         """:func:`step_many`'s second half: the turn :meth:`_solo_begin` began, played with the
-        world's answer (read now) as :meth:`step` plays it."""
+        world's answer (read now; ``ready``: it is in) as :meth:`step` plays it."""
         action, pending, gone = begun
         pre: ToolOutcome | WorldGone
         if gone is not None:
             pre = gone
         else:
             try:
-                outs = self.world.run_end(pending)
+                outs = self.world.run_end(pending, ready)
             except WorldGone as exc:
                 pre = exc
             else:
@@ -1016,6 +1016,7 @@ def _read_replies(flight: list[tuple[int, Episode, tuple[str, Any, WorldGone | N
         while waiting:
             first = min(w[0] for w in waiting.values())
             ready = [key.fd for key, _ in sel.select(max(0.0, first - time.monotonic()))]
+            readable = bool(ready)
             if not ready:  # a deadline passed: its read raises the timeout
                 now = time.monotonic()
                 ready = [fd for fd, w in waiting.items() if w[0] <= now]
@@ -1023,7 +1024,7 @@ def _read_replies(flight: list[tuple[int, Episode, tuple[str, Any, WorldGone | N
                 _, i, env, begun = waiting.pop(fd)
                 sel.unregister(fd)
                 try:
-                    results[i] = env._solo_finish(begun)
+                    results[i] = env._solo_finish(begun, readable)
                 except BaseException as exc:  # noqa: BLE001 - raised once every turn is finished
                     failure = failure or exc
     return failure

@@ -94,9 +94,10 @@ class World(ABC):
         deadline after which :meth:`run_end` raises the timeout)``."""
         raise NotImplementedError
 
-    def run_end(self, pending: Any) -> list[ToolOutcome]:
+    def run_end(self, pending: Any, ready: bool = False) -> list[ToolOutcome]:
         """The outcomes of a batch :meth:`run_begin` sent: what :meth:`run` would have returned
-        (or raised). Call it once for each ``run_begin``, before anything else on this world."""
+        (or raised). Call it once for each ``run_begin``, before anything else on this world;
+        ``ready``: its :meth:`run_wait` descriptor was seen readable (the read will not wait)."""
         raise NotImplementedError
 
 

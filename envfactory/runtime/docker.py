@@ -319,15 +319,16 @@ class ContainerWorld(World):
     def run_wait(self, pending: Any) -> tuple[int, float]:
         return self._link.channel_fd, pending[4][0]
 
-    def run_end(self, pending: Any) -> list[ToolOutcome]:
+    def run_end(self, pending: Any, ready: bool = False) -> list[ToolOutcome]:
         """:meth:`run`'s second half: the reply to the batch :meth:`run_begin` sent, taken as
         :meth:`run` takes it (a container that died meanwhile: the world resumed on a fresh one
         and the batch sent again, once)."""
         agent, round, calls, req, sent = pending
         try:
             try:
-                # (read later than the send: the recv is armed for what is left of the deadline)
-                reply = self._link.receive(req, (sent[0], False), overrun=WorldTimeout)
+                # read later than the send: the first recv is armed for what is left of the
+                # deadline, unless the reply is known to be there (then it cannot wait)
+                reply = self._link.receive(req, (sent[0], ready), overrun=WorldTimeout)
             except ContainerDied as exc:
                 if not self.resume or self._task is None:
                     raise
