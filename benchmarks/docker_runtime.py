@@ -67,6 +67,14 @@ def _throughput(make: Any, sessions: int, seconds: float) -> float:
     return sum(counts) / seconds
 
 
+def _host_cpu(before: Any, after: Any, steps: int) -> dict[str, float]:
+    """The driving process's CPU a step (user + system, every thread; and system alone) between
+    two ``getrusage`` readings: where a step's host time goes."""
+    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    return {"shared_sessions_host_cpu_us_per_step": round((user + system) / max(1, steps) * 1e6, 1),
+            "shared_sessions_host_sys_us_per_step": round(system / max(1, steps) * 1e6, 1)}
+
+
 def _rounds_of_step_many(envs: list[Any], seconds: float) -> dict[str, Any]:
     """Rounds of ``step_many`` over every episode, from this thread, for ``seconds``."""
     from envfactory import step_many
@@ -92,9 +100,7 @@ def _rounds_of_step_many(envs: list[Any], seconds: float) -> dict[str, Any]:
         "shared_sessions_round_p50_ms": round(_pct(rounds, 0.5) / 1000, 3),
         "shared_sessions_round_max_ms": round(max(rounds) / 1e6, 3),
         "shared_sessions_errors": errors,
-        "shared_sessions_host_cpu_us_per_step": round(
-            ((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)) / max(1, steps) * 1e6, 1),
-        "shared_sessions_host_sys_us_per_step": round((cpu1.ru_stime - cpu0.ru_stime) / max(1, steps) * 1e6, 1),
+        **_host_cpu(cpu0, cpu1, steps),
         "shared_sessions_stepped": sum(1 for e in envs if e.turns_taken() > 0),
     }
 
@@ -192,11 +198,7 @@ def bench_shared_sessions(sessions: int = 1000, threads: int = 16, seconds: floa
             "shared_sessions_step_p999_ms": round(_pct(allv, 0.999) / 1000, 3),
             "shared_sessions_step_max_ms": round(max(allv) / 1e6, 3),
             "shared_sessions_errors": sum(errors),
-            # the driving process's CPU a step (user + system, every thread): where a step's host time goes
-            "shared_sessions_host_cpu_us_per_step": round(
-                ((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)) / max(1, len(allv)) * 1e6, 1),
-            "shared_sessions_host_sys_us_per_step": round(
-                (cpu1.ru_stime - cpu0.ru_stime) / max(1, len(allv)) * 1e6, 1),
+            **_host_cpu(cpu0, cpu1, len(allv)),
         })
         out["shared_sessions_stepped"] = touched  # sessions that took at least one step
     finally:
