@@ -70,6 +70,9 @@ _CONFLICT = "Error: " + CONFLICT_PREFIX
 _N_CALL_IDS = 1024
 # a call's id when the agent gave none (``call_<round>_0`` for a turn's one call), for the usual rounds
 _CALL_IDS = tuple(f"call_{r}_0" for r in range(_N_CALL_IDS))
+# step_many's first half of a turn: (action, its one call as (name, arguments), the world's
+# pending batch or None, how the world went at the send or None)
+_Begun = tuple[str, tuple[str, dict[str, Any]], Any, WorldGone | None]
 
 
 class Episode(Environment):
@@ -275,7 +278,7 @@ class Episode(Environment):
         agent = self._solo_agent
         return StepResult(new, reward, terminated, truncated, info, agent, {agent: reward})
 
-    def _solo_begin(self, action: Any) -> tuple[str, Any, WorldGone | None] | None:
+    def _solo_begin(self, action: Any) -> _Begun | None:
         """:func:`step_many`'s first half of the sole agent's turn: for the usual turn (a text of one
         call of a world tool) on a world that splits a batch, the call sent; ``None`` for any other
         turn (:meth:`step` plays it whole). Call :meth:`_solo_finish` with what it returns."""
@@ -288,13 +291,13 @@ class Episode(Environment):
         try:
             pending = self.world.run_begin(self._solo_agent, self._round, [ToolCall(one[0], one[1])])
         except WorldGone as exc:
-            return action, None, exc
-        return None if pending is None else (action, pending, None)
+            return action, one, None, exc
+        return None if pending is None else (action, one, pending, None)
 
-    def _solo_finish(self, begun: tuple[str, Any, WorldGone | None], ready: bool = False) -> StepResult:
+    def _solo_finish(self, begun: _Begun, ready: bool = False) -> StepResult:
         """:func:`step_many`'s second half: the turn :meth:`_solo_begin` began, played with the
         world's answer (read now; ``ready``: it is in) as :meth:`step` plays it."""
-        action, pending, gone = begun
+        action, one, pending, gone = begun
         pre: ToolOutcome | WorldGone
         if gone is not None:
             pre = gone
@@ -307,7 +310,7 @@ class Episode(Environment):
                 if len(outs) != 1:
                     raise RuntimeError(f"{self.spec.name}: the world answered {len(outs)} outcomes for 1 call")
                 pre = outs[0]
-        new, reward, terminated, truncated, info = self._solo_turn(action, pre)
+        new, reward, terminated, truncated, info = self._solo_turn(action, pre, one)
         agent = self._solo_agent
         return StepResult(new, reward, terminated, truncated, info, agent, {agent: reward})
 
@@ -357,7 +360,8 @@ class Episode(Environment):
         r = self._turn(agent, parsed, 0, preparsed=True)
         return r.messages, r.reward, r.terminated, r.truncated, r.info
 
-    def _solo_turn(self, action: Any, pre: ToolOutcome | WorldGone | None = None
+    def _solo_turn(self, action: Any, pre: ToolOutcome | WorldGone | None = None,
+                   one: tuple[str, dict[str, Any]] | None = None
                    ) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         """The sole agent's turn as ``(messages, reward, terminated, truncated, info)``. The
         usual turn (well-formed calls of world tools) takes this short path; anything else
@@ -370,7 +374,8 @@ class Episode(Environment):
             task = self._check_turn(agent)  # raises
         world_tools = self._solo_tools
         rnd = self._round
-        one = one_call(action) if action.__class__ is str else None
+        if one is None:  # (step_many's second half passes the call its first half read)
+            one = one_call(action) if action.__class__ is str else None
         t = world_tools.get(one[0]) if one is not None and self._timed_out is None else None
         if t is not None:  # the usual turn's text, read without building the parse's objects
             assert one is not None  # (for mypy: t is found only for one call)
@@ -975,14 +980,14 @@ def step_many(steps: Iterable[tuple[Environment, Any]]) -> list[StepResult]:
                                    "turns (use step_round or act)")
             env._check_turn(env._solo_agent)
     results: list[StepResult | None] = [None] * len(pairs)
-    flight: list[tuple[int, Episode, tuple[str, Any, WorldGone | None]]] = []
+    flight: list[tuple[int, Episode, _Begun]] = []
     try:
         rest = []
         for i, (env, action) in enumerate(pairs):
             begun = env._solo_begin(action) if isinstance(env, Episode) else None
             if begun is None:
                 rest.append(i)
-            elif begun[1] is None:  # the world went at the send
+            elif begun[2] is None:  # the world went at the send
                 results[i] = cast(Episode, env)._solo_finish(begun)
             else:
                 flight.append((i, cast(Episode, env), begun))
@@ -996,7 +1001,7 @@ def step_many(steps: Iterable[tuple[Environment, Any]]) -> list[StepResult]:
     return cast("list[StepResult]", results)
 
 
-def _read_replies(flight: list[tuple[int, Episode, tuple[str, Any, WorldGone | None]]],
+def _read_replies(flight: list[tuple[int, Episode, _Begun]],
                   results: list[StepResult | None]) -> BaseException | None:
     """Finish every turn of ``flight`` as its reply comes in, or at its deadline (its read then
     raises the timeout that ends it as :meth:`Episode.step` would); the first error raised by one
@@ -1007,10 +1012,10 @@ def _read_replies(flight: list[tuple[int, Episode, tuple[str, Any, WorldGone | N
     import time
 
     failure: BaseException | None = None
-    waiting: dict[int, tuple[float, int, Episode, tuple[str, Any, WorldGone | None]]] = {}
+    waiting: dict[int, tuple[float, int, Episode, _Begun]] = {}
     with selectors.DefaultSelector() as sel:
         for i, env, begun in flight:
-            fd, deadline = env.world.run_wait(begun[1])
+            fd, deadline = env.world.run_wait(begun[2])
             waiting[fd] = (deadline, i, env, begun)
             sel.register(fd, selectors.EVENT_READ)
         while waiting:
