@@ -16,7 +16,7 @@ hide_unloadable()  # torchvision/torchaudio/torchcodec builds that cannot load m
 
 __all__ = ["Trainer", "TrainerConfig", "Policy", "Generation", "HFPolicy", "VLLMPolicy", "OpenAIPolicy",
            "Trajectory", "Rollout", "rollout", "build_tiny_model", "pretrained_tiny_model", "load_policy", "ARPO",
-           "GRPO", "LLMRolePolicy"]
+           "GRPO", "LLMRolePolicy", "ProcessPolicy"]
 
 _LAZY = {
     "Trainer": "agents.trainer",
@@ -24,6 +24,7 @@ _LAZY = {
     "Policy": "agents.policy",
     "Generation": "agents.policy",
     "HFPolicy": "agents.hf_policy",
+    "ProcessPolicy": "agents.process_policy",
     "VLLMPolicy": "agents.vllm_policy",
     "OpenAIPolicy": "agents.openai_policy",
     "Trajectory": "agents.rollout",

@@ -113,7 +113,7 @@ def _quickstart_args(p: argparse.ArgumentParser) -> None:
                    help="evaluation tasks per half of the eval split (default 60 of 200; 0: all)")
     p.add_argument("--eval-samples", type=int, default=q.eval_samples, help="sampled episodes per evaluation task")
     p.add_argument("--no-probe", action="store_true", help="skip the greedy swap probe")
-    p.add_argument("--workers", type=int, default=q.workers, help="seed processes (0: one per core)")
+    p.add_argument("--workers", type=int, default=q.workers, help="worker processes (0: one per core)")
     p.add_argument("--device", default=q.device, help="torch device (cpu, cuda, ...)")
     p.add_argument("--out", default=q.output_dir, help="report folder")
     p.add_argument("--fresh", action="store_true",

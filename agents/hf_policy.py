@@ -17,7 +17,7 @@ once per run of rows instead of once per row.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -177,7 +177,10 @@ class HFPolicy(Policy):
     # -- sampling ----------------------------------------------------------
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, stop_token_ids: list[int] | None = None,
-                 seed: int | None = None) -> list[Generation]:
+                 seed: int | None = None, rows: Sequence[int] | None = None) -> list[Generation]:
+        """See :meth:`Policy.generate`. ``rows``: the index each prompt has in a larger batch
+        split across samplers (:class:`agents.process_policy.ProcessPolicy`): prompt ``i`` then
+        draws from the stream of ``(seed, rows[i])``, as it would in the whole batch."""
         if not check_prompts(prompts, max_new_tokens):
             return []
         version = self._param_version()
@@ -196,7 +199,7 @@ class HFPolicy(Policy):
             if self.decode_attention and attention in ("sdpa", "eager"):
                 self.model.set_attn_implementation(decode_attention.register())
             with torch.inference_mode():
-                return self._generate(prompts, max_new_tokens, temperature, top_p, stops, seed)
+                return self._generate(prompts, max_new_tokens, temperature, top_p, stops, seed, rows)
         finally:
             self.model.train(was_training)
             if self.model.config._attn_implementation != attention:
@@ -344,8 +347,10 @@ class HFPolicy(Policy):
         return out.past_key_values, out.logits[:, -1, :]
 
     def _generate(self, prompts: list[list[int]], max_new: int, temperature: float, top_p: float,
-                  stops: set[int], seed: int | None) -> list[Generation]:
+                  stops: set[int], seed: int | None, rows: Sequence[int] | None = None) -> list[Generation]:
         B = len(prompts)
+        if rows is not None and len(rows) != B:
+            raise ValueError(f"rows: {len(rows)} row indices for {B} prompts")
         # rows sorted by their ids, so that prompts sharing a prefix are neighbours (decode_attention
         # reads a shared prefix once per run of rows); results go back in the caller's order
         given = [np.asarray(p, dtype=np.int64) for p in prompts]
@@ -359,7 +364,9 @@ class HFPolicy(Policy):
         lean = self._lean_decoder() if plan is not None else None
         gens = None
         if seed is not None:  # row i of the caller draws from its own generator, wherever it sits in the batch
-            gens = [torch.Generator(device=dev).manual_seed((int(seed) * 1_000_003 + i) % (2**63)) for i in order]
+            stream = list(range(B)) if rows is None else [int(r) for r in rows]
+            gens = [torch.Generator(device=dev).manual_seed((int(seed) * 1_000_003 + stream[i]) % (2**63))
+                    for i in order]
         out_ids: list[list[int]] = [[] for _ in range(B)]
         out_lp: list[list[float]] = [[] for _ in range(B)]
         out_ent: list[list[float]] = [[] for _ in range(B)]

@@ -12,7 +12,8 @@ separately:
 * ``heldout``: tasks whose target room, item, container and phrasing occur in no
   training task (generalization: a model can only solve them by copying what it read).
 
-Per seed (seeds run in parallel processes, ``workers``):
+Per seed (``workers`` processes share the work in units: a seed's start, stages 1–2, then each
+of its arms, so that two cores stay busy to the last unit):
 
 1. ``before``: the pretrained tiny model (:mod:`agents.pretrain`): one checkpoint for every seed
    (``READER_CONFIG["base_seed"]``, see :func:`agents.reader.base_model`);
@@ -49,8 +50,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["QuickstartConfig", "run_quickstart", "ARMS", "check_splits", "eval_tasks", "figures_block",
-           "write_figures", "RUN_OPTIONS"]
+__all__ = ["QuickstartConfig", "run_quickstart", "run_seed", "seed_start", "seed_arm", "ARMS", "check_splits",
+           "eval_tasks", "figures_block", "write_figures", "RUN_OPTIONS"]
 
 ARMS = ("arpo", "grpo", "arpo_beta0", "rft", "grpo_shuffled")
 CONTROL = "rft"
@@ -78,7 +79,7 @@ class QuickstartConfig:
     eval_samples: int = 2           # sampled episodes per evaluation task
     eval_temperature: float = 1.0
     probe: bool = True              # the greedy swap probe at every evaluation
-    workers: int = 0                # seed processes (0: as many as cores, at most one per seed)
+    workers: int = 0                # worker processes (0: as many as cores, at most one per seed x arm)
     device: str = "cpu"
     output_dir: str = "runs/quickstart"
     cache_dir: str | None = None    # where reader checkpoints are kept (default: the model cache)
@@ -139,64 +140,102 @@ def _evaluate(policy: Any, cfg: QuickstartConfig, halves: dict[str, list[Any]], 
 def run_seed(cfg: QuickstartConfig, seed: int, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """One seed of the quickstart (see the module docstring): every stage's evaluation reports,
     the arms' training figures and times. Also written to ``<output_dir>/seed-<seed>.json``."""
+    row = seed_start(cfg, seed, log)
+    for arm in cfg.arms:
+        row["stages"][arm], row["arms"][arm] = seed_arm(cfg, seed, arm, log)
+    return _seed_done(cfg, row)
+
+
+def seed_start(cfg: QuickstartConfig, seed: int, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """A seed's first unit of work: the ``before`` and ``sft`` evaluations (building the seed's
+    reader checkpoint when it is not cached). Returns the seed's row so far."""
     import torch
 
     import envfactory
 
     from .hf_policy import HFPolicy
     from .reader import base_model, reader_model
-    from .train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
-    from .trainer import Trainer
 
     say = log or (lambda m: None)
     t0 = time.perf_counter()
-    out = Path(cfg.output_dir)
     spec = envfactory.spec(cfg.env)
     halves = eval_tasks(cfg.env, cfg.eval_tasks)
-    rl_ids = [t.id for t in spec.tasks_in("rl")]
-    check_splits([t.id for t in spec.tasks_in("sft")], rl_ids, [t.id for ts in halves.values() for t in ts])
+    check_splits([t.id for t in spec.tasks_in("sft")], [t.id for t in spec.tasks_in("rl")],
+                 [t.id for ts in halves.values() for t in ts])
     row: dict[str, Any] = {"seed": seed, "recipe": _recipe(cfg), "stages": {}, "arms": {}}
-
-    def stamp() -> str:
-        return f"{time.perf_counter() - t0:.0f}s"
-
     torch.manual_seed(seed)
     say(f"seed {seed}: pretrained tiny model (cached after the first run)")
     before = HFPolicy(base_model(seed, cfg.reader), device=cfg.device)
     row["stages"]["before"] = _evaluate(before, cfg, {"unseen": halves["unseen"]}, seed, probe=False)
     before.close()
-    say(f"seed {seed}: before {row['stages']['before']['unseen']['success']:.3f} on unseen tasks ({stamp()})")
+    say(f"seed {seed}: before {row['stages']['before']['unseen']['success']:.3f} on unseen tasks "
+        f"({time.perf_counter() - t0:.0f}s)")
     path = reader_model(seed, cfg.reader, log=say, device=cfg.device, cache_dir=cfg.cache_dir)
     policy = HFPolicy(path, device=cfg.device)
     row["stages"]["sft"] = _evaluate(policy, cfg, halves, seed, cfg.probe)
-    say(f"seed {seed}: sft {_line(row['stages']['sft'])} ({stamp()})")
-    after_sft = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
-    for arm in cfg.arms:
-        policy.model.load_state_dict(after_sft)  # every arm starts from the same checkpoint
-        a0 = time.perf_counter()
-        tr = Trainer(policy, [cfg.env], TrainerConfig(
-            tasks=rl_ids, seed=seed, steps=cfg.rl_steps, algorithm=_algorithm(arm, cfg),
-            sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature),
-            optim=OptimConfig(lr=cfg.rl_lr, tasks_per_step=cfg.tasks_per_step),
-            output=OutputConfig(dir=str(out / f"seed-{seed}" / arm), show_progress=False)))
-        rows = []
-        for _ in range(cfg.rl_steps):
-            rows.append(tr.train_step())
-        tr.close()
-        trained = round(time.perf_counter() - a0, 1)
-        row["stages"][arm] = _evaluate(policy, cfg, halves, seed, cfg.probe)
-        row["arms"][arm] = {
-            "train_success": [x["success"] for x in rows],
-            "tokens_sampled": sum(x["tokens_generated"] for x in rows),
-            "tokens_trained": sum(x["trained_tokens"] for x in rows),
-            "branches": sum(x.get("branches", 0) for x in rows),
-            "train_seconds": trained, "seconds": round(time.perf_counter() - a0, 1),
-        }
-        say(f"seed {seed}: {arm} {_line(row['stages'][arm])}; trained {trained}s ({stamp()})")
     policy.close()
     row["seconds"] = round(time.perf_counter() - t0, 1)
+    say(f"seed {seed}: sft {_line(row['stages']['sft'])} ({row['seconds']:.0f}s)")
+    return row
+
+
+def seed_arm(cfg: QuickstartConfig, seed: int, arm: str, log: Callable[[str], None] | None = None
+             ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One arm of one seed, from the seed's post-SFT checkpoint (built by :func:`seed_start`):
+    ``rl_steps`` training steps, then the evaluation. Returns (its evaluation report, its
+    training figures). An arm's results depend on its seed and recipe only, never on which arms
+    ran before it or in which process (each starts from the checkpoint on disk, torch seeded)."""
+    import torch
+
+    import envfactory
+
+    from .hf_policy import HFPolicy
+    from .reader import reader_model
+    from .train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
+    from .trainer import Trainer
+
+    say = log or (lambda m: None)
+    a0 = time.perf_counter()
+    halves = eval_tasks(cfg.env, cfg.eval_tasks)
+    rl_ids = [t.id for t in envfactory.spec(cfg.env).tasks_in("rl")]
+    torch.manual_seed(seed)
+    policy = HFPolicy(reader_model(seed, cfg.reader, log=say, device=cfg.device, cache_dir=cfg.cache_dir),
+                      device=cfg.device)
+    tr = Trainer(policy, [cfg.env], TrainerConfig(
+        tasks=rl_ids, seed=seed, steps=cfg.rl_steps, algorithm=_algorithm(arm, cfg),
+        sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature),
+        optim=OptimConfig(lr=cfg.rl_lr, tasks_per_step=cfg.tasks_per_step),
+        output=OutputConfig(dir=str(Path(cfg.output_dir) / f"seed-{seed}" / arm), show_progress=False)))
+    rows = []
+    try:
+        for _ in range(cfg.rl_steps):
+            rows.append(tr.train_step())
+    finally:
+        tr.close()
+    trained = round(time.perf_counter() - a0, 1)
+    report = _evaluate(policy, cfg, halves, seed, cfg.probe)
+    policy.close()
+    figures = {
+        "train_success": [x["success"] for x in rows],
+        "tokens_sampled": sum(x["tokens_generated"] for x in rows),
+        "tokens_trained": sum(x["trained_tokens"] for x in rows),
+        "branches": sum(x.get("branches", 0) for x in rows),
+        "train_seconds": trained, "seconds": round(time.perf_counter() - a0, 1),
+    }
+    say(f"seed {seed}: {arm} {_line(report)}; trained {trained}s ({figures['seconds']:.0f}s)")
+    return report, figures
+
+
+def _seed_done(cfg: QuickstartConfig, row: dict[str, Any]) -> dict[str, Any]:
+    """A seed's row once every arm is in: stages and arms in the recipe's order, ``seconds`` the
+    sum of its units' times; written to ``<output_dir>/seed-<seed>.json``."""
+    order = ["before", "sft", *cfg.arms]
+    row["stages"] = {k: row["stages"][k] for k in order}
+    row["arms"] = {k: row["arms"][k] for k in cfg.arms}
+    row["seconds"] = round(row["seconds"] + sum(a["seconds"] for a in row["arms"].values()), 1)
+    out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"seed-{seed}.json").write_text(json.dumps(row, indent=1))
+    (out / f"seed-{row['seed']}.json").write_text(json.dumps(row, indent=1))
     return row
 
 
@@ -234,11 +273,13 @@ def _line(report: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _seed_worker(cfg_dict: dict[str, Any], seed: int) -> dict[str, Any]:
+def _unit_worker(cfg_dict: dict[str, Any], seed: int, arm: str | None) -> Any:
+    """One unit of work in a worker process: a seed's start (``arm`` None) or one arm."""
     import torch
 
     torch.set_num_threads(1)
-    return run_seed(QuickstartConfig(**cfg_dict), seed, log=lambda m: print(m, file=sys.stderr, flush=True))
+    cfg, say = QuickstartConfig(**cfg_dict), (lambda m: print(m, file=sys.stderr, flush=True))
+    return seed_start(cfg, seed, say) if arm is None else seed_arm(cfg, seed, arm, say)
 
 
 def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> dict[str, Any]:
@@ -258,7 +299,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
             rows.append(done)
         else:
             todo.append(seed)
-    workers = cfg.workers or min(max(1, len(todo)), os.cpu_count() or 1)
+    workers = cfg.workers or min(max(1, len(todo) * len(cfg.arms)), os.cpu_count() or 1)
     summary = _summarize(cfg, rows, time.perf_counter() - started) if rows else {}
     if workers <= 1:
         for seed in todo:
@@ -267,15 +308,45 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
             summary = _summarize(cfg, rows, time.perf_counter() - started)
     elif todo:
         import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-        # the pretrained and reader checkpoints are built once per seed inside the workers
+        # Units of work, not whole seeds: a seed's start (its before/sft evaluations, building its
+        # reader checkpoint), then each of its arms. The next unit is an arm of the earliest
+        # started seed, else the next seed's start: seeds finish (and are saved) in order, and
+        # no core idles while another runs a lone last seed.
+        waiting, arms_left, partial = list(todo), {}, {}
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            futs = [pool.submit(_seed_worker, asdict(cfg), s) for s in todo]
-            for f in as_completed(futs):
-                rows.append(f.result())
-                rows.sort(key=lambda r: cfg.seeds.index(r["seed"]))
-                summary = _summarize(cfg, rows, time.perf_counter() - started)
+            flight: dict[Any, tuple[int, str | None]] = {}
+
+            def refill() -> None:
+                while len(flight) < workers:
+                    seed = next((s for s in partial if arms_left[s]), None)
+                    if seed is not None:
+                        unit: tuple[int, str | None] = (seed, arms_left[seed].pop(0))
+                    elif waiting:
+                        unit = (waiting.pop(0), None)
+                    else:
+                        return
+                    flight[pool.submit(_unit_worker, asdict(cfg), *unit)] = unit
+
+            refill()
+            while flight:
+                done, _ = wait(flight, return_when=FIRST_COMPLETED)
+                for f in done:
+                    seed, arm = flight.pop(f)
+                    if arm is None:
+                        partial[seed], arms_left[seed] = f.result(), list(cfg.arms)
+                        partial[seed]["pending"] = len(cfg.arms)
+                    else:
+                        row = partial[seed]
+                        row["stages"][arm], row["arms"][arm] = f.result()
+                        row["pending"] -= 1
+                        if row["pending"] == 0:
+                            del row["pending"]
+                            rows.append(_seed_done(cfg, partial.pop(seed)))
+                            rows.sort(key=lambda r: cfg.seeds.index(r["seed"]))
+                            summary = _summarize(cfg, rows, time.perf_counter() - started)
+                refill()
     return summary
 
 

@@ -16,7 +16,7 @@ default is the Trainer's default. A complete file, every value its default but
     algorithm: {name: arpo, M: 16, clip_eps: 0.2, kl_coef: 0.0, updates: 1, shuffle_rewards: false, N: 8, k: 20,
                 alpha: 0.5, beta: 0.2, mode: probability, tau: 0.0, Z: 1, attribution: soft, standardize: true,
                 scale: run, scale_ema: 0.1, branch_after: valid_tool_result}   # or {name: grpo | rft, M, clip_eps, kl_coef, updates, shuffle_rewards}
-    sampling: {max_new_tokens: 128, temperature: 1.0, max_turns: null, max_context: null, mode: aec}
+    sampling: {max_new_tokens: 128, temperature: 1.0, max_turns: null, max_context: null, mode: aec, processes: 1}
     optim: {lr: 1.0e-05, tasks_per_step: 4, micro_batch: 16, grad_clip: 1.0}
     sft: null            # {epochs: 10, lr: 0.001, batch_size: 8, tasks: null}: warm start before RL (envfactory train)
     eval: null           # {samples: 4, temperature: null, seed: 12345, tasks: null}: success before and after
@@ -60,6 +60,9 @@ class SamplingConfig:
         max_context: The most tokens of a role's sequence (``None``: the tokenizer's
             ``model_max_length``); a rollout none of whose roles fits another turn ends and is judged.
         mode: ``aec`` (turn order) or ``parallel`` (simultaneous moves) for teams.
+        processes: CPU processes that sample each batch (:class:`agents.process_policy.ProcessPolicy`,
+            sharing the weights) for the policies :meth:`Trainer.from_config` makes; ``1``: the
+            trainer's own process alone. A policy passed to ``Trainer`` is used as given.
     """
 
     max_new_tokens: int = 128
@@ -67,6 +70,11 @@ class SamplingConfig:
     max_turns: int | None = None
     max_context: int | None = None
     mode: Literal["aec", "parallel"] = "aec"
+    processes: int = 1
+
+    def __post_init__(self) -> None:
+        if self.processes < 1:
+            raise ValueError(f"sampling.processes must be at least 1, got {self.processes}")
 
 
 @dataclass

@@ -369,8 +369,15 @@ class Trainer:
         if not self.envs:
             raise ValueError("envs is empty: name the environments to train on (e.g. envs: [Counter-v0])")
 
-        def policy(m: str) -> HFPolicy:
-            return HFPolicy(build_tiny_model() if m == "tiny" else m, device=self.device)
+        def policy(m: str) -> Any:
+            pol = HFPolicy(build_tiny_model() if m == "tiny" else m, device=self.device)
+            if self.sampling.processes > 1:
+                from .process_policy import ProcessPolicy
+
+                if pol.device.type != "cpu":
+                    raise ValueError(f"sampling.processes is for CPU sampling; the policy is on {pol.device}")
+                return ProcessPolicy(pol, self.sampling.processes)
+            return pol
 
         team = {a: policy(m) for a, m in self.model.items()} if isinstance(self.model, dict) else policy(self.model)
         return cls(team, list(self.envs), config=self)

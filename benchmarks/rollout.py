@@ -19,7 +19,11 @@ matmul rate. The HF rollout is also run with
 transformers' own forward and SDPA attention in place of :mod:`agents.lean_decode` and
 :mod:`agents.decode_attention` (``*_sdpa_baseline_*``), the
 two interleaved ``repeats`` times (min/median/max, and the machine's load at the
-start and end), and once more for SmolLM2-135M where it is installed.
+start and end), and once more for SmolLM2-135M where it is installed. Both cores: the
+same episodes on two threads of one process (``rollout_hf_2threads_*``), and split over
+two processes by :class:`agents.process_policy.ProcessPolicy` (``rollout_hf_2proc_*``,
+interleaved with one process), against the matmul rate of two one-thread processes
+running at once, measured in the same run.
 """
 
 from __future__ import annotations
@@ -127,6 +131,54 @@ def matmul_flops_per_s(model: Any, batch: int, threads: int, repeats: int = 30) 
     return flops / best
 
 
+def _matmul_process(shapes: list[tuple[int, int]], batch: int, seconds: float, start: Any, q: Any) -> None:
+    """One process of :func:`matmul_flops_per_s_processes`: on one thread, passes over the
+    layers for ``seconds`` from the common start; puts the best pass's FLOP/s."""
+    import torch
+
+    torch.set_num_threads(1)
+    with torch.inference_mode():
+        ws = [torch.randn(o, i) for o, i in shapes]
+        xs = {i: torch.randn(batch, i) for _, i in shapes}
+        flops = sum(2.0 * batch * o * i for o, i in shapes)
+        for w in ws:  # warm
+            torch.nn.functional.linear(xs[w.shape[1]], w)
+        start.wait()
+        best, end = float("inf"), time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            for w in ws:
+                torch.nn.functional.linear(xs[w.shape[1]], w)
+            best = min(best, time.perf_counter() - t0)
+    q.put(flops / best)
+
+
+def matmul_flops_per_s_processes(model: Any, batch: int, processes: int, seconds: float = 2.0) -> float:
+    """FLOP/s that ``processes`` one-thread processes reach *together* on ``model``'s linear
+    layers (float32, ``batch`` rows), running at once from a common start: the sum of each
+    one's best pass. The bound of a rollout split over that many processes (two cores of
+    a VM share caches, memory bandwidth and often a physical core: twice the one-thread
+    rate need not be reachable)."""
+    import multiprocessing as mp
+
+    import torch
+
+    shapes = [tuple(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    ctx = mp.get_context("spawn")
+    start, q = ctx.Barrier(processes), ctx.Queue()
+    ps = [ctx.Process(target=_matmul_process, args=(shapes, batch, seconds, start, q), daemon=True)
+          for _ in range(processes)]
+    for p in ps:
+        p.start()
+    try:
+        return sum(q.get(timeout=120) for _ in ps)
+    finally:
+        for p in ps:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+
+
 def _spread(xs: list[float], nd: int = 3) -> dict[str, float]:
     xs = sorted(xs)
     return {"min": round(xs[0], nd), "median": round(statistics.median(xs), nd), "max": round(xs[-1], nd)}
@@ -183,6 +235,55 @@ def _report(prefix: str, policy: Any, on: dict, off: dict, ratios: list[float], 
             f"{prefix}_sdpa_baseline_mfu": round(work_flops(policy.model, off) / off["s"] / peak, 3)}
 
 
+def _two_processes(hf: Any, episodes_per_env: int, max_new_tokens: int, repeats: int) -> dict[str, Any]:
+    """Both cores through :class:`agents.process_policy.ProcessPolicy`: the same episodes split
+    over two sampling processes, interleaved ``repeats`` times with the one-process policy on
+    one thread and on two threads;
+    the work's FLOP/s against two processes' matmul rate measured at once in this run (and,
+    stricter, against twice the one-thread rate)."""
+    from agents.process_policy import ProcessPolicy
+
+    pp = ProcessPolicy(hf, 2)
+    threads = hf.threads
+    one: list[dict[str, float]] = []
+    two: list[dict[str, float]] = []
+    wide: list[dict[str, float]] = []  # one process, two threads
+    try:
+        _measure(pp, 2, 8)  # start and warm the sampler process
+        for _ in range(repeats):
+            for policy, runs, n in ((hf, one, 1), (pp, two, 1), (hf, wide, 2)):
+                hf.threads = n
+                policy.clear_cache()
+                runs.append(_measure(policy, episodes_per_env, max_new_tokens))
+    finally:
+        hf.threads = threads
+        pp.close()
+    # both bounds measured alike (best pass of a 2 s window), twice each, the better kept
+    peak1 = max(matmul_flops_per_s_processes(hf.model, 512, 1) for _ in range(2))
+    peak2 = max(matmul_flops_per_s_processes(hf.model, 512, 2) for _ in range(2))
+    rate1 = [work_flops(hf.model, m) / m["s"] for m in one]
+    rate2 = [work_flops(hf.model, m) / m["s"] for m in two]
+    rate_w = [work_flops(hf.model, m) / m["s"] for m in wide]
+    return {"rollout_hf_2proc_tokens_per_s_min_median_max": _spread([m["tokens"] / m["s"] for m in two], 1),
+            "rollout_hf_1proc_tokens_per_s_min_median_max": _spread([m["tokens"] / m["s"] for m in one], 1),
+            "rollout_hf_2proc_vs_1proc_tokens_per_s_ratio": _spread(
+                [(b["tokens"] / b["s"]) / (a["tokens"] / a["s"]) for a, b in zip(one, two)]),
+            "rollout_hf_2proc_vs_1proc_work_ratio": _spread([b / a for a, b in zip(rate1, rate2)]),
+            "rollout_hf_2threads_vs_1proc_tokens_per_s_ratio": _spread(
+                [(b["tokens"] / b["s"]) / (a["tokens"] / a["s"]) for a, b in zip(one, wide)]),
+            "rollout_hf_2proc_vs_2threads_tokens_per_s_ratio": _spread(
+                [(b["tokens"] / b["s"]) / (a["tokens"] / a["s"]) for a, b in zip(wide, two)]),
+            "rollout_hf_2threads_mfu_min_median_max": _spread([r / peak2 for r in rate_w]),
+            "rollout_hf_2proc_prefill_tokens": int(statistics.median(m["prefill"] for m in two)),
+            "rollout_hf_1proc_prefill_tokens": int(statistics.median(m["prefill"] for m in one)),
+            "rollout_matmul_prefill_1proc_window_gflops_per_s": round(peak1 / 1e9, 2),
+            "rollout_matmul_prefill_2proc_gflops_per_s": round(peak2 / 1e9, 2),
+            "rollout_matmul_prefill_2proc_vs_2x_1proc_ratio": round(peak2 / (2 * peak1), 3),
+            "rollout_hf_1proc_mfu_window_min_median_max": _spread([r / peak1 for r in rate1]),
+            "rollout_hf_2proc_mfu_min_median_max": _spread([r / peak2 for r in rate2]),
+            "rollout_hf_2proc_mfu_vs_2x_1proc_min_median_max": _spread([r / (2 * peak1) for r in rate2])}
+
+
 def bench_rollout(episodes_per_env: int = 16, max_new_tokens: int = 64, repeats: int = 3,
                   larger_episodes_per_env: int = 4, larger_max_new_tokens: int = 32,
                   vllm_timeout_s: float = 600.0) -> dict[str, Any]:
@@ -219,6 +320,7 @@ def bench_rollout(episodes_per_env: int = 16, max_new_tokens: int = 64, repeats:
             "rollout_matmul_prefill_2threads_vs_1thread_ratio": round(
                 matmul_flops_per_s(hf.model, 512, 2) / matmul_flops_per_s(hf.model, 512, 1), 3)}
     hf.threads = threads
+    out |= _two_processes(hf, episodes_per_env, max_new_tokens, repeats)
     del hf
     try:
         from agents.smol import smol_policy

@@ -50,6 +50,32 @@ def test_quickstart_measures_every_arm_on_evaluation_tasks_only(tmp_path) -> Non
     assert _finished(dataclasses.replace(cfg, resume=False), 0) is not None  # a --fresh run's seeds are kept later
 
 
+@pytest.mark.slow
+def test_units_of_work_on_two_workers_give_what_one_process_gives(tmp_path) -> None:
+    """Seeds split into units (a start, then each arm) over two worker processes: every seed's
+    figures equal those of the seeds run one after another in this process, and an arm's do not
+    depend on the arms before it (three seeds: the last seed's arms run side by side)."""
+    base = dict(arms=["arpo", "rft"], reader={"pretrained": False, "supply": 6, "sft_tasks": 4, "seq_len": 1024},
+                rl_steps=1, M=2, N=1, tasks_per_step=1, max_new_tokens=8, eval_tasks=3, eval_samples=1,
+                cache_dir=str(tmp_path / "cache"))
+    one = run_quickstart(QuickstartConfig(seeds=[0, 1, 2], workers=1, output_dir=str(tmp_path / "one"), **base))
+    said: list[str] = []
+    two = run_quickstart(QuickstartConfig(seeds=[0, 1, 2], workers=2, output_dir=str(tmp_path / "two"), **base),
+                         log=said.append)
+    assert two["seeds"] == [0, 1, 2] and said == []  # worker progress goes to stderr
+    assert two["success"] == one["success"] and two["compare"] == one["compare"]
+    for a, b in zip(one["per_seed"], two["per_seed"]):
+        assert list(b["stages"]) == ["before", "sft", "arpo", "rft"] and list(b["arms"]) == ["arpo", "rft"]
+        assert a["stages"] == b["stages"]
+        for arm in ("arpo", "rft"):
+            assert {k: v for k, v in a["arms"][arm].items() if "seconds" not in k} == \
+                   {k: v for k, v in b["arms"][arm].items() if "seconds" not in k}
+        assert json.loads((tmp_path / "two" / f"seed-{b['seed']}.json").read_text())["stages"] == b["stages"]
+    alone = run_quickstart(QuickstartConfig(seeds=[0], workers=1, output_dir=str(tmp_path / "alone"),
+                                            **{**base, "arms": ["rft"]}))
+    assert alone["per_seed"][0]["stages"]["rft"] == one["per_seed"][0]["stages"]["rft"]
+
+
 def test_overlapping_splits_and_unknown_arms_are_errors() -> None:
     with pytest.raises(ValueError, match="RL and evaluation"):
         check_splits(["a"], ["b", "c"], ["c"])
