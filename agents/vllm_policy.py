@@ -95,6 +95,13 @@ class VLLMPolicy(Policy):
         self.in_process = in_process
         import torch
 
+        if _on_cpu():
+            # vLLM rewinds a seeded request's generator after a partial (chunked) prefill
+            # (``Generator.set_offset``), which CPU generators do not have: the step raises
+            # "CPU Generator does not use offset" once a batch's prompts exceed the token
+            # budget (seen with 32 prompts of ~1,270 tokens). Whole prompts only, then.
+            engine_kwargs.setdefault("enable_chunked_prefill", False)
+            engine_kwargs.setdefault("max_num_batched_tokens", max(max_model_len, 8192))
         set_threads = torch.set_num_threads
         self.llm = LLM(
             model=self.path, gpu_memory_utilization=gpu_memory_utilization,
@@ -108,6 +115,7 @@ class VLLMPolicy(Policy):
         self.tokenizer = self.llm.get_tokenizer()
         self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
         self.max_model_len = max_model_len
+        self._failed: str | None = None  # why the engine failed, once it has
         self.prefix_tokens_reused = 0
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
@@ -128,8 +136,18 @@ class VLLMPolicy(Policy):
             )
             for i in range(len(prompts))
         ]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
-                                 use_tqdm=False)
+        if self._failed is not None:
+            raise RuntimeError(f"VLLMPolicy: the engine failed in an earlier batch ({self._failed}) and its "
+                               "unfinished requests are still queued in it; make a new VLLMPolicy")
+        try:
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
+                                     use_tqdm=False)
+        except Exception as exc:
+            # LLM.generate leaves a failed batch's requests in the engine: every later call would
+            # run them again (and fail or spin), so this policy refuses further batches at once
+            self._failed = f"{type(exc).__name__}: {exc}"[:300]
+            raise RuntimeError(f"VLLMPolicy: the vLLM engine failed in a batch of {len(prompts)} prompts "
+                               f"({self._failed}); this policy refuses further batches (make a new one)") from exc
         stop_set = set(stops)
         gens = []
         for p, out in zip(prompts, outs):

@@ -92,3 +92,29 @@ def test_vllm_stop_tokens_and_process_left_usable(engine) -> None:
     stop = g.token_ids[4]
     s = engine.generate([prompt], max_new_tokens=12, temperature=0.0, stop_token_ids=[stop])[0]
     assert s.finish_reason == "stop" and s.token_ids == g.token_ids[: g.token_ids.index(stop) + 1]
+
+
+def test_seeded_prompts_beyond_the_token_budget_complete(engine) -> None:
+    """32 seeded prompts of ~1,270 tokens (more than one step's token budget): vLLM's chunked
+    prefill rewound each partial request's generator with ``set_offset``, which CPU generators
+    lack, so the step raised and ``rollout`` retried prompt by prompt into a stuck engine (the
+    rollout benchmark's vLLM arm was killed at 600 s). Whole prompts only on CPU."""
+    from benchmarks.rollout import _measure
+
+    m = _measure(engine, 16, 16)
+    assert m["episodes"] == 32 and m["tokens"] > 0
+
+
+def test_a_failed_engine_is_named_and_refuses_further_batches(engine, monkeypatch) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("CPU Generator does not use offset")
+
+    monkeypatch.setattr(engine.llm, "generate", broken)
+    try:
+        with pytest.raises(RuntimeError, match="failed in a batch of 2 prompts .*CPU Generator"):
+            engine.generate([[5, 6, 7], [8, 9]], max_new_tokens=2, seed=0)
+        monkeypatch.undo()  # even with a working engine again, the policy refuses
+        with pytest.raises(RuntimeError, match="failed in an earlier batch .*make a new VLLMPolicy"):
+            engine.generate([[5, 6, 7]], max_new_tokens=2, seed=0)
+    finally:
+        engine._failed = None  # the module's other tests share this engine, which never really failed
