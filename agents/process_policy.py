@@ -1,10 +1,11 @@
 """Sampling on every CPU core: an :class:`~agents.hf_policy.HFPolicy` whose batches are split
 across processes that share its weights.
 
-Decoding a small model's batch on CPU is dominated by per-op overhead, and one process on
-two threads buys little (torch's OpenMP threads synchronise at every op; measured here:
-two threads 0.21–0.23 of both cores' matmul rate against 0.23–0.31 for two processes,
-``benchmarks/rollout_cores.py``). :class:`ProcessPolicy` runs ``processes - 1`` sampler
+One process samples on one core. Two torch threads in one process split each small op and
+synchronise at every one: on a loaded 2-core machine they reached 0.21–0.23 of both cores'
+matmul rate against 0.23–0.31 for two processes (``benchmarks/rollout_cores.py``); on a quiet
+AVX-512 host the two did equally well (1.01x, ``envfactory bench --only rollout``,
+``rollout_hf_2proc_vs_2threads_*``). :class:`ProcessPolicy` runs ``processes - 1`` sampler
 processes beside the caller: each :meth:`~ProcessPolicy.generate` sends every process a
 contiguous share of the batch (rows sorted by their ids, so that a task's samples and an
 episode's turns stay in one process and its prefix cache) and samples the first share
@@ -185,7 +186,7 @@ class ProcessPolicy(Policy):
         from . import decode_attention
 
         order = decode_attention.sort_rows([np.asarray(p, dtype=np.int64) for p in prompts])
-        shares = [list(s) for s in np.array_split(np.asarray(order), n)]
+        shares = [s.tolist() for s in np.array_split(np.asarray(order), n)]
         version = (self.inner._param_version(), self._cleared)
         for conn, rows in zip(self._conns, shares[1:]):
             try:

@@ -336,13 +336,10 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
                     seed, arm = flight.pop(f)
                     if arm is None:
                         partial[seed], arms_left[seed] = f.result(), list(cfg.arms)
-                        partial[seed]["pending"] = len(cfg.arms)
                     else:
                         row = partial[seed]
                         row["stages"][arm], row["arms"][arm] = f.result()
-                        row["pending"] -= 1
-                        if row["pending"] == 0:
-                            del row["pending"]
+                        if len(row["arms"]) == len(cfg.arms):  # the seed's last arm is in
                             rows.append(_seed_done(cfg, partial.pop(seed)))
                             rows.sort(key=lambda r: cfg.seeds.index(r["seed"]))
                             summary = _summarize(cfg, rows, time.perf_counter() - started)
