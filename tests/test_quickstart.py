@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 
 import pytest
 
@@ -103,3 +104,47 @@ def test_readme_figures_are_generated_from_a_results_file_of_the_current_recipe(
     changed = dict(s, success={**s["success"], "unseen": {**s["success"]["unseen"], "sft": {
         **s["success"]["unseen"]["sft"], "mean": s["success"]["unseen"]["sft"]["mean"] + 0.01}}})
     assert figures_block(changed) != block  # the comparison can fail
+
+
+_ORPHAN = """
+import os, signal, sys, time
+from concurrent.futures import ProcessPoolExecutor
+import multiprocessing as mp
+from agents.quickstart import _die_with_parent
+
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=_die_with_parent,
+                               initargs=(os.getpid(),))
+    print(pool.submit(os.getpid).result(), flush=True)
+    pool.submit(time.sleep, 120)
+    time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGKILL)  # the run dies mid-unit
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_run_takes_its_workers_with_it(tmp_path) -> None:
+    """Killing the quickstart's process must not leave its workers running their units on: a
+    worker (started as run_quickstart starts them) dies with the process that started it."""
+    import os
+    import subprocess
+    import time
+    from pathlib import Path
+
+    script = tmp_path / "orphan.py"
+    script.write_text(_ORPHAN)
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    worker = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        if Path(f"/proc/{worker}/stat").read_text().split(") ")[-1].startswith("Z"):
+            return  # dead, waiting for its (re)parent to reap it
+        time.sleep(0.1)
+    os.kill(worker, 9)
+    raise AssertionError(f"worker {worker} outlived the run's process by 10 s")
