@@ -130,7 +130,8 @@ def _tasks() -> list[ClassTask]:
 
 def _spec():
     return from_class(
-        [Service(RecordsArchive, loader="_load_scenario", key="archive"),
+        [Service(RecordsArchive, loader="_load_scenario", key="archive",
+                 read_only=["current_folder", "list_items", "read_document", "find_tagged"]),
          Service(CourierDesk, loader="_load_scenario", key="courier")],
         name="RecordsDesk-v0", domain="records",
         description="A records archive (folders, documents, tags, a current folder) and a courier desk "
