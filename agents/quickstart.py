@@ -522,8 +522,13 @@ def figures_block(s: dict[str, Any]) -> str:
         p = s["primary"]
         lines.append(f"Primary, fixed in advance: {s['primary_comparison'].replace('_minus_', ' − ')} = {_ci(p)}"
                      + (" (excludes 0)." if p["excludes_zero"] else " (includes 0: no difference shown)."))
-    others = [f"{k.replace('_minus_', ' − ')} {_ci(v)} (p_holm {s['holm'][k]['p_holm']:.3f})"
-              for k, v in s["compare"].items() if k in s["holm"]]
+    held = [k for k in s["compare"] if k in s["holm"]]
+    zero = [k for k in held if s["compare"][k]["mean"] == 0 and list(s["compare"][k]["ci"]) == [0, 0]]
+    others = [f"{k.replace('_minus_', ' − ')} {_ci(s['compare'][k])} (p_holm {s['holm'][k]['p_holm']:.3f})"
+              for k in held if k not in zero]
+    if zero:  # both arms 0.000 on every task: listing them says nothing
+        others.append(f"{len(zero)} more are exactly 0 [0, 0] (both arms solve nothing there: "
+                      f"{', '.join(sorted({k.rsplit('/', 1)[-1] for k in zero}))})")
     if others:
         lines.append("Others (Holm-corrected): " + "; ".join(others) + ".")
     return "\n".join(lines)
