@@ -53,7 +53,7 @@ from typing import Any, Callable
 __all__ = ["QuickstartConfig", "run_quickstart", "run_seed", "seed_start", "seed_arm", "ARMS", "check_splits",
            "eval_tasks", "figures_block", "write_figures", "RUN_OPTIONS"]
 
-ARMS = ("arpo", "grpo", "arpo_beta0", "rft", "grpo_shuffled")
+ARMS = ("arpo", "grpo", "arpo_beta0", "rft", "grpo_shuffled", "rft_mixed", "grpo_pos")
 CONTROL = "rft"
 
 
@@ -124,6 +124,10 @@ def _algorithm(arm: str, cfg: QuickstartConfig) -> Any:
         return alg.GRPO(shuffle_rewards=True, **common)
     if arm == "rft":
         return alg.RFT(**common)
+    if arm == "rft_mixed":  # diagnostics: RFT without the all-success groups, GRPO without its negatives
+        return alg.RFT(mixed_only=True, **common)
+    if arm == "grpo_pos":
+        return alg.GRPO(negatives=0.0, **common)
     return alg.ARPO(N=cfg.N, k=cfg.k, alpha=cfg.alpha, beta=0.0 if arm == "arpo_beta0" else cfg.beta, **common)
 
 

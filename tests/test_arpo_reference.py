@@ -183,6 +183,21 @@ def test_rft_trains_on_the_successes_only_with_advantage_one():
     assert all(r.advantages == [0.0] * 3 for r in kl if not r.signal)
 
 
+def test_the_diagnostic_arms_drop_one_part_of_their_update_each():
+    """rft_mixed: RFT without the groups where every sample succeeded; grpo_pos: GRPO without
+    its negative advantages (the quickstart's diagnostic arms)."""
+    assert RFT(mixed_only=True).advantages([1.0, 1.0, 1.0]) == [0.0, 0.0, 0.0]
+    assert RFT(mixed_only=True).advantages([1.0, 0.0, 1.0]) == [1.0, 0.0, 1.0] == RFT().advantages([1.0, 0.0, 1.0])
+    groups = [_group([1.0] * 4, task="all"), _group([1.0, 0.0, 0.0, 1.0], task="mixed"), _group([0.0] * 4)]
+    rows = _trainer(RFT(M=4, mixed_only=True)).samples(groups)["agent_0"]
+    assert len(rows) == 2 and all(r.signal and r.advantages == [1.0] * 3 for r in rows)  # the mixed group's successes
+    full, pos = GRPO().advantages([1.0, 0.0, 0.0, 0.0]), GRPO(negatives=0.0).advantages([1.0, 0.0, 0.0, 0.0])
+    assert pos[0] == full[0] > 0 and pos[1:] == [0.0] * 3 and all(a < 0 for a in full[1:])
+    assert GRPO(negatives=0.5).advantages([1.0, 0.0]) == [full2 if full2 > 0 else full2 / 2 for full2 in GRPO().advantages([1.0, 0.0])]
+    with pytest.raises(ValueError, match="negatives"):
+        GRPO(negatives=2.0)
+
+
 def test_rft_on_policy_gradient_is_the_sft_gradient():
     import torch
 

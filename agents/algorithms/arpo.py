@@ -145,10 +145,21 @@ class GRPO(_Update):
 
     name: ClassVar[str] = "GRPO"
     branching: ClassVar[bool] = False
+    negatives: float = field(default=1.0, kw_only=True)
+    """Scale of the negative advantages (failures below their group's mean): 1 is GRPO; 0 pushes
+    only successes up, with GRPO's normalisation (a diagnostic: what pushing failures down adds)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 <= self.negatives <= 1.0:
+            raise ValueError(f"negatives must be within [0, 1] (got {self.negatives})")
 
     @property
     def initial(self) -> int:
         return self.M
+
+    def advantages(self, rewards: Sequence[float]) -> list[float]:
+        return [max(a, 0.0) + self.negatives * min(a, 0.0) for a in group_advantages(rewards)]  # no -0.0
 
     def token_advantages(self, adv: Sequence[float], lengths: Sequence[int], lineage: Lineage) -> list[list[float]]:
         return soft_token_advantages(adv, lengths)
@@ -164,13 +175,20 @@ class RFT(_Update):
     name: ClassVar[str] = "RFT"
     branching: ClassVar[bool] = False
     signal: ClassVar[Literal["group", "sample"]] = "sample"
+    mixed_only: bool = field(default=False, kw_only=True)
+    """Train only on the successes of groups that also hold a failure (the groups GRPO learns
+    from), not on groups where every sample succeeded (a diagnostic: what imitating the tasks the
+    policy already solves adds)."""
 
     @property
     def initial(self) -> int:
         return self.M
 
     def advantages(self, rewards: Sequence[float]) -> list[float]:
-        """1 for a success (reward > 0), else 0; never normalised, so an all-success group trains."""
+        """1 for a success (reward > 0), else 0; never normalised, so an all-success group trains
+        (unless ``mixed_only``)."""
+        if self.mixed_only and all(r > 0 for r in rewards):
+            return [0.0] * len(rewards)
         return [1.0 if r > 0 else 0.0 for r in rewards]
 
     def token_advantages(self, adv: Sequence[float], lengths: Sequence[int], lineage: Lineage) -> list[list[float]]:
