@@ -50,10 +50,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["QuickstartConfig", "run_quickstart", "run_seed", "seed_start", "seed_arm", "ARMS", "check_splits",
+__all__ = ["QuickstartConfig", "run_quickstart", "run_seed", "seed_start", "seed_arm", "ARMS", "DIAGNOSTICS", "check_splits",
            "eval_tasks", "figures_block", "write_figures", "RUN_OPTIONS"]
 
 ARMS = ("arpo", "grpo", "arpo_beta0", "rft", "grpo_shuffled", "rft_mixed", "grpo_pos")
+DIAGNOSTICS = ("rft_mixed", "grpo_pos")  # arms that each drop one part of an update (see _algorithm)
 CONTROL = "rft"
 
 

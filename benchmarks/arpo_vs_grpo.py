@@ -22,7 +22,7 @@ import sys
 
 
 def main() -> int:
-    from agents.quickstart import ARMS, QuickstartConfig, run_quickstart
+    from agents.quickstart import ARMS, DIAGNOSTICS, QuickstartConfig, run_quickstart
     from agents.stats import holm, paired_bootstrap
 
     q = QuickstartConfig()
@@ -30,7 +30,7 @@ def main() -> int:
     p.add_argument("--env", default=q.env)
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     p.add_argument("--steps", type=int, default=q.rl_steps)
-    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    p.add_argument("--arms", nargs="+", default=[a for a in ARMS if a not in DIAGNOSTICS], choices=ARMS)
     p.add_argument("--eval-tasks", type=int, default=q.eval_tasks)
     p.add_argument("--eval-samples", type=int, default=q.eval_samples)
     p.add_argument("--workers", type=int, default=0)
