@@ -107,7 +107,7 @@ def test_readme_figures_are_generated_from_a_results_file_of_the_current_recipe(
 
 
 _ORPHAN = """
-import os, signal, sys, time
+import os, signal, time
 from concurrent.futures import ProcessPoolExecutor
 import multiprocessing as mp
 from agents.quickstart import _die_with_parent
@@ -141,10 +141,10 @@ def test_a_killed_run_takes_its_workers_with_it(tmp_path) -> None:
     while time.monotonic() < deadline:
         try:
             os.kill(worker, 0)
-        except ProcessLookupError:
+            if Path(f"/proc/{worker}/stat").read_text().split(") ")[-1].startswith("Z"):
+                return  # dead, waiting for its (re)parent to reap it
+        except (ProcessLookupError, FileNotFoundError):  # gone (also between the two looks)
             return
-        if Path(f"/proc/{worker}/stat").read_text().split(") ")[-1].startswith("Z"):
-            return  # dead, waiting for its (re)parent to reap it
         time.sleep(0.1)
     os.kill(worker, 9)
     raise AssertionError(f"worker {worker} outlived the run's process by 10 s")
