@@ -51,10 +51,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 __all__ = ["QuickstartConfig", "run_quickstart", "run_seed", "seed_start", "seed_arm", "ARMS", "DIAGNOSTICS", "check_splits",
-           "eval_tasks", "figures_block", "write_figures", "RUN_OPTIONS"]
+           "eval_tasks", "figures_block", "write_figures", "RUN_OPTIONS", "SPLITS"]
 
-ARMS = ("arpo", "grpo", "arpo_beta0", "rft", "grpo_shuffled", "rft_mixed", "grpo_pos")
-DIAGNOSTICS = ("rft_mixed", "grpo_pos")  # arms that each drop one part of an update (see _algorithm)
+ARMS = ("arpo", "grpo", "arpo_beta0", "rft", "grpo_shuffled", "rft_mixed", "grpo_pos", "grpo_neg25", "grpo_neg50")
+DIAGNOSTICS = ("rft_mixed", "grpo_pos", "grpo_neg25", "grpo_neg50")  # arms that change one part of an update (see _algorithm)
+SPLITS = ("eval", "dev")
+"""Where a run is evaluated: the environment's ``eval`` split, or ``dev``, fresh tasks of the
+training distribution that no seed trains on (:func:`eval_tasks`), for choosing a variant
+before the evaluation split measures it."""
 CONTROL = "rft"
 
 
@@ -85,8 +89,11 @@ class QuickstartConfig:
     output_dir: str = "runs/quickstart"
     cache_dir: str | None = None    # where reader checkpoints are kept (default: the model cache)
     resume: bool = True             # keep seeds whose results of this recipe are in output_dir already
+    eval_split: str = "eval"        # "eval", or "dev": a development set (see SPLITS)
 
     def __post_init__(self) -> None:
+        if self.eval_split not in SPLITS:
+            raise ValueError(f"eval_split must be one of {SPLITS}, got {self.eval_split!r}")
         unknown = set(self.arms) - set(ARMS)
         if unknown or not self.arms:
             raise ValueError(f"arms must be some of {ARMS}, got {self.arms}")
@@ -105,10 +112,26 @@ def check_splits(sft: list[str], rl: list[str], evaluation: list[str]) -> None:
             raise ValueError(f"{what} tasks overlap: {sorted(both)[:5]}")
 
 
-def eval_tasks(env: str, n: int | None = None) -> dict[str, list[Any]]:
-    """The evaluation split's halves, ``{"unseen": [...], "heldout": [...]}`` (the first ``n`` of each)."""
+DEV_TASKS = 200
+
+
+def eval_tasks(env: str, n: int | None = None, split: str = "eval") -> dict[str, list[Any]]:
+    """The evaluation split's halves, ``{"unseen": [...], "heldout": [...]}`` (the first ``n`` of each).
+
+    ``split="dev"``: ``{"unseen": [...]}``, ``n`` (default 200) fresh FindLight-v3 tasks of the
+    training names and phrasings from a supply stream of their own (seed ``"dev"``; readers
+    learn from the streams of integer seeds, RL from the ``rl`` split): a development set to
+    choose among variants on, so that the evaluation split measures only what was chosen."""
     import envfactory
 
+    if split == "dev":
+        from environments.find_light import v3_supply
+
+        if env != "FindLight-v3":
+            raise ValueError(f"a dev split exists for FindLight-v3 only, not {env!r}")
+        return {"unseen": v3_supply(DEV_TASKS if n is None else n, seed="dev", made_up=0.0)}
+    if split != "eval":
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     ev = envfactory.spec(env).tasks_in("eval")
     halves = {"unseen": [t for t in ev if t.metadata.get("names", "train") == "train"],
               "heldout": [t for t in ev if t.metadata.get("names") == "heldout"]}
@@ -129,6 +152,8 @@ def _algorithm(arm: str, cfg: QuickstartConfig) -> Any:
         return alg.RFT(mixed_only=True, **common)
     if arm == "grpo_pos":
         return alg.GRPO(negatives=0.0, **common)
+    if arm.startswith("grpo_neg"):  # negative advantages scaled down: grpo_neg25 = a quarter of GRPO's
+        return alg.GRPO(negatives=int(arm.removeprefix("grpo_neg")) / 100, **common)
     return alg.ARPO(N=cfg.N, k=cfg.k, alpha=cfg.alpha, beta=0.0 if arm == "arpo_beta0" else cfg.beta, **common)
 
 
@@ -164,7 +189,7 @@ def seed_start(cfg: QuickstartConfig, seed: int, log: Callable[[str], None] | No
     say = log or (lambda m: None)
     t0 = time.perf_counter()
     spec = envfactory.spec(cfg.env)
-    halves = eval_tasks(cfg.env, cfg.eval_tasks)
+    halves = eval_tasks(cfg.env, cfg.eval_tasks, cfg.eval_split)
     check_splits([t.id for t in spec.tasks_in("sft")], [t.id for t in spec.tasks_in("rl")],
                  [t.id for ts in halves.values() for t in ts])
     row: dict[str, Any] = {"seed": seed, "recipe": _recipe(cfg), "stages": {}, "arms": {}}
@@ -201,7 +226,7 @@ def seed_arm(cfg: QuickstartConfig, seed: int, arm: str, log: Callable[[str], No
 
     say = log or (lambda m: None)
     a0 = time.perf_counter()
-    halves = eval_tasks(cfg.env, cfg.eval_tasks)
+    halves = eval_tasks(cfg.env, cfg.eval_tasks, cfg.eval_split)
     rl_ids = [t.id for t in envfactory.spec(cfg.env).tasks_in("rl")]
     torch.manual_seed(seed)
     policy = HFPolicy(reader_model(seed, cfg.reader, log=say, device=cfg.device, cache_dir=cfg.cache_dir),
@@ -252,6 +277,8 @@ def _recipe(cfg: QuickstartConfig) -> dict[str, Any]:
     skip = {"seeds", "workers", "output_dir", "cache_dir"}
     recipe = {k: v for k, v in asdict(cfg).items() if k not in skip}
     recipe["reader"] = {**READER_CONFIG, **(cfg.reader or {}), "format": _FORMAT}
+    if recipe["eval_split"] == "eval":  # the field came after recorded results: its default leaves their recipe
+        del recipe["eval_split"]
     return recipe
 
 
@@ -376,7 +403,7 @@ def _summarize(cfg: QuickstartConfig, rows: list[dict[str, Any]], seconds: float
     from .stats import bootstrap_mean, holm, paired_bootstrap
 
     out = Path(cfg.output_dir)
-    halves = eval_tasks(cfg.env, cfg.eval_tasks)
+    halves = eval_tasks(cfg.env, cfg.eval_tasks, cfg.eval_split)
     stages = ["before", "sft", *cfg.arms]
     success: dict[str, dict[str, Any]] = {}
     for half in halves:

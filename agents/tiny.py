@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -235,9 +236,11 @@ def build_tiny_model(cache_dir: str | os.PathLike[str] | None = None, seed: int 
 def publish_folder(dest: Path, marker: str, build: Callable[[Path], object]) -> None:
     """Build a cached folder and publish it atomically: ``build(tmp)`` fills a private folder next
     to ``dest``, which is then renamed to ``dest``. When another process published ``dest`` first
-    (its ``marker`` file exists), that one is kept; the private folder never outlives the call."""
+    (its ``marker`` file exists), that one is kept; the private folder never outlives the call,
+    and the ones that outlived a killed process (a signal ``finally`` never sees) are swept here."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=dest.parent))
+    sweep_orphans(dest.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_BUILDING}{socket.gethostname()}-{os.getpid()}-", dir=dest.parent))
     try:
         build(tmp)
         try:
@@ -247,3 +250,25 @@ def publish_folder(dest: Path, marker: str, build: Callable[[Path], object]) -> 
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+_BUILDING = ".building-"
+
+
+def sweep_orphans(folder: Path) -> list[Path]:
+    """Remove the private build folders in ``folder`` whose process, on this host, is gone
+    (``.building-<host>-<pid>-*``); returns them. A live builder's folder, another host's (a
+    shared cache) and one of an unknown name are left alone."""
+    host, gone = socket.gethostname(), []
+    for d in folder.glob(f"{_BUILDING}*"):
+        owner, sep, rest = d.name[len(_BUILDING):].rpartition("-")[0].rpartition("-")
+        if not sep or owner != host or not rest.isdigit() or not d.is_dir():
+            continue
+        try:
+            os.kill(int(rest), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d)
+        except (PermissionError, OverflowError):  # alive under another user; not a pid
+            continue
+    return gone

@@ -22,7 +22,7 @@ import sys
 
 
 def main() -> int:
-    from agents.quickstart import ARMS, DIAGNOSTICS, QuickstartConfig, run_quickstart
+    from agents.quickstart import ARMS, DIAGNOSTICS, SPLITS, QuickstartConfig, run_quickstart
     from agents.stats import holm, paired_bootstrap
 
     q = QuickstartConfig()
@@ -33,12 +33,15 @@ def main() -> int:
     p.add_argument("--arms", nargs="+", default=[a for a in ARMS if a not in DIAGNOSTICS], choices=ARMS)
     p.add_argument("--eval-tasks", type=int, default=q.eval_tasks)
     p.add_argument("--eval-samples", type=int, default=q.eval_samples)
+    p.add_argument("--eval-split", default=q.eval_split, choices=SPLITS,
+                   help="dev: fresh training-distribution tasks, to choose variants on (not the eval split)")
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--device", default=q.device)
     p.add_argument("--out", default="runs/arpo_vs_grpo")
     args = p.parse_args()
     cfg = QuickstartConfig(env=args.env, seeds=args.seeds, arms=args.arms, rl_steps=args.steps,
                            eval_tasks=args.eval_tasks, eval_samples=args.eval_samples, workers=args.workers,
+                           eval_split=args.eval_split,
                            device=args.device, output_dir=args.out)
     s = run_quickstart(cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
     rows = s["per_seed"]

@@ -227,7 +227,7 @@ def made_up_name(rng: random.Random) -> str:
     return "".join(rng.choice(_SYLLABLES) for _ in range(rng.choice((2, 2, 3))))
 
 
-def v3_supply(n: int, *, seed: int = 0, made_up: float = 0.5) -> list[Task]:
+def v3_supply(n: int, *, seed: int | str = 0, made_up: float = 0.5) -> list[Task]:
     """``n`` fresh training tasks of FindLight-v3's world (play them on a FindLight-v3 episode:
     ``episode.reset(task)``): the training phrasings, names from the training pools or, each
     with probability ``made_up``, made up (:func:`made_up_name`). No held-out name or phrasing

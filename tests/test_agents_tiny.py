@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 
 import envfactory
@@ -77,3 +78,32 @@ def test_registering_an_environment_leaves_the_embedded_model_unchanged(monkeypa
     monkeypatch.setitem(registry._REGISTRY, "Newcomer-v0", newcomer)
     assert "Newcomer-v0" in {s.name for s in envfactory.specs()} and "Newcomer-v0" not in CORPUS_ENVS
     assert corpus() == before
+
+
+def test_a_build_folder_left_by_a_killed_process_is_swept_by_the_next_build(tmp_path) -> None:
+    """Before: a process killed while building (SIGKILL, no ``finally``) left its
+    ``.building-*`` folder in the model cache for good, e.g. a killed quickstart's worker
+    mid-save. Now the next build removes it; a live builder's and another host's stay."""
+    import socket
+    import subprocess
+    import sys
+
+    from agents.tiny import publish_folder
+
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = socket.gethostname()
+    dead = tmp_path / f".building-{host}-{int(child.stdout)}-abc123"
+    live = tmp_path / f".building-{host}-{os.getpid()}-def456"
+    other = tmp_path / f".building-elsewhere-{int(child.stdout)}-ghi789"
+    odd = tmp_path / ".building-x7y8z9"  # the old naming: its owner is unknown, so it stays
+    for d in (dead, live, other, odd):
+        (d / "model").mkdir(parents=True)
+
+    def build(tmp):
+        assert tmp.name.startswith(f".building-{host}-{os.getpid()}-")
+        (tmp / "done").write_text("1")
+
+    publish_folder(tmp_path / "model-a", "done", build)
+    assert (tmp_path / "model-a" / "done").exists()
+    assert not dead.exists() and live.exists() and other.exists() and odd.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model-a", live.name, other.name, odd.name])

@@ -86,6 +86,31 @@ def test_overlapping_splits_and_unknown_arms_are_errors() -> None:
         QuickstartConfig(seeds=[1, 1])
 
 
+def test_the_dev_split_is_fresh_tasks_no_seed_trains_or_is_evaluated_on() -> None:
+    """Variants are chosen on ``eval_split="dev"``: tasks of the training names and phrasings
+    that are in no split of the environment and in no reader's supply stream."""
+    from agents.quickstart import _algorithm, _recipe, eval_tasks
+    from environments.find_light import HELDOUT_NAMES, v3_supply
+
+    dev = eval_tasks("FindLight-v3", split="dev")["unseen"]
+    assert len(dev) == 200 and len({t.id for t in dev}) == 200
+    assert [t.id for t in dev] == [t.id for t in eval_tasks("FindLight-v3", split="dev")["unseen"]]
+    spec = envfactory.spec("FindLight-v3")
+    taken = {t.id for t in spec.tasks()} | {t.id for seed in range(10) for t in v3_supply(50, seed=seed)}
+    assert not taken & {t.id for t in dev}
+    held = {x for v in HELDOUT_NAMES.values() for x in v}
+    assert not any(x in t.instruction for t in dev for x in held)
+    assert len(eval_tasks("FindLight-v3", 7, "dev")["unseen"]) == 7
+    with pytest.raises(ValueError, match="FindLight-v3 only"):
+        eval_tasks("FindLight-v2", split="dev")
+    with pytest.raises(ValueError, match="eval_split"):
+        QuickstartConfig(eval_split="test")
+    # the default leaves the recipe of results recorded before the field existed; dev is a recipe of its own
+    assert "eval_split" not in _recipe(QuickstartConfig())
+    assert _recipe(QuickstartConfig(eval_split="dev"))["eval_split"] == "dev"
+    assert _algorithm("grpo_neg25", QuickstartConfig()).negatives == 0.25
+
+
 def test_readme_figures_are_generated_from_a_results_file_of_the_current_recipe() -> None:
     """The README's quickstart figures are exactly figures_block() of the results file it names,
     that file records the commit it came from, and its recipe is what the code runs today: a
