@@ -305,19 +305,6 @@ def _line(report: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _die_with_parent(parent: int) -> None:
-    """A worker process's initializer: the kernel ends the worker when the process that started
-    it dies (killed, crashed), instead of the worker finishing its unit, minutes of CPU, for no
-    one (Linux's ``PR_SET_PDEATHSIG``; elsewhere a worker still ends at its next unit)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1: PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # it died before the line above took effect
-        os._exit(1)
-
-
 def _unit_worker(cfg_dict: dict[str, Any], seed: int, arm: str | None) -> Any:
     """One unit of work in a worker process: a seed's start (``arm`` None) or one arm."""
     import torch
@@ -352,16 +339,16 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
             rows.sort(key=lambda r: cfg.seeds.index(r["seed"]))
             summary = _summarize(cfg, rows, time.perf_counter() - started)
     elif todo:
-        import multiprocessing as mp
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        from envfactory.processes import worker_pool
 
         # Units of work, not whole seeds: a seed's start (its before/sft evaluations, building its
         # reader checkpoint), then each of its arms. The next unit is an arm of the earliest
         # started seed, else the next seed's start: seeds finish (and are saved) in order, and
         # no core idles while another runs a lone last seed.
         waiting, arms_left, partial = list(todo), {}, {}
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_die_with_parent,
-                                 initargs=(os.getpid(),)) as pool:
+        with worker_pool(workers, "spawn") as pool:  # a killed run takes its workers with it
             flight: dict[Any, tuple[int, str | None]] = {}
 
             def refill() -> None:

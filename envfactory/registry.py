@@ -500,10 +500,9 @@ def _describe_elsewhere(names_: list[str], workers: int) -> Iterator[tuple[str, 
     """Build the entries of ``names_`` in ``workers`` fresh processes (task synthesis is CPU-bound:
     a cold listing of every family takes minutes in one process). Spawned, not forked: the caller
     may hold threads."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from .processes import worker_pool
 
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with worker_pool(workers, "spawn") as pool:
         yield from pool.map(_describe_one, names_)
 
 

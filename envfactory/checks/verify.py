@@ -590,13 +590,13 @@ def verify_many(specs: list[Any], *, runtime: str = "local", audit: Any = "quick
     # workers are forked (they inherit every registered spec); where fork is not offered, verify here
     if (n > 1 and runtime == "local" and len(specs) > 1 and "fork" in mp.get_all_start_methods()
             and all(_is_registered(s) for s in specs)):
-        from concurrent.futures import ProcessPoolExecutor
+        from ..processes import worker_pool
 
         jobs = [(s.name, audit, audit_fails) for s in specs]
         # biggest first, so no worker is left with one long environment at the end
         order = sorted(range(len(jobs)), key=lambda i: -_weight(specs[i]))
         done = {}
-        with ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as pool:
+        with worker_pool(n, "fork") as pool:
             for i, report in zip(order, pool.map(_verify_registered, [jobs[i] for i in order])):
                 done[i] = report
                 if on_report is not None:
