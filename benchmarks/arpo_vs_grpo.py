@@ -7,11 +7,15 @@ rollout budget (M per task, the same steps), and the same evaluation on both hal
 the evaluation split. Prints one JSON object: per arm, success with its CI, sampled and
 trained tokens and training wall-clock; every pairwise difference in success (paired
 two-way bootstrap, Holm-corrected over the family), and in sampled tokens and wall-clock
-(paired by seed). Not in CI, and not run yet: the quickstart measured 6–7 min per seed for two
-arms on 2 cores (2026-11-25), about 2.5 min per arm, so five arms take about 14 min per seed and
-10 seeds on 2 cores about 70 min warm, plus about 7 min of reader SFT per seed not yet cached.
+(paired by seed). Not in CI. Measured 2026-11-29 on the 2-core CI machine: 2,876 s (48 min)
+with five of the ten readers built in the run (about 7 min of one core each), about 30 min with
+every reader cached (figures: benchmarks/results/RESULTS.md).
 
-    python benchmarks/arpo_vs_grpo.py [--seeds 0 1 2 3 4 5 6 7 8 9] [--steps 12]
+``--eval-split dev`` evaluates on ``--eval-tasks`` fresh tasks of the training distribution instead
+(:func:`agents.quickstart.eval_tasks`): choose variants there (the diagnostic arms), and
+measure only the chosen one on the evaluation split.
+
+    python benchmarks/arpo_vs_grpo.py [--seeds 0 1 2 3 4 5 6 7 8 9] [--steps 12] [--eval-split dev]
 """
 
 from __future__ import annotations
