@@ -29,13 +29,16 @@ def die_with_parent(parent: int) -> None:
 
 
 def worker_pool(workers: int, method: str = "spawn") -> ProcessPoolExecutor:
-    """A process pool of ``workers`` started by ``method`` (``"spawn"``, ``"fork"``,
-    ``"forkserver"``) whose workers die with this process (see the module docstring).
+    """A process pool of ``workers`` started by ``method`` (``"spawn"`` or ``"fork"``; a
+    ``"forkserver"`` worker's parent is the fork server, not this process) whose workers die
+    with this process (see the module docstring).
 
     The kernel's "parent" is the *thread* that started a worker, and the pool starts workers in
     the thread that submits: submit from one thread that outlives the pool's work (a ``with``
     block around it, as every caller here does), not from short-lived threads."""
     import multiprocessing as mp
 
+    if method not in ("spawn", "fork"):
+        raise ValueError(f"method must be 'spawn' or 'fork', got {method!r}")
     return ProcessPoolExecutor(workers, mp_context=mp.get_context(method), initializer=die_with_parent,
                                initargs=(os.getpid(),))

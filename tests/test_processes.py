@@ -59,3 +59,10 @@ def test_the_pools_that_run_long_jobs_use_it() -> None:
     for mod in (agents.quickstart, envfactory.registry, envfactory.checks.verify):
         src = inspect.getsource(mod)
         assert "worker_pool(" in src and "ProcessPoolExecutor(" not in src, mod.__name__
+
+
+def test_a_start_method_whose_workers_are_not_our_children_is_refused() -> None:
+    from envfactory.processes import worker_pool
+
+    with pytest.raises(ValueError, match="spawn"):
+        worker_pool(1, "forkserver")
