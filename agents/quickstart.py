@@ -32,8 +32,13 @@ shown, and (on the ``unseen`` half) the greedy swap probe: does a success follow
 ``locate``'s answer when it is swapped for another room? The blind baselines (a random room, the most frequent
 room) are computed on the same tasks.
 
-The primary comparison, fixed in advance: ``<first RL arm> − rft`` on the ``unseen`` half
-(paired two-way bootstrap over seeds and tasks, 95%). Every other comparison is reported
+The model (``model``, :data:`MODELS`): the embedded tiny model by default, or ``"smol"``,
+SmolLM2-135M-Instruct from its PyPI package, whose reader SFT and RL arms train its top layers
+only (:data:`agents.reader.SMOL_READER_CONFIG`); the pipeline, splits and statistics are the same.
+
+The primary comparison, fixed in advance: ``<first RL arm> − rft`` on the model's primary half
+(``unseen`` for the tiny model, ``heldout`` for SmolLM2; paired two-way bootstrap over seeds and
+tasks, 95%). Every other comparison is reported
 with Holm-corrected p-values. Each seed's results are written to ``seed-<n>.json`` as
 soon as they exist, and the summary and report are rewritten after every seed; a run
 started again with the same recipe and folder keeps the seeds already finished (``resume``).
@@ -50,6 +55,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .reader import SMOL_READER_CONFIG
+
 __all__ = ["QuickstartConfig", "MODELS", "run_quickstart", "run_seed", "seed_start", "seed_arm", "ARMS", "DIAGNOSTICS", "check_splits",
            "eval_tasks", "figures_block", "write_figures", "RUN_OPTIONS", "SPLITS"]
 
@@ -62,7 +69,7 @@ before the evaluation split measures it."""
 CONTROL = "rft"
 MODELS: dict[str, dict[str, Any]] = {
     "tiny": {"rl_lr": 2e-4, "primary_half": "unseen", "reader": None},
-    "smol": {"rl_lr": 5e-5, "primary_half": "heldout", "reader": "SMOL_READER_CONFIG"},
+    "smol": {"rl_lr": 5e-5, "primary_half": "heldout", "reader": SMOL_READER_CONFIG},
 }
 """The models a quickstart trains, and what each changes in the recipe: ``tiny``, the embedded
 tiny model (pretrained here; its tokenizer spells a name differently in prose and in a JSON
@@ -110,9 +117,7 @@ class QuickstartConfig:
         if self.rl_lr is None:
             self.rl_lr = preset["rl_lr"]
         if preset["reader"] is not None:  # the model's reader recipe, under the caller's overrides
-            from . import reader
-
-            self.reader = {**getattr(reader, preset["reader"]), **(self.reader or {})}
+            self.reader = {**preset["reader"], **(self.reader or {})}
         elif (self.reader or {}).get("base", "tiny") != "tiny":
             raise ValueError(f"model 'tiny' takes a tiny reader recipe; for another base use model= ({sorted(MODELS)})")
         if self.eval_split not in SPLITS:
@@ -217,7 +222,7 @@ def seed_start(cfg: QuickstartConfig, seed: int, log: Callable[[str], None] | No
                  [t.id for ts in halves.values() for t in ts])
     row: dict[str, Any] = {"seed": seed, "recipe": _recipe(cfg), "stages": {}, "arms": {}}
     torch.manual_seed(seed)
-    say(f"seed {seed}: pretrained tiny model (cached after the first run)")
+    say(f"seed {seed}: {_MODEL_NAMES[cfg.model]} before any SFT")
     before = HFPolicy(base_model(seed, cfg.reader), device=cfg.device)
     row["stages"]["before"] = _evaluate(before, cfg, {"unseen": halves["unseen"]}, seed, probe=False)
     before.close()
@@ -348,6 +353,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
     cfg = cfg or QuickstartConfig()
     say = log or (lambda msg: None)
     started = time.perf_counter()
+    commit = _commit()  # the code that runs: a commit made while the run goes on is not what it measured
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -360,12 +366,12 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
         else:
             todo.append(seed)
     workers = cfg.workers or min(max(1, len(todo) * len(cfg.arms)), os.cpu_count() or 1)
-    summary = _summarize(cfg, rows, time.perf_counter() - started) if rows else {}
+    summary = _summarize(cfg, rows, time.perf_counter() - started, commit) if rows else {}
     if workers <= 1:
         for seed in todo:
             rows.append(run_seed(cfg, seed, log=say))
             rows.sort(key=lambda r: cfg.seeds.index(r["seed"]))
-            summary = _summarize(cfg, rows, time.perf_counter() - started)
+            summary = _summarize(cfg, rows, time.perf_counter() - started, commit)
     elif todo:
         from concurrent.futures import FIRST_COMPLETED, wait
 
@@ -403,7 +409,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
                         if len(row["arms"]) == len(cfg.arms):  # the seed's last arm is in
                             rows.append(_seed_done(cfg, partial.pop(seed)))
                             rows.sort(key=lambda r: cfg.seeds.index(r["seed"]))
-                            summary = _summarize(cfg, rows, time.perf_counter() - started)
+                            summary = _summarize(cfg, rows, time.perf_counter() - started, commit)
                 refill()
     return summary
 
@@ -412,7 +418,7 @@ def _grid(rows: list[dict[str, Any]], stage: str, half: str) -> list[list[float]
     return [r["stages"][stage][half]["per_task"] for r in rows]
 
 
-def _summarize(cfg: QuickstartConfig, rows: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+def _summarize(cfg: QuickstartConfig, rows: list[dict[str, Any]], seconds: float, commit: str | None) -> dict[str, Any]:
     from .algorithms.metrics import plot_learning_curve
     from .probe import blind_baselines
     from .stats import bootstrap_mean, holm, paired_bootstrap
@@ -454,7 +460,7 @@ def _summarize(cfg: QuickstartConfig, rows: list[dict[str, Any]], seconds: float
         "tasks": {h: [t.id for t in ts] for h, ts in halves.items()},
         "seconds": round(seconds, 1), "seed_seconds": {r["seed"]: r["seconds"] for r in rows},
         "per_seed": rows, "config": asdict(cfg), "recipe": _recipe(cfg),
-        "commit": _commit(),
+        "commit": commit,
     }
     curves = {f"{a} seed {r['seed']}": list(enumerate(r["arms"][a]["train_success"], 1))
               for r in rows for a in cfg.arms}

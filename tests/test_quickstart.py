@@ -86,6 +86,27 @@ def test_overlapping_splits_and_unknown_arms_are_errors() -> None:
         QuickstartConfig(seeds=[1, 1])
 
 
+def test_the_model_chooses_its_reader_learning_rate_and_primary_half() -> None:
+    """``model="smol"`` brings SmolLM2's reader recipe (under the caller's overrides) and RL learning
+    rate; the tiny model's recipe is the one its results were recorded with (no ``model`` key)."""
+    from agents.quickstart import MODELS, _recipe
+    from agents.reader import _FORMAT, READER_CONFIG, SMOL_READER_CONFIG
+
+    tiny = QuickstartConfig()
+    assert tiny.rl_lr == 2e-4 and "model" not in _recipe(tiny)
+    assert _recipe(tiny)["reader"] == {**READER_CONFIG, "format": _FORMAT}
+    smol = QuickstartConfig(model="smol", reader={"supply": 3})
+    assert smol.rl_lr == MODELS["smol"]["rl_lr"] != tiny.rl_lr
+    assert smol.reader == {**SMOL_READER_CONFIG, "supply": 3} and smol.reader["base"] == "smol"
+    assert QuickstartConfig(**dataclasses.asdict(smol)) == smol  # a worker rebuilds the same config
+    assert _recipe(smol)["model"] == "smol" and QuickstartConfig(model="smol", rl_lr=1e-3).rl_lr == 1e-3
+    assert MODELS["smol"]["primary_half"] == "heldout" and MODELS["tiny"]["primary_half"] == "unseen"
+    with pytest.raises(ValueError, match="model must be one of"):
+        QuickstartConfig(model="gpt-2")
+    with pytest.raises(ValueError, match="model="):
+        QuickstartConfig(reader={"base": "smol"})
+
+
 def test_the_dev_split_is_fresh_tasks_no_seed_trains_or_is_evaluated_on() -> None:
     """Variants are chosen on ``eval_split="dev"``: tasks of the training names and phrasings
     that are in no split of the environment and in no reader's supply stream."""

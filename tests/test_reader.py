@@ -153,3 +153,17 @@ def test_every_seed_starts_from_one_pretrained_checkpoint_unless_told(monkeypatc
     assert base_model(3, {"base_seed": None}) == "pretrained-3"
     assert base_model(3, {"base_seed": 2}) == "pretrained-2"
     assert base_model(3, {"pretrained": False}) == "random-3"
+
+
+def test_the_base_can_be_smol_or_a_model_folder_and_a_wrong_one_is_named(monkeypatch, tmp_path) -> None:
+    """``base`` chooses what reader SFT starts from: the packaged SmolLM2 (its signatures template),
+    any local HF model folder, and an error naming the choices for anything else."""
+    import agents.smol as smol
+    from agents.reader import base_model
+
+    monkeypatch.setattr(smol, "smol_model_path", lambda cache_dir=None, tools="json": f"smol-{tools}")
+    assert base_model(0, {"base": "smol"}) == "smol-signatures"
+    (tmp_path / "config.json").write_text("{}")
+    assert base_model(5, {"base": str(tmp_path)}) == str(tmp_path)
+    with pytest.raises(ValueError, match="'tiny', 'smol' or a local HF model folder"):
+        base_model(0, {"base": str(tmp_path / "nothing-here")})

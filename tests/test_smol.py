@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,38 @@ def test_a_findlight_rollout_keeps_the_token_invariants(smol) -> None:
     assert invariant_problems(t, smol.tokenizer, sampled) == []
     a, b = t.turn_spans[1]
     assert 0 < b - a <= 32 and all(lp < 0 for lp in t.logprobs[a:b])  # really sampled by the model
+
+
+@pytest.mark.slow
+def test_the_quickstart_trains_smol_s_top_layers_and_judges_it_on_the_heldout_half(smol, tmp_path, monkeypatch) -> None:
+    """``QuickstartConfig(model="smol")`` end to end on a tiny budget: reader SFT changes only the
+    top ``train_layers`` layers (and the final norm) of the packaged model, every RL arm trains
+    those same layers, and the primary comparison is on the held-out half."""
+    import torch
+    from safetensors.torch import load_file
+
+    import agents.reader as reader
+    from agents.quickstart import QuickstartConfig, run_quickstart
+    from agents.smol import smol_model_path
+
+    trainable: list[int] = []
+    real = reader.train_top
+
+    def spy(model, config):
+        trainable.append(real(model, config))
+        return trainable[-1]
+
+    monkeypatch.setattr(reader, "train_top", spy)
+    cfg = QuickstartConfig(model="smol", seeds=[0], arms=["grpo", "rft"],
+                           reader={"sft_tasks": 2, "supply": 2, "seq_len": 1024, "train_layers": 1},
+                           rl_steps=1, M=2, tasks_per_step=1, max_new_tokens=8, eval_tasks=2, eval_samples=1,
+                           workers=1, output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"))
+    s = run_quickstart(cfg)
+    assert s["model"] == "smol" and s["primary_comparison"] == "grpo_minus_rft/heldout"
+    assert set(s["success"]["heldout"]) == {"sft", "grpo", "rft"}
+    assert len(trainable) == 3 and len(set(trainable)) == 1  # reader SFT, then each arm: one layer's worth
+    (folder,) = (tmp_path / "cache").glob("smollm2-135m-reader-*")
+    base = load_file(str(next(Path(smol_model_path(tools="signatures")).glob("*.safetensors"))))
+    tuned = load_file(str(next(folder.glob("*.safetensors"))))
+    changed = {k for k in base if not torch.equal(base[k], tuned[k])}
+    assert changed and all(k.startswith("model.layers.29.") or k.startswith("model.norm.") for k in changed)
