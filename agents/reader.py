@@ -153,7 +153,7 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
                                     sort_keys=True).encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "models"
     kind = cfg.get("base", "tiny")
-    dest = root / f"{'tiny-qwen2' if kind == 'tiny' else 'smollm2-135m' if kind == 'smol' else Path(base).name}-reader-{key}"
+    dest = root / f"{_FOLDER_NAMES.get(kind, Path(base).name)}-reader-{key}"
     if (dest / "envfactory-reader.json").exists():
         return str(dest)
     t0 = time.perf_counter()
@@ -179,7 +179,7 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     # a large vocabulary (SmolLM2's 49,152) makes the output layer at unscored positions a large
     # share of the step; the tiny model's recipe was measured without this
     losses = packed_sft(model, rows, steps=steps, batch=cfg["batch"], lr=cfg["lr"], log=say,
-                        label=f"reader sft (seed {seed})", started=t0, scored_only=cfg.get("base", "tiny") != "tiny")
+                        label=f"reader sft (seed {seed})", started=t0, scored_only=kind != "tiny")
 
     def save(tmp: Path) -> None:
         save_beside_base(model, base, tmp)
@@ -192,6 +192,9 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     publish_folder(dest, "envfactory-reader.json", save)
     say(f"reader sft (seed {seed}): done in {time.perf_counter() - t0:.0f}s")
     return str(dest)
+
+
+_FOLDER_NAMES = {"tiny": "tiny-qwen2", "smol": "smollm2-135m"}  # cached readers' folder names, by base
 
 
 def train_top(model: Any, config: dict[str, Any] | None) -> int:

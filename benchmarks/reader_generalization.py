@@ -34,12 +34,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0, help="reader seed")
     ap.add_argument("--tasks", type=int, default=40, help="tasks per set")
-    ap.add_argument("--model", default="tiny", help="whose reader: tiny or smol (agents.quickstart.MODELS)")
+    ap.add_argument("--model", default="tiny", choices=("tiny", "smol"), help="whose reader (agents.quickstart.MODELS)")
     a = ap.parse_args()
 
     from agents.hf_policy import HFPolicy
     from agents.probe import episode_facts, play
-    from agents.quickstart import QuickstartConfig, eval_tasks
+    from agents.quickstart import MODELS, eval_tasks
     from agents.reader import reader_model
     from environments.find_light import FRAMES, HELDOUT_FRAMES, v3_supply
 
@@ -56,7 +56,7 @@ def main() -> None:
         "held-out names, held-out phrasings": halves["heldout"],
         "made-up names, train phrasings": v3_supply(a.tasks, seed="made-up", made_up=1.0),
     }
-    pol = HFPolicy(reader_model(a.seed, QuickstartConfig(model=a.model).reader))
+    pol = HFPolicy(reader_model(a.seed, MODELS[a.model]["reader"]))
     try:
         for name, tasks in sets.items():
             eps = play(pol, "FindLight-v3", tasks, samples=1, seed=1, temperature=0.0)
