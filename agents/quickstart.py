@@ -373,45 +373,87 @@ def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> d
             rows.sort(key=lambda r: cfg.seeds.index(r["seed"]))
             summary = _summarize(cfg, rows, time.perf_counter() - started, commit)
     elif todo:
-        from concurrent.futures import FIRST_COMPLETED, wait
+        partial: dict[int, dict[str, Any]] = {}
 
-        from envfactory.processes import worker_pool
+        def on_done(seed: int, arm: str | None, result: Any) -> None:
+            nonlocal summary
+            if arm is None:
+                partial[seed] = result
+                return
+            row = partial[seed]
+            row["stages"][arm], row["arms"][arm] = result
+            if len(row["arms"]) == len(cfg.arms):  # the seed's last arm is in
+                rows.append(_seed_done(cfg, partial.pop(seed)))
+                rows.sort(key=lambda r: cfg.seeds.index(r["seed"]))
+                summary = _summarize(cfg, rows, time.perf_counter() - started, commit)
 
-        # Units of work, not whole seeds: a seed's start (its before/sft evaluations, building its
-        # reader checkpoint), then each of its arms. The next unit is an arm of the earliest
-        # started seed, else the next seed's start: seeds finish (and are saved) in order, and
-        # no core idles while another runs a lone last seed.
-        waiting, arms_left, partial = list(todo), {}, {}
+        _run_units(cfg, todo, workers, _unit_worker, on_done, say)
+    return summary
+
+
+def _run_units(cfg: QuickstartConfig, todo: list[int], workers: int, work: Callable[..., Any],
+               on_done: Callable[[int, str | None, Any], None], say: Callable[[str], None]) -> None:
+    """Run the seeds ``todo`` in ``workers`` processes, in units: ``work(asdict(cfg), seed, None)``
+    (a seed's start), then ``work(asdict(cfg), seed, arm)`` for each arm; ``on_done(seed, arm,
+    result)`` as each unit ends.
+
+    The next unit is an arm of the earliest started seed, else the next seed's start: seeds finish
+    (and are saved) in order, and no core idles while another runs a lone last seed. A worker that
+    dies (the kernel's OOM killer, a segfault) breaks its pool: the units then in flight run again
+    in a new pool of one worker fewer, so finished units are kept and a run that ran out of memory
+    goes on with less of it in use. A worker dying with one worker left is an error that names the
+    units."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    from envfactory.processes import worker_pool
+
+    waiting, arms_left, started = list(todo), {}, []  # started: seeds whose start is done, in order
+    lost: list[tuple[int, str | None]] = []  # units of a broken pool, run first in the next
+    while waiting or lost or any(arms_left.values()):
         with worker_pool(workers, "spawn") as pool:  # a killed run takes its workers with it
             flight: dict[Any, tuple[int, str | None]] = {}
 
             def refill() -> None:
                 while len(flight) < workers:
-                    seed = next((s for s in partial if arms_left[s]), None)
-                    if seed is not None:
-                        unit: tuple[int, str | None] = (seed, arms_left[seed].pop(0))
+                    seed = next((s for s in started if arms_left[s]), None)
+                    if lost:
+                        unit = lost.pop(0)
+                    elif seed is not None:
+                        unit = (seed, arms_left[seed].pop(0))
                     elif waiting:
                         unit = (waiting.pop(0), None)
                     else:
                         return
-                    flight[pool.submit(_unit_worker, asdict(cfg), *unit)] = unit
+                    flight[pool.submit(work, asdict(cfg), *unit)] = unit
 
             refill()
-            while flight:
+            broken = False
+            while flight and not broken:
                 done, _ = wait(flight, return_when=FIRST_COMPLETED)
-                for f in done:
+                for f in sorted(done, key=lambda f: isinstance(f.exception(), BrokenProcessPool)):
+                    if isinstance(f.exception(), BrokenProcessPool):
+                        broken = True  # every unit still in flight is lost with the pool
+                        break
                     seed, arm = flight.pop(f)
+                    result = f.result()  # a unit's own error ends the run, as it would in one process
                     if arm is None:
-                        partial[seed], arms_left[seed] = f.result(), list(cfg.arms)
-                    else:
-                        row = partial[seed]
-                        row["stages"][arm], row["arms"][arm] = f.result()
-                        if len(row["arms"]) == len(cfg.arms):  # the seed's last arm is in
-                            rows.append(_seed_done(cfg, partial.pop(seed)))
-                            rows.sort(key=lambda r: cfg.seeds.index(r["seed"]))
-                            summary = _summarize(cfg, rows, time.perf_counter() - started, commit)
-                refill()
-    return summary
+                        started.append(seed)
+                        arms_left[seed] = list(cfg.arms)
+                    on_done(seed, arm, result)
+                if not broken:
+                    refill()
+            if broken:
+                units = sorted(flight.values(), key=lambda u: (cfg.seeds.index(u[0]), u[1] is not None))
+                named = ", ".join(f"seed {s} {a or 'start'}" for s, a in units)
+                if workers == 1:
+                    raise RuntimeError(f"a quickstart worker died running {named} with one worker left (killed "
+                                       "by the kernel? out of memory: see dmesg); the seeds finished so far are "
+                                       "saved, and a run started again keeps them")
+                workers -= 1
+                say(f"a worker died (killed by the kernel? out of memory): {named} run again, "
+                    f"in {workers} worker{'s' if workers > 1 else ''}")
+                lost = units
 
 
 def _grid(rows: list[dict[str, Any]], stage: str, half: str) -> list[list[float]]:

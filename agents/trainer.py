@@ -393,9 +393,6 @@ class Trainer:
         resume = out.resume if resume is None else resume
         if resume:
             self.load(latest_checkpoint(self.output_dir / "checkpoints") if resume is True else resume)
-        for ln in self.learners:
-            if self.algorithm.kl_coef and ln.ref_model is None:
-                ln.ref_model = _frozen_copy(ln.model)
         started, rows = time.perf_counter(), []
         while self.step < steps:
             row = self.train_step()
@@ -462,8 +459,6 @@ class Trainer:
 
         ln, s = self._sole(), self.config.sampling
         steps = self.config.steps if steps is None else steps
-        if self.algorithm.kl_coef and ln.ref_model is None:
-            ln.ref_model = _frozen_copy(ln.model)
         rows = []
         with ChatEndpoint(ln.policy, max_tokens=s.max_new_tokens, temperature=s.temperature, top_p=1.0,
                           max_context=s.max_context) as endpoint:
@@ -542,8 +537,15 @@ class Trainer:
         return float(self.reward_fn(traj)) if self.reward_fn is not None else traj.reward
 
     def _update(self, ln: Learner, samples: list[Sample]) -> dict[str, Any]:
-        """``algorithm.updates`` clipped-loss steps of ``ln`` on its own samples (none: no step)."""
+        """``algorithm.updates`` clipped-loss steps of ``ln`` on its own samples (none: no step).
+
+        With a KL penalty the reference is the model as it stands before its first update (or the
+        one a checkpoint restored): built here, so :meth:`train_step` called on its own applies
+        the KL term as :meth:`train` does."""
         import torch
+
+        if self.algorithm.kl_coef and ln.ref_model is None:
+            ln.ref_model = _frozen_copy(ln.model)
 
         n_tokens = sum(sum(s.mask) for s in samples)
         n_pg_tokens = sum(sum(s.mask) for s in samples if s.signal)  # the policy-gradient token-mean's

@@ -77,6 +77,42 @@ def test_units_of_work_on_two_workers_give_what_one_process_gives(tmp_path) -> N
     assert alone["per_seed"][0]["stages"]["rft"] == one["per_seed"][0]["stages"]["rft"]
 
 
+def _dying_unit(cfg: dict, seed: int, arm: str | None) -> str:
+    """A unit of work that kills its worker process (as the OOM killer does) the first time it
+    runs a unit named in ``<output_dir>/die`` (every time, for a name ending in ``!``)."""
+    import os
+    from pathlib import Path
+
+    out, name = Path(cfg["output_dir"]), f"{seed}-{arm}"
+    plan = (out / "die").read_text().split()
+    if f"{name}!" in plan or (name in plan and not (out / f"died-{name}").exists()):
+        (out / f"died-{name}").touch()
+        os._exit(9)
+    return name
+
+
+def test_a_dead_worker_loses_only_its_units_and_the_run_goes_on_in_fewer(tmp_path) -> None:
+    """Before: a worker killed by the kernel (seed 1 of a SmolLM2 quickstart, 13.5 GB) broke the
+    pool, and BrokenProcessPool ended the whole run. Now the units in flight run again in a pool
+    of one worker fewer; every unit's result arrives once."""
+    from agents.quickstart import _run_units
+
+    (tmp_path / "die").write_text("0-rft")
+    cfg = QuickstartConfig(seeds=[0, 1], output_dir=str(tmp_path))
+    got, said = [], []
+    _run_units(cfg, [0, 1], 2, _dying_unit, lambda s, a, r: got.append((s, a, r)), said.append)
+    assert sorted((s, a or "") for s, a, _ in got) == [(0, ""), (0, "arpo"), (0, "rft"), (1, ""), (1, "arpo"), (1, "rft")]
+    assert all(r == f"{s}-{a}" for s, a, r in got)
+    assert [g[:2] for g in got].index((0, None)) < [g[:2] for g in got].index((0, "rft"))
+    assert len(said) == 1 and said[0].startswith("a worker died") and "seed 0 rft" in said[0] and "in 1 worker" in said[0]
+    # a unit that kills every worker it runs in: an error naming it, after what finished was handed over
+    (tmp_path / "die").write_text("1-arpo!")
+    got.clear()
+    with pytest.raises(RuntimeError, match="seed 1 arpo.*one worker left"):
+        _run_units(cfg, [0, 1], 2, _dying_unit, lambda s, a, r: got.append((s, a)), said.append)
+    assert (0, "rft") in got and (0, "arpo") in got
+
+
 def test_overlapping_splits_and_unknown_arms_are_errors() -> None:
     with pytest.raises(ValueError, match="RL and evaluation"):
         check_splits(["a"], ["b", "c"], ["c"])

@@ -100,3 +100,34 @@ def test_a_kl_penalty_keeps_the_policy_gradient_of_the_signal_groups(tiny_path):
         assert torch.allclose(g0[n], g1[n], atol=1e-6 * scale, rtol=1e-4), n
     assert sum(not s.signal for s in s1) == 2
     assert row1["learners"]["agent_0"]["pg_tokens"] == row0["trained_tokens"] < row1["trained_tokens"]
+
+
+# -- the KL term applies when a caller drives train_step itself (the quickstart and arpo_vs_grpo do) --
+def test_train_step_alone_builds_the_reference_and_applies_the_kl_term(tiny_path):
+    """Before the fix only train() and train_agent_loop() built the reference: train_step on its own
+    ran with kl exactly 0.0 at every step although kl_coef was set."""
+    from agents import Trainer
+    from agents.algorithms.arpo import GRPO
+    from agents.hf_policy import HFPolicy
+    from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
+
+    torch.manual_seed(0)
+    pol = HFPolicy(tiny_path, device="cpu")
+    cfg = TrainerConfig(algorithm=GRPO(M=2, kl_coef=0.1), tasks=["counter-0-3", "counter-0-4"],
+                        respect_splits=False, sampling=SamplingConfig(max_new_tokens=8, max_turns=1),
+                        optim=OptimConfig(lr=1e-2, tasks_per_step=2), output=OutputConfig(show_progress=False))
+    calls = {"n": 0}
+
+    def reward(traj):  # every group gets signal: 0, 1 within it, so the first update moves the policy
+        calls["n"] += 1
+        return float(calls["n"] % 2 == 0)
+
+    tr = Trainer(pol, ["Counter-v0"], cfg, reward_fn=reward)
+    first = tr.train_step()
+    (ln,) = tr.learners
+    assert ln.ref_model is not None and ln.ref_model is not pol.model
+    assert first["kl"] == pytest.approx(0.0, abs=1e-6) and first["grad_norm"] > 0
+    ref0 = {n: p.clone() for n, p in ln.ref_model.named_parameters()}
+    second = tr.train_step()
+    assert second["kl"] > 1e-6  # the policy moved away from the step-0 reference, which stayed put
+    assert all(torch.equal(p, ref0[n]) for n, p in ln.ref_model.named_parameters())
