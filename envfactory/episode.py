@@ -1008,19 +1008,24 @@ def _read_replies(flight: list[tuple[int, Episode, _Begun]],
     (the others are finished all the same)."""
     if not flight:
         return None
+    import heapq
     import selectors
     import time
 
     failure: BaseException | None = None
     waiting: dict[int, tuple[float, int, Episode, _Begun]] = {}
+    deadlines: list[tuple[float, int]] = []  # a heap; entries of finished turns are dropped as they surface
     with selectors.DefaultSelector() as sel:
         for i, env, begun in flight:
             fd, deadline = env.world.run_wait(begun[2])
             waiting[fd] = (deadline, i, env, begun)
+            deadlines.append((deadline, fd))
             sel.register(fd, selectors.EVENT_READ)
+        heapq.heapify(deadlines)
         while waiting:
-            first = min(w[0] for w in waiting.values())
-            ready = [key.fd for key, _ in sel.select(max(0.0, first - time.monotonic()))]
+            while waiting.get(deadlines[0][1], (None,))[0] != deadlines[0][0]:
+                heapq.heappop(deadlines)  # that turn is finished already
+            ready = [key.fd for key, _ in sel.select(max(0.0, deadlines[0][0] - time.monotonic()))]
             readable = bool(ready)
             if not ready:  # a deadline passed: its read raises the timeout
                 now = time.monotonic()
