@@ -168,6 +168,26 @@ def test_the_dev_split_is_fresh_tasks_no_seed_trains_or_is_evaluated_on() -> Non
     assert _algorithm("grpo_neg25", QuickstartConfig()).negatives == 0.25
 
 
+def _assert_measured_since(root, commit: str, results: str) -> None:
+    """``commit`` descends from ``FIGURES_SINCE``: a recipe compared equal while the code measured
+    something else (the KL term that RL never applied, found at stop 48) is caught here."""
+    import os
+    import subprocess
+
+    from agents.quickstart import FIGURES_SINCE
+
+    def git(*args: str) -> int:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True).returncode
+
+    if git("cat-file", "-e", f"{FIGURES_SINCE}^{{commit}}") or git("cat-file", "-e", f"{commit}^{{commit}}"):
+        why = "the git history of FIGURES_SINCE or of the results' commit is not in this checkout"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(why + " (CI=true: run on a full clone)")
+        pytest.skip(why)
+    assert git("merge-base", "--is-ancestor", FIGURES_SINCE, commit) == 0, \
+        f"{results} was measured at {commit[:10]}, before {FIGURES_SINCE[:10]} changed what it measures: measure again"
+
+
 def test_readme_figures_are_generated_from_a_results_file_of_the_current_recipe() -> None:
     """The README's quickstart figures are exactly figures_block() of the results file it names,
     that file records the commit it came from, and its recipe is what the code runs today: a
@@ -183,6 +203,7 @@ def test_readme_figures_are_generated_from_a_results_file_of_the_current_recipe(
     assert s["commit"] and len(s["commit"]) == 40
     now = _recipe(QuickstartConfig(**{k: s["config"][k] for k in RUN_OPTIONS if k in s["config"]}))
     assert s["recipe"] == json.loads(json.dumps(now)), f"{results} was measured with another recipe: measure again"
+    _assert_measured_since(root, s["commit"], results)
     changed = dict(s, success={**s["success"], "unseen": {**s["success"]["unseen"], "sft": {
         **s["success"]["unseen"]["sft"], "mean": s["success"]["unseen"]["sft"]["mean"] + 0.01}}})
     assert figures_block(changed) != block  # the comparison can fail

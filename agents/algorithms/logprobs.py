@@ -6,6 +6,13 @@ prefix common to all sequences of a micro-batch once, expands its keys/values
 to the batch, and runs only the suffixes batched. Autograd flows through the
 shared prefix (its gradient is the sum over the rows that use it), so the
 result and its gradient equal those of running every sequence in full.
+
+A batch's vocabulary-wide logits can outweigh the model: 16 sequences of 450 tokens over
+SmolLM2's 49,152-token vocabulary are 1.4 GB in float32, held for the backward pass with their
+log-softmax and their gradient. Past ``logits_budget`` elements the output layer runs on the
+wanted positions only, a row at a time and under activation checkpointing (its logits are
+computed again in the backward pass instead of kept): the same log-probabilities up to float
+rounding, at most ``logits_budget`` logits alive at once.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["token_logprobs", "common_prefix"]
 
 MIN_SHARED = 8  # below this, sharing saves less than the extra forward call costs
+LOGITS_BUDGET = 2**27  # full-vocabulary logits a call may hold at once (512 MB in float32)
 
 
 def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
@@ -34,7 +42,8 @@ def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
 
 
 def token_logprobs(model: "torch.nn.Module", seqs: Sequence[Sequence[int]], starts: Sequence[int], *,
-                   temperature: float = 1.0, pad_id: int = 0, share_prefix: bool = True) -> list["torch.Tensor"]:
+                   temperature: float = 1.0, pad_id: int = 0, share_prefix: bool = True,
+                   logits_budget: int | None = LOGITS_BUDGET) -> list["torch.Tensor"]:
     """``log softmax(logits / T)`` of tokens ``seqs[i][starts[i]:]`` given everything before them.
 
     Args:
@@ -45,6 +54,8 @@ def token_logprobs(model: "torch.nn.Module", seqs: Sequence[Sequence[int]], star
         temperature: The sampling temperature the tokens were drawn at (``<= 0`` means 1).
         pad_id: Id used for padding (never attended to).
         share_prefix: Run the common prefix once (exact; disable to compare).
+        logits_budget: Past this many logits for the batch (rows x positions x vocabulary), run
+            the output layer per row on the wanted positions, checkpointed (``None``: never).
 
     Returns:
         One 1-D tensor per sequence, of length ``len(seqs[i]) - starts[i]``, with grad
@@ -61,28 +72,49 @@ def token_logprobs(model: "torch.nn.Module", seqs: Sequence[Sequence[int]], star
     P = min(common_prefix(seqs), min(starts) - 1) if share_prefix and B > 1 else 0
     if P < MIN_SHARED:
         P = 0
+    S = max(len(s) for s in seqs) - P
+    V = model.get_output_embeddings().weight.shape[0]
+    bounded = logits_budget is not None and B * S * V > logits_budget
+    run = model.get_decoder() if bounded else model  # bounded: hidden states, the output layer below
     cache = None
     if P:
         prefix = torch.tensor([list(seqs[0][:P])], dtype=torch.long, device=dev)
-        out = model(input_ids=prefix, use_cache=True)
+        out = run(input_ids=prefix, use_cache=True)
         layers = [(layer.keys.expand(B, -1, -1, -1), layer.values.expand(B, -1, -1, -1))
                   for layer in out.past_key_values.layers]
         cache = DynamicCache(layers)
-    S = max(len(s) for s in seqs) - P
     ids = torch.full((B, S), pad_id, dtype=torch.long)
     mask = torch.zeros((B, P + S), dtype=torch.long)
     for i, s in enumerate(seqs):
         ids[i, :len(s) - P] = torch.tensor(list(s[P:]), dtype=torch.long)
         mask[i, :len(s)] = 1
     pos = torch.arange(P, P + S, dtype=torch.long).unsqueeze(0).expand(B, -1)
-    out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                past_key_values=cache, use_cache=cache is not None)
-    logits = out.logits
+    out = run(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+              past_key_values=cache, use_cache=cache is not None)
     t = temperature if temperature and temperature > 0 else 1.0
+    ids = ids.to(dev)
     result = []
+    if bounded:
+        from torch.utils.checkpoint import checkpoint
+
+        head, hidden, step = model.get_output_embeddings(), out.last_hidden_state, max(1, logits_budget // V)
+        for i, s in enumerate(seqs):
+            a, b = starts[i] - 1 - P, len(s) - 1 - P
+            result.append(torch.cat([checkpoint(_head_logprobs, head, hidden[i, c:min(b, c + step)],
+                                                ids[i, c + 1:min(b, c + step) + 1], t, use_reentrant=False)
+                                     for c in range(a, b, step)]))
+        return result
+    logits = out.logits
     for i, s in enumerate(seqs):
         a, b = starts[i] - 1 - P, len(s) - 1 - P  # logits at suffix index j predict token P + j + 1
         row = logits[i, a:b].float() / t
-        target = ids[i, a + 1:b + 1].to(dev)
+        target = ids[i, a + 1:b + 1]
         result.append(torch.log_softmax(row, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1))
     return result
+
+
+def _head_logprobs(head: "torch.nn.Module", hidden: "torch.Tensor", target: "torch.Tensor", t: float) -> "torch.Tensor":
+    """``log softmax(head(hidden) / t)`` at ``target``: one row's wanted positions."""
+    import torch
+
+    return torch.log_softmax(head(hidden).float() / t, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
