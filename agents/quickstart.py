@@ -421,10 +421,9 @@ def _run_units(cfg: QuickstartConfig, todo: list[int], workers: int, work: Calla
 
             def refill() -> None:
                 while len(flight) < workers:
-                    seed = next((s for s in started if arms_left[s]), None)
                     if lost:
                         unit = lost.pop(0)
-                    elif seed is not None:
+                    elif (seed := next((s for s in started if arms_left[s]), None)) is not None:
                         unit = (seed, arms_left[seed].pop(0))
                     elif waiting:
                         unit = (waiting.pop(0), None)

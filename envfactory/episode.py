@@ -1023,7 +1023,7 @@ def _read_replies(flight: list[tuple[int, Episode, _Begun]],
             sel.register(fd, selectors.EVENT_READ)
         heapq.heapify(deadlines)
         while waiting:
-            while waiting.get(deadlines[0][1], (None,))[0] != deadlines[0][0]:
+            while deadlines[0][1] not in waiting:  # (one entry per fd: none is registered twice)
                 heapq.heappop(deadlines)  # that turn is finished already
             ready = [key.fd for key, _ in sel.select(max(0.0, deadlines[0][0] - time.monotonic()))]
             readable = bool(ready)

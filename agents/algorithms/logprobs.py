@@ -98,23 +98,24 @@ def token_logprobs(model: "torch.nn.Module", seqs: Sequence[Sequence[int]], star
         from torch.utils.checkpoint import checkpoint
 
         head, hidden, step = model.get_output_embeddings(), out.last_hidden_state, max(1, logits_budget // V)
-        for i, s in enumerate(seqs):
-            a, b = starts[i] - 1 - P, len(s) - 1 - P
+    for i, s in enumerate(seqs):
+        a, b = starts[i] - 1 - P, len(s) - 1 - P  # logits at suffix index j predict token P + j + 1
+        if bounded:
             result.append(torch.cat([checkpoint(_head_logprobs, head, hidden[i, c:min(b, c + step)],
                                                 ids[i, c + 1:min(b, c + step) + 1], t, use_reentrant=False)
                                      for c in range(a, b, step)]))
-        return result
-    logits = out.logits
-    for i, s in enumerate(seqs):
-        a, b = starts[i] - 1 - P, len(s) - 1 - P  # logits at suffix index j predict token P + j + 1
-        row = logits[i, a:b].float() / t
-        target = ids[i, a + 1:b + 1]
-        result.append(torch.log_softmax(row, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1))
+        else:
+            result.append(_picked(out.logits[i, a:b], ids[i, a + 1:b + 1], t))
     return result
 
 
-def _head_logprobs(head: "torch.nn.Module", hidden: "torch.Tensor", target: "torch.Tensor", t: float) -> "torch.Tensor":
-    """``log softmax(head(hidden) / t)`` at ``target``: one row's wanted positions."""
+def _picked(logits: "torch.Tensor", target: "torch.Tensor", t: float) -> "torch.Tensor":
+    """``log softmax(logits / t)`` at ``target``, in float32."""
     import torch
 
-    return torch.log_softmax(head(hidden).float() / t, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    return torch.log_softmax(logits.float() / t, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+
+
+def _head_logprobs(head: "torch.nn.Module", hidden: "torch.Tensor", target: "torch.Tensor", t: float) -> "torch.Tensor":
+    """:func:`_picked` of ``head(hidden)``: one row's wanted positions (checkpointed by the caller)."""
+    return _picked(head(hidden), target, t)
