@@ -234,7 +234,35 @@ def seed_start(cfg: QuickstartConfig, seed: int, log: Callable[[str], None] | No
     policy.close()
     row["seconds"] = round(time.perf_counter() - t0, 1)
     say(f"seed {seed}: sft {_line(row['stages']['sft'])} ({row['seconds']:.0f}s)")
+    from .probe import blind_baselines
+
+    if _not_taken(row, blind_baselines(halves["unseen"])) is not None:
+        say(f"seed {seed}: its reader SFT did not take (unseen {row['stages']['sft']['unseen']['success']:.3f}, "
+            f"no better than a random room): its arms measure little, and the means include them")
     return row
+
+
+def _not_taken(row: dict[str, Any], blind: dict[str, Any]) -> float | None:
+    """A seed's unseen success after reader SFT when it is no better than a random room (the
+    reader did not learn to read: every arm from it starts where a blind policy stands), else None."""
+    got = row["stages"]["sft"]["unseen"]["success"]
+    return got if got <= blind["random"] else None
+
+
+def _readers_not_taken(s: dict[str, Any]) -> dict[int, float]:
+    """The seeds of a summary whose reader SFT did not take (:func:`_not_taken`), with their success."""
+    found = {r["seed"]: _not_taken(r, s["blind"]["unseen"]) for r in s["per_seed"]}
+    return {seed: got for seed, got in found.items() if got is not None}
+
+
+def _not_taken_line(s: dict[str, Any]) -> str | None:
+    bad = _readers_not_taken(s)
+    if not bad:
+        return None
+    seeds = ", ".join(f"seed {k} ({v:.3f})" for k, v in bad.items())
+    return (f"Reader SFT did not take on {seeds}: unseen success after SFT no better than a random room "
+            f"({s['blind']['unseen']['random']:.3f}); the means and CIs above include "
+            f"{'it' if len(bad) == 1 else 'them'}.")
 
 
 def seed_arm(cfg: QuickstartConfig, seed: int, arm: str, log: Callable[[str], None] | None = None
@@ -508,6 +536,7 @@ def _summarize(cfg: QuickstartConfig, rows: list[dict[str, Any]], seconds: float
         "per_seed": rows, "config": asdict(cfg), "recipe": _recipe(cfg),
         "commit": commit,
     }
+    summary["readers_not_taken"] = _readers_not_taken(summary)
     curves = {f"{a} seed {r['seed']}": list(enumerate(r["arms"][a]["train_success"], 1))
               for r in rows for a in cfg.arms}
     png = plot_learning_curve(curves, out / "learning_curve.png", xlabel="RL step",
@@ -580,6 +609,8 @@ def _report(s: dict[str, Any], png: str) -> str:
                          f"{_f(r['shown'])} | {_f(r['success_given_shown'])} | {_f(r['success_given_not_shown'])} | "
                          f"{_f(sw.get('greedy_success'))} | {_f(sw.get('moved'))} | {_f(sw.get('stayed'))} |")
         lines.append("")
+    if _not_taken_line(s):
+        lines += [f"**{_not_taken_line(s)}**", ""]
     if s["primary"]:
         p = s["primary"]
         lines += [f"**Primary (fixed in advance): {s['primary_comparison'].replace('_minus_', ' − ')} = {_ci(p)}**"
@@ -621,6 +652,8 @@ def figures_block(s: dict[str, Any]) -> str:
                          f"{_f(r['item_first'])} | {_f(r['success_given_shown'])} | {_f((r.get('swap') or {}).get('moved'))} |")
         lines.append(f"| {half} | blind: random room / most frequent | {b['random']:.3f} / {b['most_frequent']:.3f} | | | |")
     lines.append("")
+    if _not_taken_line(s):
+        lines.append(_not_taken_line(s))
     if s["primary"]:
         p = s["primary"]
         lines.append(f"Primary, fixed in advance: {s['primary_comparison'].replace('_minus_', ' − ')} = {_ci(p)}"

@@ -207,3 +207,24 @@ def test_readme_figures_are_generated_from_a_results_file_of_the_current_recipe(
     changed = dict(s, success={**s["success"], "unseen": {**s["success"]["unseen"], "sft": {
         **s["success"]["unseen"]["sft"], "mean": s["success"]["unseen"]["sft"]["mean"] + 0.01}}})
     assert figures_block(changed) != block  # the comparison can fail
+
+
+def test_a_seed_whose_reader_sft_did_not_take_is_named_in_the_figures_and_the_report() -> None:
+    """A seed no better than a random room after reader SFT (as seed 3 of the 2026-12-02 run) is
+    named where its figures are shown, so that low means are not read as what reading gives."""
+    import copy
+    from pathlib import Path
+
+    from agents.quickstart import _report, figures_block
+
+    root = Path(__file__).resolve().parents[1]
+    s = json.loads((root / "benchmarks/results/quickstart-2026-12-02.json").read_text())
+    assert "Reader SFT did not take on seed 3 (0.033)" in figures_block(s)
+    assert "did not take on seed 3" in _report(s, "curve.png")
+    fine = copy.deepcopy(s)
+    for r in fine["per_seed"]:
+        r["stages"]["sft"]["unseen"]["success"] = max(r["stages"]["sft"]["unseen"]["success"], 0.5)
+    assert "did not take" not in figures_block(fine) and "did not take" not in _report(fine, "curve.png")
+    edge = copy.deepcopy(fine)  # exactly a random room's success is no better than it
+    edge["per_seed"][1]["stages"]["sft"]["unseen"]["success"] = edge["blind"]["unseen"]["random"]
+    assert f"seed {edge['per_seed'][1]['seed']} " in figures_block(edge)
