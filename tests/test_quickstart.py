@@ -110,7 +110,8 @@ def test_a_dead_worker_loses_only_its_units_and_the_run_goes_on_in_fewer(tmp_pat
     got.clear()
     with pytest.raises(RuntimeError, match="seed 1 arpo.*one worker left"):
         _run_units(cfg, [0, 1], 2, _dying_unit, lambda s, a, r: got.append((s, a)), said.append)
-    assert (0, "rft") in got and (0, "arpo") in got
+    # which other units finished first depends on timing; seed 1's start must have (its arm ran), once
+    assert (1, None) in got and (1, "arpo") not in got and len(got) == len(set(got))
 
 
 def test_overlapping_splits_and_unknown_arms_are_errors() -> None:
