@@ -15,6 +15,7 @@ them changes (e.g. a new environment is registered) and reused otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 __all__ = ["build_tiny_model", "cache_root", "publish_folder", "CHAT_TEMPLATE", "TINY_CONFIG", "SPECIAL_TOKENS",
            "TOOL_TOKENS", "corpus"]
@@ -222,8 +223,8 @@ def build_tiny_model(cache_dir: str | os.PathLike[str] | None = None, seed: int 
 
     Returns:
         A path for ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``
-        and vLLM. Concurrent builders are safe: each builds in a private folder and
-        the first to finish publishes it with an atomic rename.
+        and vLLM. Concurrent builders are safe: one builds it in a private folder and
+        publishes it with an atomic rename while the others wait (:func:`publish_folder`).
     """
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "models"
     texts = corpus()
@@ -237,19 +238,47 @@ def publish_folder(dest: Path, marker: str, build: Callable[[Path], object]) -> 
     """Build a cached folder and publish it atomically: ``build(tmp)`` fills a private folder next
     to ``dest``, which is then renamed to ``dest``. When another process published ``dest`` first
     (its ``marker`` file exists), that one is kept; the private folder never outlives the call,
-    and the ones that outlived a killed process (a signal ``finally`` never sees) are swept here."""
+    and the ones that outlived a killed process (a signal ``finally`` never sees) are swept here.
+    Concurrent calls for one ``dest`` on one machine build it once: the later ones wait for the
+    first (:func:`_build_lock`) and return when they find its marker."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     sweep_orphans(dest.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{_BUILDING}{socket.gethostname()}-{os.getpid()}-", dir=dest.parent))
-    try:
-        build(tmp)
+    with _build_lock(dest):
+        if (dest / marker).exists():  # built by another process while this one waited for the lock
+            return
+        tmp = Path(tempfile.mkdtemp(prefix=f"{_BUILDING}{socket.gethostname()}-{os.getpid()}-", dir=dest.parent))
         try:
-            os.rename(tmp, dest)
-        except OSError:  # another process published it first
-            if not (dest / marker).exists():
-                raise
+            build(tmp)
+            try:
+                os.rename(tmp, dest)
+            except OSError:  # another process published it first (one that could not lock)
+                if not (dest / marker).exists():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _build_lock(dest: Path) -> Iterator[None]:
+    """Held while ``dest`` is built, so that concurrent builders of one folder (a quickstart's
+    workers all need the one pretrained base) build it once: the others wait, then find it
+    published. An advisory ``flock`` on ``.lock-<name>`` beside it, released by the kernel when its
+    holder dies; where there is none (no ``fcntl``, a file system without ``flock``) every builder
+    builds, and the atomic rename keeps the first."""
+    try:
+        import fcntl
+        fd = os.open(dest.parent / f".lock-{dest.name}", os.O_RDWR | os.O_CREAT, 0o644)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        os.close(fd)
 
 
 _BUILDING = ".building-"

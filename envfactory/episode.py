@@ -377,12 +377,12 @@ class Episode(Environment):
         if one is None:  # (step_many's second half passes the call its first half read)
             one = one_call(action) if action.__class__ is str else None
         t = world_tools.get(one[0]) if one is not None and self._timed_out is None else None
+        cid = _CALL_IDS[rnd] if rnd < _N_CALL_IDS else f"call_{rnd}_0"  # the id of a call that has none
         if t is not None:  # the usual turn's text, read without building the parse's objects
             assert one is not None  # (for mypy: t is found only for one call)
             parsed = None
             name, args = one
             content: str = action
-            cid = _CALL_IDS[rnd] if rnd < _N_CALL_IDS else f"call_{rnd}_0"
             calls: list[ToolCall] | None = None
         else:
             if pre is not None:
@@ -400,7 +400,7 @@ class Episode(Environment):
                 if t is None:
                     return self._slow(agent, parsed)
                 name, args = c.name, c.arguments
-                cid = c.id or (_CALL_IDS[rnd] if rnd < _N_CALL_IDS else f"call_{rnd}_0")
+                cid = c.id or cid
         counts = self._counts[agent]
         if calls is None or len(calls) == 1:  # the usual turn, written out: one call, one tool message
             if pre is not None:  # step_many's second half

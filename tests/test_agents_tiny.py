@@ -106,4 +106,38 @@ def test_a_build_folder_left_by_a_killed_process_is_swept_by_the_next_build(tmp_
     publish_folder(tmp_path / "model-a", "done", build)
     assert (tmp_path / "model-a" / "done").exists()
     assert not dead.exists() and live.exists() and other.exists() and odd.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model-a", live.name, other.name, odd.name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model-a", ".lock-model-a", live.name, other.name,
+                                                                 odd.name])
+
+
+_BUILDER = """
+import sys, time
+from pathlib import Path
+from agents.tiny import publish_folder
+
+dest, log = Path(sys.argv[1]), Path(sys.argv[2])
+
+def build(tmp):
+    with open(log, "a") as f:
+        f.write("built\\n")
+    time.sleep(1.0)
+    (tmp / "done").write_text("1")
+
+publish_folder(dest, "done", build)
+assert (dest / "done").exists()
+"""
+
+
+def test_concurrent_builders_of_one_folder_build_it_once(tmp_path) -> None:
+    """Before: every quickstart worker that needed the pretrained base built it at once (two
+    ``.building-*`` folders, each a core's 400 s, one thrown away at the rename). Now the later
+    builders wait for the first and find its folder published: one build for three processes."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "log"
+    procs = [subprocess.Popen([sys.executable, "-c", _BUILDER, str(tmp_path / "model-a"), str(log)])
+             for _ in range(3)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    assert log.read_text().splitlines() == ["built"]
+    assert not list(tmp_path.glob(".building-*"))
