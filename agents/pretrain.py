@@ -611,15 +611,19 @@ def pretrain(seed: int = 0, steps: int | None = None, cache_dir: str | os.PathLi
     marker = dest / "envfactory-tiny.json"
     cached = marker.exists()
     if not cached:
-        publish_folder(dest, marker.name, lambda tmp: _train(tmp, base, plays, cfg, seed, log, device))
+        publish_folder(dest, marker.name, lambda tmp: _train(tmp, base, plays, cfg, seed, log, device),
+                       waiting=None if log is None else
+                       lambda: log(f"pretrain: another process is building {dest.name}; waiting for it"))
     info = json.loads(marker.read_text())["pretrain"]
     return {"path": str(dest), "cached": cached, "elapsed": round(time.perf_counter() - t0, 1), **info}
 
 
 def pretrained_tiny_model(seed: int = 0, steps: int | None = None,
-                          cache_dir: str | os.PathLike[str] | None = None) -> str:
+                          cache_dir: str | os.PathLike[str] | None = None, *,
+                          log: Callable[[str], None] | None = None, device: str = "cpu") -> str:
     """The tiny model of ``seed`` after language-model pretraining (:func:`pretrain`); its folder.
 
-    ``steps`` defaults to ``PRETRAIN_CONFIG["steps"]``. The folder loads with
-    ``AutoModelForCausalLM`` / ``AutoTokenizer`` offline, like the random build's."""
-    return pretrain(seed=seed, steps=steps, cache_dir=cache_dir)["path"]
+    ``steps`` defaults to ``PRETRAIN_CONFIG["steps"]``; ``log`` and ``device`` as for
+    :func:`pretrain`. The folder loads with ``AutoModelForCausalLM`` / ``AutoTokenizer`` offline,
+    like the random build's."""
+    return pretrain(seed=seed, steps=steps, cache_dir=cache_dir, log=log, device=device)["path"]

@@ -223,7 +223,7 @@ def seed_start(cfg: QuickstartConfig, seed: int, log: Callable[[str], None] | No
     row: dict[str, Any] = {"seed": seed, "recipe": _recipe(cfg), "stages": {}, "arms": {}}
     torch.manual_seed(seed)
     say(f"seed {seed}: {_MODEL_NAMES[cfg.model]} before any SFT")
-    before = HFPolicy(base_model(seed, cfg.reader), device=cfg.device)
+    before = HFPolicy(base_model(seed, cfg.reader, log=say, device=cfg.device), device=cfg.device)
     row["stages"]["before"] = _evaluate(before, cfg, {"unseen": halves["unseen"]}, seed, probe=False)
     before.close()
     say(f"seed {seed}: before {row['stages']['before']['unseen']['success']:.3f} on unseen tasks "

@@ -96,7 +96,8 @@ def reader_plays(tokenizer: Any, cfg: dict[str, Any], seed: int) -> list[Any]:
     return plays
 
 
-def base_model(seed: int, config: dict[str, Any] | None = None) -> str:
+def base_model(seed: int, config: dict[str, Any] | None = None, *, log: Callable[[str], None] | None = None,
+               device: str = "cpu") -> str:
     """The model reader SFT starts from: one pretrained checkpoint for every seed, that of
     ``config["base_seed"]`` (the seed's own when it is ``None``), or the random build of ``seed``
     when ``config["pretrained"]`` is false; with ``config["base"]`` set, that model instead
@@ -107,7 +108,9 @@ def base_model(seed: int, config: dict[str, Any] | None = None) -> str:
     SFT teaches them to copy: with the earlier 400-step recipe, checkpoint 1 never did (greedy 0.00
     of 40 unseen tasks) and checkpoint 0 reached 0.80 on one machine; checkpoint 0 pretrained on
     another machine (its float rounding differs, so its weights do) reached 0.11 sampled. The
-    recipe's 720 steps take it to 0.76-0.85 on that machine (``benchmarks/results/RESULTS.md``)."""
+    recipe's 720 steps take it to 0.76-0.85 on that machine (``benchmarks/results/RESULTS.md``).
+
+    ``log`` gets pretraining's progress lines when the checkpoint is built here (``device``: where)."""
     from .pretrain import pretrained_tiny_model
     from .tiny import build_tiny_model
 
@@ -123,7 +126,7 @@ def base_model(seed: int, config: dict[str, Any] | None = None) -> str:
         return str(base)
     if not cfg["pretrained"]:
         return build_tiny_model(seed=seed)
-    return pretrained_tiny_model(seed=seed if cfg["base_seed"] is None else cfg["base_seed"])
+    return pretrained_tiny_model(seed=seed if cfg["base_seed"] is None else cfg["base_seed"], log=log, device=device)
 
 
 def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_dir: str | os.PathLike[str] | None = None,
@@ -147,7 +150,7 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
 
     cfg = {**READER_CONFIG, **(config or {})}
     say = log or (lambda m: None)
-    base = base_model(seed, cfg)
+    base = base_model(seed, cfg, log=say, device=device)
     recipe = {k: v for k, v in cfg.items() if k != "base_seed"}  # the base is keyed by its folder
     key = hashlib.sha256(json.dumps({"format": _FORMAT, "base": os.path.basename(base), "cfg": recipe, "seed": seed},
                                     sort_keys=True).encode()).hexdigest()[:16]

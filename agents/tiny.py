@@ -234,16 +234,18 @@ def build_tiny_model(cache_dir: str | os.PathLike[str] | None = None, seed: int 
     return str(dest)
 
 
-def publish_folder(dest: Path, marker: str, build: Callable[[Path], object]) -> None:
+def publish_folder(dest: Path, marker: str, build: Callable[[Path], object],
+                   waiting: Callable[[], object] | None = None) -> None:
     """Build a cached folder and publish it atomically: ``build(tmp)`` fills a private folder next
     to ``dest``, which is then renamed to ``dest``. When another process published ``dest`` first
     (its ``marker`` file exists), that one is kept; the private folder never outlives the call,
     and the ones that outlived a killed process (a signal ``finally`` never sees) are swept here.
     Concurrent calls for one ``dest`` on one machine build it once: the later ones wait for the
-    first (:func:`_build_lock`) and return when they find its marker."""
+    first (:func:`_build_lock`; ``waiting()`` is called when one starts to wait) and return when
+    they find its marker."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     sweep_orphans(dest.parent)
-    with _build_lock(dest):
+    with _build_lock(dest, waiting):
         if (dest / marker).exists():  # built by another process while this one waited for the lock
             return
         tmp = Path(tempfile.mkdtemp(prefix=f"{_BUILDING}{socket.gethostname()}-{os.getpid()}-", dir=dest.parent))
@@ -259,7 +261,7 @@ def publish_folder(dest: Path, marker: str, build: Callable[[Path], object]) -> 
 
 
 @contextlib.contextmanager
-def _build_lock(dest: Path) -> Iterator[None]:
+def _build_lock(dest: Path, waiting: Callable[[], object] | None = None) -> Iterator[None]:
     """Held while ``dest`` is built, so that concurrent builders of one folder (a quickstart's
     workers all need the one pretrained base) build it once: the others wait, then find it
     published. An advisory ``flock`` on ``.lock-<name>`` beside it, released by the kernel when its
@@ -273,6 +275,10 @@ def _build_lock(dest: Path) -> Iterator[None]:
         return
     try:
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another builder holds it
+            if waiting is not None:
+                waiting()
             fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError:
             pass

@@ -141,3 +141,32 @@ def test_concurrent_builders_of_one_folder_build_it_once(tmp_path) -> None:
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
     assert log.read_text().splitlines() == ["built"]
     assert not list(tmp_path.glob(".building-*"))
+
+
+def test_a_builder_that_waits_for_another_is_told_and_does_not_build(tmp_path) -> None:
+    """The later builder of a folder calls ``waiting()`` (the quickstart's workers log it: before,
+    a worker sat silent through another's pretraining) and returns with the first one's folder."""
+    import threading
+
+    from agents.tiny import publish_folder
+
+    dest, started, release, waited = tmp_path / "model-a", threading.Event(), threading.Event(), []
+
+    def slow(tmp):
+        started.set()
+        assert release.wait(30)
+        (tmp / "done").write_text("1")
+
+    def never(tmp):
+        raise AssertionError("built twice")
+
+    first = threading.Thread(target=publish_folder, args=(dest, "done", slow))
+    first.start()
+    assert started.wait(30)
+    second = threading.Thread(target=publish_folder, args=(dest, "done", never),
+                              kwargs={"waiting": lambda: (waited.append(1), release.set())})
+    second.start()
+    first.join(30)
+    second.join(30)
+    assert waited == [1] and (dest / "done").read_text() == "1"
+    assert not first.is_alive() and not second.is_alive()
