@@ -609,11 +609,13 @@ def pretrain(seed: int = 0, steps: int | None = None, cache_dir: str | os.PathLi
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "models"
     dest = root / f"tiny-qwen2-pretrained-{_key(base, chash, cfg, seed)}"
     marker = dest / "envfactory-tiny.json"
-    cached = marker.exists()
-    if not cached:
-        publish_folder(dest, marker.name, lambda tmp: _train(tmp, base, plays, cfg, seed, log, device),
+    built: list[bool] = []  # this call trained it (not the cache, nor another process it waited for)
+    if not marker.exists():
+        publish_folder(dest, marker.name, lambda tmp: (built.append(True), _train(tmp, base, plays, cfg, seed, log,
+                                                                                  device)),
                        waiting=None if log is None else
                        lambda: log(f"pretrain: another process is building {dest.name}; waiting for it"))
+    cached = not built
     info = json.loads(marker.read_text())["pretrain"]
     return {"path": str(dest), "cached": cached, "elapsed": round(time.perf_counter() - t0, 1), **info}
 
