@@ -7,9 +7,10 @@ rollout budget (M per task, the same steps), and the same evaluation on both hal
 the evaluation split. Prints one JSON object: per arm, success with its CI, sampled and
 trained tokens and training wall-clock; every pairwise difference in success (paired
 two-way bootstrap, Holm-corrected over the family), and in sampled tokens and wall-clock
-(paired by seed). Not in CI. Measured 2026-11-29 on the 2-core CI machine: 2,876 s (48 min)
-with five of the ten readers built in the run (about 7 min of one core each), about 30 min with
-every reader cached (figures: benchmarks/results/RESULTS.md).
+(paired by seed). Not in CI. Measured 2026-12-02 with the KL term on, a fresh 2-core machine: 7,821 s
+(130 min) cold, pretraining and all ten readers built in the run (about 12.5 min of one core each,
+two at once); the arms took 5,592 s of one core (about 50 min with every reader cached). KL off,
+2026-11-29: 48 min with five readers built (figures: benchmarks/results/RESULTS.md).
 
 ``--eval-split dev`` evaluates on ``--eval-tasks`` fresh tasks of the training distribution instead
 (:func:`agents.quickstart.eval_tasks`): choose variants there (the diagnostic arms), and
