@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["READER_CONFIG", "SMOL_READER_CONFIG", "reader_model", "reader_plays", "base_model", "schedule_lr",
+__all__ = ["READER_CONFIG", "SMOL_READER_CONFIG", "reader_model", "copy_check", "reader_plays", "base_model", "schedule_lr",
            "sft_step", "save_beside_base", "packed_sft", "train_top"]
 
 _FORMAT = 1  # bump when the recipe changes
@@ -45,6 +45,7 @@ READER_CONFIG: dict[str, Any] = {
     "seq_len": 2048,      # positions per row: one opening and the plays after it
     "pretrained": True,   # start from the pretrained tiny model (False: the random build, for tests)
     "base_seed": 0,       # which pretrained checkpoint every seed starts from (None: the seed's own)
+    "check": {"tasks": 40, "min_success": 0.25, "rounds": 3},  # the copy check (see reader_model)
 }
 """The default recipe (all of it is part of the cache key; the base through its folder).
 
@@ -52,7 +53,13 @@ Two keys are optional and absent here (the tiny model's recipe predates them): `
 the model reader SFT starts from (``"tiny"``, the default: the pretrained tiny model;
 ``"smol"``: the packaged SmolLM2-135M-Instruct, :mod:`agents.smol`, prompts with one-line tool
 signatures; or any local HF model folder), and ``"train_layers"`` (train only the top N decoder
-layers, in SFT and in RL: :func:`agents.smol.freeze_below`; absent or ``None``: all)."""
+layers, in SFT and in RL: :func:`agents.smol.freeze_below`; absent or ``None``: all).
+
+``"check"`` (``None``: none) is the copy check after SFT: greedy success on ``tasks`` fresh supply
+tasks of a stream of their own (``"reader-check"``; no evaluation task, no held-out name) must
+reach ``min_success`` (twice a random room's 0.125), or SFT runs again, the same recipe on the
+plays of ``supply`` fresh tasks, up to ``rounds`` rounds in all. A seed whose first round passes
+gets exactly the weights it got without the check."""
 
 SMOL_READER_CONFIG: dict[str, Any] = {
     **READER_CONFIG,
@@ -62,6 +69,7 @@ SMOL_READER_CONFIG: dict[str, Any] = {
     "supply": 120,        # a pretrained LLM copies already; a few hundred plays teach the format and the chain
     "lr": 1e-4,
     "train_layers": 8,    # the top 8 of 30 layers (28.3M of 134.5M parameters)
+    "check": None,        # it copies after its one round (quickstart 2026-11-30); measured without the check
 }
 """Reader SFT for SmolLM2-135M-Instruct (``envfactory quickstart --model smol``)."""
 
@@ -169,13 +177,16 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     opening = len(encode(plays[0].text.split("<|im_start|>user\n", 1)[0]))
     conv = sum(len(assistant_mask(encode, p.text[p.text.index("<|im_start|>user\n"):])[0]) for p in plays[:50]) / 50
     per_row = max(1, int((cfg["seq_len"] - opening) // conv))
-    steps = math.ceil(cfg["epochs"] * len(plays) / per_row / cfg["batch"])
     pad = tok.convert_tokens_to_ids("<|endoftext|>")
-    rows = _shared_rows(plays, encode, steps * cfg["batch"], cfg["seq_len"], pad, random.Random(seed),
-                        assistant_only=True)
+
+    def rows_of(plays: list[Any], stream: int | str) -> tuple[Any, int]:
+        n = math.ceil(cfg["epochs"] * len(plays) / per_row / cfg["batch"])
+        return rows_on(_shared_rows(plays, encode, n * cfg["batch"], cfg["seq_len"], pad, random.Random(stream),
+                                    assistant_only=True), device), n
+
+    rows, steps = rows_of(plays, seed)
     say(f"reader sft (seed {seed}): {len(plays)} reference plays, {steps} steps of {cfg['batch']} rows "
         f"(~{per_row} plays each) ({time.perf_counter() - t0:.0f}s)")
-    rows = rows_on(rows, device)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, attn_implementation="sdpa").to(device)
     train_top(model, cfg)
@@ -183,18 +194,53 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     # share of the step; the tiny model's recipe was measured without this
     losses = packed_sft(model, rows, steps=steps, batch=cfg["batch"], lr=cfg["lr"], log=say,
                         label=f"reader sft (seed {seed})", started=t0, scored_only=kind != "tiny")
+    rounds = [{"plays": len(plays), "steps": steps, "nll_last": round(losses[-1], 4)}]
+    check = cfg.get("check")
+    while check:
+        rounds[-1]["check"] = got = copy_check(model, tok, cfg, device=device)
+        say(f"reader sft (seed {seed}): copy check {got:.3f} greedy on {check['tasks']} fresh tasks after round "
+            f"{len(rounds)} (needs {check['min_success']}) ({time.perf_counter() - t0:.0f}s)")
+        if got >= check["min_success"] or len(rounds) >= check["rounds"]:
+            break
+        stream = f"{seed}.{len(rounds)}"  # a supply stream no other round or seed reads
+        more = reader_plays(tok, {**cfg, "sft_tasks": 0}, stream)
+        rows, n = rows_of(more, stream)
+        say(f"reader sft (seed {seed}): round {len(rounds) + 1}, {len(more)} fresh plays, {n} steps")
+        losses += packed_sft(model, rows, steps=n, batch=cfg["batch"], lr=cfg["lr"], log=say,
+                             label=f"reader sft (seed {seed}, round {len(rounds) + 1})", started=t0,
+                             scored_only=kind != "tiny")
+        rounds.append({"plays": len(more), "steps": n, "nll_last": round(losses[-1], 4)})
+    if check and rounds[-1]["check"] < check["min_success"]:
+        say(f"reader sft (seed {seed}): the copy check still fails after {len(rounds)} rounds; "
+            f"keeping this model (the quickstart names such a seed)")
 
     def save(tmp: Path) -> None:
         save_beside_base(model, base, tmp)
         (tmp / "envfactory-reader.json").write_text(json.dumps(
             {"format": _FORMAT, "seed": seed, "base": os.path.basename(base), "config": cfg, "plays": len(plays),
-             "steps": steps, "nll_first": round(losses[0], 4), "nll_last": round(losses[-1], 4),
-             "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
+             "steps": sum(r["steps"] for r in rounds), "rounds": rounds,
+             "nll_first": round(losses[0], 4), "nll_last": round(losses[-1], 4), "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
 
     model.to("cpu")
     publish_folder(dest, "envfactory-reader.json", save)
     say(f"reader sft (seed {seed}): done in {time.perf_counter() - t0:.0f}s")
     return str(dest)
+
+
+def copy_check(model: Any, tokenizer: Any, config: dict[str, Any] | None = None, *, device: str = "cpu") -> float:
+    """Greedy success of ``model`` on the copy check's fresh tasks (``config["check"]``, see
+    :data:`READER_CONFIG`): tasks of the supply stream ``"reader-check"``, which no reader trains on
+    and no evaluation draws from, names made up as often as in training. Leaves ``model`` in eval mode."""
+    from environments.find_light import v3_supply
+
+    from .hf_policy import HFPolicy
+    from .probe import reading_report
+
+    cfg = {**READER_CONFIG, **(config or {})}
+    tasks = v3_supply(cfg["check"]["tasks"], seed="reader-check", made_up=cfg["made_up"])
+    policy = HFPolicy(model, tokenizer=tokenizer, device=device)
+    return reading_report(policy, cfg["env"], tasks, samples=1, temperature=0.0, swap=False,
+                          max_new_tokens=40)["success"]  # the quickstart's evaluation budget
 
 
 _FOLDER_NAMES = {"tiny": "tiny-qwen2", "smol": "smollm2-135m"}  # cached readers' folder names, by base

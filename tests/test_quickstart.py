@@ -19,7 +19,8 @@ from agents.quickstart import QuickstartConfig, _finished, check_splits, run_qui
 @pytest.mark.slow
 def test_quickstart_measures_every_arm_on_evaluation_tasks_only(tmp_path) -> None:
     cfg = QuickstartConfig(seeds=[0, 1], arms=["arpo", "rft", "grpo_shuffled"],
-                           reader={"pretrained": False, "supply": 6, "sft_tasks": 4, "seq_len": 1024},
+                           reader={"pretrained": False, "supply": 6, "sft_tasks": 4, "seq_len": 1024,
+                                   "check": {"tasks": 2, "min_success": 0.25, "rounds": 2}},
                            rl_steps=1, M=2, N=1, tasks_per_step=1, max_new_tokens=8, eval_tasks=3,
                            eval_samples=1, workers=1, output_dir=str(tmp_path / "out"),
                            cache_dir=str(tmp_path / "cache"))
@@ -56,7 +57,8 @@ def test_units_of_work_on_two_workers_give_what_one_process_gives(tmp_path) -> N
     """Seeds split into units (a start, then each arm) over two worker processes: every seed's
     figures equal those of the seeds run one after another in this process, and an arm's do not
     depend on the arms before it (three seeds: the last seed's arms run side by side)."""
-    base = dict(arms=["arpo", "rft"], reader={"pretrained": False, "supply": 6, "sft_tasks": 4, "seq_len": 1024},
+    base = dict(arms=["arpo", "rft"], reader={"pretrained": False, "supply": 6, "sft_tasks": 4, "seq_len": 1024,
+                                              "check": None},
                 rl_steps=1, M=2, N=1, tasks_per_step=1, max_new_tokens=8, eval_tasks=3, eval_samples=1,
                 cache_dir=str(tmp_path / "cache"))
     one = run_quickstart(QuickstartConfig(seeds=[0, 1, 2], workers=1, output_dir=str(tmp_path / "one"), **base))

@@ -172,3 +172,28 @@ def test_the_base_can_be_smol_or_a_model_folder_and_a_wrong_one_is_named(monkeyp
     assert base_model(5, {"base": str(tmp_path)}) == str(tmp_path)
     with pytest.raises(ValueError, match="'tiny', 'smol' or a local HF model folder"):
         base_model(0, {"base": str(tmp_path / "nothing-here")})
+
+
+def test_the_copy_check_runs_sft_again_until_it_passes_and_a_pass_changes_nothing(tmp_path) -> None:
+    """A reader that fails the copy check gets another round of SFT on fresh plays, up to
+    ``rounds`` in all, each round's check recorded; one that passes the first check has exactly
+    the weights it has without the check (the check neither trains nor draws from the seed's RNG)."""
+    from safetensors.torch import load_file
+
+    from agents.reader import reader_model
+
+    small = {"pretrained": False, "supply": 4, "sft_tasks": 2, "seq_len": 1024}
+    lines: list[str] = []
+    failing = reader_model(0, {**small, "check": {"tasks": 2, "min_success": 1.0, "rounds": 2}},
+                           cache_dir=tmp_path, log=lines.append)  # a random model solves nothing
+    meta = json.loads((tmp_path / failing / "envfactory-reader.json").read_text())
+    assert len(meta["rounds"]) == 2 and [r["check"] for r in meta["rounds"]] == [0.0, 0.0]
+    assert meta["steps"] == sum(r["steps"] for r in meta["rounds"]) and meta["rounds"][1]["plays"] == 4
+    assert any("round 2, 4 fresh plays" in m for m in lines) and any("still fails after 2 rounds" in m for m in lines)
+
+    passing = reader_model(0, {**small, "check": {"tasks": 2, "min_success": 0.0, "rounds": 2}}, cache_dir=tmp_path)
+    unchecked = reader_model(0, {**small, "check": None}, cache_dir=tmp_path)
+    assert len({failing, passing, unchecked}) == 3  # the check is part of the recipe's cache key
+    assert len(json.loads((tmp_path / passing / "envfactory-reader.json").read_text())["rounds"]) == 1
+    a, b = (load_file(f"{d}/model.safetensors") for d in (passing, unchecked))
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
