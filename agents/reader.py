@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["READER_CONFIG", "SMOL_READER_CONFIG", "COPY_CHECK", "reader_model", "copy_check", "reader_plays", "base_model", "schedule_lr",
-           "sft_step", "save_beside_base", "packed_sft", "train_top"]
+__all__ = ["READER_CONFIG", "SMOL_READER_CONFIG", "COPY_CHECK", "reader_model", "copy_check", "reader_plays",
+           "base_model", "schedule_lr", "sft_step", "save_beside_base", "packed_sft", "train_top"]
 
 _FORMAT = 1  # bump when the recipe changes
 
@@ -54,11 +54,12 @@ the model reader SFT starts from (``"tiny"``, the default: the pretrained tiny m
 signatures; or any local HF model folder), and ``"train_layers"`` (train only the top N decoder
 layers, in SFT and in RL: :func:`agents.smol.freeze_below`; absent or ``None``: all).
 
-``"check"`` (absent or ``None``: none; :data:`COPY_CHECK` is the one measured) is the copy check after SFT: greedy success on ``tasks`` fresh supply
-tasks of a stream of their own (``"reader-check"``; no evaluation task, no held-out name) must
-reach ``min_success`` (twice a random room's 0.125), or SFT runs again, the same recipe on the
-plays of ``supply`` fresh tasks, up to ``rounds`` rounds in all. A seed whose first round passes
-gets exactly the weights it got without the check."""
+``"check"`` (absent or ``None``: none; :data:`COPY_CHECK` is the one measured) is the copy check
+after SFT: greedy success on ``tasks`` fresh supply tasks of a stream of their own
+(``"reader-check"``; no evaluation task, no held-out name) must reach ``min_success`` (twice a
+random room's 0.125), or SFT runs again, the same recipe on the plays of ``supply`` fresh tasks,
+up to ``rounds`` rounds in all. A seed whose first round passes gets exactly the weights it got
+without the check."""
 
 SMOL_READER_CONFIG: dict[str, Any] = {
     **READER_CONFIG,
@@ -192,10 +193,14 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, attn_implementation="sdpa").to(device)
     train_top(model, cfg)
-    # a large vocabulary (SmolLM2's 49,152) makes the output layer at unscored positions a large
-    # share of the step; the tiny model's recipe was measured without this
-    losses = packed_sft(model, rows, steps=steps, batch=cfg["batch"], lr=cfg["lr"], log=say,
-                        label=f"reader sft (seed {seed})", started=t0, scored_only=kind != "tiny")
+
+    def train(rows: Any, n: int, label: str) -> list[float]:
+        # a large vocabulary (SmolLM2's 49,152) makes the output layer at unscored positions a large
+        # share of the step; the tiny model's recipe was measured without this
+        return packed_sft(model, rows, steps=n, batch=cfg["batch"], lr=cfg["lr"], log=say, label=label,
+                          started=t0, scored_only=kind != "tiny")
+
+    losses = train(rows, steps, f"reader sft (seed {seed})")
     rounds = [{"plays": len(plays), "steps": steps, "nll_last": round(losses[-1], 4)}]
     check = cfg.get("check")
     while check:
@@ -208,9 +213,7 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
         more = reader_plays(tok, {**cfg, "sft_tasks": 0}, stream)
         rows, n = rows_of(more, stream)
         say(f"reader sft (seed {seed}): round {len(rounds) + 1}, {len(more)} fresh plays, {n} steps")
-        losses += packed_sft(model, rows, steps=n, batch=cfg["batch"], lr=cfg["lr"], log=say,
-                             label=f"reader sft (seed {seed}, round {len(rounds) + 1})", started=t0,
-                             scored_only=kind != "tiny")
+        losses += train(rows, n, f"reader sft (seed {seed}, round {len(rounds) + 1})")
         rounds.append({"plays": len(more), "steps": n, "nll_last": round(losses[-1], 4)})
     if check and rounds[-1]["check"] < check["min_success"]:
         say(f"reader sft (seed {seed}): the copy check still fails after {len(rounds)} rounds; "
@@ -221,7 +224,8 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
         (tmp / "envfactory-reader.json").write_text(json.dumps(
             {"format": _FORMAT, "seed": seed, "base": os.path.basename(base), "config": cfg, "plays": len(plays),
              "steps": sum(r["steps"] for r in rounds), "rounds": rounds,
-             "nll_first": round(losses[0], 4), "nll_last": round(losses[-1], 4), "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
+             "nll_first": round(losses[0], 4), "nll_last": round(losses[-1], 4),
+             "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
 
     model.to("cpu")
     publish_folder(dest, "envfactory-reader.json", save)
