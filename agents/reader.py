@@ -52,7 +52,7 @@ READER_CONFIG: dict[str, Any] = {
 }
 """The default recipe (all of it is part of the cache key; the base through its folder).
 
-Three keys are optional and absent here (the tiny model's recipe predates them): ``"base"``,
+Two keys are optional and absent here (the tiny model's recipe predates them): ``"base"``,
 the model reader SFT starts from (``"tiny"``, the default: the pretrained tiny model;
 ``"smol"``: the packaged SmolLM2-135M-Instruct, :mod:`agents.smol`, prompts with one-line tool
 signatures; or any local HF model folder), and ``"train_layers"`` (train only the top N decoder
@@ -164,7 +164,8 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     cfg = {**READER_CONFIG, **(config or {})}
     say = log or (lambda m: None)
     base = base_model(seed, cfg, log=say, device=device)
-    recipe = {k: v for k, v in cfg.items() if k != "base_seed"}  # the base is keyed by its folder
+    # the base is keyed by its folder; "check": None keys as an absent check (readers built before it)
+    recipe = {k: v for k, v in cfg.items() if k != "base_seed" and not (k == "check" and v is None)}
     key = hashlib.sha256(json.dumps({"format": _FORMAT, "base": os.path.basename(base), "cfg": recipe, "seed": seed},
                                     sort_keys=True).encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "models"

@@ -174,7 +174,7 @@ def test_the_base_can_be_smol_or_a_model_folder_and_a_wrong_one_is_named(monkeyp
         base_model(0, {"base": str(tmp_path / "nothing-here")})
 
 
-def test_the_copy_check_runs_sft_again_until_it_passes_and_a_pass_changes_nothing(tmp_path) -> None:
+def test_the_copy_check_runs_sft_again_until_it_passes_and_a_pass_changes_nothing(tmp_path, monkeypatch) -> None:
     """A reader that fails the copy check gets another round of SFT on fresh plays, up to
     ``rounds`` in all, each round's check recorded; one that passes the first check has exactly
     the weights it has without the check (the check neither trains nor draws from the seed's RNG)."""
@@ -198,3 +198,10 @@ def test_the_copy_check_runs_sft_again_until_it_passes_and_a_pass_changes_nothin
     assert len(json.loads((tmp_path / passing / "envfactory-reader.json").read_text())["rounds"]) == 1
     a, b = (load_file(f"{d}/model.safetensors") for d in (passing, unchecked))
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+    # "check": None is the recipe before the check existed: readers cached then are found again
+    # (SmolLM2's reader recipe says None; before the fix its folder changed with the new key)
+    import agents.reader as reader_mod
+
+    before = {k: v for k, v in reader_mod.READER_CONFIG.items() if k != "check"}
+    monkeypatch.setattr(reader_mod, "READER_CONFIG", before)
+    assert reader_model(0, small, cache_dir=tmp_path) == unchecked
