@@ -93,7 +93,9 @@ PRETRAIN_CONFIG: dict[str, Any] = {
     "model": PRETRAIN_MODEL,  # overrides of TINY_CONFIG ({}: the random build's size and weights)
     "envs": None,            # only these environments (default: the tokenizer's pinned tiny.CORPUS_ENVS)
 }
-"""The default pretraining recipe (all of it is part of the cache key): about 3 minutes on 2 CPU cores."""
+"""The default pretraining recipe (all of it is part of the cache key): about 3 minutes on 2 CPU cores.
+An optional key, absent here: ``"tokenizer"``, how the random build's tokenizer cuts words
+(:data:`agents.tiny.TOKENIZERS`; absent: ``"qwen"``)."""
 
 
 @dataclass(frozen=True)
@@ -601,7 +603,7 @@ def pretrain(seed: int = 0, steps: int | None = None, cache_dir: str | os.PathLi
     if arch["hidden_size"] // arch["num_attention_heads"] != 64:
         raise ValueError("the tiny model keeps head dim 64 (hidden_size / num_attention_heads)")
     cfg["betas"] = list(cfg["betas"])
-    base = build_tiny_model(cache_dir, seed=seed)
+    base = build_tiny_model(cache_dir, seed=seed, tokenizer=cfg.get("tokenizer", "qwen"))
     plays = pretrain_corpus(AutoTokenizer.from_pretrained(base), detours=cfg["detours"], detour_p=cfg["detour_p"],
                            envs=cfg.get("envs"))
     check_no_eval(plays)
@@ -622,10 +624,12 @@ def pretrain(seed: int = 0, steps: int | None = None, cache_dir: str | os.PathLi
 
 def pretrained_tiny_model(seed: int = 0, steps: int | None = None,
                           cache_dir: str | os.PathLike[str] | None = None, *,
-                          log: Callable[[str], None] | None = None, device: str = "cpu") -> str:
+                          log: Callable[[str], None] | None = None, device: str = "cpu",
+                          tokenizer: str = "qwen") -> str:
     """The tiny model of ``seed`` after language-model pretraining (:func:`pretrain`); its folder.
 
     ``steps`` defaults to ``PRETRAIN_CONFIG["steps"]``; ``log`` and ``device`` as for
-    :func:`pretrain`. The folder loads with ``AutoModelForCausalLM`` / ``AutoTokenizer`` offline,
-    like the random build's."""
-    return pretrain(seed=seed, steps=steps, cache_dir=cache_dir, log=log, device=device)["path"]
+    :func:`pretrain`; ``tokenizer``: :data:`agents.tiny.TOKENIZERS`. The folder loads with
+    ``AutoModelForCausalLM`` / ``AutoTokenizer`` offline, like the random build's."""
+    config = None if tokenizer == "qwen" else {"tokenizer": tokenizer}  # the default keys as it always did
+    return pretrain(seed=seed, steps=steps, cache_dir=cache_dir, config=config, log=log, device=device)["path"]

@@ -52,8 +52,9 @@ READER_CONFIG: dict[str, Any] = {
 }
 """The default recipe (all of it is part of the cache key; the base through its folder).
 
-Two keys are optional and absent here (the tiny model's recipe predates them): ``"base"``,
-the model reader SFT starts from (``"tiny"``, the default: the pretrained tiny model;
+Three keys are optional and absent here (the tiny model's recipe predates them): ``"tokenizer"``,
+how the tiny base's tokenizer cuts words (:data:`agents.tiny.TOKENIZERS`; absent: ``"qwen"``);
+``"base"``, the model reader SFT starts from (``"tiny"``, the default: the pretrained tiny model;
 ``"smol"``: the packaged SmolLM2-135M-Instruct, :mod:`agents.smol`, prompts with one-line tool
 signatures; or any local HF model folder), and ``"train_layers"`` (train only the top N decoder
 layers, in SFT and in RL: :func:`agents.smol.freeze_below`; absent or ``None``: all).
@@ -137,9 +138,11 @@ def base_model(seed: int, config: dict[str, Any] | None = None, *, log: Callable
         if not Path(base, "config.json").is_file():
             raise ValueError(f"reader base must be 'tiny', 'smol' or a local HF model folder; {base!r} has no config.json")
         return str(base)
+    tokenizer = cfg.get("tokenizer", "qwen")
     if not cfg["pretrained"]:
-        return build_tiny_model(seed=seed)
-    return pretrained_tiny_model(seed=seed if cfg["base_seed"] is None else cfg["base_seed"], log=log, device=device)
+        return build_tiny_model(seed=seed, tokenizer=tokenizer)
+    return pretrained_tiny_model(seed=seed if cfg["base_seed"] is None else cfg["base_seed"], log=log, device=device,
+                                 tokenizer=tokenizer)
 
 
 def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_dir: str | os.PathLike[str] | None = None,

@@ -8,6 +8,7 @@ the kind of name half of reader SFT's supply has: never the same one twice).
 
     python benchmarks/reader_generalization.py --seed 0 --tasks 40
     python benchmarks/reader_generalization.py --model smol   # SmolLM2's reader (quickstart --model smol)
+    python benchmarks/reader_generalization.py --reader '{"made_up": 1.0}'   # a variant of the recipe
 
 Measured 2026-11-25 (reader seed 0, 40 tasks each, 2 shared cores): success 0.675 / 0.225 /
 0.000 / 0.000 (first call on the right item 0.875 / 0.300 / 0.000 / 0.000). New phrasings cost
@@ -21,6 +22,12 @@ Measured 2026-11-29 (reader seed 0 of the 6,400-task recipe, 40 tasks each, CI m
 0.05), although half of the reader's 6,400 supply tasks had made-up names: SFT did not teach it to
 copy a new name, only to choose among the names it trained on, which is what the swap probe
 (another training room swapped in) tests.
+
+Measured 2026-12-06 (seed 0, another host; benchmarks/results/RESULTS.md): the ``"words"``
+tokenizer (a name the same ids in prose and in a call) does not make it copy (made-up 0.000);
+every supply name made up (``--reader '{"made_up": 1.0}'``) does, for names of the generator's
+syllables (made-up 0.350, first call right 0.625), at a cost on training names (0.625) and with
+held-out real words still 0.000.
 """
 
 from __future__ import annotations
@@ -34,12 +41,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0, help="reader seed")
     ap.add_argument("--tasks", type=int, default=40, help="tasks per set")
-    ap.add_argument("--model", default="tiny", choices=("tiny", "smol"), help="whose reader (agents.quickstart.MODELS)")
+    from agents.quickstart import MODELS  # the choices
+
+    ap.add_argument("--model", default="tiny", choices=sorted(MODELS), help="whose reader (agents.quickstart.MODELS)")
+    ap.add_argument("--reader", type=json.loads, default={},
+                    help='JSON overrides of that model\'s reader recipe, e.g. \'{"tokenizer": "words", "made_up": 1.0}\'')
     a = ap.parse_args()
 
     from agents.hf_policy import HFPolicy
     from agents.probe import episode_facts, play
-    from agents.quickstart import MODELS, eval_tasks
+    from agents.quickstart import eval_tasks
     from agents.reader import reader_model
     from environments.find_light import FRAMES, HELDOUT_FRAMES, v3_supply
 
@@ -56,7 +67,7 @@ def main() -> None:
         "held-out names, held-out phrasings": halves["heldout"],
         "made-up names, train phrasings": v3_supply(a.tasks, seed="made-up", made_up=1.0),
     }
-    pol = HFPolicy(reader_model(a.seed, MODELS[a.model]["reader"]))
+    pol = HFPolicy(reader_model(a.seed, {**(MODELS[a.model]["reader"] or {}), **a.reader}))
     try:
         for name, tasks in sets.items():
             eps = play(pol, "FindLight-v3", tasks, samples=1, seed=1, temperature=0.0)

@@ -170,3 +170,50 @@ def test_a_builder_that_waits_for_another_is_told_and_does_not_build(tmp_path) -
     second.join(30)
     assert waited == [1] and (dest / "done").read_text() == "1"
     assert not first.is_alive() and not second.is_alive()
+
+
+def _pieces(tok, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def test_the_words_tokenizer_spells_a_name_alike_in_prose_and_in_a_call(tmp_path) -> None:
+    # With Qwen2's split a word carries the character before it, so a name the tokenizer never
+    # merged is other ids after a space than after a quote ("foyer": Ġfo y er / " f oy er) and a
+    # model must re-spell it to copy it. The "words" tokenizer cuts a run of letters alone
+    # wherever it stands: the name's ids in an instruction occur verbatim in the call.
+    import random
+
+    import pytest
+    from transformers import AutoTokenizer
+
+    from agents.tiny import TOKENIZERS
+    from environments.find_light import HELDOUT_NAMES, made_up_name
+
+    rng = random.Random(0)
+    names = [x for v in HELDOUT_NAMES.values() for x in v] + [made_up_name(rng) for _ in range(40)]
+    qwen = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path))
+    words_path = build_tiny_model(tmp_path, tokenizer="words")
+    assert words_path != build_tiny_model(tmp_path) and set(TOKENIZERS) == {"qwen", "words"}
+    words = AutoTokenizer.from_pretrained(words_path)
+
+    def alike(tok, name: str) -> bool:
+        in_prose = _pieces(tok, f"Where did my {name} go?")
+        in_call = _pieces(tok, f'{{"name": "locate", "arguments": {{"item": "{name}"}}}}')
+        alone = _pieces(tok, name)
+        return any(in_prose[i:i + len(alone)] == alone for i in range(len(in_prose))) and \
+            any(in_call[i:i + len(alone)] == alone for i in range(len(in_call)))
+
+    assert all(alike(words, n) for n in names)
+    assert sum(alike(qwen, n) for n in names) < len(names) / 2  # what the default tokenizer does
+    text = "Turn on the light in the zorblat, then 'foyer' & \"den\".\n  done"
+    assert words.decode(_pieces(words, text)) == text  # byte-level: still round-trips exactly
+    with pytest.raises(ValueError, match="unknown tokenizer"):
+        build_tiny_model(tmp_path, tokenizer="chars")
+
+
+def test_the_default_tokenizer_keys_its_cache_as_before_it_could_be_chosen() -> None:
+    # Cached tiny models (and every checkpoint and figure built on them) keep their folders.
+    from agents.tiny import _key
+
+    texts = ["a", "b"]
+    assert _key(texts, 0) == _key(texts, 0, "qwen") != _key(texts, 0, "words")

@@ -179,3 +179,16 @@ def test_the_default_pretraining_corpus_is_pinned():
     assert corpus_hash(pretrain_corpus()) == PINNED_CORPUS_HASH, (
         "the default pretraining corpus changed (see PINNED_CORPUS_HASH): the embedded model's "
         "figures no longer hold until re-measured")
+
+
+def test_the_tokenizer_option_pretrains_on_its_own_random_build(small_run) -> None:
+    # pretrained_tiny_model(tokenizer="words") trains on the words tokenizer's build, in a folder
+    # of its own; the default's folder and key are those it had before the option existed.
+    from transformers import AutoTokenizer
+
+    doc, _, cache = small_run
+    words = pretrain(seed=0, steps=3, cache_dir=cache, config={**SMALL, "tokenizer": "words"})
+    assert not words["cached"] and words["path"] != doc["path"]
+    assert words["base"] == Path(build_tiny_model(cache, tokenizer="words")).name != doc["base"]
+    tok = AutoTokenizer.from_pretrained(words["path"])
+    assert tok.convert_ids_to_tokens(tok(" zorblat")["input_ids"])[0] == "Ġ"  # the space is a piece of its own

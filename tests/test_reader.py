@@ -150,14 +150,19 @@ def test_every_seed_starts_from_one_pretrained_checkpoint_unless_told(monkeypatc
     calls = []
     monkeypatch.setattr(pretrain, "pretrained_tiny_model",
                         lambda seed=0, **kw: calls.append(kw) or f"pretrained-{seed}")
-    monkeypatch.setattr(tiny, "build_tiny_model", lambda cache_dir=None, seed=0: f"random-{seed}")
+    monkeypatch.setattr(tiny, "build_tiny_model",
+                        lambda cache_dir=None, seed=0, tokenizer="qwen": f"random-{seed}-{tokenizer}")
     assert [base_model(s) for s in (0, 3, 4)] == ["pretrained-0"] * 3
     assert base_model(3, {"base_seed": None}) == "pretrained-3"
     assert base_model(3, {"base_seed": 2}) == "pretrained-2"
-    assert base_model(3, {"pretrained": False}) == "random-3"
+    assert base_model(3, {"pretrained": False}) == "random-3-qwen"
     # pretraining's progress reaches the caller's log (before, the quickstart's pretraining was silent)
     assert base_model(1, log=print, device="cuda") == "pretrained-0"
-    assert calls[-1] == {"log": print, "device": "cuda"}
+    assert calls[-1] == {"log": print, "device": "cuda", "tokenizer": "qwen"}
+    # the recipe's tokenizer (agents.tiny.TOKENIZERS) reaches the base it starts from
+    assert base_model(3, {"pretrained": False, "tokenizer": "words"}) == "random-3-words"
+    base_model(3, {"tokenizer": "words"})
+    assert calls[-1]["tokenizer"] == "words"
 
 
 def test_the_base_can_be_smol_or_a_model_folder_and_a_wrong_one_is_named(monkeypatch, tmp_path) -> None:
