@@ -61,9 +61,9 @@ copying a name never trained on means re-spelling it. ``"words"``: a run of lett
 its own wherever it stands (the space or quote before it is a token of its own), so a name is the
 same ids in an instruction, a tool response and a call's arguments; the same text takes about 29%
 more tokens (the tokenizer corpus: 587,716 against 454,055). Measured (2026-12-06, reader seed 0,
-``benchmarks/reader_generalization.py``): the ``"words"`` reader copies no more made-up names than
-the default one (0 of 40); what made the tiny reader copy them was SFT on made-up names only, with
-the default tokenizer (docs/training.md)."""
+``benchmarks/reader_generalization.py``): the ``"words"`` reader copies fewer made-up names than
+the default one on the same host (0 against 5 of 40); what made the tiny reader copy more of them
+was SFT on made-up names only, with the default tokenizer (docs/training.md)."""
 _FORMAT = 2  # bump when the build recipe changes, to invalidate caches
 
 # Qwen2.5/Hermes style. Two deliberate differences from Qwen's template:

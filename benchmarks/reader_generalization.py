@@ -23,11 +23,12 @@ Measured 2026-11-29 (reader seed 0 of the 6,400-task recipe, 40 tasks each, CI m
 copy a new name, only to choose among the names it trained on, which is what the swap probe
 (another training room swapped in) tests.
 
-Measured 2026-12-06 (seed 0, another host; benchmarks/results/RESULTS.md): the ``"words"``
-tokenizer (a name the same ids in prose and in a call) does not make it copy (made-up 0.000);
-every supply name made up (``--reader '{"made_up": 1.0}'``) does, for names of the generator's
-syllables (made-up 0.350, first call right 0.625), at a cost on training names (0.625) and with
-held-out real words still 0.000.
+Measured 2026-12-06 (seed 0, another host; benchmarks/results/RESULTS.md): the recipe's reader
+0.875 / 0.575 / 0.000 / 0.000 and made-up 0.125 (first call right 0.400); the ``"words"``
+tokenizer (a name the same ids in prose and in a call) copies less (made-up 0.000); every supply
+name made up (``--reader '{"made_up": 1.0}'``) copies more names of the generator's syllables
+(made-up 0.350, first call right 0.625), at a cost on training names (0.625), with held-out real
+words still 0.000.
 """
 
 from __future__ import annotations
