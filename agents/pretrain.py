@@ -603,7 +603,8 @@ def pretrain(seed: int = 0, steps: int | None = None, cache_dir: str | os.PathLi
     if arch["hidden_size"] // arch["num_attention_heads"] != 64:
         raise ValueError("the tiny model keeps head dim 64 (hidden_size / num_attention_heads)")
     cfg["betas"] = list(cfg["betas"])
-    base = build_tiny_model(cache_dir, seed=seed, tokenizer=cfg.get("tokenizer", "qwen"))
+    # the tokenizer chooses the random build, and the key holds the build's folder
+    base = build_tiny_model(cache_dir, seed=seed, tokenizer=cfg.pop("tokenizer", "qwen"))
     plays = pretrain_corpus(AutoTokenizer.from_pretrained(base), detours=cfg["detours"], detour_p=cfg["detour_p"],
                            envs=cfg.get("envs"))
     check_no_eval(plays)
@@ -631,5 +632,5 @@ def pretrained_tiny_model(seed: int = 0, steps: int | None = None,
     ``steps`` defaults to ``PRETRAIN_CONFIG["steps"]``; ``log`` and ``device`` as for
     :func:`pretrain`; ``tokenizer``: :data:`agents.tiny.TOKENIZERS`. The folder loads with
     ``AutoModelForCausalLM`` / ``AutoTokenizer`` offline, like the random build's."""
-    config = None if tokenizer == "qwen" else {"tokenizer": tokenizer}  # the default keys as it always did
-    return pretrain(seed=seed, steps=steps, cache_dir=cache_dir, config=config, log=log, device=device)["path"]
+    return pretrain(seed=seed, steps=steps, cache_dir=cache_dir, config={"tokenizer": tokenizer}, log=log,
+                    device=device)["path"]

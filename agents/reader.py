@@ -167,8 +167,10 @@ def reader_model(seed: int = 0, config: dict[str, Any] | None = None, *, cache_d
     cfg = {**READER_CONFIG, **(config or {})}
     say = log or (lambda m: None)
     base = base_model(seed, cfg, log=say, device=device)
-    # the base is keyed by its folder; "check": None keys as an absent check (readers built before it)
-    recipe = {k: v for k, v in cfg.items() if k != "base_seed" and not (k == "check" and v is None)}
+    # the base is keyed by its folder (base_seed and tokenizer choose it); "check": None keys as an
+    # absent check (readers built before it)
+    recipe = {k: v for k, v in cfg.items()
+              if k not in ("base_seed", "tokenizer") and not (k == "check" and v is None)}
     key = hashlib.sha256(json.dumps({"format": _FORMAT, "base": os.path.basename(base), "cfg": recipe, "seed": seed},
                                     sort_keys=True).encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "models"

@@ -192,3 +192,5 @@ def test_the_tokenizer_option_pretrains_on_its_own_random_build(small_run) -> No
     assert words["base"] == Path(build_tiny_model(cache, tokenizer="words")).name != doc["base"]
     tok = AutoTokenizer.from_pretrained(words["path"])
     assert tok.convert_ids_to_tokens(tok(" zorblat")["input_ids"])[0] == "Ġ"  # the space is a piece of its own
+    named = pretrain(seed=0, steps=3, cache_dir=cache, config={**SMALL, "tokenizer": "qwen"})
+    assert named["cached"] and named["path"] == doc["path"]  # the default, named, is the same checkpoint

@@ -210,3 +210,5 @@ def test_the_copy_check_runs_sft_again_until_it_passes_and_a_pass_changes_nothin
     before = {k: v for k, v in reader_mod.READER_CONFIG.items() if k != "check"}
     monkeypatch.setattr(reader_mod, "READER_CONFIG", before)
     assert reader_model(0, small, cache_dir=tmp_path) == unchecked
+    # the tokenizer chooses the base, which keys the reader: the default, named, is the same reader
+    assert reader_model(0, {**small, "tokenizer": "qwen"}, cache_dir=tmp_path) == unchecked
