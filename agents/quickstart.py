@@ -74,9 +74,10 @@ MODELS: dict[str, dict[str, Any]] = {
 """The models a quickstart trains, and what each changes in the recipe: ``tiny``, the embedded
 tiny model (pretrained here; its reader does not copy a name it never trained on: the
 ``heldout`` half stays at 0 and the primary comparison is on ``unseen``); ``smol``,
-SmolLM2-135M-Instruct from its PyPI package (:mod:`agents.smol`), reader SFT of :data:`agents.reader.SMOL_READER_CONFIG`, a smaller RL
-learning rate, and the primary comparison on the ``heldout`` half, where a pretrained LLM that
-copies what it read has room to improve (fixed before its first run)."""
+SmolLM2-135M-Instruct from its PyPI package (:mod:`agents.smol`), reader SFT of
+:data:`agents.reader.SMOL_READER_CONFIG`, a smaller RL learning rate, and the primary comparison
+on the ``heldout`` half, where a pretrained LLM that copies what it read has room to improve
+(fixed before its first run)."""
 
 
 @dataclass

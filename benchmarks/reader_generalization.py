@@ -39,11 +39,11 @@ import random
 
 
 def main() -> None:
+    from agents.quickstart import MODELS, eval_tasks
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0, help="reader seed")
     ap.add_argument("--tasks", type=int, default=40, help="tasks per set")
-    from agents.quickstart import MODELS  # the choices
-
     ap.add_argument("--model", default="tiny", choices=sorted(MODELS), help="whose reader (agents.quickstart.MODELS)")
     ap.add_argument("--reader", type=json.loads, default={},
                     help='JSON overrides of that model\'s reader recipe, e.g. \'{"tokenizer": "words", "made_up": 1.0}\'')
@@ -51,7 +51,6 @@ def main() -> None:
 
     from agents.hf_policy import HFPolicy
     from agents.probe import episode_facts, play
-    from agents.quickstart import eval_tasks
     from agents.reader import reader_model
     from environments.find_light import FRAMES, HELDOUT_FRAMES, v3_supply
 
