@@ -45,6 +45,7 @@ The one-role case pays nothing for mail: it has no mailbox and no letters.
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
@@ -59,7 +60,7 @@ from .state import State, copy_state
 from .task import Task, ToolCall
 from .tooling import ToolOutcome
 from .users import USER_TOOL, UserResponder, host_reply, user_profile
-from .world import LocalWorld, World, WorldGone, WorldLost
+from .world import LocalWorld, RunBatch, World, WorldGone, WorldLost
 
 __all__ = ["Episode", "SNAPSHOT_FORMAT", "task_for_seed", "step_many"]
 
@@ -278,7 +279,7 @@ class Episode(Environment):
         agent = self._solo_agent
         return StepResult(new, reward, terminated, truncated, info, agent, {agent: reward})
 
-    def _solo_begin(self, action: Any) -> _Begun | None:
+    def _solo_begin(self, action: Any, batch: RunBatch | None = None) -> _Begun | None:
         """:func:`step_many`'s first half of the sole agent's turn: for the usual turn (a text of one
         call of a world tool) on a world that splits a batch, the call sent; ``None`` for any other
         turn (:meth:`step` plays it whole). Call :meth:`_solo_finish` with what it returns."""
@@ -289,7 +290,7 @@ class Episode(Environment):
         if one is None or one[0] not in self._solo_tools:
             return None
         try:
-            pending = self.world.run_begin(self._solo_agent, self._round, [ToolCall(one[0], one[1])])
+            pending = self.world.run_begin(self._solo_agent, self._round, [ToolCall(one[0], one[1])], batch)
         except WorldGone as exc:
             return action, one, None, exc
         return None if pending is None else (action, one, pending, None)
@@ -979,23 +980,45 @@ def step_many(steps: Iterable[tuple[Environment, Any]]) -> list[StepResult]:
                 raise EpisodeError(f"step_many: {env.spec.name} is a team environment; it plays a sole agent's "
                                    "turns (use step_round or act)")
             env._check_turn(env._solo_agent)
+    # No collection while the round's turns are in flight: every turn's request, reply and
+    # result is alive until the round ends, and a collection then would move them all to older
+    # generations (and make the full collections, which walk every live episode, come often).
+    # Freed by reference counting once the round ends, they are never seen by the collector.
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _step_many(pairs)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _step_many(pairs: list[tuple[Environment, Any]]) -> list[StepResult]:
     results: list[StepResult | None] = [None] * len(pairs)
     flight: list[tuple[int, Episode, _Begun]] = []
+    batch = RunBatch()
     try:
         rest = []
-        for i, (env, action) in enumerate(pairs):
-            begun = env._solo_begin(action) if isinstance(env, Episode) else None
-            if begun is None:
-                rest.append(i)
-            elif begun[2] is None:  # the world went at the send
-                results[i] = cast(Episode, env)._solo_finish(begun)
-            else:
-                flight.append((i, cast(Episode, env), begun))
+        try:
+            for i, (env, action) in enumerate(pairs):
+                begun = env._solo_begin(action, batch) if isinstance(env, Episode) else None
+                if begun is None:
+                    rest.append(i)
+                elif begun[2] is None:  # the world went at the send
+                    results[i] = cast(Episode, env)._solo_finish(begun)
+                else:
+                    flight.append((i, cast(Episode, env), begun))
+        finally:
+            batch.send()  # what was staged on shared channels goes out
         for i in rest:  # played while the others' calls run
             env, action = pairs[i]
             results[i] = env.step(action)
     finally:
-        failure = _read_replies(flight, results)
+        try:
+            failure = _read_replies(flight, results)
+        finally:
+            batch.release()
     if failure is not None:
         raise failure
     return cast("list[StepResult]", results)
@@ -1005,7 +1028,8 @@ def _read_replies(flight: list[tuple[int, Episode, _Begun]],
                   results: list[StepResult | None]) -> BaseException | None:
     """Finish every turn of ``flight`` as its reply comes in, or at its deadline (its read then
     raises the timeout that ends it as :meth:`Episode.step` would); the first error raised by one
-    (the others are finished all the same)."""
+    (the others are finished all the same). A turn waits on its own descriptor, or on a channel
+    it shares with others (:meth:`World.run_wait`), whose ``pump`` says which turns are in."""
     if not flight:
         return None
     import heapq
@@ -1013,28 +1037,69 @@ def _read_replies(flight: list[tuple[int, Episode, _Begun]],
     import time
 
     failure: BaseException | None = None
-    waiting: dict[int, tuple[float, int, Episode, _Begun]] = {}
+    open_: dict[int, tuple[Episode, _Begun]] = {}  # the turns not finished, by flight index
+    fd_of: dict[int, int] = {}  # flight index -> the descriptor it waits on
+    by_fd: dict[int, Any] = {}  # a descriptor: the index of its one turn, or the channel its turns share
+    left: dict[int, int] = {}  # turns still waiting on each registered descriptor
+    where: dict[int, int] = {}  # id(pending) -> flight index, for the shared channels' turns
     deadlines: list[tuple[float, int]] = []  # a heap; entries of finished turns are dropped as they surface
+    due: dict[int, float] = {}
+
+    def finish(k: int, ready: bool) -> None:
+        nonlocal failure
+        env, begun = open_.pop(k)
+        fd = fd_of[k]
+        if fd in left:
+            left[fd] -= 1
+        try:
+            results[flight[k][0]] = env._solo_finish(begun, ready)
+        except BaseException as exc:  # noqa: BLE001 - raised once every turn is finished
+            failure = failure or exc
+
+    def pump(channel: Any) -> None:
+        for p in channel.pump():
+            k = where.pop(id(p), None)
+            if k is not None and k in open_:
+                finish(k, True)
+
     with selectors.DefaultSelector() as sel:
-        for i, env, begun in flight:
-            fd, deadline = env.world.run_wait(begun[2])
-            waiting[fd] = (deadline, i, env, begun)
-            deadlines.append((deadline, fd))
-            sel.register(fd, selectors.EVENT_READ)
+        channels: dict[int, Any] = {}
+        for k, (_, env, begun) in enumerate(flight):
+            w, deadline = env.world.run_wait(begun[2])
+            open_[k] = (env, begun)
+            deadlines.append((deadline, k))
+            due[k] = deadline
+            shared = w.__class__ is not int
+            fd = w.fileno() if shared else w
+            fd_of[k] = fd
+            if shared:
+                where[id(begun[2])] = k
+                channels[id(w)] = w
+            if fd >= 0 and fd not in by_fd:
+                by_fd[fd] = w if shared else k
+                left[fd] = 0
+                sel.register(fd, selectors.EVENT_READ)
+            if fd in left:
+                left[fd] += 1
         heapq.heapify(deadlines)
-        while waiting:
-            while deadlines[0][1] not in waiting:  # (one entry per fd: none is registered twice)
+        for channel in channels.values():  # what is in already, or a channel that failed at the send
+            pump(channel)
+        while open_:
+            while deadlines[0][1] not in open_:
                 heapq.heappop(deadlines)  # that turn is finished already
+            for fd in [fd for fd, n in left.items() if n <= 0]:
+                sel.unregister(fd)
+                del left[fd]
             ready = [key.fd for key, _ in sel.select(max(0.0, deadlines[0][0] - time.monotonic()))]
-            readable = bool(ready)
+            for fd in ready:
+                w = by_fd[fd]
+                if w.__class__ is int:
+                    if w in open_:
+                        finish(w, True)
+                else:
+                    pump(w)
             if not ready:  # a deadline passed: its read raises the timeout
                 now = time.monotonic()
-                ready = [fd for fd, w in waiting.items() if w[0] <= now]
-            for fd in ready:
-                _, i, env, begun = waiting.pop(fd)
-                sel.unregister(fd)
-                try:
-                    results[i] = env._solo_finish(begun, readable)
-                except BaseException as exc:  # noqa: BLE001 - raised once every turn is finished
-                    failure = failure or exc
+                for k in [k for k in open_ if due[k] <= now]:
+                    finish(k, False)
     return failure

@@ -27,7 +27,7 @@ from .tooling import ToolOutcome
 if TYPE_CHECKING:
     from .definition import ToolEnvSpec
 
-__all__ = ["World", "LocalWorld", "WorldGone", "WorldLost", "WorldTimeout"]
+__all__ = ["World", "LocalWorld", "RunBatch", "WorldGone", "WorldLost", "WorldTimeout"]
 
 
 class WorldGone(RuntimeError):
@@ -82,23 +82,52 @@ class World(ABC):
         """Release what the world holds (containers, sessions). Idempotent."""
 
     # -- a batch in two halves (for step_many: many worlds' batches in flight together) ---------
-    def run_begin(self, agent: str, round: int, calls: Sequence[ToolCall]) -> Any:
-        """Send ``calls`` to a remote world and return what :meth:`run_end` needs (its
-        :meth:`run_wait` handle is then readable once the outcomes are in); ``None`` when this
+    def run_begin(self, agent: str, round: int, calls: Sequence[ToolCall], batch: RunBatch | None = None) -> Any:
+        """Send ``calls`` to a remote world and return what :meth:`run_end` needs; ``None`` when this
         world does not split a batch (in-process worlds) or not this one: then call :meth:`run`.
-        Raises what :meth:`run` raises for a batch that never got under way."""
+        ``batch``: the turns begun together; a world may stage its calls there instead of sending
+        them, to go out with others over a shared channel at :meth:`RunBatch.send`. Raises what
+        :meth:`run` raises for a batch that never got under way."""
         return None
 
-    def run_wait(self, pending: Any) -> tuple[int, float]:
-        """``(a file descriptor that is readable once the outcomes are in, the monotonic
-        deadline after which :meth:`run_end` raises the timeout)``."""
+    def run_wait(self, pending: Any) -> tuple[Any, float]:
+        """``(what to wait on, the monotonic deadline after which :meth:`run_end` raises the timeout)``:
+        a file descriptor that is readable once the outcomes are in, or a shared channel (an object
+        with ``fileno()``, readable once some reply is in, and ``pump()``, which reads what is in
+        and returns the pending turns now answered)."""
         raise NotImplementedError
 
     def run_end(self, pending: Any, ready: bool = False) -> list[ToolOutcome]:
         """The outcomes of a batch :meth:`run_begin` sent: what :meth:`run` would have returned
         (or raised). Call it once for each ``run_begin``, before anything else on this world;
-        ``ready``: its :meth:`run_wait` descriptor was seen readable (the read will not wait)."""
+        ``ready``: its :meth:`run_wait` descriptor was seen readable (the read will not wait), or
+        its shared channel's ``pump`` returned it."""
         raise NotImplementedError
+
+
+class RunBatch:
+    """The turns :func:`envfactory.step_many` begins together. A world whose calls go over a
+    channel shared with other worlds (the Docker runtime's batch channel, one per container)
+    stages them on that channel, which it holds for this batch (``hold``); :meth:`send` sends
+    every channel's staged turns, :meth:`release` lets the channels go once every turn is read."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, Any] = {}
+
+    def holds(self, channel: Any) -> bool:
+        return id(channel) in self._held
+
+    def hold(self, channel: Any) -> None:
+        self._held[id(channel)] = channel
+
+    def send(self) -> None:
+        for channel in self._held.values():
+            channel.send()
+
+    def release(self) -> None:
+        held, self._held = self._held, {}
+        for channel in held.values():
+            channel.release()
 
 
 class LocalWorld(World):

@@ -26,6 +26,7 @@ is not a JSON object is a :class:`ContainerError` (the container marked dead).
 from __future__ import annotations
 
 import json as _json
+import logging
 import os
 import secrets
 import shutil
@@ -43,7 +44,10 @@ import httpx
 from .. import quotas
 from ..definition import ToolEnvSpec
 from ..world import WorldLost
+from .batch import BatchChannel
 from .wire import MAGIC, TOKEN_HEADER, FrameDecodeError, recv_frame, send_frame
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Container", "ContainerError", "ContainerBusy", "ContainerLost", "Limits", "LABEL", "SOCKET_ROOT",
            "owner_label", "MAX_CONTROL_BODY", "CONTROL_CONNECTIONS", "MAX_ABANDONED_RUNNING", "server_connections",
@@ -198,6 +202,10 @@ class Container:
         self.token = secrets.token_hex(16)
         self.sessions = 0
         self.dead = False
+        self.control_timeout = control_timeout
+        self._batch: BatchChannel | None = None  # opened by batch_channel()
+        self._no_batch = False
+        self._batch_lock = threading.Lock()
         self.abandoned_running = 0  # abandoned sessions' ops the server reported still running
         self.pool: Any = None  # the ContainerPool that started it, if any (set by the pool)
         self._pid: int | None = None
@@ -388,6 +396,30 @@ class Container:
 
     def open_channel(self, session: str, timeout: float) -> socket.socket:
         """A framed step channel bound to ``session`` (peer verified, token sent)."""
+        return self._open_framed({"token": self.token, "session": session}, timeout)
+
+    def batch_channel(self) -> BatchChannel | None:
+        """This container's batch channel (:mod:`envfactory.runtime.batch`), opened on first use;
+        ``None`` when the container is dead or its server has none (an image built before it, or
+        over its connection bound: then the turns use their sessions' channels)."""
+        ch = self._batch
+        if ch is not None and not ch.broken:
+            return ch
+        if self._no_batch or self.dead:
+            return None
+        with self._batch_lock:
+            if self._batch is None and not self._no_batch and not self.dead:
+                try:
+                    self._batch = BatchChannel(self, self._open_framed({"token": self.token, "batch": True},
+                                                                       self.control_timeout))
+                except ContainerError as exc:
+                    self._no_batch = True
+                    log.info("%s: container %s has no batch channel (%s); step_many uses the sessions' "
+                             "channels", self.spec.name, self.name, str(exc)[:300])
+            ch = self._batch
+        return None if ch is None or ch.broken else ch
+
+    def _open_framed(self, hello: dict[str, Any], timeout: float) -> socket.socket:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         deadline = time.monotonic() + timeout
         try:
@@ -395,7 +427,7 @@ class Container:
             s.connect(self.socket_path)
             self.check_peer(s)
             s.sendall(MAGIC)
-            send_frame(s, {"token": self.token, "session": session})
+            send_frame(s, hello)
             reply = recv_frame(s, deadline)
         except ContainerError:
             raise
@@ -503,6 +535,9 @@ class Container:
         http = getattr(self, "http", None)
         if http is not None:
             http.close()
+        batch = getattr(self, "_batch", None)
+        if batch is not None:
+            batch.close()
         try:
             self.client.api.remove_container(self.id, force=True)
         except Exception:  # already gone

@@ -88,12 +88,13 @@ from ..env import EpisodeError
 from ..state import State, copy_state
 from ..task import Task, ToolCall
 from ..tooling import ToolOutcome
-from ..world import World, WorldTimeout
+from ..world import RunBatch, World, WorldTimeout
 from .container import Container, ContainerError, ContainerLost, Limits
 from .docker_session import ContainerDied, SessionLink
 from .pool import Pool, get_pool, in_background
 from . import wire
-from .wire import FrameEncodeError, encode_frame, state_json
+from .batch import Staged
+from .wire import FrameEncodeError, FrameError, encode_frame, state_json
 
 __all__ = ["ContainerWorld", "ContainerError", "ContainerLost", "ContainerDied", "Limits", "SNAPSHOT_EVERY",
            "WORK_FILES", "stats"]
@@ -291,14 +292,22 @@ class ContainerWorld(World):
             raise
         return self._run_reply(agent, round, req, reply, calls)
 
-    def run_begin(self, agent: str, round: int, calls: Sequence[ToolCall]) -> Any:
+    def run_begin(self, agent: str, round: int, calls: Sequence[ToolCall], batch: RunBatch | None = None) -> Any:
         """:meth:`run`'s first half (see :meth:`World.run_begin`): the batch sent on this world's
-        session. ``None`` (nothing sent: :meth:`run` plays it whole) for a world snapshotted with
-        its files at every step, arguments JSON would change, or a request that cannot be encoded;
-        also after the container died at the send, once the world is resumed on a fresh one."""
+        session, or, with ``batch``, staged on its container's batch channel
+        (:mod:`envfactory.runtime.batch`) when the container is shared, has one, and no other
+        thread's batch holds it. ``None`` (nothing sent: :meth:`run` plays it whole) for a world
+        snapshotted with its files at every step, arguments JSON would change, or a request that
+        cannot be encoded; also after the container died at the send, once the world is resumed
+        on a fresh one."""
         if self._files or not all(_carried(c.arguments) for c in calls):
             return None
         req = self._run_request(agent, round, calls)
+        if batch is not None and self.spec.isolation == "session" and self._link.channel_fd >= 0:
+            staged = self._stage(batch, req)
+            if staged is not None:
+                staged.turn = agent, round, calls, req
+                return staged
         try:
             sent = self._link.send(req, overrun=WorldTimeout)
         except FrameEncodeError:
@@ -316,19 +325,38 @@ class ContainerWorld(World):
             raise
         return agent, round, calls, req, sent
 
-    def run_wait(self, pending: Any) -> tuple[int, float]:
+    def _stage(self, batch: RunBatch, req: dict[str, Any]) -> Staged | None:
+        opener = getattr(self._link.container, "batch_channel", None)
+        channel = opener() if opener is not None else None
+        if channel is None:
+            return None
+        try:
+            body = wire.encode_body(req)
+        except FrameEncodeError:
+            return None
+        return channel.stage(batch, self._link.session, body, self.step_timeout)
+
+    def run_wait(self, pending: Any) -> tuple[Any, float]:
+        if pending.__class__ is Staged:
+            return pending.channel, pending.deadline
         return self._link.channel_fd, pending[4][0]
 
     def run_end(self, pending: Any, ready: bool = False) -> list[ToolOutcome]:
         """:meth:`run`'s second half: the reply to the batch :meth:`run_begin` sent, taken as
         :meth:`run` takes it (a container that died meanwhile: the world resumed on a fresh one
         and the batch sent again, once)."""
-        agent, round, calls, req, sent = pending
+        if pending.__class__ is Staged:
+            (agent, round, calls, req), sent = pending.turn, pending
+        else:
+            agent, round, calls, req, sent = pending
         try:
             try:
-                # read later than the send: the first recv is armed for what is left of the
-                # deadline, unless the reply is known to be there (then it cannot wait)
-                reply = self._link.receive(req, (sent[0], ready), overrun=WorldTimeout)
+                if sent.__class__ is Staged:
+                    reply = self._staged_reply(req, sent)
+                else:
+                    # read later than the send: the first recv is armed for what is left of the
+                    # deadline, unless the reply is known to be there (then it cannot wait)
+                    reply = self._link.receive(req, (sent[0], ready), overrun=WorldTimeout)
             except ContainerDied as exc:
                 if not self.resume or self._task is None:
                     raise
@@ -341,13 +369,28 @@ class ContainerWorld(World):
             raise
         return self._run_reply(agent, round, req, reply, calls)
 
+    def _staged_reply(self, req: dict[str, Any], st: Staged) -> dict[str, Any]:
+        """The reply a batch channel brought for ``st``, checked as a session's channel's would be;
+        what the session's channel raises for the same fault otherwise (see :mod:`~envfactory.runtime.batch`)."""
+        link = self._link
+        if st.reply is not None:
+            link.sent_bytes = st.size
+            return link.checked(st.reply)
+        if st.failure is None:  # its deadline passed: abandoned, as on its own channel
+            st.channel.forget(st)
+            link.failed(TimeoutError("the deadline passed"), req, WorldTimeout)
+        elif st.untrusted:
+            raise link.untrustworthy(st.failure)
+        else:  # the container is taken as dead: ContainerDied, and the world resumes
+            link.failed(FrameError(st.failure), req, WorldTimeout)
+        raise AssertionError("SessionLink.failed raised nothing")  # pragma: no cover
+
     def _run_request(self, agent: str, round: int, calls: Sequence[ToolCall]) -> dict[str, Any]:
-        """A batch's request (a snapshot first when the journal is due for one)."""
-        if self.resume and (len(self._journal) >= SNAPSHOT_EVERY or self._journal_bytes >= SNAPSHOT_BYTES):
-            self._snapshot()
+        """A batch's request; when the journal is due for a snapshot, it asks for the state after
+        the batch in the same reply (which :meth:`_run_reply` makes the new origin)."""
         req = {"op": "run", "agent": agent, "round": round,
                "calls": [{"name": c.name, "arguments": c.arguments} for c in calls]}
-        if self._with_state:
+        if self._with_state or self._snapshot_due():
             req["state"] = True
         if self._files:
             self._last_snap = False  # until this batch's snapshot is in
@@ -373,10 +416,14 @@ class ContainerWorld(World):
                     or kind not in _KINDS or ok != (kind == "ok")):
                 raise self._link.untrustworthy(f"malformed outcome {o!r}")
             result.append(ToolOutcome(content, ok, kind))
-        if self._with_state:
+        if "state" in req:
             self._state = self._checked_state(reply)
         if self._files and self.resume:
             self._take_snapshot(reply.get("snapshot"))
+        elif self.resume and "state" in req and self._snapshot_due():
+            # the state after this batch is the new origin (this batch is in it: not journaled)
+            self._origin, self._journal, self._journal_bytes = state_json(self._state), [], 0
+            _count("snapshots")
         elif self.resume:
             self._journal.append(({"op": "run", "agent": agent, "round": round, "calls": req["calls"]},
                                   _digest(outs)))
@@ -592,11 +639,10 @@ class ContainerWorld(World):
             self._origin_files = snap.get("files", self._origin_files)
             _count("snapshots")
 
-    def _snapshot(self) -> None:
-        """Restart the journal from the current state (it bounds the journal)."""
-        self._origin = self.dump()
-        self._journal, self._journal_bytes = [], 0
-        _count("snapshots")
+    def _snapshot_due(self) -> bool:
+        """The journal is long enough that the next batch's reply should bring the state, to
+        restart the journal from (it bounds the journal, and what a resume replays)."""
+        return self.resume and (len(self._journal) >= SNAPSHOT_EVERY or self._journal_bytes >= SNAPSHOT_BYTES)
 
     # -- helpers ---------------------------------------------------------------
     def _check_registered(self, task: Task) -> None:

@@ -159,7 +159,7 @@ class SessionLink:
                 chan.settimeout(timeout)
             chan.sendall(frame)
         except BaseException as exc:
-            self._failed(exc, req, overrun)
+            self.failed(exc, req, overrun)
             raise
         # (a send that waited, a full socket buffer, leaves the recv armed for what is left)
         return deadline, len(frame) <= _SMALL_FRAME and time.monotonic() + timeout - deadline <= _SEND_SLACK
@@ -175,8 +175,13 @@ class SessionLink:
         try:
             reply = recv_frame(chan, deadline, armed=armed)
         except BaseException as exc:
-            self._failed(exc, req, overrun)
+            self.failed(exc, req, overrun)
             raise
+        return self.checked(reply)
+
+    def checked(self, reply: Any) -> dict[str, Any]:
+        """``reply``, a request's reply, when its envelope is right and it says ``ok``; the error it
+        reports raised as its own kind; a broken envelope removes the container (untrustworthy)."""
         if reply.__class__ is not dict:
             raise self.untrustworthy(f"its reply is a {type(reply).__name__}, not an object")
         ok = reply.get("ok")
@@ -194,7 +199,7 @@ class SessionLink:
         chan = self._chan
         return -1 if chan is None else chan.fileno()
 
-    def _failed(self, exc: BaseException, req: dict[str, Any], overrun: type[Exception]) -> None:
+    def failed(self, exc: BaseException, req: dict[str, Any], overrun: type[Exception]) -> None:
         """What a failed exchange raises (the session and container dealt with as :meth:`request`
         says); returns, for the caller to re-raise ``exc`` itself, when it is none of these."""
         if isinstance(exc, socket.timeout):

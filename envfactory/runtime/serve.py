@@ -70,6 +70,7 @@ them (:func:`~envfactory.runtime.wire.repair_state_keys`).
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import hmac
 import importlib
@@ -91,8 +92,8 @@ from typing import Any
 from ..definition import ToolEnvSpec
 from ..registry import spec as get_spec
 from . import wire
-from .wire import (MAGIC, TOKEN_HEADER, FrameDecodeError, FrameEncodeError, FrameError, encode_frame,
-                           recv_frame, send_frame)
+from .wire import (MAGIC, TOKEN_HEADER, FrameDecodeError, FrameEncodeError, FrameError, encode_body, encode_frame,
+                   frame_of, recv_frame, send_frame)
 from ..task import ToolCall
 from ..world import LocalWorld
 
@@ -324,6 +325,10 @@ class Server:
         if not isinstance(hello, dict) or not self._authorized(hello.get("token")):
             send_frame(conn, {"ok": False, "error": "missing or wrong token"})
             return
+        if hello.get("batch") is True:
+            send_frame(conn, {"ok": True})
+            self._serve_batch(conn)
+            return
         sid = hello.get("session")
         own = self.sessions.get(sid) if isinstance(sid, str) else None
         if own is None or not isinstance(sid, str):
@@ -344,36 +349,140 @@ class Server:
             return
 
     def _serve_requests(self, conn: socket.socket, sid: str) -> None:
-        sessions = self.sessions
         while True:
             try:
                 req = recv_frame(conn)
             except FrameDecodeError as exc:  # the whole frame was read: the channel is in step
                 conn.sendall(encode_frame({"ok": False, "error": f"bad request: {exc}", "kind": "bad_request"}))
                 continue
-            s = sessions.get(sid)
+            conn.sendall(frame_of(self._answer(sid, req)))
+
+    def _answer(self, sid: str, req: Any) -> bytes:
+        """Run one request of session ``sid`` here; its reply's frame body (an error reply for a
+        request that failed). :class:`_Abandoned` when the host abandoned the session meanwhile."""
+        s = self.sessions.get(sid)
+        try:
+            if s is None:
+                raise LookupError(f"session {sid!r} was closed")
+            reply = self._run_op(s, req)
+        except (KeyError, ValueError, TypeError) as exc:
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": type(exc).__name__}
+        except Exception as exc:
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": "internal"}
+        try:
+            body = encode_body(reply)
+            if b"\xef\xbf\xbd" in body and s is not None:  # U+FFFD: keys to repair
+                if "state" in reply:
+                    reply["state"] = wire.repair_state_keys(s.world._state, reply["state"])
+                snap = reply.get("snapshot")
+                if isinstance(snap, dict) and "state" in snap:
+                    snap["state"] = wire.repair_state_keys(s.world._state, snap["state"])
+                body = encode_body(reply)
+        except FrameEncodeError as exc:
+            if "snapshot" in reply and s is not None:  # the host will not hold what was archived
+                self._forget_work(s.world)
+            body = self._fallback(reply, exc)
+        return body
+
+    # -- the batch channel: many sessions' steps in one frame ------------------
+    def _serve_batch(self, conn: socket.socket) -> None:
+        """The batch channel (see :mod:`envfactory.runtime.wire`): this thread reads batches and
+        queues their ops; a runner thread plays them (:meth:`_drain`), a watcher thread moves the
+        queue to a new runner when an op runs past :data:`SLOW_OP_S` (:meth:`_watch`)."""
+        b = _Batch(conn)
+        threading.Thread(target=self._watch, args=(b,), daemon=True, name="envf-batch-watch").start()
+        try:
+            while True:
+                try:
+                    req = recv_frame(conn)
+                except FrameDecodeError as exc:
+                    b.send(encode_frame({"ok": False, "error": f"bad batch: {exc}", "kind": "bad_request"}))
+                    continue
+                items = req.get("items") if isinstance(req, dict) and req.get("op") == "batch" else None
+                if not isinstance(items, list) or not all(
+                        isinstance(it, list) and len(it) == 3 and it[0].__class__ is int and isinstance(it[1], str)
+                        and isinstance(it[2], dict) for it in items):
+                    b.send(encode_frame({"ok": False, "kind": "bad_request",
+                                         "error": "bad batch: expected {\"op\": \"batch\", \"items\": "
+                                                  "[[tag, session, request], ...]} (tag an int)"}))
+                    continue
+                with b.lock:
+                    b.queue.extend(items)
+                    start = b.runner == 0
+                    if start:
+                        b.generation += 1
+                        b.runner = b.generation
+                    b.work.set()
+                if start:
+                    self._start_runner(b, b.runner)
+        finally:
+            with b.lock:  # nobody reads the replies any more: what has not started never will
+                b.closed = True
+                b.queue.clear()
+                b.work.set()
+
+    def _start_runner(self, b: "_Batch", gen: int) -> None:
+        try:
+            threading.Thread(target=self._drain, args=(b, gen), daemon=True, name="envf-batch-run").start()
+        except RuntimeError:  # no thread to be had (the pid limit): the next batch or the watcher tries again
+            with b.lock:
+                if b.runner == gen:
+                    b.runner = 0
+
+    def _drain(self, b: "_Batch", gen: int) -> None:
+        """Play the queue's ops one after another while this runner is the batch's; replies are
+        sent when the queue runs dry, when this runner hands over, or every :data:`_FLUSH_S`."""
+        last = time.monotonic()
+        while True:
+            with b.lock:
+                if b.runner != gen or not b.queue or b.closed:
+                    if b.runner == gen:
+                        b.runner = 0
+                    break
+                tag, sid, req = b.queue.popleft()
+                b.since = time.monotonic()
             try:
-                if s is None:
-                    raise LookupError(f"session {sid!r} was closed")
-                reply = self._run_op(s, req)
-            except (KeyError, ValueError, TypeError) as exc:
-                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": type(exc).__name__}
-            except Exception as exc:
-                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": "internal"}
-            try:
-                frame = encode_frame(reply)
-                if b"\xef\xbf\xbd" in frame and s is not None:  # U+FFFD: keys to repair
-                    if "state" in reply:
-                        reply["state"] = wire.repair_state_keys(s.world._state, reply["state"])
-                    snap = reply.get("snapshot")
-                    if isinstance(snap, dict) and "state" in snap:
-                        snap["state"] = wire.repair_state_keys(s.world._state, snap["state"])
-                    frame = encode_frame(reply)
-            except FrameEncodeError as exc:
-                if "snapshot" in reply and s is not None:  # the host will not hold what was archived
-                    self._forget_work(s.world)
-                frame = self._fallback(reply, exc)
-            conn.sendall(frame)
+                body = (self._answer(sid, req) if req.get("op") == "run" else encode_body(
+                    {"ok": False, "kind": "ValueError", "error": "ValueError: the batch channel runs 'run' ops only"}))
+            except _Abandoned:  # the host gave up on this session: no reply
+                body = None
+            if body is not None and len(body) > wire.MAX_FRAME - 64:  # no room for its tag in a frame
+                body = encode_body({"ok": False, "kind": "reply_error", "error": "the reply could not be sent (over "
+                                    "the frame cap with its tag); this session's world may have changed: start it again"})
+            now = time.monotonic()
+            with b.lock:
+                if b.runner == gen:
+                    b.since = None
+                if body is not None:
+                    b.add(b"[%d,%s]" % (tag, body))
+                flush = not b.queue or b.runner != gen or now - last >= _FLUSH_S or b.out_bytes >= wire.MAX_FRAME // 2
+            if flush:
+                b.flush()
+                last = now
+        b.flush()
+
+    def _watch(self, b: "_Batch") -> None:
+        """While the batch channel has work, look every :data:`SLOW_OP_S` / 4: a runner on one op for
+        longer than :data:`SLOW_OP_S` with ops queued behind it hands them to a new runner (it sends
+        its own reply when its op ends, and stops); the replies it finished before go out now."""
+        while True:
+            b.work.wait()
+            with b.lock:
+                if b.closed:
+                    return
+                idle = b.runner == 0 and not b.queue
+                if idle:
+                    b.work.clear()
+                    continue
+                stuck = b.since is not None and time.monotonic() - b.since > SLOW_OP_S and bool(b.queue)
+                start = stuck or (b.runner == 0 and bool(b.queue))  # (a runner that could not start)
+                if start:
+                    b.generation += 1
+                    b.runner, b.since = b.generation, None
+            if start:
+                b.flush()
+                self._start_runner(b, b.runner)
+            time.sleep(SLOW_OP_S / 4)
 
     @staticmethod
     def _fallback(reply: dict[str, Any], err: FrameEncodeError) -> bytes:
@@ -384,7 +493,7 @@ class Server:
         if isinstance(snap, dict) and "error" not in snap:
             reply["snapshot"] = {"error": f"the snapshot (state and work folder) does not fit in a reply ({err})"}
             try:
-                return encode_frame(reply)
+                return encode_body(reply)
             except FrameEncodeError as exc:
                 err = exc
         outs = reply.get("outcomes")
@@ -398,10 +507,10 @@ class Server:
                     o["content"] = (content[:room] + f"\n[truncated: {len(content) - room} more characters; "
                                     f"a reply is capped at {cap} bytes]")
             try:
-                return encode_frame(reply)
+                return encode_body(reply)
             except FrameEncodeError as exc:
                 err = exc
-        return encode_frame({"ok": False, "kind": "reply_error",
+        return encode_body({"ok": False, "kind": "reply_error",
                              "error": f"the reply could not be sent ({err}); this session's world may have "
                                       "changed: start it again"})
 
@@ -588,6 +697,55 @@ def _judge(spec: ToolEnvSpec, world: LocalWorld, req: dict[str, Any]) -> dict[st
     from .generated import judge_op
 
     return judge_op(spec, req)
+
+
+SLOW_OP_S = 0.02
+"""Seconds an op of the batch channel may hold its runner before the ops queued behind it move to
+a new runner (a slow tool holds only its own session)."""
+_FLUSH_S = 0.002  # a runner sends the replies it holds at least this often
+
+
+class _Batch:
+    """One batch channel's queue of ``[tag, session, request]`` items, its replies not yet sent, and
+    which runner drains it (see :meth:`Server._serve_batch`)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.queue: collections.deque[list[Any]] = collections.deque()
+        self.lock = threading.Lock()
+        self.work = threading.Event()  # set while there may be work (the watcher sleeps on it)
+        self.generation = 0
+        self.runner = 0  # the generation of the runner that drains the queue (0: none)
+        self.since: float | None = None  # when that runner began its op
+        self.closed = False
+        self._out: list[bytes] = []
+        self.out_bytes = 0
+        self._send = threading.Lock()
+
+    def add(self, item: bytes) -> None:
+        """A reply's ``[tag, reply]`` (the caller holds ``lock``)."""
+        self._out.append(item)
+        self.out_bytes += len(item) + 1
+
+    def flush(self) -> None:
+        """Send the replies held, one frame (lost when the host has gone: it no longer reads)."""
+        with self.lock:
+            out, self._out, self.out_bytes = self._out, [], 0
+        chunk: list[bytes] = []
+        size = 0
+        for item in out + [b""]:  # frames within the cap (each item is: see _drain)
+            if chunk and (not item or size + len(item) + 64 > wire.MAX_FRAME):
+                self.send(frame_of(b'{"replies":[' + b",".join(chunk) + b"]}"))
+                chunk, size = [], 0
+            chunk.append(item)
+            size += len(item) + 1
+
+    def send(self, frame: bytes) -> None:
+        with self._send:
+            try:
+                self.conn.sendall(frame)
+            except OSError:
+                pass
 
 
 _REFUSE_WAIT_S = 2.0

@@ -24,6 +24,16 @@ One Unix socket carries two protocols, told apart by a connection's first bytes:
   ``"state": true`` asks for the state in the same reply (saving a round trip when
   the host needs it after every step). The container never sees an action, a
   turn count or a reward: the rules live on the host.
+* **The batch channel** (one per container, for :func:`envfactory.step_many`): a framed
+  connection whose first frame is ``{"token", "batch": true}`` (no session). The host sends
+  ``{"op": "batch", "items": [[tag, session, request], ...]}`` (``tag``: an int the host
+  chose; ``request``: a ``run``, as above) and gets frames ``{"replies": [[tag, reply], ...]}``,
+  each reply what the session's own channel would have answered. Replies come as their ops
+  finish, in any order and split over any number of frames; an op the host abandoned (its
+  session closed while it ran) is never answered. The server runs a batch's ops one after
+  another on one thread (no thread hand-off a step); an op that runs past
+  :data:`~envfactory.runtime.serve.SLOW_OP_S` leaves the rest of the queue to a new thread,
+  so that a slow tool holds only its own session.
 
 This module holds the framing both ends share. Sending: :func:`encode_frame` raises
 :class:`FrameEncodeError` (the sender's error; nothing is sent, the channel stays
@@ -43,6 +53,7 @@ import time
 from typing import Any
 
 __all__ = ["MAGIC", "TOKEN_HEADER", "FrameError", "FrameEncodeError", "FrameDecodeError", "encode_frame",
+           "encode_body", "frame_of", "split_frames",
            "send_frame", "recv_frame", "MAX_FRAME", "state_json", "repair_state_keys"]
 
 MAGIC = b"ENVF"
@@ -66,16 +77,26 @@ class FrameDecodeError(ValueError):
     """A whole frame arrived but its body is not JSON (nor within the decoder's depth)."""
 
 
-def encode_frame(obj: Any) -> bytes:
-    """One frame: the length and the JSON of ``obj`` (UTF-8, surrogates passed through). :class:`FrameEncodeError`
-    for a set, an object, a cycle, an int over the conversion limit, or a frame over the cap."""
+def encode_body(obj: Any) -> bytes:
+    """A frame's body: the JSON of ``obj`` (UTF-8, surrogates passed through). :class:`FrameEncodeError`
+    for a set, an object, a cycle, an int over the conversion limit, or a body over the cap."""
     try:
         body = _dumps(obj).encode("utf-8", "surrogatepass")
     except (TypeError, ValueError, RecursionError) as exc:
         raise FrameEncodeError(f"not JSON-encodable ({type(exc).__name__}: {str(exc)[:200]})") from None
     if len(body) > MAX_FRAME:
         raise FrameEncodeError(f"a frame of {len(body)} bytes is over the {MAX_FRAME}-byte limit")
+    return body
+
+
+def frame_of(body: bytes) -> bytes:
+    """The frame of a body :func:`encode_body` made (or one joined from such bodies, within the cap)."""
     return _LEN.pack(len(body)) + body
+
+
+def encode_frame(obj: Any) -> bytes:
+    """One frame: the length and the JSON of ``obj`` (:func:`encode_body`'s errors)."""
+    return frame_of(encode_body(obj))
 
 
 def send_frame(sock: socket.socket, obj: Any) -> None:
@@ -128,10 +149,32 @@ def recv_frame(sock: socket.socket, deadline: float | None = None, *, armed: boo
         recv_exact(sock, missing, buf, deadline)
     elif missing < 0:
         raise FrameError("unexpected bytes after a frame (one request at a time per channel)")
+    return _decode(bytes(buf[4:]))
+
+
+def _decode(body: bytes) -> Any:
     try:
-        return _loads(bytes(buf[4:]).decode("utf-8", "surrogatepass"))
+        return _loads(body.decode("utf-8", "surrogatepass"))
     except (ValueError, RecursionError) as exc:
         raise FrameDecodeError(f"a frame that is not JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
+def split_frames(buf: bytearray) -> list[Any]:
+    """The whole frames at the start of ``buf``, decoded, and removed from it (a frame still
+    arriving stays). :class:`FrameError` for a length over the cap; :class:`FrameDecodeError` for
+    a body that is not JSON (the frames before it are lost with it: the channel is then broken)."""
+    out = []
+    at, end = 0, len(buf)
+    while end - at >= 4:
+        (n,) = _LEN.unpack_from(buf, at)
+        if n > MAX_FRAME:
+            raise FrameError(f"frame of {n} bytes exceeds the {MAX_FRAME}-byte limit")
+        if end - at - 4 < n:
+            break
+        out.append(_decode(bytes(buf[at + 4:at + 4 + n])))
+        at += 4 + n
+    del buf[:at]
+    return out
 
 
 
