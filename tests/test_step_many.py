@@ -17,9 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import envfactory
+import envfactory.runtime.container
 from envfactory import EpisodeError, step_many
 from envfactory.episode import Episode
 from envfactory.registry import spec as get_spec
+from envfactory.runtime import wire
+from envfactory.runtime.batch import BatchChannel
 from envfactory.runtime.serve import Server
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "adversarial"))
@@ -135,3 +138,159 @@ def test_an_error_in_one_turn_is_raised_after_the_sent_turns_are_played() -> Non
     for e in sent:  # each sent turn was read and played: the channel is in step for the next one
         assert e.turns_taken() == 1 and e.state.value == 2
         assert e.step(call).messages[0]["content"] == "4"
+
+
+# -- the batch channel: a container's turns in one frame ---------------------------------------
+class BatchedContainer(FakeContainer):
+    """A FakeContainer whose server (in this process) also serves a batch channel."""
+
+    def __init__(self, srv: Server, serve=None) -> None:
+        self.srv, self.serve, self.dead, self._b = srv, serve, False, None
+
+    def batch_channel(self):
+        if self._b is None:
+            host, far = socket.socketpair()
+            threading.Thread(target=self.serve or self.srv._handle, args=(far,), daemon=True).start()
+            host.settimeout(30)
+            host.sendall(wire.MAGIC + wire.encode_frame({"token": TOKEN, "batch": True}))
+            assert wire.recv_frame(host) == {"ok": True}
+            self._b = BatchChannel(self, host)
+        return None if self._b.broken else self._b
+
+
+def _batched(srv: Server, n: int, timeout: float = 30.0, container=None) -> tuple[list[Episode], BatchedContainer]:
+    c = container or BatchedContainer(srv)
+    out = []
+    for _ in range(n):
+        world, _ = _world_on(srv, "Counter-v0", timeout)
+        world._link.container = c
+        ep = Episode(get_spec("Counter-v0"), world, max_turns=4)
+        ep.reset(0)
+        out.append(ep)
+    return out, c
+
+
+INC = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(_calls, min_size=4, max_size=4), min_size=1, max_size=5))
+def test_step_many_over_the_batch_channel_plays_what_step_plays(rounds) -> None:
+    srv = Server(get_spec("Counter-v0"), TOKEN, 64)
+    many, c = _batched(srv, 4)
+    one = _episodes(srv, 4)
+    for actions in rounds:
+        live = [(i, a) for i, a in enumerate(actions) if not many[i].done]
+        got = step_many([(many[i], a) for i, a in live])
+        want = [one[i].step(a) for i, a in live]
+        assert [_seen(many[i], r) for (i, _), r in zip(live, got)] == [_seen(one[i], r) for (i, _), r in zip(live, want)]
+    for a, b in zip(many, one):
+        assert a.transcript() == b.transcript() and a.log == b.log and a.state == b.state and a.success == b.success
+    assert c._b is None or c._b.frames_sent <= len(rounds)  # a frame a round at most, whatever the turns
+
+
+def test_a_round_of_a_containers_turns_is_one_frame() -> None:
+    srv = Server(get_spec("Counter-v0"), TOKEN, 64)
+    eps, c = _batched(srv, 8)
+    for n in (1, 2):
+        assert [r.messages[0]["content"] for r in step_many([(e, INC) for e in eps])] == [str(n)] * 8
+    assert c._b.frames_sent == 2
+
+
+def _slow_increment(srv: Server, slow_by: int, seconds: float):
+    tool = srv.spec.all_tools["increment"]
+    fn = tool.fn
+    object.__setattr__(tool, "fn", lambda state, by=1: (time.sleep(seconds) if by == slow_by else None, fn(state, by))[1])
+    return lambda: object.__setattr__(tool, "fn", fn)
+
+
+def test_a_slow_op_holds_only_its_own_session() -> None:
+    """One turn's tool sleeps past its step timeout, among five fast ones queued behind it on the
+    same batch channel: the watcher hands the queue to a new runner, so only the slow turn times
+    out (one runner alone would have held every other turn past its deadline too)."""
+    srv = Server(get_spec("Counter-v0"), TOKEN, 64)
+    eps, c = _batched(srv, 6, timeout=1.0)
+    undo = _slow_increment(srv, 7, 3.0)
+    try:
+        t0 = time.monotonic()
+        results = step_many([(eps[0], INC.replace('"by": 1', '"by": 7'))] + [(e, INC) for e in eps[1:]])
+        took = time.monotonic() - t0
+    finally:
+        undo()
+    assert results[0].truncated and results[0].info["ended_by"] == "timeout", results[0].info
+    assert [r.messages[0]["content"] for r in results[1:]] == ["1"] * 5
+    assert took < 2.5, took
+    # the channel goes on: the late reply of the abandoned turn (if it comes) is dropped
+    again = step_many([(e, INC) for e in eps[1:]])
+    assert [r.messages[0]["content"] for r in again] == ["2"] * 5
+
+
+def test_a_batch_channel_that_breaks_ends_its_turns_as_lost_not_hung() -> None:
+    """The container closes the batch channel after reading a batch (it died): every turn of it is
+    resumed, and here (a pool that has no fresh container) ends as ``world_lost``; none waits for
+    its deadline."""
+    srv = Server(get_spec("Counter-v0"), TOKEN, 64)
+
+    def dies(sock: socket.socket) -> None:
+        sock.recv(len(wire.MAGIC))
+        wire.recv_frame(sock)
+        wire.send_frame(sock, {"ok": True})
+        wire.recv_frame(sock)
+        sock.close()
+
+    def no_fresh_container(exclude=()):
+        raise envfactory.runtime.container.ContainerError("no engine here")
+
+    c = BatchedContainer(srv, dies)
+    eps, _ = _batched(srv, 3, timeout=20.0, container=c)
+    for e in eps:
+        e.world._link.pool.acquire = no_fresh_container
+    t0 = time.monotonic()
+    results = step_many([(e, INC) for e in eps])
+    assert time.monotonic() - t0 < 10
+    assert c.dead
+    for r in results:
+        assert r.truncated and r.info.get("world_lost"), r.info
+
+
+def test_a_batch_reply_that_breaks_the_protocol_removes_the_container() -> None:
+    srv = Server(get_spec("Counter-v0"), TOKEN, 64)
+
+    def lies(sock: socket.socket) -> None:
+        sock.recv(len(wire.MAGIC))
+        wire.recv_frame(sock)
+        wire.send_frame(sock, {"ok": True})
+        wire.recv_frame(sock)
+        wire.send_frame(sock, {"replies": [["not a tag", {}]]})
+        time.sleep(30)
+
+    c = BatchedContainer(srv, lies)
+    eps, _ = _batched(srv, 2, timeout=20.0, container=c)
+    with pytest.raises(envfactory.runtime.container.ContainerError, match="untrustworthy"):
+        step_many([(e, INC) for e in eps])
+    assert c.dead
+    assert all(e.world._link.container is None for e in eps)  # both sessions dropped with it
+
+
+def test_two_threads_share_a_container_each_one_a_round_at_a_time() -> None:
+    """Two threads' step_many calls on sessions of one container: one holds the batch channel, the
+    other's turns go over their sessions' channels; every result is right."""
+    srv = Server(get_spec("Counter-v0"), TOKEN, 128)
+    eps, c = _batched(srv, 16)
+    halves = [eps[:8], eps[8:]]
+    errors: list[BaseException] = []
+
+    def play(mine) -> None:
+        try:
+            for n in range(1, 4):
+                got = [r.messages[0]["content"] for r in step_many([(e, INC) for e in mine])]
+                assert got == [str(n)] * 8, got
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    ts = [threading.Thread(target=play, args=(h,)) for h in halves]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert not errors, errors

@@ -347,3 +347,103 @@ def test_a_malformed_handshake_is_a_container_fault(hello: bytes) -> None:
     with pytest.raises(ContainerError):
         c.open_channel("s1", 5)
     srv.close()
+
+
+# -- the batch channel ---------------------------------------------------------------------------
+def _batch_channel(srv: Server, token: str = TOKEN) -> socket.socket:
+    host, far = socket.socketpair()
+    threading.Thread(target=srv._handle, args=(far,), daemon=True).start()
+    host.settimeout(10)
+    host.sendall(wire.MAGIC + wire.encode_frame({"token": token, "batch": True}))
+    return host
+
+
+def _replies(chan: socket.socket, n: int) -> dict[int, Any]:
+    """Read batch reply frames until ``n`` replies are in: ``{tag: reply}``."""
+    got: dict[int, Any] = {}
+    while len(got) < n:
+        frame = wire.recv_frame(chan)
+        assert isinstance(frame, dict) and "replies" in frame, frame
+        got.update({tag: reply for tag, reply in frame["replies"]})
+    return got
+
+
+def _run(by: int = 1) -> dict[str, Any]:
+    return {"op": "run", "agent": "agent", "round": 1, "calls": [{"name": "increment", "arguments": {"by": by}}]}
+
+
+def test_the_batch_channel_needs_the_token() -> None:
+    srv = Server(get_spec("Counter-v0"), TOKEN, 8)
+    chan = _batch_channel(srv, "x" * 32)
+    assert wire.recv_frame(chan)["ok"] is False
+    with pytest.raises((wire.FrameError, OSError)):
+        wire.recv_frame(chan)  # closed
+
+
+def test_hostile_batches_get_an_error_and_the_channel_keeps_serving() -> None:
+    srv = Server(get_spec("Counter-v0"), TOKEN, 8)
+    chan, sid = _serve(srv)
+    b = _batch_channel(srv)
+    assert wire.recv_frame(b) == {"ok": True}
+    for bad in (b"{not json", b"[]", b'{"op": "batch"}', b'{"op": "batch", "items": [[1, 2]]}',
+                b'{"op": "batch", "items": [["tag", "' + sid.encode() + b'", {}]]}',
+                b'{"op": "batch", "items": [[1.5, "s", {}]]}', b'{"op": "other", "items": []}'):
+        reply = _ask(b, bad)
+        assert reply["ok"] is False and reply["kind"] == "bad_request", (bad, reply)
+    assert _ask(b, b'{"op": "batch", "items": [[1, "' + sid.encode() + b'", "not a request"]]}')["kind"] == "bad_request"
+    _start(chan)
+    wire.send_frame(b, {"op": "batch", "items": [[7, sid, _run(2)]]})
+    assert _replies(b, 1) == {7: _replies_ok(2)}  # the channel kept serving
+
+
+def _start(chan: socket.socket) -> None:
+    assert _ask(chan, json.dumps({"op": "start", "task": get_spec("Counter-v0").get_tasks()[0].id}).encode())["ok"]
+
+
+def test_a_batch_runs_run_ops_only_and_answers_each_item_on_its_own() -> None:
+    srv = Server(get_spec("Counter-v0"), TOKEN, 8)
+    chan, sid = _serve(srv)
+    _start(chan)
+    b = _batch_channel(srv)
+    assert wire.recv_frame(b) == {"ok": True}
+    wire.send_frame(b, {"op": "batch", "items": [[1, sid, _run(2)], [2, sid, {"op": "state"}], [3, "nope", _run()],
+                                                 [4, sid, {"op": "run"}], [5, sid, _run(3)]]})
+    got = _replies(b, 5)
+    assert got[1]["ok"] and got[1]["outcomes"][0]["content"] == "2"
+    assert got[2]["ok"] is False and "run" in got[2]["error"]  # no state, load or judge op here
+    assert got[3]["ok"] is False and "closed" in got[3]["error"]  # no such session
+    assert got[4]["ok"] is False and got[4]["kind"] == "KeyError"  # a run without its fields
+    assert got[5]["ok"] and got[5]["outcomes"][0]["content"] == "5"  # the session went on, in order
+
+
+def test_an_abandoned_sessions_op_in_a_batch_is_never_answered_and_the_rest_are() -> None:
+    srv = Server(get_spec("Counter-v0"), TOKEN, 8)
+    a, slow = _serve(srv)
+    c, fast = _serve(srv)
+    _start(a)
+    _start(c)
+    tool = srv.spec.all_tools["increment"]
+    fn = tool.fn
+
+    def increment(state, by=1):
+        for _ in range(300 if by == 9 else 1):  # 9: three seconds, in Python (a stop lands between sleeps)
+            time.sleep(0.01)
+        return fn(state, by)
+
+    object.__setattr__(tool, "fn", increment)
+    try:
+        b = _batch_channel(srv)
+        assert wire.recv_frame(b) == {"ok": True}
+        wire.send_frame(b, {"op": "batch", "items": [[1, slow, _run(9)], [2, fast, _run(1)]]})
+        assert _replies(b, 1) == {2: _replies_ok(1)}  # answered while the slow op still runs
+        t0 = time.monotonic()
+        srv.route("DELETE", f"/sessions/{slow}")  # the host gave up on it: the op is stopped
+        assert time.monotonic() - t0 < 1.0
+        wire.send_frame(b, {"op": "batch", "items": [[3, fast, _run(1)]]})
+        assert _replies(b, 1) == {3: _replies_ok(2)}  # nothing ever came for tag 1
+    finally:
+        object.__setattr__(tool, "fn", fn)
+
+
+def _replies_ok(value: int) -> dict[str, Any]:
+    return {"ok": True, "outcomes": [{"content": str(value), "ok": True, "kind": "ok"}]}

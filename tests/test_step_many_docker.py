@@ -1,0 +1,76 @@
+"""``envfactory.step_many`` over real containers: the turns bound for one container go over its
+batch channel (:mod:`envfactory.runtime.batch`), one frame a round, and give what ``step`` gives
+on in-process twins; a container killed between rounds is resumed for every session it held.
+The in-process cases (slow ops, broken and lying channels, two threads) are in
+``tests/test_step_many.py``; the figure is ``python -m benchmarks.docker_runtime sessions
+driver=step_many``'s."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import envfactory
+from envfactory import step_many
+from envfactory.runtime import docker as docker_rt
+from envfactory.runtime.container import Limits
+from envfactory.runtime.pool import Pool
+
+from conftest import require_docker
+
+pytestmark = pytest.mark.docker
+
+ACTIONS = [
+    '<tool_call>{"name": "increment", "arguments": {"by": 2}}</tool_call>',
+    '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>',
+    '<tool_call>{"name": "reset_counter", "arguments": {}}</tool_call>',
+    '<tool_call>{"name": "nope", "arguments": {}}</tool_call>',
+    "<tool_call>{oops</tool_call>",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _docker() -> None:
+    require_docker()
+
+
+def _seen(r) -> tuple:
+    return r.messages, r.reward, r.terminated, r.truncated, r.info
+
+
+def test_step_many_over_shared_containers_plays_what_step_plays_and_survives_a_kill(monkeypatch) -> None:
+    monkeypatch.setattr(docker_rt, "SNAPSHOT_EVERY", 3)  # snapshots (in the batch's reply) and replays too
+    name = "Counter-v0"
+    pool = Pool(envfactory.spec(name), sessions_per_container=10, limits=Limits(pids=256, memory_mb=512))
+    rng = random.Random(0)
+    docker_eps, local_eps = [], []
+    try:
+        for i in range(30):
+            d = envfactory.make(name, runtime="docker", pool=pool, max_turns=40)
+            d.reset(i % 3)
+            docker_eps.append(d)
+            loc = envfactory.make(name, max_turns=40)
+            loc.reset(i % 3)
+            local_eps.append(loc)
+        containers = {id(e.world.container): e.world.container for e in docker_eps}
+        assert len(containers) == 3
+        killed = None
+        for rnd in range(8):
+            if rnd == 4:  # kill -9 the container of the first episode, between two rounds
+                killed = docker_eps[0].world.container
+                killed.client.api.kill(killed.id, signal="KILL")
+            live = [i for i, e in enumerate(local_eps) if not e.done]
+            actions = {i: rng.choice(ACTIONS) for i in live}
+            got = step_many([(docker_eps[i], actions[i]) for i in live])
+            want = [local_eps[i].step(actions[i]) for i in live]
+            assert [_seen(r) for r in got] == [_seen(r) for r in want], f"round {rnd}"
+        for d, loc in zip(docker_eps, local_eps):
+            assert d.state == loc.state and d.log == loc.log and d.transcript() == loc.transcript()
+        assert all(c._batch is not None and c._batch.frames_sent >= 4 for c in containers.values() if c is not killed)
+        moved = [e for e in docker_eps if e.world.container is not killed]
+        assert len(moved) == 30 and sum(e.world.resumed for e in docker_eps) == 10  # each of its sessions, once
+    finally:
+        for e in docker_eps:
+            e.close()
+        pool.shutdown()
