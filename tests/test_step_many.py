@@ -40,11 +40,11 @@ _calls = st.sampled_from([
 ])
 
 
-def _episodes(srv: Server, n: int, timeout: float = 30.0) -> list[Episode]:
+def _episodes(srv: Server, n: int, timeout: float = 30.0, max_turns: int = 4) -> list[Episode]:
     out = []
     for _ in range(n):
         world, _ = _world_on(srv, "Counter-v0", timeout)
-        ep = Episode(get_spec("Counter-v0"), world, max_turns=4)
+        ep = Episode(get_spec("Counter-v0"), world, max_turns=max_turns)
         ep.reset(0)
         out.append(ep)
     return out
@@ -158,13 +158,14 @@ class BatchedContainer(FakeContainer):
         return None if self._b.broken else self._b
 
 
-def _batched(srv: Server, n: int, timeout: float = 30.0, container=None) -> tuple[list[Episode], BatchedContainer]:
+def _batched(srv: Server, n: int, timeout: float = 30.0, container=None,
+             max_turns: int = 4) -> tuple[list[Episode], BatchedContainer]:
     c = container or BatchedContainer(srv)
     out = []
     for _ in range(n):
         world, _ = _world_on(srv, "Counter-v0", timeout)
         world._link.container = c
-        ep = Episode(get_spec("Counter-v0"), world, max_turns=4)
+        ep = Episode(get_spec("Counter-v0"), world, max_turns=max_turns)
         ep.reset(0)
         out.append(ep)
     return out, c
@@ -294,3 +295,29 @@ def test_two_threads_share_a_container_each_one_a_round_at_a_time() -> None:
     for t in ts:
         t.join(60)
     assert not errors, errors
+
+
+def test_a_due_snapshot_comes_in_the_batchs_own_reply(monkeypatch) -> None:
+    """Every SNAPSHOT_EVERY batches the journal restarts from the state after a batch: that state
+    comes in the batch's reply (no ``state`` request of its own, no round trip more), through
+    ``step`` and through ``step_many`` alike, and it is the state the world then has."""
+    from envfactory.runtime import docker as docker_rt
+
+    monkeypatch.setattr(docker_rt, "SNAPSHOT_EVERY", 2)
+    srv = Server(get_spec("Counter-v0"), TOKEN, 64)
+    ops: list[str] = []
+    op = srv._op
+    monkeypatch.setattr(srv, "_op", lambda world, req: (ops.append(req.get("op")), op(world, req))[1])
+    (a,), _ = _batched(srv, 1, max_turns=100)
+    (b,) = _episodes(srv, 1, max_turns=100)
+    snaps = docker_rt.stats()["snapshots"]
+    for n in range(1, 6):
+        step_many([(a, INC)])
+        b.step(INC)
+        if n == 3:  # the third batch's reply brought the state (cached: no request) and became the origin
+            for e in (a, b):
+                assert e.world._journal == [] and e.world._origin == docker_rt.state_json(e.world.state())
+                assert e.world._origin["value"] == 3, e.world._origin
+    assert "state" not in ops and ops.count("run") == 10
+    assert docker_rt.stats()["snapshots"] - snaps == 2  # one for each world
+    assert len(a.world._journal) == len(b.world._journal) == 2
