@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["bench_docker", "bench_shared_sessions"]
+__all__ = ["bench_docker", "bench_shared_sessions", "bench_sessions_drivers"]
 
 ACTION = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
 
@@ -75,8 +75,9 @@ def _host_cpu(before: Any, after: Any, steps: int) -> dict[str, float]:
             "shared_sessions_host_sys_us_per_step": round(system / max(1, steps) * 1e6, 1)}
 
 
-def _rounds_of_step_many(envs: list[Any], seconds: float) -> dict[str, Any]:
-    """Rounds of ``step_many`` over every episode, from this thread, for ``seconds``."""
+def _rounds_of_step_many(envs: list[Any], seconds: float, pool: Any = None) -> dict[str, Any]:
+    """Rounds of ``step_many`` over every episode, from this thread, for ``seconds`` (and the batch
+    frames ``pool``'s containers were sent: one a container a round when the batch channel is used)."""
     from envfactory import step_many
 
     rounds: list[int] = []
@@ -102,6 +103,8 @@ def _rounds_of_step_many(envs: list[Any], seconds: float) -> dict[str, Any]:
         "shared_sessions_errors": errors,
         **_host_cpu(cpu0, cpu1, steps),
         "shared_sessions_stepped": sum(1 for e in envs if e.turns_taken() > 0),
+        "shared_sessions_batch_frames": sum(c._batch.frames_sent for c in (pool.containers() if pool else [])
+                                            if getattr(c, "_batch", None) is not None),
     }
 
 
@@ -149,7 +152,7 @@ def bench_shared_sessions(sessions: int = 1000, threads: int = 16, seconds: floa
         out["shared_sessions_open_s"] = round(time.perf_counter() - t0, 2)
         out["shared_sessions_containers"] = len(pool.containers())
         if driver == "step_many":
-            out.update(_rounds_of_step_many(envs, seconds))
+            out.update(_rounds_of_step_many(envs, seconds, pool))
             return out
         if driver != "threads":
             raise ValueError(f"driver must be 'threads' or 'step_many', not {driver!r}")
@@ -206,6 +209,30 @@ def bench_shared_sessions(sessions: int = 1000, threads: int = 16, seconds: floa
             e.close()
         pool.shutdown()
     return out
+
+
+def bench_sessions_drivers(pairs: int = 2, seconds: float = 8.0, sessions: int = 1000) -> dict[str, Any]:
+    """``sessions`` held on one engine, stepped for ``seconds`` by 16 threads (each step waiting on
+    its own session's reply) and by :func:`envfactory.step_many` rounds from one thread (the turns
+    bound for one container in one batch frame), alternated ``pairs`` times in this run: steps/s of
+    each (min/median/max), the ratio of each pair, and the machine's load."""
+    import os
+
+    threads, many, ratios = [], [], []
+    load0 = os.getloadavg()[0]
+    for _ in range(pairs):
+        t = bench_shared_sessions(sessions=sessions, seconds=seconds, driver="threads")
+        m = bench_shared_sessions(sessions=sessions, seconds=seconds, driver="step_many")
+        threads.append(t["shared_sessions_steps_per_s"])
+        many.append(m["shared_sessions_steps_per_s"])
+        ratios.append(many[-1] / threads[-1])
+    spread = lambda v: [round(min(v), 2), round(sorted(v)[len(v) // 2], 2), round(max(v), 2)]  # noqa: E731
+    return {"sessions_drivers_sessions": sessions, "sessions_drivers_pairs": pairs,
+            "sessions_threads_steps_per_s": spread(threads), "sessions_step_many_steps_per_s": spread(many),
+            "sessions_step_many_vs_threads_ratio": spread(ratios),
+            "sessions_step_many_host_cpu_us_per_step": m["shared_sessions_host_cpu_us_per_step"],
+            "sessions_step_many_batch_frames": m["shared_sessions_batch_frames"],
+            "sessions_drivers_load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
 
 
 def bench_docker(n: int = 4000) -> dict[str, Any]:
@@ -287,6 +314,7 @@ def bench_docker(n: int = 4000) -> dict[str, Any]:
         per.shutdown()
 
     out.update(bench_shared_sessions())
+    out.update(bench_sessions_drivers())
 
     oe = _openenv(2000)
     if "p50_us" in oe:
@@ -350,6 +378,10 @@ if __name__ == "__main__":
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
         kw = dict(a.split("=", 1) for a in args[1:])
         print(json.dumps(bench_work_snapshots(**{k: int(v) for k, v in kw.items()}), indent=1))
+    elif args[:1] == ["drivers"]:
+        kw = dict(a.split("=", 1) for a in args[1:])
+        print(json.dumps(bench_sessions_drivers(**{k: (float(v) if k == "seconds" else int(v)) for k, v in kw.items()}),
+                         indent=1))
     elif args[:1] == ["sessions"]:
         kw = dict(a.split("=", 1) for a in args[1:])
         print(json.dumps(bench_shared_sessions(**{k: (float(v) if k == "seconds" else v if k == "driver" else int(v))
