@@ -46,6 +46,14 @@ Configuration (environment variables, set by the host):
   hold pids). While a request runs there, every other process gets ``oom_score_adj`` 1000
   (:meth:`Server._guard_oom`), so the OOM killer takes agent code before the server.
 
+The batch channel (one connection, no session of its own: :mod:`envfactory.runtime.wire`) carries
+``run`` ops of many sessions at once for :func:`envfactory.step_many`. One thread reads its
+batches; a runner thread plays the queued ops one after another, through the same code as a
+session's channel (:meth:`Server._answer`), and sends their replies in a few frames; a watcher
+moves the queue to a new runner when an op holds one past :data:`SLOW_OP_S`. Other ops (``state``,
+``load``, the judge's) are refused there, item by item; a frame that is not a batch gets an error
+frame, and the channel keeps serving.
+
 A session ends when its framed channel closes (the host holds one channel per
 session and never reopens it), as well as on ``DELETE /sessions/{id}``. A session closed while
 one of its ops runs (the host gave up on it: it overran the step timeout) is *abandoned*: the
