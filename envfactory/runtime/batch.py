@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from .wire import MAX_FRAME, FrameDecodeError, FrameError, encode_body, frame_of, split_frames
+from .wire import FrameDecodeError, FrameError, encode_body, join_frames, split_frames
 
 __all__ = ["BatchChannel", "Staged"]
 
@@ -97,18 +97,11 @@ class BatchChannel:
             self._waiting[st.tag] = st
         if self._broken is not None:
             return
-        chunk: list[bytes] = []
-        size = 0
         try:
-            for st in staged + [None]:  # type: ignore[list-item]
-                if chunk and (st is None or size + len(st.part) + 64 > MAX_FRAME):
-                    self.sock.settimeout(max(1.0, min(s.timeout for s in staged)))
-                    self.sock.sendall(frame_of(b'{"op":"batch","items":[' + b",".join(chunk) + b"]}"))
-                    self.frames_sent += 1
-                    chunk, size = [], 0
-                if st is not None:
-                    chunk.append(st.part)
-                    size += len(st.part) + 1
+            self.sock.settimeout(max(1.0, min(st.timeout for st in staged)))
+            for frame in join_frames(b'{"op":"batch","items":[', [st.part for st in staged], b"]}"):
+                self.sock.sendall(frame)
+                self.frames_sent += 1
         except OSError as exc:  # a timeout included: a container that reads no frame is not alive
             self._break(f"its batch channel failed on send ({type(exc).__name__}: {exc})")
 

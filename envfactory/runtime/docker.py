@@ -345,6 +345,7 @@ class ContainerWorld(World):
         """:meth:`run`'s second half: the reply to the batch :meth:`run_begin` sent, taken as
         :meth:`run` takes it (a container that died meanwhile: the world resumed on a fresh one
         and the batch sent again, once)."""
+        sent: Any
         if pending.__class__ is Staged:
             (agent, round, calls, req), sent = pending.turn, pending
         else:

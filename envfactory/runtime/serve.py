@@ -739,14 +739,8 @@ class _Batch:
         """Send the replies held, one frame (lost when the host has gone: it no longer reads)."""
         with self.lock:
             out, self._out, self.out_bytes = self._out, [], 0
-        chunk: list[bytes] = []
-        size = 0
-        for item in out + [b""]:  # frames within the cap (each item is: see _drain)
-            if chunk and (not item or size + len(item) + 64 > wire.MAX_FRAME):
-                self.send(frame_of(b'{"replies":[' + b",".join(chunk) + b"]}"))
-                chunk, size = [], 0
-            chunk.append(item)
-            size += len(item) + 1
+        for frame in wire.join_frames(b'{"replies":[', out, b"]}"):
+            self.send(frame)
 
     def send(self, frame: bytes) -> None:
         with self._send:

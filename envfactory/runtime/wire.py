@@ -53,7 +53,7 @@ import time
 from typing import Any
 
 __all__ = ["MAGIC", "TOKEN_HEADER", "FrameError", "FrameEncodeError", "FrameDecodeError", "encode_frame",
-           "encode_body", "frame_of", "split_frames",
+           "encode_body", "frame_of", "join_frames", "split_frames",
            "send_frame", "recv_frame", "MAX_FRAME", "state_json", "repair_state_keys"]
 
 MAGIC = b"ENVF"
@@ -92,6 +92,23 @@ def encode_body(obj: Any) -> bytes:
 def frame_of(body: bytes) -> bytes:
     """The frame of a body :func:`encode_body` made (or one joined from such bodies, within the cap)."""
     return _LEN.pack(len(body)) + body
+
+
+def join_frames(head: bytes, parts: list[bytes], tail: bytes) -> list[bytes]:
+    """Frames ``head + b",".join(parts) + tail`` (each part a JSON value, each at most
+    ``MAX_FRAME - 64`` bytes), as many as the cap needs, the parts in order."""
+    frames: list[bytes] = []
+    chunk: list[bytes] = []
+    size = len(head) + len(tail)
+    for part in parts:
+        if chunk and size + len(part) + 1 > MAX_FRAME:
+            frames.append(frame_of(head + b",".join(chunk) + tail))
+            chunk, size = [], len(head) + len(tail)
+        chunk.append(part)
+        size += len(part) + 1
+    if chunk:
+        frames.append(frame_of(head + b",".join(chunk) + tail))
+    return frames
 
 
 def encode_frame(obj: Any) -> bytes:

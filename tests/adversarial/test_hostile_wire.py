@@ -23,6 +23,7 @@ from typing import Any
 import httpcore
 import httpx
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from envfactory import ToolCall, call
 from envfactory.registry import spec as get_spec
@@ -447,3 +448,26 @@ def test_an_abandoned_sessions_op_in_a_batch_is_never_answered_and_the_rest_are(
 
 def _replies_ok(value: int) -> dict[str, Any]:
     return {"ok": True, "outcomes": [{"content": str(value), "ok": True, "kind": "ok"}]}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(max_size=60), max_size=30), st.integers(1, 40))
+def test_joined_frames_stay_under_the_cap_and_split_back_in_order(texts, cut) -> None:
+    """``join_frames`` (a batch, or its replies) never makes a frame over the cap, and
+    ``split_frames`` gives the parts back in order from any prefix of the stream (a frame still
+    arriving stays in the buffer)."""
+    old = wire.MAX_FRAME
+    wire.MAX_FRAME = 300
+    try:
+        parts = [wire.encode_body(t) for t in texts if len(wire.encode_body(t)) <= wire.MAX_FRAME - 64]
+        frames = wire.join_frames(b'{"replies":[', parts, b"]}")
+        assert all(len(f) - 4 <= wire.MAX_FRAME for f in frames)
+        stream = b"".join(frames)
+        buf = bytearray(stream[:cut])
+        got = wire.split_frames(buf)
+        buf += stream[cut:]
+        got += wire.split_frames(buf)
+        assert not buf
+        assert [x for f in got for x in f["replies"]] == [json.loads(p) for p in parts]
+    finally:
+        wire.MAX_FRAME = old
