@@ -211,7 +211,7 @@ def bench_shared_sessions(sessions: int = 1000, threads: int = 16, seconds: floa
     return out
 
 
-def bench_sessions_drivers(pairs: int = 2, seconds: float = 8.0, sessions: int = 1000) -> dict[str, Any]:
+def bench_sessions_drivers(pairs: int = 3, seconds: float = 8.0, sessions: int = 1000) -> dict[str, Any]:
     """``sessions`` held on one engine, stepped for ``seconds`` by 16 threads (each step waiting on
     its own session's reply) and by :func:`envfactory.step_many` rounds from one thread (the turns
     bound for one container in one batch frame), alternated ``pairs`` times in this run: steps/s of

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import time
 from typing import Any, Callable
 
@@ -27,7 +29,7 @@ def installed_sections() -> dict[str, Callable[[], dict[str, Any]]]:
 def run_bench(only: list[str] | None = None) -> dict[str, Any]:
     """Run the named sections (all by default) and merge their results. A section that fails
     reports ``<section>_error`` and the others still run: one failure never empties the report."""
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"bench_machine": machine(), "bench_load_1m_start": round(os.getloadavg()[0], 2)}
     for name, fn in installed_sections().items():
         if only and name not in only:
             continue
@@ -37,7 +39,19 @@ def run_bench(only: list[str] | None = None) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - whatever broke, the other sections' figures stand
             results[f"{name}_error"] = f"{type(exc).__name__}: {exc}"
         results[f"section_{name}_s"] = round(time.perf_counter() - t0, 3)
+    results["bench_load_1m_end"] = round(os.getloadavg()[0], 2)
     return results
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on: the processor, its cores, the OS and Python."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpus": os.cpu_count(), "system": platform.platform(), "python": platform.python_version()}
 
 
 def _bench_args(p: argparse.ArgumentParser) -> None:
