@@ -334,8 +334,14 @@ class Server:
             send_frame(conn, {"ok": False, "error": "missing or wrong token"})
             return
         if hello.get("batch") is True:
+            b = _Batch(conn)
+            try:
+                threading.Thread(target=self._watch, args=(b,), daemon=True, name="envf-batch-watch").start()
+            except RuntimeError:  # no thread to be had (the pid limit): the host uses the sessions' channels
+                send_frame(conn, {"ok": False, "kind": "busy", "error": "no thread left for a batch channel"})
+                return
             send_frame(conn, {"ok": True})
-            self._serve_batch(conn)
+            self._serve_batch(b)
             return
         sid = hello.get("session")
         own = self.sessions.get(sid) if isinstance(sid, str) else None
@@ -393,12 +399,12 @@ class Server:
         return body
 
     # -- the batch channel: many sessions' steps in one frame ------------------
-    def _serve_batch(self, conn: socket.socket) -> None:
+    def _serve_batch(self, b: "_Batch") -> None:
         """The batch channel (see :mod:`envfactory.runtime.wire`): this thread reads batches and
-        queues their ops; a runner thread plays them (:meth:`_drain`), a watcher thread moves the
-        queue to a new runner when an op runs past :data:`SLOW_OP_S` (:meth:`_watch`)."""
-        b = _Batch(conn)
-        threading.Thread(target=self._watch, args=(b,), daemon=True, name="envf-batch-watch").start()
+        queues their ops; a runner thread plays them (:meth:`_drain`), a watcher thread (started
+        with the channel) moves the queue to a new runner when an op runs past :data:`SLOW_OP_S`
+        (:meth:`_watch`)."""
+        conn = b.conn
         try:
             while True:
                 try:

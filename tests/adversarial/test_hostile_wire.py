@@ -471,3 +471,24 @@ def test_joined_frames_stay_under_the_cap_and_split_back_in_order(texts, cut) ->
         assert [x for f in got for x in f["replies"]] == [json.loads(p) for p in parts]
     finally:
         wire.MAX_FRAME = old
+
+
+def test_a_batch_channel_without_a_thread_is_refused_as_busy_and_steps_go_on(monkeypatch) -> None:
+    """A container at its pid limit cannot start the batch channel's watcher: it answers the
+    handshake as busy (never an ``ok`` and then a closed channel, which the host would take for a
+    dead container), and the host's turns go over their sessions' channels."""
+    from envfactory.runtime import serve as serve_mod
+
+    srv = Server(get_spec("Counter-v0"), TOKEN, 8)
+    real = serve_mod.threading.Thread
+
+    class NoWatcher(real):  # type: ignore[misc, valid-type]
+        def start(self) -> None:
+            if self.name == "envf-batch-watch":
+                raise RuntimeError("can't start new thread")
+            super().start()
+
+    monkeypatch.setattr(serve_mod.threading, "Thread", NoWatcher)
+    b = _batch_channel(srv)
+    reply = wire.recv_frame(b)
+    assert reply["ok"] is False and reply["kind"] == "busy", reply
