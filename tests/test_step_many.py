@@ -147,6 +147,9 @@ class BatchedContainer(FakeContainer):
     def __init__(self, srv: Server, serve=None) -> None:
         self.srv, self.serve, self.dead, self._b = srv, serve, False, None
 
+    def answers(self) -> bool:  # a channel that broke: the container is asked (here, one that died)
+        return False
+
     def batch_channel(self):
         if self._b is None:
             host, far = socket.socketpair()

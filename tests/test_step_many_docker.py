@@ -8,6 +8,7 @@ driver=step_many``'s."""
 from __future__ import annotations
 
 import random
+import socket
 
 import pytest
 
@@ -72,5 +73,34 @@ def test_step_many_over_shared_containers_plays_what_step_plays_and_survives_a_k
         assert len(moved) == 30 and sum(e.world.resumed for e in docker_eps) == 10  # each of its sessions, once
     finally:
         for e in docker_eps:
+            e.close()
+        pool.shutdown()
+
+
+def test_a_batch_channel_broken_on_the_hosts_side_keeps_its_container() -> None:
+    """The host's end of a batch channel fails (here: shut down under it) while the container is
+    fine: the container answers its health request, so it is kept; each of its turns is resumed
+    on a fresh session (replayed from its journal) and sent again, and the next round opens a new
+    batch channel."""
+    name = "Counter-v0"
+    pool = Pool(envfactory.spec(name), sessions_per_container=8, limits=Limits(pids=256, memory_mb=512))
+    inc = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
+    eps = []
+    try:
+        for _ in range(8):
+            e = envfactory.make(name, runtime="docker", pool=pool, max_turns=40)
+            e.reset(0)
+            eps.append(e)
+        (c,) = {id(e.world.container): e.world.container for e in eps}.values()
+        assert [r.messages[0]["content"] for r in step_many([(e, inc) for e in eps])] == ["1"] * 8
+        first = c._batch
+        first.sock.shutdown(socket.SHUT_RDWR)
+        assert [r.messages[0]["content"] for r in step_many([(e, inc) for e in eps])] == ["2"] * 8
+        assert not c.dead and sum(e.world.resumed for e in eps) == 8
+        assert all(e.world.container is c for e in eps)  # the same container, new sessions
+        assert [r.messages[0]["content"] for r in step_many([(e, inc) for e in eps])] == ["3"] * 8
+        assert c._batch is not first and c._batch.frames_sent == 1
+    finally:
+        for e in eps:
             e.close()
         pool.shutdown()

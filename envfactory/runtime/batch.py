@@ -14,8 +14,11 @@ can go wrong is what goes wrong on a session's channel, and ends the same way
 
 * a turn whose reply has not come by its deadline is abandoned (its session closed, the op
   stopped in the container), and a late reply for it is dropped;
-* the channel breaks (the container died, or closed it): the container is taken as dead, and
-  each of its turns resumes its world on a fresh container and sends its calls again;
+* the channel breaks: the container is asked whether it lives (a health request, as for a
+  session's channel). One that does not is dead, and each of its turns resumes its world on a
+  fresh container; one that does is kept, and each turn resumes its world on a fresh session
+  (the op may or may not have run: the world is rebuilt from its origin and journal either way)
+  and sends its calls again. The next ``step_many`` opens a new batch channel;
 * a frame that breaks the protocol: the container is removed as untrustworthy.
 """
 
@@ -166,7 +169,10 @@ class BatchChannel:
     def _break(self, why: str, *, untrusted: bool = False) -> None:
         if self._broken is None:
             self._broken, self._untrusted = why, untrusted
-            self.container.dead = True  # its sessions resume elsewhere (or it is removed as untrustworthy)
+            # dead only on evidence from the container (an error on the host's own side is none):
+            # then its sessions resume elsewhere; one that answers keeps its other sessions
+            if not untrusted and not self.container.answers():
+                self.container.dead = True
 
     def close(self) -> None:
         try:

@@ -408,7 +408,7 @@ class Container:
         if self._no_batch or self.dead:
             return None
         with self._batch_lock:
-            if self._batch is None and not self._no_batch and not self.dead:
+            if (self._batch is None or self._batch.broken) and not self._no_batch and not self.dead:
                 try:
                     self._batch = BatchChannel(self, self._open_framed({"token": self.token, "batch": True},
                                                                        self.control_timeout))
