@@ -958,10 +958,14 @@ def step_many(steps: Iterable[tuple[Environment, Any]]) -> list[StepResult]:
     """Play one sole-agent turn in each ``(episode, action)``: what ``[e.step(a) for e, a in
     steps]`` returns, in that order, from one thread, with the world round trips in flight
     together. The usual turn of an episode over a container world (a text of one call of a
-    world tool) is sent first; every other turn is then played with :meth:`Episode.step` while
-    those are under way; then each reply is read as it comes in (a ``selectors`` loop, each
-    within its own step timeout). Threads stepping sessions each wait on their own reply and hand
-    the GIL over at every one; here one thread pays only the steps' own work.
+    world tool) goes out first: the turns bound for one shared container in one frame on its
+    batch channel (:mod:`envfactory.runtime.batch`), others on their sessions' channels; every
+    other turn is then played with :meth:`Episode.step` while those are under way; then each
+    reply is read as it comes in (a ``selectors`` loop, each within its own step timeout).
+    Threads stepping sessions each wait on their own reply and hand the GIL over at every one;
+    here one thread pays only the steps' own work. No garbage collection runs during the call
+    (the round's requests, replies and results are freed by reference counting once it returns):
+    it is paused process-wide, and turned back on at the end if it was on at the start.
 
     Raises:
         EpisodeError: an episode appears twice, or one of them could not take a step (a team,
