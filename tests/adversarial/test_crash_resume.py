@@ -132,8 +132,8 @@ def test_kill_9_mid_episode_resumes_with_the_same_trace_team(name: str, mode: st
 
 
 def test_a_resume_across_an_automatic_snapshot(monkeypatch) -> None:
-    """The journal is bounded: every SNAPSHOT_EVERY batches the state becomes the origin;
-    a kill after a snapshot replays only the batches since."""
+    """The journal is bounded: every SNAPSHOT_EVERY batches the state becomes the origin (it comes
+    in that batch's own reply); a kill after a snapshot replays only the batches since."""
     monkeypatch.setattr(docker_rt, "SNAPSHOT_EVERY", 2)
     name = "Counter-v0"
     task = envfactory.spec(name).get_tasks()[-1].id
@@ -144,11 +144,21 @@ def test_a_resume_across_an_automatic_snapshot(monkeypatch) -> None:
         want = _trace([local], RandomPolicy(turns=9), task, seed=11)[0]
         got = _trace([ep], RandomPolicy(turns=9), task, seed=11, kill_at=(6,))[0]
         _assert_same(want, got, f"{name} after a snapshot and a kill -9")
+        assert docker_rt.stats()["snapshots"] > before["snapshots"]
+        # and a resume that must replay: five batches (a snapshot after the third), a kill, a sixth
+        inc = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
+        for e in (local, ep):
+            e.reset(task)
+            for _ in range(5):
+                e.step(inc)
+        assert ep.world._origin is not None and len(ep.world._journal) == 2
+        before = docker_rt.stats()
+        _kill9(ep.world)
+        assert ep.step(inc).messages == local.step(inc).messages
         after = docker_rt.stats()
-        assert after["snapshots"] > before["snapshots"]
         assert after["resumed"] - before["resumed"] == 1
-        assert after["replayed_batches"] - before["replayed_batches"] <= 2
-        assert ep.world._origin is not None and len(ep.world._journal) <= 2
+        assert after["replayed_batches"] - before["replayed_batches"] == 2
+        assert ep.state == local.state
     finally:
         ep.close()
 
