@@ -48,7 +48,7 @@ from __future__ import annotations
 import gc
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import Any, Callable, Literal, cast, overload
 
 from . import quotas
 from .definition import DEFAULT_SPLIT, PERMISSION_PREFIX, DrawSplit, ToolEnvSpec, split_members, task_for_seed
@@ -954,7 +954,17 @@ class Episode(Environment):
         return f"<Episode {self.spec.name} task={tid} round={self.round} done={self.done} world={type(self.world).__name__}>"
 
 
-def step_many(steps: Iterable[tuple[Environment, Any]]) -> list[StepResult]:
+@overload
+def step_many(steps: Iterable[tuple[Environment, Any]], *, return_exceptions: Literal[False] = False
+              ) -> list[StepResult]: ...
+
+
+@overload
+def step_many(steps: Iterable[tuple[Environment, Any]], *, return_exceptions: Literal[True]
+              ) -> list[StepResult | Exception]: ...
+
+
+def step_many(steps: Iterable[tuple[Environment, Any]], *, return_exceptions: bool = False) -> list[Any]:
     """Play one sole-agent turn in each ``(episode, action)``: what ``[e.step(a) for e, a in
     steps]`` returns, in that order, from one thread, with the world round trips in flight
     together. The usual turn of an episode over a container world (a text of one call of a
@@ -967,23 +977,37 @@ def step_many(steps: Iterable[tuple[Environment, Any]]) -> list[StepResult]:
     (the round's requests, replies and results are freed by reference counting once it returns):
     it is paused process-wide, and turned back on at the end if it was on at the start.
 
+    ``return_exceptions``: what a turn raises (an episode that cannot take a step, an action of no
+    accepted type, ...) takes that turn's place in the list, and every other turn is played and
+    returned (as ``asyncio.gather`` does): one failing episode fails only itself.
+
     Raises:
-        EpisodeError: an episode appears twice, or one of them could not take a step (a team,
-            not reset, ended), before anything is sent. An error raised by one turn is raised
-            once every turn already sent has been read and played (their results are then lost
-            to the caller, as a loop of ``step`` calls would lose the rest).
+        EpisodeError: an episode appears twice; without ``return_exceptions``, also one that could
+            not take a step (a team, not reset, ended), before anything is sent. Without it, an
+            error raised by one turn is raised once every turn already sent has been read and
+            played (their results are then lost to the caller, as a loop of ``step`` calls would
+            lose the rest).
     """
     pairs = list(steps)
+    results: list[Any] = [None] * len(pairs)
+    play: list[int] = []
     seen: set[int] = set()
-    for env, _ in pairs:
+    for i, (env, _) in enumerate(pairs):
         if id(env) in seen:
             raise EpisodeError(f"step_many: {env!r} appears twice; each episode takes one turn")
         seen.add(id(env))
-        if isinstance(env, Episode):
-            if env._team:
-                raise EpisodeError(f"step_many: {env.spec.name} is a team environment; it plays a sole agent's "
-                                   "turns (use step_round or act)")
-            env._check_turn(env._solo_agent)
+        try:
+            if isinstance(env, Episode):
+                if env._team:
+                    raise EpisodeError(f"step_many: {env.spec.name} is a team environment; it plays a sole "
+                                       "agent's turns (use step_round or act)")
+                env._check_turn(env._solo_agent)
+        except EpisodeError as exc:
+            if not return_exceptions:
+                raise
+            results[i] = exc
+            continue
+        play.append(i)
     # No collection while the round's turns are in flight: every turn's request, reply and
     # result is alive until the round ends, and a collection then would move them all to older
     # generations (and make the full collections, which walk every live episode, come often).
@@ -992,47 +1016,64 @@ def step_many(steps: Iterable[tuple[Environment, Any]]) -> list[StepResult]:
     if paused:
         gc.disable()
     try:
-        return _step_many(pairs)
+        _step_many(pairs, play, results, return_exceptions)
     finally:
         if paused:
             gc.enable()
+    return results
 
 
-def _step_many(pairs: list[tuple[Environment, Any]]) -> list[StepResult]:
-    results: list[StepResult | None] = [None] * len(pairs)
+def _step_many(pairs: list[tuple[Environment, Any]], play: list[int], results: list[Any], keep: bool) -> None:
+    """Play the turns ``play`` (indices into ``pairs``) into ``results``; ``keep``: a turn's error
+    is its result (else the first one is raised once every turn sent is finished)."""
     flight: list[tuple[int, Episode, _Begun]] = []
     batch = RunBatch()
+
+    def played(i: int, turn: Callable[..., Any], *args: Any) -> None:
+        try:
+            results[i] = turn(*args)
+        except Exception as exc:
+            if not keep:
+                raise
+            results[i] = exc
+
     try:
         rest = []
         try:
-            for i, (env, action) in enumerate(pairs):
-                begun = env._solo_begin(action, batch) if isinstance(env, Episode) else None
+            for i in play:
+                env, action = pairs[i]
+                try:
+                    begun = env._solo_begin(action, batch) if isinstance(env, Episode) else None
+                except Exception as exc:
+                    if not keep:
+                        raise
+                    results[i] = exc
+                    continue
                 if begun is None:
                     rest.append(i)
                 elif begun[2] is None:  # the world went at the send
-                    results[i] = cast(Episode, env)._solo_finish(begun)
+                    played(i, cast(Episode, env)._solo_finish, begun)
                 else:
                     flight.append((i, cast(Episode, env), begun))
         finally:
             batch.send()  # what was staged on shared channels goes out
         for i in rest:  # played while the others' calls run
             env, action = pairs[i]
-            results[i] = env.step(action)
+            played(i, env.step, action)
     finally:
         try:
-            failure = _read_replies(flight, results)
+            failure = _read_replies(flight, results, keep)
         finally:
             batch.release()
     if failure is not None:
         raise failure
-    return cast("list[StepResult]", results)
 
 
-def _read_replies(flight: list[tuple[int, Episode, _Begun]],
-                  results: list[StepResult | None]) -> BaseException | None:
+def _read_replies(flight: list[tuple[int, Episode, _Begun]], results: list[Any],
+                  keep: bool = False) -> BaseException | None:
     """Finish every turn of ``flight`` as its reply comes in, or at its deadline (its read then
     raises the timeout that ends it as :meth:`Episode.step` would); the first error raised by one
-    (the others are finished all the same). A turn waits on its own descriptor, or on a channel
+    (the others are finished all the same; ``keep``: an ``Exception`` is its turn's result instead). A turn waits on its own descriptor, or on a channel
     it shares with others (:meth:`World.run_wait`), whose ``pump`` says which turns are in."""
     if not flight:
         return None
@@ -1057,6 +1098,11 @@ def _read_replies(flight: list[tuple[int, Episode, _Begun]],
             left[fd] -= 1
         try:
             results[flight[k][0]] = env._solo_finish(begun, ready)
+        except Exception as exc:  # noqa: BLE001 - raised once every turn is finished (or kept as its result)
+            if keep:
+                results[flight[k][0]] = exc
+            else:
+                failure = failure or exc
         except BaseException as exc:  # noqa: BLE001 - raised once every turn is finished
             failure = failure or exc
 

@@ -324,3 +324,21 @@ def test_a_due_snapshot_comes_in_the_batchs_own_reply(monkeypatch) -> None:
     assert "state" not in ops and ops.count("run") == 10
     assert docker_rt.stats()["snapshots"] - snaps == 2  # one for each world
     assert len(a.world._journal) == len(b.world._journal) == 2
+
+
+def test_return_exceptions_keeps_each_turns_error_in_its_place() -> None:
+    """With ``return_exceptions``, a turn that cannot be played (an ended episode, an action of no
+    accepted type) is its exception in the list, and every other turn is played: what a rollout
+    needs, where one failing episode fails only itself."""
+    srv = Server(get_spec("Counter-v0"), TOKEN, 64)
+    eps, _ = _batched(srv, 3)
+    ended = envfactory.make("Counter-v0", max_turns=1)
+    ended.reset(0)
+    ended.step(INC)
+    local = envfactory.make("Counter-v0")
+    local.reset(0)
+    got = step_many([(eps[0], INC), (ended, INC), (local, 12345), (eps[1], INC), (eps[2], INC)], return_exceptions=True)
+    assert isinstance(got[1], EpisodeError) and isinstance(got[2], envfactory.ActionTypeError)
+    assert [got[i].messages[0]["content"] for i in (0, 3, 4)] == ["1", "1", "1"]
+    with pytest.raises(EpisodeError, match="twice"):  # a caller's mistake is still raised
+        step_many([(eps[0], INC), (eps[0], INC)], return_exceptions=True)
