@@ -41,6 +41,8 @@ from typing import Any, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envfactory import Episode, step_many
+
 from .chat_render import ChatRenderer
 from .policy import Generation, default_stop_ids
 
@@ -488,6 +490,13 @@ def advance(states: Sequence[Rollout], *, max_new_tokens: int, temperature: floa
 
         env_threads = 1 if all(isinstance(getattr(s.env, "world", None), LocalWorld) for s, _, _ in ticks) else 16
     if env_threads > 1 and len(ticks) > 1:
+        # one agent's episodes over remote worlds: one step_many round from this thread (a shared
+        # container's turns in one batch frame); the others (teams) in threads
+        solo = [t for t in ticks if len(t[0].trajectories) == 1 and isinstance(t[0].env, Episode)]
+        if len(solo) > 1:
+            _play_solo(solo, max_new_tokens=max_new_tokens, max_context=max_context)
+            ticks = [t for t in ticks if not (len(t[0].trajectories) == 1 and isinstance(t[0].env, Episode))]
+    if env_threads > 1 and len(ticks) > 1:
         with ThreadPoolExecutor(min(env_threads, len(ticks))) as pool:
             list(pool.map(play, ticks))
     else:
@@ -541,6 +550,30 @@ def _play(s: Rollout, turns: dict[str, Generation], stops: dict[str, set[int]], 
     except Exception as exc:
         return s.fail(f"environment step failed: {type(exc).__name__}: {exc}")
     _render_next(s, max_new_tokens, max_context)
+
+
+def _play_solo(ticks: list[tuple[Rollout, dict[str, Generation], dict[str, set[int]]]], *, max_new_tokens: int,
+               max_context: int | None) -> None:
+    """:func:`_play` for one agent's episodes, their steps in one :func:`envfactory.step_many` round
+    (each episode's failure fails its rollout only, as in :func:`_play`)."""
+    ready = []
+    for s, turns, stops in ticks:
+        try:
+            split, texts, acting = s._texts(turns, stops)
+        except Exception as exc:
+            s.fail(f"environment step failed: {type(exc).__name__}: {exc}")
+            continue
+        ready.append((s, turns, split, acting, texts.get(acting[0], "")))  # what _step hands the episode
+    results = step_many([(s.env, text) for s, _, _, _, text in ready], return_exceptions=True)
+    for (s, turns, split, acting, _), r in zip(ready, results):
+        try:
+            if isinstance(r, Exception):
+                raise r
+            s._record(turns, split, {acting[0]: r})
+        except Exception as exc:
+            s.fail(f"environment step failed: {type(exc).__name__}: {exc}")
+            continue
+        _render_next(s, max_new_tokens, max_context)
 
 
 def _render_next(s: Rollout, max_new_tokens: int, max_context: int | None) -> None:

@@ -104,3 +104,42 @@ def test_a_batch_channel_broken_on_the_hosts_side_keeps_its_container() -> None:
         for e in eps:
             e.close()
         pool.shutdown()
+
+
+def test_a_rollout_over_shared_containers_steps_them_in_batch_frames() -> None:
+    """``agents.rollout.rollout`` over one agent's Docker episodes plays each tick as one
+    ``step_many`` round (the turns of a shared container in one batch frame) and gives the
+    trajectories of the same rollout over in-process episodes."""
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from agents.rollout import rollout
+    from agents.scripted_model import ScriptedModel
+    from agents.tiny import build_tiny_model
+
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_model())
+    inc = ACTIONS[1]
+
+    def script(prompt: list[int], turn: int) -> str:  # counter-0-N: N increments of 1, then an answer
+        target = int(tokenizer.decode(prompt).split("exactly ")[1].split(" ")[0])
+        return inc if turn < target else "The counter shows the target."
+
+    name = "Counter-v0"
+    tasks = [t.id for t in envfactory.spec(name).get_tasks()[:8]]
+    pool = Pool(envfactory.spec(name), sessions_per_container=8, limits=Limits(pids=256, memory_mb=512))
+    docker_eps = [envfactory.make(name, runtime="docker", pool=pool, max_turns=8) for _ in tasks]
+    try:
+        trajectories = []
+        for eps in ([envfactory.make(name, max_turns=8) for _ in tasks], docker_eps):
+            done = rollout(ScriptedModel(tokenizer, script), list(zip(eps, tasks)), max_new_tokens=64, seed=3,
+                           tokenizer=tokenizer)
+            trajectories.append([({a: t.to_json() for a, t in r.trajectories.items()}, r.success, r.error)
+                                 for r in done])
+        assert trajectories[0] == trajectories[1]
+        assert all(success for _, success, _ in trajectories[1])
+        (c,) = {id(e.world.container): e.world.container for e in docker_eps}.values()
+        assert c._batch is not None and c._batch.frames_sent >= 2
+    finally:
+        for e in docker_eps:
+            e.close()
+        pool.shutdown()
