@@ -476,7 +476,9 @@ def advance(states: Sequence[Rollout], *, max_new_tokens: int, temperature: floa
     whose sequence cannot fit another ``max_new_tokens`` within ``max_context``
     (default: the tokenizer's ``model_max_length``) passes from then on, its trajectory
     truncated; a rollout none of whose roles fits ends. Episodes are stepped in
-    ``env_threads`` threads (default: 1 for in-process worlds, 16 when any is remote).
+    ``env_threads`` threads (default: 1 for in-process worlds, 16 when any is remote); with more
+    than one, one agent's episodes take the tick as one :func:`envfactory.step_many` round from
+    this thread instead (a shared container's turns in one batch frame), and teams use the threads.
     """
     live = [s for s in states if not s.done]
     ticks = _generate(live, [seed] * len(live), max_new_tokens=max_new_tokens, temperature=temperature,
