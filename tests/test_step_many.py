@@ -54,13 +54,16 @@ def _seen(ep: Episode, r) -> tuple:
     return r.messages, r.reward, r.terminated, r.truncated, r.info, r.rewards
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["sessions' channels", "batch channel"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(_calls, min_size=4, max_size=4), min_size=1, max_size=5))
-def test_step_many_plays_what_step_plays(rounds) -> None:
+def test_step_many_plays_what_step_plays(batched, rounds) -> None:
     """Rounds of turns over container worlds, played with ``step_many`` and, on twins, with ``step``
-    one at a time: the same results, transcripts, states and verdicts."""
+    one at a time: the same results, transcripts, states and verdicts; over each session's own
+    channel, or all of them over their container's batch channel (a frame a round at most)."""
     srv = Server(get_spec("Counter-v0"), TOKEN, 64)
-    many, one = _episodes(srv, 4), _episodes(srv, 4)
+    many, c = _batched(srv, 4) if batched else (_episodes(srv, 4), None)
+    one = _episodes(srv, 4)
     for actions in rounds:
         live = [(i, a) for i, a in enumerate(actions) if not many[i].done]
         got = step_many([(many[i], a) for i, a in live])
@@ -70,6 +73,8 @@ def test_step_many_plays_what_step_plays(rounds) -> None:
         assert a.transcript() == b.transcript() and a.log == b.log and a.state == b.state and a.success == b.success
         a.close()
         b.close()
+    if c is not None:
+        assert c._b is None or c._b.frames_sent <= len(rounds)
 
 
 def test_step_many_overlaps_the_round_trips_and_mixes_in_process_episodes() -> None:
@@ -177,22 +182,6 @@ def _batched(srv: Server, n: int, timeout: float = 30.0, container=None,
 INC = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.lists(_calls, min_size=4, max_size=4), min_size=1, max_size=5))
-def test_step_many_over_the_batch_channel_plays_what_step_plays(rounds) -> None:
-    srv = Server(get_spec("Counter-v0"), TOKEN, 64)
-    many, c = _batched(srv, 4)
-    one = _episodes(srv, 4)
-    for actions in rounds:
-        live = [(i, a) for i, a in enumerate(actions) if not many[i].done]
-        got = step_many([(many[i], a) for i, a in live])
-        want = [one[i].step(a) for i, a in live]
-        assert [_seen(many[i], r) for (i, _), r in zip(live, got)] == [_seen(one[i], r) for (i, _), r in zip(live, want)]
-    for a, b in zip(many, one):
-        assert a.transcript() == b.transcript() and a.log == b.log and a.state == b.state and a.success == b.success
-    assert c._b is None or c._b.frames_sent <= len(rounds)  # a frame a round at most, whatever the turns
-
-
 def test_a_round_of_a_containers_turns_is_one_frame() -> None:
     srv = Server(get_spec("Counter-v0"), TOKEN, 64)
     eps, c = _batched(srv, 8)
@@ -229,6 +218,14 @@ def test_a_slow_op_holds_only_its_own_session() -> None:
     assert [r.messages[0]["content"] for r in again] == ["2"] * 5
 
 
+def _first_batch(sock: socket.socket) -> None:
+    """A fake batch channel's server: the handshake accepted, the first batch read (and dropped)."""
+    sock.recv(len(wire.MAGIC))
+    wire.recv_frame(sock)
+    wire.send_frame(sock, {"ok": True})
+    wire.recv_frame(sock)
+
+
 def test_a_batch_channel_that_breaks_ends_its_turns_as_lost_not_hung() -> None:
     """The container closes the batch channel after reading a batch (it died): every turn of it is
     resumed, and here (a pool that has no fresh container) ends as ``world_lost``; none waits for
@@ -236,10 +233,7 @@ def test_a_batch_channel_that_breaks_ends_its_turns_as_lost_not_hung() -> None:
     srv = Server(get_spec("Counter-v0"), TOKEN, 64)
 
     def dies(sock: socket.socket) -> None:
-        sock.recv(len(wire.MAGIC))
-        wire.recv_frame(sock)
-        wire.send_frame(sock, {"ok": True})
-        wire.recv_frame(sock)
+        _first_batch(sock)
         sock.close()
 
     def no_fresh_container(exclude=()):
@@ -261,10 +255,7 @@ def test_a_batch_reply_that_breaks_the_protocol_removes_the_container() -> None:
     srv = Server(get_spec("Counter-v0"), TOKEN, 64)
 
     def lies(sock: socket.socket) -> None:
-        sock.recv(len(wire.MAGIC))
-        wire.recv_frame(sock)
-        wire.send_frame(sock, {"ok": True})
-        wire.recv_frame(sock)
+        _first_batch(sock)
         wire.send_frame(sock, {"replies": [["not a tag", {}]]})
         time.sleep(30)
 
