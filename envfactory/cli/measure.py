@@ -29,7 +29,8 @@ def installed_sections() -> dict[str, Callable[[], dict[str, Any]]]:
 def run_bench(only: list[str] | None = None) -> dict[str, Any]:
     """Run the named sections (all by default) and merge their results. A section that fails
     reports ``<section>_error`` and the others still run: one failure never empties the report."""
-    results: dict[str, Any] = {"bench_machine": machine(), "bench_load_1m_start": round(os.getloadavg()[0], 2)}
+    load = [round(os.getloadavg()[0], 2)]  # the machine's 1-minute load, at the start and at the end
+    results: dict[str, Any] = {"bench_machine": machine(), "bench_load_1m": load}
     for name, fn in installed_sections().items():
         if only and name not in only:
             continue
@@ -39,7 +40,7 @@ def run_bench(only: list[str] | None = None) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - whatever broke, the other sections' figures stand
             results[f"{name}_error"] = f"{type(exc).__name__}: {exc}"
         results[f"section_{name}_s"] = round(time.perf_counter() - t0, 3)
-    results["bench_load_1m_end"] = round(os.getloadavg()[0], 2)
+    load.append(round(os.getloadavg()[0], 2))
     return results
 
 
