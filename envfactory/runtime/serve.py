@@ -460,6 +460,8 @@ class Server:
                     {"ok": False, "kind": "ValueError", "error": "ValueError: the batch channel runs 'run' ops only"}))
             except _Abandoned:  # the host gave up on this session: no reply
                 body = None
+            except BaseException as exc:  # noqa: BLE001 - a tool's SystemExit: its own error; the runner goes on
+                body = encode_body({"ok": False, "kind": "internal", "error": f"{type(exc).__name__}: {exc}"})
             if body is not None and len(body) > wire.MAX_FRAME - 64:  # no room for its tag in a frame
                 body = encode_body({"ok": False, "kind": "reply_error", "error": "the reply could not be sent (over "
                                     "the frame cap with its tag); this session's world may have changed: start it again"})

@@ -492,3 +492,29 @@ def test_a_batch_channel_without_a_thread_is_refused_as_busy_and_steps_go_on(mon
     b = _batch_channel(srv)
     reply = wire.recv_frame(b)
     assert reply["ok"] is False and reply["kind"] == "busy", reply
+
+
+def test_an_op_that_raises_system_exit_in_a_batch_is_its_own_error() -> None:
+    """A tool that raises ``SystemExit`` (no ``Exception``) answers its own item with an error; the
+    batch's runner goes on with the items behind it."""
+    srv = Server(get_spec("Counter-v0"), TOKEN, 8)
+    a, sid = _serve(srv)
+    _start(a)
+    tool = srv.spec.all_tools["increment"]
+    fn = tool.fn
+
+    def increment(state, by=1):
+        if by == 13:
+            raise SystemExit("a tool that exits")
+        return fn(state, by)
+
+    object.__setattr__(tool, "fn", increment)
+    try:
+        b = _batch_channel(srv)
+        assert wire.recv_frame(b) == {"ok": True}
+        wire.send_frame(b, {"op": "batch", "items": [[1, sid, _run(13)], [2, sid, _run(2)]]})
+        got = _replies(b, 2)
+        assert got[1]["ok"] is False and "SystemExit" in got[1]["error"], got[1]
+        assert got[2] == _replies_ok(2)
+    finally:
+        object.__setattr__(tool, "fn", fn)
