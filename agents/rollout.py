@@ -550,8 +550,12 @@ def _play(s: Rollout, turns: dict[str, Generation], stops: dict[str, set[int]], 
     try:
         s._play(turns, stops)
     except Exception as exc:
-        return s.fail(f"environment step failed: {type(exc).__name__}: {exc}")
+        return _step_failed(s, exc)
     _render_next(s, max_new_tokens, max_context)
+
+
+def _step_failed(s: Rollout, exc: Exception) -> None:
+    s.fail(f"environment step failed: {type(exc).__name__}: {exc}")
 
 
 def _play_solo(ticks: list[tuple[Rollout, dict[str, Generation], dict[str, set[int]]]], *, max_new_tokens: int,
@@ -563,17 +567,18 @@ def _play_solo(ticks: list[tuple[Rollout, dict[str, Generation], dict[str, set[i
         try:
             split, texts, acting = s._texts(turns, stops)
         except Exception as exc:
-            s.fail(f"environment step failed: {type(exc).__name__}: {exc}")
+            _step_failed(s, exc)
             continue
         ready.append((s, turns, split, acting, texts.get(acting[0], "")))  # what _step hands the episode
     results = step_many([(s.env, text) for s, _, _, _, text in ready], return_exceptions=True)
     for (s, turns, split, acting, _), r in zip(ready, results):
+        if isinstance(r, Exception):
+            _step_failed(s, r)
+            continue
         try:
-            if isinstance(r, Exception):
-                raise r
             s._record(turns, split, {acting[0]: r})
         except Exception as exc:
-            s.fail(f"environment step failed: {type(exc).__name__}: {exc}")
+            _step_failed(s, exc)
             continue
         _render_next(s, max_new_tokens, max_context)
 

@@ -1088,7 +1088,6 @@ def _read_replies(flight: list[tuple[int, Episode, _Begun]], results: list[Any],
     left: dict[int, int] = {}  # turns still waiting on each registered descriptor
     where: dict[int, int] = {}  # id(pending) -> flight index, for the shared channels' turns
     deadlines: list[tuple[float, int]] = []  # a heap; entries of finished turns are dropped as they surface
-    due: dict[int, float] = {}
 
     def finish(k: int, ready: bool) -> None:
         nonlocal failure
@@ -1118,7 +1117,6 @@ def _read_replies(flight: list[tuple[int, Episode, _Begun]], results: list[Any],
             w, deadline = env.world.run_wait(begun[2])
             open_[k] = (env, begun)
             deadlines.append((deadline, k))
-            due[k] = deadline
             shared = w.__class__ is not int
             fd = w.fileno() if shared else w
             fd_of[k] = fd
@@ -1148,8 +1146,10 @@ def _read_replies(flight: list[tuple[int, Episode, _Begun]], results: list[Any],
                         finish(w, True)
                 else:
                     pump(w)
-            if not ready:  # a deadline passed: its read raises the timeout
+            if not ready:  # deadlines passed: each of their reads raises the timeout
                 now = time.monotonic()
-                for k in [k for k in open_ if due[k] <= now]:
-                    finish(k, False)
+                while deadlines and deadlines[0][0] <= now:
+                    k = heapq.heappop(deadlines)[1]
+                    if k in open_:
+                        finish(k, False)
     return failure

@@ -26,7 +26,7 @@ from envfactory.runtime.batch import BatchChannel
 from envfactory.runtime.serve import Server
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "adversarial"))
-from test_hostile_wire import TOKEN, FakeContainer, _link_to, _world_on  # noqa: E402
+from test_hostile_wire import TOKEN, FakeContainer, _link_to, _world_on, increment_as  # noqa: E402
 
 _calls = st.sampled_from([
     '<tool_call>{"name": "increment", "arguments": {"by": 2}}</tool_call>',
@@ -84,16 +84,11 @@ def test_step_many_overlaps_the_round_trips_and_mixes_in_process_episodes() -> N
     eps = _episodes(srv, 8)
     local = envfactory.make("Counter-v0")
     local.reset(0)
-    tool = srv.spec.all_tools["increment"]
-    fn = tool.fn
-    try:
-        object.__setattr__(tool, "fn", lambda state, by=1: (time.sleep(0.3), fn(state, by))[1])
+    with increment_as(srv, lambda fn: lambda state, by=1: (time.sleep(0.3), fn(state, by))[1]):
         t0 = time.monotonic()
         results = step_many([(e, '<tool_call>{"name": "increment", "arguments": {"by": 3}}</tool_call>') for e in eps]
                             + [(local, '<tool_call>{"name": "increment", "arguments": {"by": 5}}</tool_call>')])
         took = time.monotonic() - t0
-    finally:
-        object.__setattr__(tool, "fn", fn)
     assert [r.messages[0]["content"] for r in results] == ["3"] * 8 + ["5"]
     assert took < 8 * 0.3 / 2, took  # one thread, yet not one wait after another
 
@@ -190,26 +185,16 @@ def test_a_round_of_a_containers_turns_is_one_frame() -> None:
     assert c._b.frames_sent == 2
 
 
-def _slow_increment(srv: Server, slow_by: int, seconds: float):
-    tool = srv.spec.all_tools["increment"]
-    fn = tool.fn
-    object.__setattr__(tool, "fn", lambda state, by=1: (time.sleep(seconds) if by == slow_by else None, fn(state, by))[1])
-    return lambda: object.__setattr__(tool, "fn", fn)
-
-
 def test_a_slow_op_holds_only_its_own_session() -> None:
     """One turn's tool sleeps past its step timeout, among five fast ones queued behind it on the
     same batch channel: the watcher hands the queue to a new runner, so only the slow turn times
     out (one runner alone would have held every other turn past its deadline too)."""
     srv = Server(get_spec("Counter-v0"), TOKEN, 64)
     eps, c = _batched(srv, 6, timeout=1.0)
-    undo = _slow_increment(srv, 7, 3.0)
-    try:
+    with increment_as(srv, lambda fn: lambda state, by=1: (time.sleep(3.0) if by == 7 else None, fn(state, by))[1]):
         t0 = time.monotonic()
         results = step_many([(eps[0], INC.replace('"by": 1', '"by": 7'))] + [(e, INC) for e in eps[1:]])
         took = time.monotonic() - t0
-    finally:
-        undo()
     assert results[0].truncated and results[0].info["ended_by"] == "timeout", results[0].info
     assert [r.messages[0]["content"] for r in results[1:]] == ["1"] * 5
     assert took < 2.5, took

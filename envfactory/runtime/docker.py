@@ -326,15 +326,17 @@ class ContainerWorld(World):
         return agent, round, calls, req, sent
 
     def _stage(self, batch: RunBatch, req: dict[str, Any]) -> Staged | None:
-        opener = getattr(self._link.container, "batch_channel", None)
-        channel = opener() if opener is not None else None
+        container, session = self._link.container, self._link.session
+        if container is None or session is None:
+            return None
+        channel = container.batch_channel()
         if channel is None:
             return None
         try:
             body = wire.encode_body(req)
         except FrameEncodeError:
             return None
-        return channel.stage(batch, self._link.session, body, self.step_timeout)
+        return channel.stage(batch, session, body, self.step_timeout)
 
     def run_wait(self, pending: Any) -> tuple[Any, float]:
         if pending.__class__ is Staged:

@@ -11,6 +11,7 @@ on a socket pair, and hostile fake servers the host talks to.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -18,7 +19,7 @@ import struct
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import httpcore
 import httpx
@@ -53,6 +54,18 @@ def _serve(srv: Server) -> tuple[socket.socket, str]:
     return host, sid
 
 
+@contextlib.contextmanager
+def increment_as(srv: Server, wrap: Any) -> Iterator[None]:
+    """Within the block, ``srv``'s ``increment`` tool is ``wrap(the tool's function)``."""
+    tool = srv.spec.all_tools["increment"]
+    fn = tool.fn
+    object.__setattr__(tool, "fn", wrap(fn))
+    try:
+        yield
+    finally:
+        object.__setattr__(tool, "fn", fn)
+
+
 def _ask(chan: socket.socket, body: bytes) -> Any:
     chan.sendall(_raw(body))
     return wire.recv_frame(chan)
@@ -65,6 +78,9 @@ class FakeContainer:
 
     def describe_exit(self) -> str:
         return "fake"
+
+    def batch_channel(self) -> None:  # none: step_many's turns go over the sessions' channels
+        return None
 
     def call(self, method: str, path: str, json: Any = None) -> Any:
         return {"ok": True}
@@ -359,6 +375,13 @@ def _batch_channel(srv: Server, token: str = TOKEN) -> socket.socket:
     return host
 
 
+def _open_batch(srv: Server) -> socket.socket:
+    """A batch channel to ``srv``, its handshake accepted."""
+    b = _batch_channel(srv)
+    assert wire.recv_frame(b) == {"ok": True}
+    return b
+
+
 def _replies(chan: socket.socket, n: int) -> dict[int, Any]:
     """Read batch reply frames until ``n`` replies are in: ``{tag: reply}``."""
     got: dict[int, Any] = {}
@@ -384,8 +407,7 @@ def test_the_batch_channel_needs_the_token() -> None:
 def test_hostile_batches_get_an_error_and_the_channel_keeps_serving() -> None:
     srv = Server(get_spec("Counter-v0"), TOKEN, 8)
     chan, sid = _serve(srv)
-    b = _batch_channel(srv)
-    assert wire.recv_frame(b) == {"ok": True}
+    b = _open_batch(srv)
     for bad in (b"{not json", b"[]", b'{"op": "batch"}', b'{"op": "batch", "items": [[1, 2]]}',
                 b'{"op": "batch", "items": [["tag", "' + sid.encode() + b'", {}]]}',
                 b'{"op": "batch", "items": [[1.5, "s", {}]]}', b'{"op": "other", "items": []}'):
@@ -405,8 +427,7 @@ def test_a_batch_runs_run_ops_only_and_answers_each_item_on_its_own() -> None:
     srv = Server(get_spec("Counter-v0"), TOKEN, 8)
     chan, sid = _serve(srv)
     _start(chan)
-    b = _batch_channel(srv)
-    assert wire.recv_frame(b) == {"ok": True}
+    b = _open_batch(srv)
     wire.send_frame(b, {"op": "batch", "items": [[1, sid, _run(2)], [2, sid, {"op": "state"}], [3, "nope", _run()],
                                                  [4, sid, {"op": "run"}], [5, sid, _run(3)]]})
     got = _replies(b, 5)
@@ -423,18 +444,16 @@ def test_an_abandoned_sessions_op_in_a_batch_is_never_answered_and_the_rest_are(
     c, fast = _serve(srv)
     _start(a)
     _start(c)
-    tool = srv.spec.all_tools["increment"]
-    fn = tool.fn
 
-    def increment(state, by=1):
-        for _ in range(300 if by == 9 else 1):  # 9: three seconds, in Python (a stop lands between sleeps)
-            time.sleep(0.01)
-        return fn(state, by)
+    def slow_nine(fn):
+        def increment(state, by=1):
+            for _ in range(300 if by == 9 else 1):  # 9: three seconds, in Python (a stop lands between sleeps)
+                time.sleep(0.01)
+            return fn(state, by)
+        return increment
 
-    object.__setattr__(tool, "fn", increment)
-    try:
-        b = _batch_channel(srv)
-        assert wire.recv_frame(b) == {"ok": True}
+    with increment_as(srv, slow_nine):
+        b = _open_batch(srv)
         wire.send_frame(b, {"op": "batch", "items": [[1, slow, _run(9)], [2, fast, _run(1)]]})
         assert _replies(b, 1) == {2: _replies_ok(1)}  # answered while the slow op still runs
         t0 = time.monotonic()
@@ -442,8 +461,6 @@ def test_an_abandoned_sessions_op_in_a_batch_is_never_answered_and_the_rest_are(
         assert time.monotonic() - t0 < 1.0
         wire.send_frame(b, {"op": "batch", "items": [[3, fast, _run(1)]]})
         assert _replies(b, 1) == {3: _replies_ok(2)}  # nothing ever came for tag 1
-    finally:
-        object.__setattr__(tool, "fn", fn)
 
 
 def _replies_ok(value: int) -> dict[str, Any]:
@@ -500,21 +517,17 @@ def test_an_op_that_raises_system_exit_in_a_batch_is_its_own_error() -> None:
     srv = Server(get_spec("Counter-v0"), TOKEN, 8)
     a, sid = _serve(srv)
     _start(a)
-    tool = srv.spec.all_tools["increment"]
-    fn = tool.fn
 
-    def increment(state, by=1):
-        if by == 13:
-            raise SystemExit("a tool that exits")
-        return fn(state, by)
+    def exits_on_13(fn):
+        def increment(state, by=1):
+            if by == 13:
+                raise SystemExit("a tool that exits")
+            return fn(state, by)
+        return increment
 
-    object.__setattr__(tool, "fn", increment)
-    try:
-        b = _batch_channel(srv)
-        assert wire.recv_frame(b) == {"ok": True}
+    with increment_as(srv, exits_on_13):
+        b = _open_batch(srv)
         wire.send_frame(b, {"op": "batch", "items": [[1, sid, _run(13)], [2, sid, _run(2)]]})
         got = _replies(b, 2)
         assert got[1]["ok"] is False and "SystemExit" in got[1]["error"], got[1]
         assert got[2] == _replies_ok(2)
-    finally:
-        object.__setattr__(tool, "fn", fn)
