@@ -10,32 +10,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from .torch_extras import hide_unloadable
+from agents.models.torch_extras import hide_unloadable
 
 hide_unloadable()  # torchvision/torchaudio/torchcodec builds that cannot load must not break transformers
 
 __all__ = ["Trainer", "TrainerConfig", "Policy", "Generation", "HFPolicy", "VLLMPolicy", "OpenAIPolicy",
            "Trajectory", "Rollout", "rollout", "build_tiny_model", "pretrained_tiny_model", "load_policy", "ARPO",
-           "GRPO", "LLMRolePolicy", "ProcessPolicy"]
+           "GRPO", "RFT", "LLMRolePolicy", "ProcessPolicy"]
 
 _LAZY = {
     "Trainer": "agents.trainer",
     "TrainerConfig": "agents.train_config",
-    "Policy": "agents.policy",
-    "Generation": "agents.policy",
-    "HFPolicy": "agents.hf_policy",
-    "ProcessPolicy": "agents.process_policy",
-    "VLLMPolicy": "agents.vllm_policy",
-    "OpenAIPolicy": "agents.openai_policy",
+    "Policy": "agents.policies.policy",
+    "Generation": "agents.policies.policy",
+    "HFPolicy": "agents.policies.hf_policy",
+    "ProcessPolicy": "agents.policies.process_policy",
+    "VLLMPolicy": "agents.policies.vllm_policy",
+    "OpenAIPolicy": "agents.policies.openai_policy",
     "Trajectory": "agents.rollout",
     "Rollout": "agents.rollout",
     "rollout": "agents.rollout",
-    "build_tiny_model": "agents.tiny",
-    "pretrained_tiny_model": "agents.pretrain",
-    "load_policy": "agents.policy_spec",
-    "LLMRolePolicy": "agents.policy_spec",
-    "ARPO": "agents.algorithms.arpo",
-    "GRPO": "agents.algorithms.arpo",
+    "build_tiny_model": "agents.models.tiny",
+    "pretrained_tiny_model": "agents.models.pretrain",
+    "load_policy": "agents.policies.policy_spec",
+    "LLMRolePolicy": "agents.policies.policy_spec",
+    "ARPO": "agents.algorithms.objectives",
+    "GRPO": "agents.algorithms.objectives",
+    "RFT": "agents.algorithms.objectives",
 }
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Iterable
 
-from .rollout import Rollout, Team, _generate, _new, _render_next
+from agents.rollout import Rollout, Team, _generate, _new, _render_next
 
 __all__ = ["arollout", "rollout_async"]
 

@@ -61,7 +61,7 @@ def _eval_run(args: argparse.Namespace) -> Result:
                               episodes=args.episodes, max_new_tokens=args.max_new_tokens, runtime=args.runtime,
                               max_turns=args.max_turns)
     from agents.eval import evaluate
-    from agents.policy_spec import PolicySpecError
+    from agents.policies.policy_spec import PolicySpecError
 
     names = [n.strip() for n in args.env.split(",") if n.strip()]
     if args.trajectories and not args.trajectories.endswith((".jsonl", ".parquet")):
@@ -101,7 +101,7 @@ def _eval_run(args: argparse.Namespace) -> Result:
 
 # -- quickstart: tiny model -> reader SFT -> RL vs a compute-matched control ------
 def _quickstart_args(p: argparse.ArgumentParser) -> None:
-    from agents.quickstart import ARMS, MODELS, QuickstartConfig
+    from agents.quickstart.experiment import ARMS, MODELS, QuickstartConfig
 
     q = QuickstartConfig()
     p.add_argument("--model", default=q.model, choices=sorted(MODELS),
@@ -124,7 +124,7 @@ def _quickstart_args(p: argparse.ArgumentParser) -> None:
 
 def _quickstart_run(args: argparse.Namespace) -> Result:
     """Tiny model -> reader SFT -> RL arms and controls; success on the eval split, paired CIs."""
-    from agents.quickstart import QuickstartConfig, run_quickstart
+    from agents.quickstart.experiment import QuickstartConfig, run_quickstart
 
     try:
         cfg = QuickstartConfig(model=args.model, env=args.env, seeds=list(args.seeds), arms=list(args.arms), rl_steps=args.steps,
@@ -190,7 +190,7 @@ def _train_run(args: argparse.Namespace) -> Result:
 # -- pretrain: language-model pretraining of the tiny model ------------------------
 def _pretrain_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="the tiny model's seed (weights and data order)")
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: agents.pretrain.PRETRAIN_CONFIG)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: agents.models.pretrain.PRETRAIN_CONFIG)")
     p.add_argument("--envs", default=None,
                    help="only these environments, comma-separated (default: every single-agent one)")
     p.add_argument("--cache-dir", default=None, help="model cache folder (default: $ENVFACTORY_CACHE/models)")
@@ -199,7 +199,7 @@ def _pretrain_args(p: argparse.ArgumentParser) -> None:
 
 def _pretrain_run(args: argparse.Namespace) -> Result:
     """Pretrain (or reuse) the tiny model on plays synthesised from the environments' tool graphs."""
-    from agents.pretrain import pretrain
+    from agents.models.pretrain import pretrain
 
     config = {"envs": sorted({n.strip() for n in args.envs.split(",") if n.strip()})} if args.envs else None
     try:

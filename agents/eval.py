@@ -19,8 +19,8 @@ from typing import Any
 import envfactory
 from envfactory.evaluation.eval import episode_row, summarize
 
-from .policy_spec import load_policy
-from .rollout import Trajectory, rollout
+from agents.policies.policy_spec import load_policy
+from agents.rollout import Trajectory, rollout
 
 __all__ = ["evaluate"]
 
@@ -35,7 +35,7 @@ def evaluate(env_names: list[str], policy: str | Any, *, episodes: int, runtime:
              max_turns: int | None = None, max_new_tokens: int = 256, temperature: float = 0.7,
              top_p: float = 1.0, seed: int = 0, trajectories_out: list[Trajectory] | None = None,
              split: str | None = "eval") -> dict[str, Any]:
-    """Evaluate ``policy`` (a spec string, a :class:`~agents.policy.Policy` or a scripted policy) on
+    """Evaluate ``policy`` (a spec string, a :class:`~agents.policies.policy.Policy` or a scripted policy) on
     ``episodes`` episodes per environment.
 
     Args:

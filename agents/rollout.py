@@ -11,7 +11,7 @@ notes, letters that reached it before its first turn, the assistant header); its
 * what it observes between its turns (the closing markup of its turn, its tool
   responses, teammates' letters, the next assistant header), rendered by the chat
   template as the *difference* of two renderings
-  (:class:`~agents.chat_render.ChatRenderer`) and inserted with ``loss_mask`` 0 as
+  (:class:`~agents.policies.chat_render.ChatRenderer`) and inserted with ``loss_mask`` 0 as
   soon as it is the role's turn again (or at the end of the episode).
 
 The model's text is decoded from its ids and handed to the episode, never
@@ -19,7 +19,7 @@ re-encoded, so decoding ``prompt_ids + response_ids`` gives exactly the chat
 template's rendering of ``Trajectory.messages`` (what
 :func:`agents.rollout_check.invariant_problems` checks).
 
-A *team* is one :class:`~agents.policy.Policy` for every role (self-play, or a
+A *team* is one :class:`~agents.policies.policy.Policy` for every role (self-play, or a
 single agent) or ``{agent id: actor}``. An actor is a ``Policy`` (sampled, batched
 across all live episodes) or a :class:`~envfactory.checks.scripted.RolePolicy`
 (``act(episode, agent, seed)``; its text is encoded and recorded as a turn with logprob 0: that is how
@@ -43,8 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envfactory import Episode, step_many
 
-from .chat_render import ChatRenderer
-from .policy import Generation, default_stop_ids
+from agents.policies.chat_render import ChatRenderer, renderer_for
+from agents.policies.policy import Generation, default_stop_ids
 
 __all__ = ["Trajectory", "Rollout", "Team", "resolve_team", "start", "advance", "rollout", "renderer_for"]
 
@@ -134,18 +134,6 @@ def env_version(spec: Any) -> str:
         version = ""
     _VERSIONS[id(spec)] = (spec, version)
     return version
-
-
-_RENDERERS: dict[int, ChatRenderer] = {}
-
-
-def renderer_for(tokenizer: Any) -> ChatRenderer:
-    """The (cached) :class:`ChatRenderer` of a tokenizer (or of anything with a ``tokenizer``)."""
-    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
-    r = _RENDERERS.get(id(tokenizer))
-    if r is None or r.tokenizer is not tokenizer:
-        r = _RENDERERS[id(tokenizer)] = ChatRenderer(tokenizer)
-    return r
 
 
 def resolve_team(team: Team, agents: Sequence[str]) -> dict[str, Any]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .chat_render import ChatRenderer
-from .rollout import Trajectory
+from agents.policies.chat_render import ChatRenderer
+from agents.rollout import Trajectory
 
 __all__ = ["invariant_problems"]
 

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from .algorithms.arpo import ARPO, GRPO, RFT
-from .algorithms.metrics import SINK_NAMES, unknown_sink
+from agents.algorithms.objectives import ARPO, GRPO, RFT
+from agents.metrics import SINK_NAMES, unknown_sink
 
 __all__ = ["TrainerConfig", "SamplingConfig", "OptimConfig", "SFTConfig", "EvalConfig", "RuntimeConfig",
            "OutputConfig", "ALGORITHMS"]
@@ -60,7 +60,7 @@ class SamplingConfig:
         max_context: The most tokens of a role's sequence (``None``: the tokenizer's
             ``model_max_length``); a rollout none of whose roles fits another turn ends and is judged.
         mode: ``aec`` (turn order) or ``parallel`` (simultaneous moves) for teams.
-        processes: CPU processes that sample each batch (:class:`agents.process_policy.ProcessPolicy`,
+        processes: CPU processes that sample each batch (:class:`agents.policies.process_policy.ProcessPolicy`,
             sharing the weights) for the policies :meth:`Trainer.from_config` makes; ``1``: the
             trainer's own process alone. A policy passed to ``Trainer`` is used as given.
     """
@@ -160,7 +160,7 @@ class OutputConfig:
         show_progress: A progress bar (tqdm) on stderr when it is a terminal.
         resume: ``true``: ``train`` continues from the latest checkpoint in ``dir``; a path:
             from that checkpoint.
-        sinks: Where the metric rows go (:mod:`agents.algorithms.metrics`): ``jsonl``
+        sinks: Where the metric rows go (:mod:`agents.metrics`): ``jsonl``
             (``dir/metrics.jsonl``), ``tensorboard`` (``dir/tensorboard``; ``pip install
             'envfactory[tensorboard]'``), ``wandb`` (a Weights & Biases run; ``pip install
             'envfactory[wandb]'``). Objects and callables go to ``Trainer(sinks=[...])``.

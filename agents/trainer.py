@@ -8,7 +8,7 @@ The loop, step by step (each a separate, obvious piece)::
     optimizer.step() per learner, μ times; push weights to the inference engine (vLLM: load_weights)
 
 A *learner* is one trainable model with its optimizer (and, with a KL penalty,
-its frozen reference). With one shared :class:`~agents.policy.Policy` (a single
+its frozen reference). With one shared :class:`~agents.policies.policy.Policy` (a single
 agent, or self-play) every role's trajectories train the same model; with
 ``{agent id: Policy}`` each distinct policy trains only on the trajectories of
 the roles it plays. Rollouts are token-in/token-out (:mod:`agents.rollout`): the
@@ -27,15 +27,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .algorithms.advantages import group_advantages
-from .algorithms.arpo import GRPO, Algorithm, Group, sample_groups
-from .algorithms.logprobs import token_logprobs
-from .algorithms.loss import policy_loss
-from .algorithms.metrics import MetricsLog, make_sinks, plot_learning_curve, progress
-from .algorithms.sft import reference_rollouts
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from .rollout import Trajectory
-from .train_config import EvalConfig, SFTConfig, TrainerConfig
+from agents.algorithms.advantages import group_advantages
+from agents.algorithms.branching import Group, sample_groups
+from agents.algorithms.logprobs import token_logprobs
+from agents.algorithms.loss import policy_loss
+from agents.algorithms.objectives import ARPO, GRPO, Algorithm
+from agents.metrics import MetricsLog, make_sinks, plot_learning_curve, progress
+from agents.algorithms.sft import reference_rollouts
+from agents.models.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agents.rollout import Trajectory
+from agents.train_config import EvalConfig, SFTConfig, TrainerConfig
 
 __all__ = ["Trainer", "Learner", "Sample", "summarize", "shuffle_rewards", "train_from_config"]
 
@@ -89,7 +90,7 @@ class Trainer:
     Args:
         policy: One ``Policy`` for every role (a single agent, or self-play), or
             ``{agent id: Policy}`` (a learner per distinct policy). With
-            :class:`~agents.hf_policy.HFPolicy`, ``policy.model`` is trained in place;
+            :class:`~agents.policies.hf_policy.HFPolicy`, ``policy.model`` is trained in place;
             with another backend (vLLM, an OpenAI-compatible server) pass ``model``.
         envs: Environments (episodes or registered names), single-agent or teams; their tasks form the pool.
         config: Every setting (:class:`~agents.train_config.TrainerConfig`; default: its defaults):
@@ -105,7 +106,7 @@ class Trainer:
             environments' endless task supplies at its current difficulty (raised as training
             succeeds) instead of the fixed pool; its state is saved in checkpoints.
         sinks: More places every metric row goes, besides ``config.output.sinks``: objects with
-            ``write(row)`` and ``close()`` (:class:`~agents.algorithms.metrics.MetricsSink`), or
+            ``write(row)`` and ``close()`` (:class:`~agents.metrics.MetricsSink`), or
             callables taking a row. :meth:`close` closes them.
 
     ``model``, ``reward_fn``, ``curriculum`` and ``sinks`` are objects (a module, code, a stateful
@@ -124,6 +125,8 @@ class Trainer:
             raise TypeError(f"config must be a TrainerConfig (TrainerConfig.from_dict / from_file read one), "
                             f"not {type(cfg).__name__}")
         self.team, self.algorithm = policy, cfg.algorithm
+        # run state, never on the config: ARPO's running ΔH scale (saved with each checkpoint)
+        self.branch_scale = cfg.algorithm.running_scale() if isinstance(cfg.algorithm, ARPO) else None
         self.envs = [envfactory.make(e) if isinstance(e, str) else e for e in envs]
         self._owned = [e for e, given in zip(self.envs, envs) if e is not given]  # closed by close()
         self.ray_pool = None
@@ -167,7 +170,7 @@ class Trainer:
             self.close()
             raise
         self.last_samples: dict[str, list[Sample]] = {}
-        self.last_runs: list[Any] = []  # train_agent_loop: the last step's runs (agents.agent_loop.Run)
+        self.last_runs: list[Any] = []  # train_agent_loop: the last step's runs (agents.harness.agent_loop.Run)
 
     def _model_of(self, pol: Any, model: Any) -> Any:
         import torch
@@ -248,7 +251,8 @@ class Trainer:
     def _groups(self, pairs: list[tuple[Any, str]], algo: Algorithm, seed: int, temperature: float) -> list[Group]:
         s = self.config.sampling
         return sample_groups(self.team, pairs, algo, max_new_tokens=s.max_new_tokens, temperature=temperature,
-                             seed=seed, mode=s.mode, max_context=s.max_context)
+                             seed=seed, mode=s.mode, max_context=s.max_context,
+                             scale=self.branch_scale if algo is self.algorithm else None)
 
     # -- evaluation ----------------------------------------------------------
     def evaluate(self, tasks: TaskIds = None, *, samples: int | None = None, temperature: float | None = None,
@@ -335,7 +339,7 @@ class Trainer:
         """Recorded trajectories fit for SFT (token-exact, no error, sampled tokens to learn)."""
         import envfactory
 
-        from .trajectories import load_trajectories
+        from agents.trajectories import load_trajectories
 
         trajs = load_trajectories(trajectories) if isinstance(trajectories, (str, Path)) else list(trajectories)
         leaked = []
@@ -362,23 +366,23 @@ class Trainer:
     def from_config(cls, config: TrainerConfig) -> "Trainer":
         """The Trainer a config file describes: an HFPolicy of ``config.model`` (the embedded tiny
         model for ``tiny``; a learner per role when ``model`` is a mapping) on ``config.envs``."""
-        from .hf_policy import HFPolicy
-        from .tiny import build_tiny_model
+        from agents.policies.hf_policy import HFPolicy
+        from agents.models.tiny import build_tiny_model
 
-        self = config
-        if not self.envs:
+        if not config.envs:
             raise ValueError("envs is empty: name the environments to train on (e.g. envs: [Counter-v0])")
 
         def policy(m: str) -> Any:
-            pol = HFPolicy(build_tiny_model() if m == "tiny" else m, device=self.device)
-            if self.sampling.processes > 1:  # ProcessPolicy refuses a policy off the CPU
-                from .process_policy import ProcessPolicy
+            pol = HFPolicy(build_tiny_model() if m == "tiny" else m, device=config.device)
+            if config.sampling.processes > 1:  # ProcessPolicy refuses a policy off the CPU
+                from agents.policies.process_policy import ProcessPolicy
 
-                return ProcessPolicy(pol, self.sampling.processes)
+                return ProcessPolicy(pol, config.sampling.processes)
             return pol
 
-        team = {a: policy(m) for a, m in self.model.items()} if isinstance(self.model, dict) else policy(self.model)
-        return cls(team, list(self.envs), config=self)
+        model = config.model
+        team = {a: policy(m) for a, m in model.items()} if isinstance(model, dict) else policy(model)
+        return cls(team, list(config.envs), config=config)
 
     def train(self, steps: int | None = None, *, resume: bool | str | None = None) -> list[dict[str, Any]]:
         """Run RL steps until ``self.step == steps``; return this call's metric rows.
@@ -434,7 +438,7 @@ class Trainer:
             row["difficulty"] = level
             row["promoted"] = self.curriculum.observe(row["success"])
         if self.config.output.save_trajectories:
-            from .trajectories import save_trajectories
+            from agents.trajectories import save_trajectories
 
             save_trajectories([t for g in groups for e in g.episodes for t in e.trajectories.values()],
                               self.output_dir / "trajectories.jsonl", append=True)
@@ -447,15 +451,15 @@ class Trainer:
         ``fn(base_url, env)`` is any loop over the ``openai`` SDK (``OpenAI(base_url=base_url)``,
         ``chat.completions.create``, tool calls run on ``env``); it is played ``algorithm.M`` times
         per task on forks of the task's episode, every call served by this trainer's policy through
-        an :class:`agents.endpoint.ChatEndpoint` (sampling at ``config.sampling``'s temperature and
+        an :class:`agents.harness.endpoint.ChatEndpoint` (sampling at ``config.sampling``'s temperature and
         ``max_new_tokens``, whatever the request asks, so the loss scores tokens as drawn) and
         recorded token for token. A run's reward is what ``fn`` returned when it is a number, else
         the episode's (``reward_fn`` overrides both); then group-normalised advantages and the same
-        clipped update as :meth:`train` (:mod:`agents.agent_loop`). One learner only; ARPO trains as
+        clipped update as :meth:`train` (:mod:`agents.harness.agent_loop`). One learner only; ARPO trains as
         GRPO (an opaque loop cannot be forked mid-turn). Returns this call's metric rows.
         """
-        from .agent_loop import advantaged, run_agent_loop
-        from .endpoint import ChatEndpoint
+        from agents.harness.agent_loop import advantaged, run_agent_loop
+        from agents.harness.endpoint import ChatEndpoint
 
         ln, s = self._sole(), self.config.sampling
         steps = self.config.steps if steps is None else steps
@@ -489,7 +493,7 @@ class Trainer:
                 self.log.write(row)
                 rows.append(row)
                 if self.config.output.save_trajectories:
-                    from .trajectories import save_trajectories
+                    from agents.trajectories import save_trajectories
 
                     save_trajectories(trajs, self.output_dir / "trajectories.jsonl", append=True)
                 if self.output_dir and self.config.output.save_every and self.step % self.config.output.save_every == 0:
@@ -597,6 +601,8 @@ class Trainer:
         if root is None:
             raise ValueError("Trainer.save: pass a path, or set config.output.dir")
         state = {"seed": self.seed, "algorithm": asdict(self.algorithm), "algorithm_name": self.algorithm.name}
+        if self.branch_scale is not None:
+            state["branch_scale"] = self.branch_scale.mean_square
         if self.curriculum is not None:
             state["curriculum"] = self.curriculum.state_dict()
         return save_checkpoint(root, self.step, self._parts(), state=state)
@@ -610,9 +616,10 @@ class Trainer:
                 ln.ref_model = _frozen_copy(ln.model)
         meta = load_checkpoint(path, self._parts())
         self.step = int(meta["step"])
-        saved = meta.get("algorithm") or {}
-        if hasattr(self.algorithm, "run_mean_square") and saved.get("run_mean_square") is not None:
-            self.algorithm.run_mean_square = float(saved["run_mean_square"])  # ARPO's running ΔH scale
+        # ARPO's running ΔH scale (checkpoints written before it left the config kept it in "algorithm")
+        saved = meta.get("branch_scale", (meta.get("algorithm") or {}).get("run_mean_square"))
+        if self.branch_scale is not None and saved is not None:
+            self.branch_scale.mean_square = float(saved)
         if self.curriculum is not None and "curriculum" in meta:
             self.curriculum.load_state_dict(meta["curriculum"])
         self.log.truncate_after(self.step)
@@ -667,7 +674,7 @@ def summarize(groups: list[Group]) -> dict[str, Any]:
     reward differs from their parent's (``None`` without branches);
     ``branch_points_skipped_errors`` counts potential branch points skipped because the
     observation was a tool or parse error, ``branch_points_skipped`` those skipped for any
-    reason (a turn without tool calls too; see :attr:`~agents.algorithms.arpo.Group.skipped`).
+    reason (a turn without tool calls too; see :attr:`~agents.algorithms.branching.Group.skipped`).
     """
     eps = [e for g in groups for e in g.episodes]
     trajs = [t for e in eps for t in e.trajectories.values()]

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from .rollout import Trajectory
+from agents.rollout import Trajectory
 
 __all__ = ["save_trajectories", "load_trajectories", "trajectory_row", "row_trajectory", "to_sft_dataset",
            "FORMATS"]

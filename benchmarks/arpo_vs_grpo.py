@@ -1,7 +1,7 @@
 """All five arms (GRPO, ARPO, ARPO β = 0, and the controls RFT and shuffled-reward GRPO),
 paired by seed and task, on FindLight-v3 where the tiny model reads.
 
-Runs the quickstart's pipeline (:func:`agents.quickstart.run_quickstart`) with every arm:
+Runs the quickstart's pipeline (:func:`agents.quickstart.experiment.run_quickstart`) with every arm:
 per seed, one reader-SFT checkpoint that every arm starts from, the same RL tasks and
 rollout budget (M per task, the same steps), and the same evaluation on both halves of
 the evaluation split. Prints one JSON object: per arm, success with its CI, sampled and
@@ -13,7 +13,7 @@ two at once); the arms took 5,592 s of one core (about 50 min with every reader 
 2026-11-29: 48 min with five readers built (figures: benchmarks/results/RESULTS.md).
 
 ``--eval-split dev`` evaluates on ``--eval-tasks`` fresh tasks of the training distribution instead
-(:func:`agents.quickstart.eval_tasks`): choose variants there (the diagnostic arms), and
+(:func:`agents.quickstart.experiment.eval_tasks`): choose variants there (the diagnostic arms), and
 measure only the chosen one on the evaluation split.
 
     python benchmarks/arpo_vs_grpo.py [--seeds 0 1 2 3 4 5 6 7 8 9] [--steps 12] [--eval-split dev]
@@ -27,7 +27,7 @@ import sys
 
 
 def main() -> int:
-    from agents.quickstart import ARMS, DIAGNOSTICS, SPLITS, QuickstartConfig, run_quickstart
+    from agents.quickstart.experiment import ARMS, DIAGNOSTICS, SPLITS, QuickstartConfig, run_quickstart
     from agents.stats import holm, paired_bootstrap
 
     q = QuickstartConfig()

@@ -120,7 +120,7 @@ def bench_async_rollout(episodes: int = 32, calls: int = 4, slow_ms: int = 400, 
     (see the module docstring); an ``async_rollout_docker_error`` note when no Docker engine answers."""
     from transformers import AutoTokenizer
 
-    from agents.tiny import build_tiny_model
+    from agents.models.tiny import build_tiny_model
 
     tokenizer = AutoTokenizer.from_pretrained(build_tiny_model())
     out: dict[str, Any] = {"async_rollout_episodes": episodes, "async_rollout_calls_per_episode": calls,

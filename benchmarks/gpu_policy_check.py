@@ -21,10 +21,10 @@ def main() -> int:
     import torch
 
     from benchmarks.rollout import _measure
-    from agents.hf_policy import HFPolicy
+    from agents.policies.hf_policy import HFPolicy
     from agents.rollout import rollout
     from agents.rollout_check import invariant_problems
-    from agents.tiny import build_tiny_model
+    from agents.models.tiny import build_tiny_model
 
     import envfactory
 

@@ -28,7 +28,7 @@ def _one(budget: int | None, rows: int, prefix: int, suffix: int, train_layers: 
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from agents.algorithms.logprobs import token_logprobs
-    from agents.smol import freeze_below
+    from agents.models.smol import freeze_below
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -1,11 +1,11 @@
 """Does reader SFT teach the tiny model to read, from which pretrained checkpoint?
 
-Trains reader SFT (the recipe of :mod:`agents.reader`: loss on the model's own turns of
+Trains reader SFT (the recipe of :mod:`agents.quickstart.reader`: loss on the model's own turns of
 FindLight-v3 reference plays, packed after one shared opening) from a chosen pretrained
 checkpoint with a chosen SFT seed, on a longer schedule, and every ``--every`` steps plays
 ``--tasks`` unseen evaluation tasks greedily: success, whether the first call looked up the
 instruction's item, and whether the room was shown. Nothing is cached or published; the
-quickstart's readers are :func:`agents.reader.reader_model`.
+quickstart's readers are :func:`agents.quickstart.reader.reader_model`.
 
     python benchmarks/reader_bases.py --seed 1 --base-seed 0 --steps 400 --every 200
     python benchmarks/reader_bases.py --seed 1 --base-seed 1 --steps 400 --every 200
@@ -46,11 +46,11 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agents.hf_policy import HFPolicy
-    from agents.pretrain import _shared_rows, pretrained_tiny_model
-    from agents.probe import episode_facts, play
-    from agents.quickstart import eval_tasks
-    from agents.reader import READER_CONFIG, reader_plays, save_beside_base, schedule_lr, sft_step
+    from agents.policies.hf_policy import HFPolicy
+    from agents.models.pretrain import _shared_rows, pretrained_tiny_model
+    from agents.quickstart.probe import episode_facts, play
+    from agents.quickstart.experiment import eval_tasks
+    from agents.quickstart.reader import READER_CONFIG, reader_plays, save_beside_base, schedule_lr, sft_step
 
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()

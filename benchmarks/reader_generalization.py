@@ -1,6 +1,6 @@
 """Why does the reader fail FindLight-v3's held-out half: the new names or the new phrasings?
 
-Plays a reader checkpoint (:func:`agents.reader.reader_model`) greedily on five sets of
+Plays a reader checkpoint (:func:`agents.quickstart.reader.reader_model`) greedily on five sets of
 ``--tasks`` tasks: the unseen half as it is, the unseen half re-asked in a held-out
 phrasing, the held-out half re-asked in a training phrasing, the held-out half as it is, and
 fresh supply tasks whose every name is made up (:func:`environments.find_light.made_up_name`,
@@ -39,19 +39,19 @@ import random
 
 
 def main() -> None:
-    from agents.quickstart import MODELS, eval_tasks
+    from agents.quickstart.experiment import MODELS, eval_tasks
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0, help="reader seed")
     ap.add_argument("--tasks", type=int, default=40, help="tasks per set")
-    ap.add_argument("--model", default="tiny", choices=sorted(MODELS), help="whose reader (agents.quickstart.MODELS)")
+    ap.add_argument("--model", default="tiny", choices=sorted(MODELS), help="whose reader (agents.quickstart.experiment.MODELS)")
     ap.add_argument("--reader", type=json.loads, default={},
                     help='JSON overrides of that model\'s reader recipe, e.g. \'{"tokenizer": "words", "made_up": 1.0}\'')
     a = ap.parse_args()
 
-    from agents.hf_policy import HFPolicy
-    from agents.probe import episode_facts, play
-    from agents.reader import reader_model
+    from agents.policies.hf_policy import HFPolicy
+    from agents.quickstart.probe import episode_facts, play
+    from agents.quickstart.reader import reader_model
     from environments.find_light import FRAMES, HELDOUT_FRAMES, v3_supply
 
     halves = eval_tasks("FindLight-v3", a.tasks)

@@ -16,7 +16,7 @@ import time
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from agents.quickstart import QuickstartConfig, run_quickstart
+    from agents.quickstart.experiment import QuickstartConfig, run_quickstart
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="runs/rl-budget")

@@ -16,12 +16,12 @@ rollout's decode batch and at a prefill-sized batch, on the policy's thread coun
 not served from its prefix cache, and the sampled ids fed back; attention over the real
 keys each attended to: :func:`work_flops`) per second, against the prefill-shaped (best)
 matmul rate. The HF rollout is also run with
-transformers' own forward and SDPA attention in place of :mod:`agents.lean_decode` and
-:mod:`agents.decode_attention` (``*_sdpa_baseline_*``), the
+transformers' own forward and SDPA attention in place of :mod:`agents.policies.decode.lean_decode` and
+:mod:`agents.policies.decode.decode_attention` (``*_sdpa_baseline_*``), the
 two interleaved ``repeats`` times (min/median/max, and the machine's load at the
 start and end), and once more for SmolLM2-135M where it is installed. Both cores: the
 same episodes on two threads of one process (``rollout_hf_2threads_*``), and split over
-two processes by :class:`agents.process_policy.ProcessPolicy` (``rollout_hf_2proc_*``,
+two processes by :class:`agents.policies.process_policy.ProcessPolicy` (``rollout_hf_2proc_*``,
 interleaved with one process), against the matmul rate of two one-thread processes
 running at once, measured in the same run.
 """
@@ -36,9 +36,9 @@ from typing import Any
 
 import envfactory
 
-from agents.policy import Policy
+from agents.policies.policy import Policy
 from agents.rollout import rollout
-from agents.scripted_model import RecordingPolicy, ScriptedModel
+from agents.policies.scripted_model import RecordingPolicy, ScriptedModel
 
 __all__ = ["bench_rollout"]
 
@@ -236,12 +236,12 @@ def _report(prefix: str, policy: Any, on: dict, off: dict, ratios: list[float], 
 
 
 def _two_processes(hf: Any, episodes_per_env: int, max_new_tokens: int, repeats: int) -> dict[str, Any]:
-    """Both cores through :class:`agents.process_policy.ProcessPolicy`: the same episodes split
+    """Both cores through :class:`agents.policies.process_policy.ProcessPolicy`: the same episodes split
     over two sampling processes, interleaved ``repeats`` times with the one-process policy on
     one thread and on two threads;
     the work's FLOP/s against two processes' matmul rate measured at once in this run (and,
     stricter, against twice the one-thread rate)."""
-    from agents.process_policy import ProcessPolicy
+    from agents.policies.process_policy import ProcessPolicy
 
     pp = ProcessPolicy(hf, 2)
     threads = hf.threads
@@ -293,9 +293,9 @@ def bench_rollout(episodes_per_env: int = 16, max_new_tokens: int = 64, repeats:
     (``rollout_larger_*``) where ``envfactory[smol]`` is installed."""
     import torch
 
-    from agents.hf_policy import HFPolicy
-    from agents.tiny import build_tiny_model
-    from agents.vllm_policy import vllm_available
+    from agents.policies.hf_policy import HFPolicy
+    from agents.models.tiny import build_tiny_model
+    from agents.policies.vllm_policy import vllm_available
 
     path = build_tiny_model()
     out: dict[str, Any] = {"rollout_episodes": episodes_per_env * len(ENVS), "rollout_max_new_tokens": max_new_tokens,
@@ -307,7 +307,7 @@ def bench_rollout(episodes_per_env: int = 16, max_new_tokens: int = 64, repeats:
     threads = out["rollout_hf_torch_threads"] = hf.threads or torch.get_num_threads()
     on, off, ratios = _ab(hf, episodes_per_env, max_new_tokens, repeats)
     out |= _report("rollout_hf", hf, on, off, ratios, threads)
-    out["rollout_hf_rng_note"] = ("both arms sample with agents.hf_policy.sample_ids and prefill alike; the baseline's "
+    out["rollout_hf_rng_note"] = ("both arms sample with agents.policies.hf_policy.sample_ids and prefill alike; the baseline's "
                                   "one-token steps run transformers' forward with SDPA attention")
     # both cores: the same episodes on two threads, against the one-thread default
     hf.threads = 2
@@ -323,7 +323,7 @@ def bench_rollout(episodes_per_env: int = 16, max_new_tokens: int = 64, repeats:
     out |= _two_processes(hf, episodes_per_env, max_new_tokens, repeats)
     del hf
     try:
-        from agents.smol import smol_policy
+        from agents.policies.hf_policy import smol_policy
 
         big = smol_policy(device="cpu")
     except ModuleNotFoundError as exc:
@@ -362,8 +362,8 @@ def bench_rollout(episodes_per_env: int = 16, max_new_tokens: int = 64, repeats:
 _VLLM_CHILD = """
 import json, sys, time
 if __name__ == "__main__":
-    from agents.tiny import build_tiny_model
-    from agents.vllm_policy import VLLMPolicy
+    from agents.models.tiny import build_tiny_model
+    from agents.policies.vllm_policy import VLLMPolicy
     from benchmarks.rollout import _measure
     t0 = time.perf_counter()
     vl = VLLMPolicy(build_tiny_model())

@@ -18,8 +18,8 @@ from typing import Any
 
 def worker(n: int, threads: int, q: Any, start: Any) -> None:
     """One sampling process: warm up, wait for the common start, play ``2 * n`` episodes."""
-    from agents.hf_policy import HFPolicy
-    from agents.tiny import build_tiny_model
+    from agents.policies.hf_policy import HFPolicy
+    from agents.models.tiny import build_tiny_model
     from benchmarks.rollout import _measure, work_flops
 
     hf = HFPolicy(build_tiny_model(), device="cpu", threads=threads)
@@ -54,7 +54,7 @@ SETUPS = (("1 process, 1 thread, 32 episodes", 1, 16, 1),
 if __name__ == "__main__":
     from transformers import AutoModelForCausalLM
 
-    from agents.tiny import build_tiny_model
+    from agents.models.tiny import build_tiny_model
     from benchmarks.rollout import matmul_flops_per_s
 
     model = AutoModelForCausalLM.from_pretrained(build_tiny_model())

@@ -7,11 +7,11 @@ evaluated on families it never trained on.
 
 Stages, one model, one seed of everything (``--seed``):
 
-1. **before**: the packaged SmolLM2-135M-Instruct (``agents.smol``, offline from PyPI), prompts
-   with one-line tool signatures (:data:`agents.smol.SIGNATURES_TEMPLATE`).
+1. **before**: the packaged SmolLM2-135M-Instruct (``agents.models.smol``, offline from PyPI), prompts
+   with one-line tool signatures (:data:`agents.models.smol.SIGNATURES_TEMPLATE`).
 2. **sft**: supervised on the reference plays of ``--sft-per-family`` sft-split goal-level tasks
    of each *training* family (loss on the model's own turns only, plays packed after their
-   family's opening: :func:`agents.pretrain._shared_rows`), the top ``--train-layers`` layers.
+   family's opening: :func:`agents.models.pretrain._shared_rows`), the top ``--train-layers`` layers.
 3. **RL arms** (``--arms``), each from the SFT weights with the same tasks, samples and gradient
    steps: ``grpo`` (sparse task-completion reward) and ``rft`` (its compute-matched control:
    the same samples, gradient only on successes = continued SFT on rejection-sampled plays).
@@ -78,7 +78,7 @@ def plays(tokenizer: Any, names: list[str], per_family: int, seed: int) -> list[
     import envfactory
     from envfactory.checks.scripted import OraclePolicy
 
-    from agents.pretrain import Play
+    from agents.models.pretrain import Play
 
     out = []
     rng = random.Random(seed)
@@ -130,7 +130,10 @@ def evaluate(policy: Any, pairs: list[tuple[str, Any]], *, max_new_tokens: int, 
     """One greedy episode per task: per-task success (in ``pairs`` order) and what the model did."""
     import envfactory
 
-    from agents.algorithms.arpo import GRPO, sample_groups
+    from agents.algorithms.objectives import GRPO
+
+
+    from agents.algorithms.branching import sample_groups
 
     episodes = {name: envfactory.make(name, max_turns=max_turns) for name in dict.fromkeys(n for n, _ in pairs)}
     t0 = time.perf_counter()
@@ -192,11 +195,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
     from transformers import AutoTokenizer
 
-    from agents.algorithms.arpo import GRPO, RFT
-    from agents.hf_policy import HFPolicy
-    from agents.pretrain import _shared_rows, assistant_mask, rows_on
-    from agents.reader import packed_sft
-    from agents.smol import freeze_below, smol_model_path
+    from agents.algorithms.objectives import GRPO, RFT
+    from agents.policies.hf_policy import HFPolicy
+    from agents.models.pretrain import _shared_rows, assistant_mask, rows_on
+    from agents.quickstart.reader import packed_sft
+    from agents.models.smol import freeze_below, smol_model_path
     from agents.stats import bootstrap_mean, holm, paired_bootstrap
     from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
     from agents.trainer import Trainer
@@ -266,7 +269,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                       "nll_first": round(losses[0], 4), "nll_last": round(sum(losses[-5:]) / len(losses[-5:]), 4),
                       "seconds": round(secs, 1), "positions_per_second": round(n_rows * a.seq_len / secs, 1)}
         if a.save_sft:
-            from agents.reader import save_beside_base
+            from agents.quickstart.reader import save_beside_base
 
             save_beside_base(model, path, Path(a.save_sft))
         stage("sft", policy)

@@ -57,7 +57,7 @@ def big_state_specs(nodes: int = 10_000, records: int = 5_000, items: int = 20_0
     from envfactory.factory.from_class import ClassTask, from_class
     from envfactory.task import call
 
-    from .core import BenchCustomerDB, BenchTree
+    from .big_states import BenchCustomerDB, BenchTree
 
     make = {
         "tree": lambda: from_class(BenchTree, name="BigTree-v0", domain="bench", loader="_load_scenario",

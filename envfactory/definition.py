@@ -59,7 +59,7 @@ teach one at a time (find rows by description as ``lookup`` does, read a value a
 then act on a threshold), so an agent that learned tool use rather than frames should transfer."""
 HELDOUT_PHRASING = 4
 """The frame never trained on, in any kind and family: a goal-level task worded in the fifth frame of
-its kind (``task.metadata["phrasing"] == 4``; the frames are ``envfactory.factory.realize.FRAMES``,
+its kind (``task.metadata["phrasing"] == 4``; the frames are ``envfactory.factory.tasks.realize.FRAMES``,
 5-6 per kind), so an agent can be evaluated on wordings it never saw."""
 GENERALIZATION_SPLITS = ("seen", "heldout-family", "heldout-kind", "heldout-phrasing")
 """The draw splits over whole families, kinds and frames: ``seen`` (train-split tasks of the

@@ -620,8 +620,7 @@ class Episode(Environment):
         # the turn's observations together, cut at the cap (the world cut each batch at it already:
         # cutting again at the same cap over the whole turn gives the same on every runtime)
         outcomes = quotas.cut_outcomes(outcomes, quotas.MAX_OBSERVATION_CHARS)[0]
-        # Arguments stay a dict (the HF chat-template convention); see
-        # envfactory.messages.to_openai for the string form OpenAI servers want.
+        # Arguments stay a dict (the HF chat-template convention).
         openai_calls = []
         log = self._log
         for i, c in enumerate(calls):

@@ -534,7 +534,7 @@ def make(name: str, runtime: str | None = None, *, max_turns: int | None = None,
         max_turns: Overrides the environment's turn (round) limit.
         user: For environments with a simulated user, a host-side responder that answers
             ``ask_user`` instead of the scripted user (``responder(question, facts, history)``;
-            e.g. ``agents.users.LLMUser(policy)``; see :mod:`envfactory.users`).
+            e.g. ``agents.policies.users.LLMUser(policy)``; see :mod:`envfactory.users`).
         split: The tasks ``reset()`` (and ``reset(seed=...)``) draws from: ``"train"`` (the sft
             and rl splits; the default), ``"sft"``, ``"rl"``, ``"eval"`` or ``"all"``. Evaluation
             tasks are drawn only where ``"eval"`` or ``"all"`` is asked for; a task named in

@@ -6,7 +6,7 @@ JSON-serializable, canonically hashable and cheap to copy. ``fork()`` of a live
 environment copies its state with :func:`copy_state`, which is why that function
 is written for speed rather than generality. A model class may bring its own
 copier (``__state_copy__``): the factory's
-:class:`~envfactory.factory.pystate.PyState`, which holds arbitrary Python objects
+:class:`~envfactory.factory.classes.pystate.PyState`, which holds arbitrary Python objects
 of unchanged third-party classes, copies its whole object graph that way.
 """
 
@@ -129,7 +129,7 @@ def _compile_copier(cls: type[BaseModel]) -> Any:
     """Build a copier for one model class from its field annotations.
 
     A class may bring its own: ``__state_copy__(value) -> copy`` (the factory's
-    :class:`~envfactory.factory.pystate.PyState` copies a whole object graph at once)."""
+    :class:`~envfactory.factory.classes.pystate.PyState` copies a whole object graph at once)."""
     own = getattr(cls, "__state_copy__", None)
     if own is not None:
         return own

@@ -20,7 +20,7 @@ trainer: the user is part of the world.
 * An **LLM user** answers instead when an episode is given one
   (``envfactory.make(name, user=responder)``): the referee, on the host, calls
   ``responder(question, facts, history)`` for each ``ask_user`` call and returns its text
-  (see ``agents.users.LLMUser`` for one over any policy backend).
+  (see ``agents.policies.users.LLMUser`` for one over any policy backend).
 
 ``verify`` proves such a task needs the asking: each user task carries a *twin*
 (``task.metadata["user_twin"]``), the same instruction and the same tables with other user

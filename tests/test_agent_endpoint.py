@@ -1,4 +1,4 @@
-"""Any agent loop trainable: an unchanged openai-SDK loop talks to agents.endpoint.ChatEndpoint,
+"""Any agent loop trainable: an unchanged openai-SDK loop talks to agents.harness.endpoint.ChatEndpoint,
 which serves the policy being trained and records exactly what it sampled; the Trainer trains on
 those records (Trainer.train_agent_loop). Uses the embedded tiny model; ~30 s on 2 cores."""
 
@@ -15,13 +15,13 @@ openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
 import envfactory  # noqa: E402
-from agents.algorithms.arpo import GRPO  # noqa: E402
-from agents.endpoint import ChatEndpoint  # noqa: E402
-from agents.hf_policy import HFPolicy  # noqa: E402
-from agents.policy import sampling_stats  # noqa: E402
+from agents.algorithms.objectives import GRPO  # noqa: E402
+from agents.harness.endpoint import ChatEndpoint  # noqa: E402
+from agents.policies.hf_policy import HFPolicy  # noqa: E402
+from agents.policies.policy import sampling_stats  # noqa: E402
 from agents.rollout import rollout  # noqa: E402
-from agents.scripted_model import ScriptedModel  # noqa: E402
-from agents.tiny import build_tiny_model  # noqa: E402
+from agents.policies.scripted_model import ScriptedModel  # noqa: E402
+from agents.models.tiny import build_tiny_model  # noqa: E402
 from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig  # noqa: E402
 from agents.trainer import Trainer  # noqa: E402
 
@@ -139,7 +139,7 @@ def test_an_unchanged_openai_loop_trains_for_two_steps(hf: HFPolicy, tmp_path) -
 
 
 def test_the_environment_reward_scores_a_run(hf: HFPolicy) -> None:
-    from agents.agent_loop import run_agent_loop
+    from agents.harness.agent_loop import run_agent_loop
 
     call = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
     scripted = ScriptedModel(hf.tokenizer, lambda p, turn: call if turn == 0 else "Done.")
@@ -216,7 +216,7 @@ def test_a_loop_that_plays_through_mcp_is_recorded_and_scored(hf: HFPolicy) -> N
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    from agents.agent_loop import run_agent_loop
+    from agents.harness.agent_loop import run_agent_loop
 
     async def play(base_url: str, task_id: str) -> float:
         server = StdioServerParameters(command=sys.executable,

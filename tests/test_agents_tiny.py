@@ -8,7 +8,7 @@ import os
 import time
 
 import envfactory
-from agents.tiny import TOOL_TOKENS, build_tiny_model
+from agents.models.tiny import TOOL_TOKENS, build_tiny_model
 
 
 def test_build_is_cached_and_loads_offline(tmp_path, monkeypatch) -> None:
@@ -55,7 +55,7 @@ def test_tokenizer_and_chat_template() -> None:
 def test_tokenizer_corpus_leaves_out_evaluation_tasks() -> None:
     # Nothing built before training may have seen an evaluation task (issue 13): every Lights-v0
     # task has its own instruction, so each eval instruction must be absent and each other present.
-    from agents.tiny import corpus
+    from agents.models.tiny import corpus
 
     texts = "\n".join(corpus())
     spec = envfactory.spec("Lights-v0")
@@ -69,7 +69,7 @@ def test_registering_an_environment_leaves_the_embedded_model_unchanged(monkeypa
     """The tokenizer (and default pretraining) corpus is pinned (tiny.CORPUS_ENVS): a new environment
     must not silently change the embedded model, and with it every figure measured on it."""
     from envfactory import registry
-    from agents.tiny import CORPUS_ENVS, corpus
+    from agents.models.tiny import CORPUS_ENVS, corpus
 
     before = corpus()
     lights = envfactory.spec("Lights-v0")
@@ -88,7 +88,7 @@ def test_a_build_folder_left_by_a_killed_process_is_swept_by_the_next_build(tmp_
     import subprocess
     import sys
 
-    from agents.tiny import publish_folder
+    from agents.models.tiny import publish_folder
 
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     host = socket.gethostname()
@@ -113,7 +113,7 @@ def test_a_build_folder_left_by_a_killed_process_is_swept_by_the_next_build(tmp_
 _BUILDER = """
 import sys, time
 from pathlib import Path
-from agents.tiny import publish_folder
+from agents.models.tiny import publish_folder
 
 dest, log = Path(sys.argv[1]), Path(sys.argv[2])
 
@@ -148,7 +148,7 @@ def test_a_builder_that_waits_for_another_is_told_and_does_not_build(tmp_path) -
     a worker sat silent through another's pretraining) and returns with the first one's folder."""
     import threading
 
-    from agents.tiny import publish_folder
+    from agents.models.tiny import publish_folder
 
     dest, started, release, waited = tmp_path / "model-a", threading.Event(), threading.Event(), []
 
@@ -186,7 +186,7 @@ def test_the_words_tokenizer_spells_a_name_alike_in_prose_and_in_a_call(tmp_path
     import pytest
     from transformers import AutoTokenizer
 
-    from agents.tiny import TOKENIZERS
+    from agents.models.tiny import TOKENIZERS
     from environments.find_light import HELDOUT_NAMES, made_up_name
 
     rng = random.Random(0)
@@ -213,7 +213,7 @@ def test_the_words_tokenizer_spells_a_name_alike_in_prose_and_in_a_call(tmp_path
 
 def test_the_default_tokenizer_keys_its_cache_as_before_it_could_be_chosen() -> None:
     # Cached tiny models (and every checkpoint and figure built on them) keep their folders.
-    from agents.tiny import _key
+    from agents.models.tiny import _key
 
     texts = ["a", "b"]
     assert _key(texts, 0) == _key(texts, 0, "qwen") != _key(texts, 0, "words")

@@ -11,8 +11,9 @@ import pytest
 pytest.importorskip("transformers")
 
 import envfactory  # noqa: E402
-from agents.algorithms.arpo import ARPO, GRPO, initial_entropy, sample_groups, standardize  # noqa: E402
-from agents.policy import Generation, Policy, default_stop_ids  # noqa: E402
+from agents.algorithms.objectives import ARPO, GRPO, initial_entropy, standardize  # noqa: E402
+from agents.algorithms.branching import sample_groups  # noqa: E402
+from agents.policies.policy import Generation, Policy, default_stop_ids  # noqa: E402
 from agents.rollout import Trajectory  # noqa: E402
 from agents.trainer import summarize  # noqa: E402
 
@@ -21,7 +22,7 @@ from agents.trainer import summarize  # noqa: E402
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from agents.tiny import build_tiny_model
+    from agents.models.tiny import build_tiny_model
 
     return AutoTokenizer.from_pretrained(build_tiny_model())
 

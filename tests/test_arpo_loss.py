@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")  # a failure under CI=true (see conftest)
 
 from agents.algorithms.advantages import Lineage  # noqa: E402
-from agents.algorithms.arpo import ARPO, GRPO  # noqa: E402
+from agents.algorithms.objectives import ARPO, GRPO  # noqa: E402
 from agents.algorithms.loss import kl_k3, policy_loss  # noqa: E402
 
 

@@ -5,6 +5,7 @@ policies and fake groups; no model is trained."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from types import SimpleNamespace
@@ -15,8 +16,9 @@ pytest.importorskip("transformers")
 
 import envfactory  # noqa: E402
 from agents.algorithms.advantages import Lineage  # noqa: E402
-from agents.algorithms.arpo import ARPO, GRPO, RFT, Group, observation_kind, sample_groups  # noqa: E402
-from agents.policy import Generation, Policy, default_stop_ids  # noqa: E402
+from agents.algorithms.objectives import ARPO, GRPO, RFT  # noqa: E402
+from agents.algorithms.branching import Group, observation_kind, sample_groups  # noqa: E402
+from agents.policies.policy import Generation, Policy, default_stop_ids  # noqa: E402
 from agents.rollout import Trajectory  # noqa: E402
 from agents.trainer import Learner, Trainer, shuffle_rewards, summarize  # noqa: E402
 
@@ -25,7 +27,7 @@ from agents.trainer import Learner, Trainer, shuffle_rewards, summarize  # noqa:
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from agents.tiny import build_tiny_model
+    from agents.models.tiny import build_tiny_model
 
     return AutoTokenizer.from_pretrained(build_tiny_model())
 
@@ -123,13 +125,17 @@ def test_run_scale_lets_a_general_rise_of_entropy_raise_branching():
 
 def test_run_scale_is_kept_across_rounds():
     a = ARPO(alpha=0.5, beta=0.2, scale_ema=0.1)
-    first = a.scores([0.01, 0.03])
-    assert a.run_mean_square == pytest.approx((0.01**2 + 0.03**2) / 2)  # first round: its own RMS
+    scale = a.running_scale()
+    first = a.scores([0.01, 0.03], scale)
+    assert scale.mean_square == pytest.approx((0.01**2 + 0.03**2) / 2)  # first round: its own RMS
     assert first == pytest.approx([0.01 / 0.02236068, 0.03 / 0.02236068], rel=1e-5)
-    assert a.scores([0.01, 0.03]) == pytest.approx(first)  # same ΔH, same scale
-    big = a.scores([0.1, 0.3])  # a round 10x larger moves the scale by a tenth of the way only
+    assert a.scores([0.01, 0.03], scale) == pytest.approx(first)  # same ΔH, same scale
+    big = a.scores([0.1, 0.3], scale)  # a round 10x larger moves the scale by a tenth of the way only
     assert big[0] > 3 * first[0]
-    assert ARPO() == ARPO() and "run_mean_square" not in ARPO().__repr__()
+    assert a.scores([0.1, 0.3]) == pytest.approx(first)  # no scale given: the round's own RMS
+    assert a == ARPO(alpha=0.5, beta=0.2, scale_ema=0.1)  # the run state never lands on the settings
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.beta = 0.5  # type: ignore[misc]
     with pytest.raises(ValueError):
         ARPO(scale="median")
     with pytest.raises(ValueError):
@@ -164,6 +170,7 @@ def test_summary_reports_how_often_a_branch_changes_the_reward():
 def _trainer(algo, seed=0, step=0) -> Trainer:
     tr = Trainer.__new__(Trainer)
     tr.algorithm, tr.seed, tr.step, tr.reward_fn = algo, seed, step, None
+    tr.branch_scale = algo.running_scale() if isinstance(algo, ARPO) else None
     tr.learners = [Learner(None, None, None, {"agent_0"})]
     return tr
 
@@ -240,7 +247,7 @@ def test_trainer_shuffles_rewards_across_the_batch_before_advantages():
 
 
 def test_controls_are_arms_and_config_names():
-    from agents.quickstart import ARMS, QuickstartConfig, _algorithm
+    from agents.quickstart.experiment import ARMS, QuickstartConfig, _algorithm
     from agents.train_config import TrainerConfig
 
     cfg = QuickstartConfig(arms=["rft", "grpo_shuffled"])
@@ -254,16 +261,21 @@ def test_controls_are_arms_and_config_names():
 
 
 def test_the_run_scale_is_saved_and_restored_with_a_checkpoint(monkeypatch, tmp_path):
-    from dataclasses import asdict
-
     import agents.trainer as trainer_mod
 
-    a = ARPO()
-    a.scores([0.01, 0.03])
-    state = asdict(a)  # what Trainer.save writes as the checkpoint's "algorithm"
-    assert state["run_mean_square"] == pytest.approx(a.run_mean_square)
+    scale = ARPO().running_scale()
+    ARPO().scores([0.01, 0.03], scale)
+    saved = {}
+    monkeypatch.setattr(trainer_mod, "save_checkpoint", lambda root, step, parts, state: saved.update(state))
     tr = _trainer(ARPO())
-    tr.learners, tr.curriculum, tr.log = [], None, SimpleNamespace(truncate_after=lambda step: None)
-    monkeypatch.setattr(trainer_mod, "load_checkpoint", lambda path, parts: {"step": 1, "algorithm": state})
-    tr.load(tmp_path)
-    assert tr.step == 1 and tr.algorithm.run_mean_square == pytest.approx(a.run_mean_square)
+    tr.learners, tr.curriculum, tr.branch_scale.mean_square = [], None, scale.mean_square
+    tr.save(str(tmp_path))
+    assert saved["branch_scale"] == pytest.approx(scale.mean_square) and "run_mean_square" not in saved["algorithm"]
+    for meta in ({"step": 1, "branch_scale": saved["branch_scale"]},
+                 {"step": 1, "algorithm": {"run_mean_square": saved["branch_scale"]}}):  # a checkpoint of before
+        tr = _trainer(ARPO())
+        tr.learners, tr.curriculum, tr.log = [], None, SimpleNamespace(truncate_after=lambda step: None)
+        monkeypatch.setattr(trainer_mod, "load_checkpoint", lambda path, parts, meta=meta: meta)
+        tr.load(tmp_path)
+        assert tr.step == 1 and tr.branch_scale.mean_square == pytest.approx(scale.mean_square)
+    assert tr.algorithm == ARPO()

@@ -261,7 +261,7 @@ def tokenizer() -> Any:
     pytest.importorskip("transformers")
     from transformers import AutoTokenizer
 
-    from agents.tiny import build_tiny_model
+    from agents.models.tiny import build_tiny_model
 
     return AutoTokenizer.from_pretrained(build_tiny_model())
 
@@ -272,7 +272,7 @@ def _trajectories(rollouts: list[Any]) -> list[Any]:
 
 
 def _scripted(tokenizer: Any) -> Any:
-    from agents.scripted_model import ScriptedModel
+    from agents.policies.scripted_model import ScriptedModel
 
     # a different number of turns per task (counter-0-N: N increments of 1, then an answer)
     def script(prompt: list[int], turn: int) -> str:
@@ -312,7 +312,7 @@ def test_async_rollout_generates_for_the_ready_episodes(tokenizer: Any) -> None:
     the slow tool and time it out). Its trajectories still equal a sync rollout's without the wait."""
     from agents.async_rollout import arollout
     from agents.rollout import rollout
-    from agents.scripted_model import ScriptedModel
+    from agents.policies.scripted_model import ScriptedModel
 
     fast_turns = threading.Semaphore(0)
     batches: list[int] = []

@@ -260,7 +260,7 @@ def test_running_one_command_builds_only_its_arguments():
         import sys
         from envfactory.cli import main
         code = main(["list", "--json"])
-        heavy = [m for m in ("agents.quickstart", "envfactory.faces.mcp_server", "envfactory.faces.openenv_server",
+        heavy = [m for m in ("agents.quickstart.experiment", "envfactory.faces.mcp_server", "envfactory.faces.openenv_server",
                              "envfactory.evaluation.eval", "envfactory.factory.from_prompt") if m in sys.modules]
         print("HEAVY", heavy, file=sys.stderr)
         sys.exit(code)
@@ -299,7 +299,7 @@ def test_errors_go_to_stderr_with_a_nonzero_exit(argv, fragment, capfd, tmp_path
 def test_tasks_synth_says_a_shortfall_on_stderr(monkeypatch, capfd):
     """Fewer tasks than asked for: the tasks found are the output (stdout), the shortfall an error on
     stderr, exit 1."""
-    from envfactory.factory import tasks_synth
+    from envfactory.factory.tasks import synthesis as tasks_synth
 
     real = tasks_synth.synthesize_for
     monkeypatch.setattr(tasks_synth, "synthesize_for", lambda spec, n, seed: real(spec, n=1, seed=seed))
@@ -466,7 +466,7 @@ def test_verify_shows_progress_on_a_terminal_and_json_stays_pure(monkeypatch, ca
 def test_training_progress_is_a_tqdm_bar_on_stderr(monkeypatch):
     import time
 
-    from agents.algorithms.metrics import progress
+    from agents.metrics import progress
 
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)

@@ -1,4 +1,4 @@
-"""agents.decode_attention: grouped-query decode steps and shared prefixes read once
+"""agents.policies.decode.decode_attention: grouped-query decode steps and shared prefixes read once
 give what transformers' SDPA attention gives, on random tensors and through HFPolicy."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from agents import decode_attention as da
-from agents.hf_policy import HFPolicy
-from agents.policy import sampling_stats
-from agents.tiny import build_tiny_model
+from agents.policies.decode import decode_attention as da
+from agents.policies.hf_policy import HFPolicy
+from agents.policies.policy import sampling_stats
+from agents.models.tiny import build_tiny_model
 
 
 def _sdpa(q, k, v, mask):
@@ -123,7 +123,7 @@ def test_stops_in_a_shared_run_leave_the_other_rows_exact(hf: HFPolicy) -> None:
 
 
 def test_sample_ids_draws_each_id_with_its_probability_and_never_a_masked_one() -> None:
-    from agents.hf_policy import sample_ids
+    from agents.policies.hf_policy import sample_ids
 
     p = torch.tensor([0.05, 0.0, 0.55, 0.3, 0.0, 0.1])
     logp = p.log().expand(4000, -1).contiguous()  # -inf where the mass is 0

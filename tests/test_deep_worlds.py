@@ -105,7 +105,7 @@ _CORPUS_DIGEST = "e619bb308f6ddf7bc4803f32dc0eed43b16dfba314b14a9aa053d394ef554b
 
 
 def test_the_corpus_families_keep_their_tasks_and_tool_outputs_byte_for_byte():
-    from agents.tiny import CORPUS_ENVS
+    from agents.models.tiny import CORPUS_ENVS
 
     h = hashlib.sha256()
     for name in sorted(CORPUS_ENVS):

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from benchmarks.core import BenchCustomerDB, BenchTree
+from benchmarks.big_states import BenchCustomerDB, BenchTree
 from envfactory.episode import Episode
 from envfactory.factory.from_class import ClassTask, from_class
 from envfactory.state import copy_state, state_hash
@@ -181,7 +181,7 @@ def test_first_write_of_an_episode_measures_only_what_it_changed(monkeypatch):
     state quota (0.7-1.1 s on a 4.8 MB one, paid by whichever episode wrote first); the build
     now measures a shared base once, so that call walks the containers it changed."""
     from benchmarks.bigdb_import import RetailDB, retail_db, retail_tasks
-    from envfactory.factory import cow
+    from envfactory.factory.classes import cow
 
     db = retail_db(400)
     spec = from_class(RetailDB, name="R-v0", domain="r", tasks=retail_tasks(db, 10))
@@ -201,7 +201,7 @@ def test_the_build_hashes_no_expected_state_and_the_first_judgment_of_a_task_doe
     database's expected state is hashed by the first judgment of its task; verdicts unchanged."""
     from benchmarks.bigdb_import import RetailDB, retail_db, retail_tasks
     from envfactory.checks.scripted import OraclePolicy, play
-    from envfactory.factory import cow
+    from envfactory.factory.classes import cow
     from envfactory.factory.from_class import ReadsCheck
 
     hashed = []

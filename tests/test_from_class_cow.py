@@ -1,4 +1,4 @@
-"""Copy on write per container (envfactory.factory.cow) in from_class states of attributes: a
+"""Copy on write per container (envfactory.factory.classes.cow) in from_class states of attributes: a
 call gives its state its own copy of what it reaches, whatever way the class's code reaches it
 (indexing, get, iteration, dict(d), pop, slices), so forks stay independent and every call gives
 what the same calls give on a deep copy of the class's instance; the quota's measure counts what
@@ -15,7 +15,7 @@ import pytest
 from envfactory import quotas
 from envfactory.episode import Episode
 from envfactory.factory.from_class import ClassTask, from_class
-from envfactory.factory.pystate import encode
+from envfactory.factory.classes.pystate import encode
 from envfactory.state import state_hash
 from envfactory.task import call
 

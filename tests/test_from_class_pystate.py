@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from envfactory.factory.pystate import (FORMAT_KEY, PyState, PyStateError, decode, encode,  # noqa: E402
+from envfactory.factory.classes.pystate import (FORMAT_KEY, PyState, PyStateError, decode, encode,  # noqa: E402
                                         graph_copy, graph_state_copy)
 from envfactory.state import copy_state  # noqa: E402
 from fixtures.third_party.gorilla_fs import GorillaFileSystem  # noqa: E402
@@ -164,7 +164,7 @@ def test_encode_without_calling_reduce_writes_what_reduce_ex_gives(monkeypatch):
     (issue 29: snapshots of large states); the document is the one the pickle protocol gives."""
     from pydantic import BaseModel
 
-    from envfactory.factory import pystate
+    from envfactory.factory.classes import pystate
 
     class Rec(BaseModel):
         i: int

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from envfactory import Episode  # noqa: E402
 from envfactory.checks.scripted import ScriptPolicy, play  # noqa: E402
 from envfactory.factory.from_class import ClassTask, Service, from_class  # noqa: E402
-from envfactory.factory.pystate import seen_results  # noqa: E402
+from envfactory.factory.classes.pystate import seen_results  # noqa: E402
 from envfactory.state import copy_state, state_hash  # noqa: E402
 from envfactory.task import call  # noqa: E402
 from envfactory.checks.verify import verify_spec  # noqa: E402

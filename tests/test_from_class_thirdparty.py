@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from envfactory import Episode, SpecError  # noqa: E402
 from envfactory.factory.from_class import ClassTask, Service, Synthesis, from_class  # noqa: E402
-from envfactory.factory.pystate import encode  # noqa: E402
+from envfactory.factory.classes.pystate import encode  # noqa: E402
 from envfactory.task import call  # noqa: E402
 from envfactory.checks.verify import verify_spec  # noqa: E402
 from fixtures import third_party  # noqa: E402
@@ -343,7 +343,7 @@ def test_classes_stay_unchanged_and_know_nothing_of_envfactory():
 
 
 def test_argument_sources_read_int_keys_and_objects_in_the_state():
-    from envfactory.factory.arguments import candidates, resolve
+    from envfactory.factory.tasks.arguments import candidates, resolve
 
     spec = _spec("twitter+tickets+shop")
     doc = json.loads(spec.metadata["state_from_config"](SCENARIOS["twitter+tickets+shop"][1]).model_dump_json())

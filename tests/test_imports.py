@@ -51,11 +51,11 @@ def test_import_contracts_hold():
 def test_contracts_catch_a_forbidden_import(tmp_path):
     """The same contracts on a copy of the tree with one forbidden import: the check fails and names it."""
     tree = _copy_tree(tmp_path)
-    with open(tree / "envfactory" / "messages.py", "a") as f:
-        f.write("\nimport agents.policy  # deliberately forbidden\n")
+    with open(tree / "envfactory" / "mail.py", "a") as f:
+        f.write("\nimport agents.policies.policy  # deliberately forbidden\n")
     r = _lint(tree, "--contract", "core-standalone")
     assert r.returncode != 0, r.stdout
-    assert "envfactory.messages -> agents.policy" in r.stdout and "BROKEN" in r.stdout
+    assert "envfactory.mail -> agents.policies.policy" in r.stdout and "BROKEN" in r.stdout
 
 
 @pytest.mark.parametrize("module, line, arrow", [
@@ -75,22 +75,54 @@ def test_rooms_contract_catches_an_upward_import(tmp_path, module, line, arrow):
 
 
 def test_agents_contract_catches_a_cycle(tmp_path):
-    """agents has no import cycles: the random tiny build (agents.tiny) never reaches back into its
-    pretraining (agents.pretrain), which builds on it. A lazy import back closes a cycle and fails."""
+    """agents has no import cycles: the random tiny build (agents.models.tiny) never reaches back into its
+    pretraining (agents.models.pretrain), which builds on it. A lazy import back closes a cycle and fails."""
     tree = _copy_tree(tmp_path)
     assert _lint(tree, "--contract", "agents-acyclic").returncode == 0
-    with open(tree / "agents" / "tiny.py", "a") as f:
+    with open(tree / "agents" / "models" / "tiny.py", "a") as f:
         f.write("\n\ndef _back():\n    from .pretrain import pretrained_tiny_model  # deliberately cyclic\n")
     r = _lint(tree, "--contract", "agents-acyclic")
     assert r.returncode != 0 and "BROKEN" in r.stdout, r.stdout[-3000:]
     assert ".tiny -> .pretrain" in r.stdout, r.stdout[-3000:]
 
 
+def test_rooms_hold_at_most_twelve_files_and_no_contract_has_an_exception():
+    """A room of ``agents/`` or ``envfactory/factory/`` holds at most 12 modules (a newcomer finds a new
+    task kind's file, or a backend's, among a dozen); the import contracts carry no ignored import."""
+    for top in (ROOT / "agents", ROOT / "envfactory" / "factory"):
+        for room in [top, *(p for p in top.rglob("*") if (p / "__init__.py").is_file())]:
+            files = sorted(p.name for p in room.glob("*.py"))
+            assert len(files) <= 12, f"{room.relative_to(ROOT)} holds {len(files)} modules: {files}"
+    assert "ignore_imports" not in (ROOT / "pyproject.toml").read_text()
+
+
+@pytest.mark.parametrize("module, line, contract, arrow", [
+    ("agents/policies/policy.py", "from environments import find_light", "demo-family",
+     "agents.policies.policy -> environments.find_light"),
+    ("agents/models/tiny.py", "from agents.policies import hf_policy", "agents-rooms",
+     "agents.models.tiny -> agents.policies.hf_policy"),
+    ("envfactory/factory/tasks/kinds.py", "from envfactory.factory import from_class", "factory-rooms",
+     "envfactory.factory.tasks.kinds -> envfactory.factory.from_class"),
+    ("envfactory/factory/tasks/success.py", "from envfactory.factory.classes import pystate", "factory-rooms",
+     "envfactory.factory.tasks.success -> envfactory.factory.classes.pystate"),
+])
+def test_room_contracts_catch_an_upward_import(tmp_path, module, line, contract, arrow):
+    """Only ``agents.quickstart`` imports a demo family; agents' rooms and the factory's import downward
+    (importers -> classes -> tasks): one deliberate upward import fails its contract, naming it."""
+    tree = _copy_tree(tmp_path)
+    assert _lint(tree, "--contract", contract).returncode == 0
+    with open(tree / module, "a") as f:
+        f.write(f"\n{line}  # deliberately upward\n")
+    r = _lint(tree, "--contract", contract)
+    assert r.returncode != 0 and "BROKEN" in r.stdout, r.stdout[-3000:]
+    assert arrow in r.stdout, r.stdout[-3000:]
+
+
 def test_the_engine_sits_alone_at_the_root():
     """envfactory/ holds the engine's modules and the rooms; no benchmark inside the library."""
     root = {p.stem for p in (ROOT / "envfactory").glob("*.py")} - {"__init__"}
     assert root == {"registry", "episode", "world", "users", "mail", "definition", "parsing", "tooling", "task",
-                    "state", "env", "messages", "snapshots", "quotas", "processes"}, root
+                    "state", "env", "snapshots", "quotas", "processes"}, root
     rooms = {p.name for p in (ROOT / "envfactory").iterdir() if (p / "__init__.py").is_file()}
     assert rooms == {"cli", "faces", "checks", "evaluation", "factory", "runtime"}, rooms
     benchy = [str(p.relative_to(ROOT)) for p in (ROOT / "envfactory").rglob("*.py")

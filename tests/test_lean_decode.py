@@ -1,4 +1,4 @@
-"""agents.lean_decode and HFPolicy's grouped prefill: the fast paths sample what
+"""agents.policies.decode.lean_decode and HFPolicy's grouped prefill: the fast paths sample what
 transformers' own forward samples, for Qwen2 (q/k/v biases) and Llama checkpoints,
 and are refused where they would differ."""
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from agents import lean_decode
-from agents.hf_policy import HFPolicy
-from agents.policy import sampling_stats
-from agents.tiny import build_tiny_model
+from agents.policies.decode import lean_decode
+from agents.policies.hf_policy import HFPolicy
+from agents.policies.policy import sampling_stats
+from agents.models.tiny import build_tiny_model
 
 
 def _tokenizer():

@@ -12,8 +12,8 @@ from typing import Any, Iterator
 import pytest
 
 import envfactory
-from agents.openai_policy import OpenAIChat, ServerError
-from agents.users import LLMUser
+from agents.policies.openai_policy import OpenAIChat, ServerError
+from agents.policies.users import LLMUser
 from envfactory.checks.scripted import OraclePolicy, play
 from envfactory.users import user_facts
 

@@ -16,7 +16,7 @@ from agents.algorithms.logprobs import token_logprobs  # noqa: E402
 def model():
     from transformers import AutoModelForCausalLM
 
-    from agents.tiny import build_tiny_model
+    from agents.models.tiny import build_tiny_model
 
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_pretrained(build_tiny_model(), dtype=torch.float32)

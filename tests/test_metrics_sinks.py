@@ -50,8 +50,8 @@ def run(tmp_path_factory):
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     require_module("tensorboard", "pip install 'envfactory[tensorboard]'; scripts/setup.sh installs it")
-    from agents.hf_policy import HFPolicy
-    from agents.tiny import build_tiny_model
+    from agents.policies.hf_policy import HFPolicy
+    from agents.models.tiny import build_tiny_model
     from agents.trainer import Trainer
 
     tmp = tmp_path_factory.mktemp("sinks")
@@ -100,8 +100,8 @@ def test_an_unknown_sink_is_an_error_naming_it_and_the_sinks(tmp_path):
 def test_a_missing_package_names_the_extra_to_install(tmp_path, monkeypatch, sink, extra):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from agents.hf_policy import HFPolicy
-    from agents.tiny import build_tiny_model
+    from agents.policies.hf_policy import HFPolicy
+    from agents.models.tiny import build_tiny_model
     from agents.trainer import Trainer
 
     monkeypatch.setitem(sys.modules, extra, None)  # `import <extra>` raises ImportError, as when not installed
@@ -111,7 +111,7 @@ def test_a_missing_package_names_the_extra_to_install(tmp_path, monkeypatch, sin
 
 
 def test_a_sink_object_must_write_or_be_callable():
-    from agents.algorithms.metrics import make_sinks
+    from agents.metrics import make_sinks
 
     with pytest.raises(ValueError, match="write\\(row\\) and close\\(\\)"):
         make_sinks([], None, objects=[42])
@@ -166,7 +166,7 @@ def test_tensorboard_tags_an_sft_row_by_its_learner_at_its_epoch(tmp_path):
     pytest.importorskip("torch")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from agents.algorithms.metrics import TensorBoardSink
+    from agents.metrics import TensorBoardSink
 
     sink = TensorBoardSink(tmp_path)
     for epoch, nll in [(1, 2.5), (2, 1.25)]:

@@ -1,7 +1,7 @@
-"""The optional paraphrase pass (envfactory/factory/paraphrase.py): a chat model's rewording is
+"""The optional paraphrase pass (envfactory/factory/tasks/paraphrase.py): a chat model's rewording is
 kept only if it keeps every id, quoted value, number and name and adds none; otherwise, or when
 the model fails, the task keeps its own words. Played against a replayed endpoint (recorded
-replies, served through agents.openai_policy.OpenAIChat over an httpx mock transport), and on
+replies, served through agents.policies.openai_policy.OpenAIChat over an httpx mock transport), and on
 real tasks whose reworded instructions keep their reference solutions."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 
 import envfactory
-from agents.openai_policy import OpenAIChat
+from agents.policies.openai_policy import OpenAIChat
 from envfactory import ToolCall
-from envfactory.factory.paraphrase import lost, paraphrase
+from envfactory.factory.tasks.paraphrase import lost, paraphrase
 from envfactory.task import Task
 
 CASSETTE = json.loads((Path(__file__).parent / "fixtures" / "paraphrase_cassette.json").read_text())["replies"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.hf_policy import HFPolicy
-from agents.policy import sampling_stats
-from agents.tiny import build_tiny_model
+from agents.policies.hf_policy import HFPolicy
+from agents.policies.policy import sampling_stats
+from agents.models.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import envfactory
-from agents.policy import sampling_stats
+from agents.policies.policy import sampling_stats
 from agents.rollout import rollout
 from agents.rollout_check import invariant_problems
-from agents.scripted_model import ScriptedModel
-from agents.tiny import build_tiny_model
+from agents.policies.scripted_model import ScriptedModel
+from agents.models.tiny import build_tiny_model
 from conftest import require_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -21,7 +21,7 @@ LIST_ROOT = '<tool_call>\n{"name": "list_dir", "arguments": {"path": "/"}}\n</to
 @pytest.fixture(scope="module")
 def server():
     require_vllm()
-    from agents.vllm_server import vllm_server
+    from agents.policies.vllm_server import vllm_server
 
     path = build_tiny_model()
     with vllm_server(path) as url:
@@ -31,7 +31,7 @@ def server():
 def test_token_mode_matches_hf_logprobs(server) -> None:
     from transformers import AutoModelForCausalLM
 
-    from agents.openai_policy import OpenAIPolicy
+    from agents.policies.openai_policy import OpenAIPolicy
 
     url, path = server
     pol = OpenAIPolicy(url, path, mode="tokens")
@@ -53,7 +53,7 @@ def test_token_mode_matches_hf_logprobs(server) -> None:
 
 
 def test_rollout_over_http_is_token_in_token_out(server) -> None:
-    from agents.openai_policy import OpenAIPolicy
+    from agents.policies.openai_policy import OpenAIPolicy
 
     url, path = server
     pol = OpenAIPolicy(url, path, mode="auto")
@@ -69,7 +69,7 @@ def test_rollout_over_http_is_token_in_token_out(server) -> None:
 
 
 def test_text_only_mode_for_evaluation(server) -> None:
-    from agents.openai_policy import OpenAIPolicy
+    from agents.policies.openai_policy import OpenAIPolicy
 
     url, path = server
     pol = OpenAIPolicy(url, path, mode="text")
@@ -92,9 +92,9 @@ def test_trained_weights_reach_the_server_after_each_step(server) -> None:
     from transformers import AutoModelForCausalLM
 
     from agents import Trainer
-    from agents.algorithms.arpo import GRPO
+    from agents.algorithms.objectives import GRPO
     from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
-    from agents.openai_policy import OpenAIPolicy
+    from agents.policies.openai_policy import OpenAIPolicy
 
     url, path = server
     pol = OpenAIPolicy(url, path, mode="tokens")
@@ -123,7 +123,7 @@ def test_trained_weights_reach_the_server_after_each_step(server) -> None:
 def test_pushing_weights_to_a_server_without_dev_mode_names_the_fix() -> None:
     import httpx
 
-    from agents.openai_policy import OpenAIPolicy, ServerError
+    from agents.policies.openai_policy import OpenAIPolicy, ServerError
 
     def app(request: httpx.Request) -> httpx.Response:
         return httpx.Response(404, json={"detail": "Not Found"})

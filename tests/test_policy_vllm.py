@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import envfactory
-from agents.policy import sampling_stats
+from agents.policies.policy import sampling_stats
 from agents.rollout import rollout
 from agents.rollout_check import invariant_problems
-from agents.scripted_model import RecordingPolicy, ScriptedModel
-from agents.tiny import build_tiny_model
+from agents.policies.scripted_model import RecordingPolicy, ScriptedModel
+from agents.models.tiny import build_tiny_model
 from conftest import require_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -24,7 +24,7 @@ LIST_ROOT = '<tool_call>\n{"name": "list_dir", "arguments": {"path": "/"}}\n</to
 @pytest.fixture(scope="module")
 def engine():
     require_vllm()
-    from agents.vllm_policy import VLLMPolicy
+    from agents.policies.vllm_policy import VLLMPolicy
 
     policy = VLLMPolicy(build_tiny_model(), gpu_memory_utilization=0.2)
     yield policy

@@ -1,4 +1,4 @@
-"""agents.prefix_cache.PrefixCache: the sorted index finds what a scan of every entry finds."""
+"""agents.policies.decode.prefix_cache.PrefixCache: the sorted index finds what a scan of every entry finds."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.prefix_cache import PrefixCache, common_prefix_len
+from agents.policies.decode.prefix_cache import PrefixCache, common_prefix_len
 
 # short sequences over a few ids (and a large one: byte order must be id order), so that prefixes collide
 seqs = st.lists(st.sampled_from([0, 1, 2, 255, 256, 70_000]), min_size=1, max_size=7)

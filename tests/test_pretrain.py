@@ -15,11 +15,11 @@ import envfactory
 
 torch = pytest.importorskip("torch")
 
-from agents.pretrain import (  # noqa: E402
+from agents.models.pretrain import (  # noqa: E402
     PRETRAIN_CONFIG, PRETRAIN_MODEL, Play, _key, _loss_sums, _shared_rows, _train, check_no_eval, pretrain,
     pretrain_corpus,
 )
-from agents.tiny import build_tiny_model  # noqa: E402
+from agents.models.tiny import build_tiny_model  # noqa: E402
 
 # a few small steps: the test checks the mechanism, the default recipe is measured by `envfactory pretrain`
 SMALL = {"batch": 1, "seq_len": 1536, "warmup": 1, "lr": 3e-3, "heldout_tokens": 2048}
@@ -174,7 +174,7 @@ recipe's format, re-measure, and update this constant with the figures."""
 
 
 def test_the_default_pretraining_corpus_is_pinned():
-    from agents.pretrain import corpus_hash, pretrain_corpus
+    from agents.models.pretrain import corpus_hash, pretrain_corpus
 
     assert corpus_hash(pretrain_corpus()) == PINNED_CORPUS_HASH, (
         "the default pretraining corpus changed (see PINNED_CORPUS_HASH): the embedded model's "

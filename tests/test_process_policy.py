@@ -11,9 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")  # a failure under CI=true (see conftest)
 pytest.importorskip("transformers")
 
-from agents import decode_attention  # noqa: E402
-from agents.hf_policy import HFPolicy  # noqa: E402
-from agents.process_policy import ProcessPolicy  # noqa: E402
+from agents.policies.decode import decode_attention  # noqa: E402
+from agents.policies.hf_policy import HFPolicy  # noqa: E402
+from agents.policies.process_policy import ProcessPolicy  # noqa: E402
 
 PROMPTS = [[5 + (i % 3), 6, 7, 8 + i, 9] * (1 + i % 4) for i in range(9)]
 
@@ -41,7 +41,7 @@ def _by_shares(twin: HFPolicy, prompts: list[list[int]], n: int, **kw) -> list[l
 
 @pytest.fixture(scope="module")
 def tiny_path() -> str:
-    from agents.tiny import build_tiny_model
+    from agents.models.tiny import build_tiny_model
 
     return build_tiny_model()
 
@@ -134,7 +134,7 @@ def test_bad_arguments(tiny_path):
 
 def test_a_trainer_trains_through_it_and_samples_with_the_new_weights(tiny_path):
     from agents import Trainer
-    from agents.algorithms.arpo import GRPO
+    from agents.algorithms.objectives import GRPO
     from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
 
     torch.manual_seed(0)

@@ -52,11 +52,11 @@ def test_the_pools_that_run_long_jobs_use_it() -> None:
     """The pools of the quickstart, the registry's cold listing and verify are worker_pool's."""
     import inspect
 
-    import agents.quickstart
+    import agents.quickstart.experiment
     import envfactory.checks.verify
     import envfactory.registry
 
-    for mod in (agents.quickstart, envfactory.registry, envfactory.checks.verify):
+    for mod in (agents.quickstart.experiment, envfactory.registry, envfactory.checks.verify):
         src = inspect.getsource(mod)
         assert "worker_pool(" in src and "ProcessPoolExecutor(" not in src, mod.__name__
 

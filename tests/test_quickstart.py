@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import envfactory  # noqa: E402
-from agents.quickstart import QuickstartConfig, _finished, check_splits, run_quickstart  # noqa: E402
+from agents.quickstart.experiment import QuickstartConfig, _finished, check_splits, run_quickstart  # noqa: E402
 
 
 @pytest.mark.slow
@@ -97,7 +97,7 @@ def test_a_dead_worker_loses_only_its_units_and_the_run_goes_on_in_fewer(tmp_pat
     """Before: a worker killed by the kernel (seed 1 of a SmolLM2 quickstart, 13.5 GB) broke the
     pool, and BrokenProcessPool ended the whole run. Now the units in flight run again in a pool
     of one worker fewer; every unit's result arrives once."""
-    from agents.quickstart import _run_units
+    from agents.quickstart.experiment import _run_units
 
     (tmp_path / "die").write_text("0-rft")
     cfg = QuickstartConfig(seeds=[0, 1], output_dir=str(tmp_path))
@@ -128,8 +128,8 @@ def test_overlapping_splits_and_unknown_arms_are_errors() -> None:
 def test_the_model_chooses_its_reader_learning_rate_and_primary_half() -> None:
     """``model="smol"`` brings SmolLM2's reader recipe (under the caller's overrides) and RL learning
     rate; the tiny model's recipe is the one its results were recorded with (no ``model`` key)."""
-    from agents.quickstart import MODELS, _recipe
-    from agents.reader import _FORMAT, READER_CONFIG, SMOL_READER_CONFIG
+    from agents.quickstart.experiment import MODELS, _recipe
+    from agents.quickstart.reader import _FORMAT, READER_CONFIG, SMOL_READER_CONFIG
 
     tiny = QuickstartConfig()
     assert tiny.rl_lr == 2e-4 and "model" not in _recipe(tiny)
@@ -149,7 +149,7 @@ def test_the_model_chooses_its_reader_learning_rate_and_primary_half() -> None:
 def test_the_dev_split_is_fresh_tasks_no_seed_trains_or_is_evaluated_on() -> None:
     """Variants are chosen on ``eval_split="dev"``: tasks of the training names and phrasings
     that are in no split of the environment and in no reader's supply stream."""
-    from agents.quickstart import _algorithm, _recipe, eval_tasks
+    from agents.quickstart.experiment import _algorithm, _recipe, eval_tasks
     from environments.find_light import HELDOUT_NAMES, v3_supply
 
     dev = eval_tasks("FindLight-v3", split="dev")["unseen"]
@@ -177,7 +177,7 @@ def _assert_measured_since(root, commit: str, results: str) -> None:
     import os
     import subprocess
 
-    from agents.quickstart import FIGURES_SINCE
+    from agents.quickstart.experiment import FIGURES_SINCE
 
     def git(*args: str) -> int:
         return subprocess.run(["git", *args], cwd=root, capture_output=True).returncode
@@ -197,7 +197,7 @@ def test_readme_figures_are_generated_from_a_results_file_of_the_current_recipe(
     changed default (a reader recipe, a learning rate) fails here until the figures are measured again."""
     from pathlib import Path
 
-    from agents.quickstart import RUN_OPTIONS, _recipe, figures_block, readme_figures
+    from agents.quickstart.experiment import RUN_OPTIONS, _recipe, figures_block, readme_figures
 
     root = Path(__file__).resolve().parents[1]
     results, block = readme_figures(root / "README.md")
@@ -218,7 +218,7 @@ def test_a_seed_whose_reader_sft_did_not_take_is_named_in_the_figures_and_the_re
     import copy
     from pathlib import Path
 
-    from agents.quickstart import _report, figures_block
+    from agents.quickstart.experiment import _report, figures_block
 
     root = Path(__file__).resolve().parents[1]
     s = json.loads((root / "benchmarks/results/quickstart-2026-12-02.json").read_text())

@@ -221,10 +221,10 @@ def trainer_pair(**ray_kwargs):
     Returns ``((hf_a, local), (hf_b, far))``."""
     torch = pytest.importorskip("torch")
     from agents import Trainer
-    from agents.algorithms.arpo import ARPO
-    from agents.hf_policy import HFPolicy
-    from agents.scripted_model import ScriptedModel
-    from agents.tiny import build_tiny_model
+    from agents.algorithms.objectives import ARPO
+    from agents.policies.hf_policy import HFPolicy
+    from agents.policies.scripted_model import ScriptedModel
+    from agents.models.tiny import build_tiny_model
     from agents.train_config import OptimConfig, OutputConfig, RuntimeConfig, SamplingConfig, TrainerConfig
 
     path = build_tiny_model()

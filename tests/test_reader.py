@@ -63,7 +63,7 @@ def test_the_swap_twin_moves_only_the_answer() -> None:
 
 
 def _scripted(tokenizer, reads: bool):
-    from agents.scripted_model import ScriptedModel
+    from agents.policies.scripted_model import ScriptedModel
 
     def script(ids, turn):
         text = tokenizer.decode(ids)
@@ -86,8 +86,8 @@ def _scripted(tokenizer, reads: bool):
 def test_the_probe_tells_a_reader_from_a_guesser() -> None:
     from transformers import AutoTokenizer
 
-    from agents.probe import blind_baselines, reading_report
-    from agents.tiny import build_tiny_model
+    from agents.quickstart.probe import blind_baselines, reading_report
+    from agents.models.tiny import build_tiny_model
 
     tok = AutoTokenizer.from_pretrained(build_tiny_model())
     tasks = envfactory.spec("FindLight-v3").tasks_in("eval")[:12]
@@ -112,9 +112,9 @@ def test_packed_sft_scores_exactly_the_model_s_own_tokens() -> None:
     from transformers import AutoTokenizer
 
     from agents.algorithms.sft import reference_rollouts
-    from agents.pretrain import _shared_rows, assistant_mask
-    from agents.reader import READER_CONFIG, reader_plays
-    from agents.tiny import build_tiny_model
+    from agents.models.pretrain import _shared_rows, assistant_mask
+    from agents.quickstart.reader import READER_CONFIG, reader_plays
+    from agents.models.tiny import build_tiny_model
 
     tok = AutoTokenizer.from_pretrained(build_tiny_model())
 
@@ -143,9 +143,9 @@ def test_packed_sft_scores_exactly_the_model_s_own_tokens() -> None:
 def test_every_seed_starts_from_one_pretrained_checkpoint_unless_told(monkeypatch) -> None:
     """Reader SFT of every seed starts from pretraining seed ``base_seed`` (0), or from the seed's
     own checkpoint with ``base_seed=None``; the random build ignores it."""
-    import agents.pretrain as pretrain
-    import agents.tiny as tiny
-    from agents.reader import base_model
+    import agents.models.pretrain as pretrain
+    import agents.models.tiny as tiny
+    from agents.quickstart.reader import base_model
 
     calls = []
     monkeypatch.setattr(pretrain, "pretrained_tiny_model",
@@ -159,7 +159,7 @@ def test_every_seed_starts_from_one_pretrained_checkpoint_unless_told(monkeypatc
     # pretraining's progress reaches the caller's log (before, the quickstart's pretraining was silent)
     assert base_model(1, log=print, device="cuda") == "pretrained-0"
     assert calls[-1] == {"log": print, "device": "cuda", "tokenizer": "qwen"}
-    # the recipe's tokenizer (agents.tiny.TOKENIZERS) reaches the base it starts from
+    # the recipe's tokenizer (agents.models.tiny.TOKENIZERS) reaches the base it starts from
     assert base_model(3, {"pretrained": False, "tokenizer": "words"}) == "random-3-words"
     base_model(3, {"tokenizer": "words"})
     assert calls[-1]["tokenizer"] == "words"
@@ -168,8 +168,8 @@ def test_every_seed_starts_from_one_pretrained_checkpoint_unless_told(monkeypatc
 def test_the_base_can_be_smol_or_a_model_folder_and_a_wrong_one_is_named(monkeypatch, tmp_path) -> None:
     """``base`` chooses what reader SFT starts from: the packaged SmolLM2 (its signatures template),
     any local HF model folder, and an error naming the choices for anything else."""
-    import agents.smol as smol
-    from agents.reader import base_model
+    import agents.models.smol as smol
+    from agents.quickstart.reader import base_model
 
     monkeypatch.setattr(smol, "smol_model_path", lambda cache_dir=None, tools="json": f"smol-{tools}")
     assert base_model(0, {"base": "smol"}) == "smol-signatures"
@@ -185,7 +185,7 @@ def test_the_copy_check_runs_sft_again_until_it_passes_and_a_pass_changes_nothin
     the weights it has without the check (the check neither trains nor draws from the seed's RNG)."""
     from safetensors.torch import load_file
 
-    from agents.reader import reader_model
+    from agents.quickstart.reader import reader_model
 
     small = {"pretrained": False, "supply": 4, "sft_tasks": 2, "seq_len": 1024}
     lines: list[str] = []
@@ -205,7 +205,7 @@ def test_the_copy_check_runs_sft_again_until_it_passes_and_a_pass_changes_nothin
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
     # "check": None is the recipe before the check existed: readers cached then are found again
     # (SmolLM2's reader recipe says None; before the fix its folder changed with the new key)
-    import agents.reader as reader_mod
+    import agents.quickstart.reader as reader_mod
 
     before = {k: v for k, v in reader_mod.READER_CONFIG.items() if k != "check"}
     monkeypatch.setattr(reader_mod, "READER_CONFIG", before)

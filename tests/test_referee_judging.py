@@ -16,7 +16,7 @@ from pydantic import field_serializer
 
 import envfactory
 from envfactory import State
-from envfactory.factory.checks import ChangeCheck
+from envfactory.factory.tasks.success import ChangeCheck
 from envfactory.state import (ABSENT, UNSURE, canonical_json, copy_state, leaf_at, live_leaf, same_state,
                               state_hash, state_leaves)
 

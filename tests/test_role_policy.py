@@ -1,8 +1,8 @@
 """One contract for whatever plays a role: :class:`envfactory.checks.scripted.RolePolicy`.
 
 Scripted agents, environments' own experts and a model behind its adapter all satisfy it,
-and :func:`play` takes any of them. The token-level model :class:`agents.policy.Policy` is a
-different contract with its own name (its test double is :class:`agents.scripted_model.ScriptedModel`).
+and :func:`play` takes any of them. The token-level model :class:`agents.policies.policy.Policy` is a
+different contract with its own name (its test double is :class:`agents.policies.scripted_model.ScriptedModel`).
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ def test_a_model_plays_a_role_through_its_adapter():
     pytest.importorskip("torch")
     from transformers import AutoTokenizer
 
-    from agents.policy import Policy
-    from agents.policy_spec import LLMRolePolicy
-    from agents.scripted_model import ScriptedModel
-    from agents.tiny import build_tiny_model
+    from agents.policies.policy import Policy
+    from agents.policies.policy_spec import LLMRolePolicy
+    from agents.policies.scripted_model import ScriptedModel
+    from agents.models.tiny import build_tiny_model
 
     model = ScriptedModel(AutoTokenizer.from_pretrained(build_tiny_model()),
                           lambda p, turn: SOLVE if turn == 0 else "Done: it shows 3.")

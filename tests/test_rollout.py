@@ -7,11 +7,11 @@ import json
 import pytest
 
 import envfactory
-from agents.hf_policy import HFPolicy
+from agents.policies.hf_policy import HFPolicy
 from agents.rollout import Trajectory, advance, rollout, start
 from agents.rollout_check import invariant_problems
-from agents.scripted_model import RecordingPolicy, ScriptedModel
-from agents.tiny import build_tiny_model
+from agents.policies.scripted_model import RecordingPolicy, ScriptedModel
+from agents.models.tiny import build_tiny_model
 from agents.trajectories import load_trajectories, save_trajectories
 
 LIST_ROOT = '<tool_call>\n{"name": "list_dir", "arguments": {"path": "/"}}\n</tool_call>'

@@ -8,9 +8,10 @@ import pytest
 pytest.importorskip("transformers")
 
 import envfactory  # noqa: E402
-from agents.algorithms.arpo import ARPO, GRPO, sample_groups  # noqa: E402
+from agents.algorithms.objectives import ARPO, GRPO  # noqa: E402
+from agents.algorithms.branching import sample_groups  # noqa: E402
 from agents.rollout import advance, rollout, start  # noqa: E402
-from agents.scripted_model import ScriptedModel  # noqa: E402
+from agents.policies.scripted_model import ScriptedModel  # noqa: E402
 
 SOLVE = '<tool_call>\n{"name": "increment", "arguments": {"by": 3}}\n</tool_call>'  # counter-0-3 in one call
 MORE = '<tool_call>\n{"name": "read_counter", "arguments": {}}\n</tool_call>'
@@ -20,7 +21,7 @@ MORE = '<tool_call>\n{"name": "read_counter", "arguments": {}}\n</tool_call>'
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from agents.tiny import build_tiny_model
+    from agents.models.tiny import build_tiny_model
 
     return AutoTokenizer.from_pretrained(build_tiny_model())
 
@@ -70,8 +71,8 @@ def test_trainers_max_turns_ends_the_episode_which_judges_it(tokenizer):
     """The trainer's max_turns is the episodes' own turn limit, so a cut episode is judged (not 0)."""
     torch = pytest.importorskip("torch")
     from agents import Trainer
-    from agents.hf_policy import HFPolicy
-    from agents.tiny import build_tiny_model
+    from agents.policies.hf_policy import HFPolicy
+    from agents.models.tiny import build_tiny_model
     from agents.train_config import SamplingConfig, TrainerConfig
 
     pol = _solver(tokenizer)

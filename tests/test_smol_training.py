@@ -35,7 +35,7 @@ def tiny_tok():
     require_torch()
     from transformers import AutoTokenizer
 
-    from agents.tiny import build_tiny_model
+    from agents.models.tiny import build_tiny_model
 
     return AutoTokenizer.from_pretrained(build_tiny_model())
 
@@ -45,7 +45,7 @@ def _render(tok, template: str, messages: list[dict], tools=SCHEMAS, **kw) -> st
 
 
 def test_signatures_show_each_tool_on_one_line_with_types_enums_and_optional_marks(tiny_tok) -> None:
-    from agents.smol import SIGNATURES_TEMPLATE
+    from agents.models.smol import SIGNATURES_TEMPLATE
 
     text = _render(tiny_tok, SIGNATURES_TEMPLATE, [{"role": "user", "content": "hi"}])
     tools = text.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0].split("\n")
@@ -60,8 +60,8 @@ def test_signatures_show_each_tool_on_one_line_with_types_enums_and_optional_mar
 def test_signatures_render_turns_exactly_as_the_json_template_does(tiny_tok) -> None:
     """Only the tool list differs: a conversation's turns (calls, responses, the generation
     prompt) are the same text, so parsing and token accounting are unchanged."""
-    from agents.smol import SIGNATURES_TEMPLATE
-    from agents.tiny import CHAT_TEMPLATE
+    from agents.models.smol import SIGNATURES_TEMPLATE
+    from agents.models.tiny import CHAT_TEMPLATE
 
     call = '<tool_call>\n{"name": "restock_product", "arguments": {"product_id": "P-1", "stock": 3}}\n</tool_call>'
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Restock P-1 to 3."},
@@ -77,8 +77,8 @@ def test_signatures_render_turns_exactly_as_the_json_template_does(tiny_tok) -> 
 
 
 def test_signatures_render_every_registered_environment_shorter(tiny_tok) -> None:
-    from agents.smol import SIGNATURES_TEMPLATE
-    from agents.tiny import CHAT_TEMPLATE
+    from agents.models.smol import SIGNATURES_TEMPLATE
+    from agents.models.tiny import CHAT_TEMPLATE
 
     for name in ("RetailOrders-v1", "AutoRepair-v0", "FindLight-v3", "Bank-v0"):
         env = envfactory.make(name)
@@ -98,8 +98,8 @@ def test_freeze_below_trains_only_the_top_layers_and_a_step_changes_only_them() 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agents.smol import freeze_below
-    from agents.tiny import build_tiny_model
+    from agents.models.smol import freeze_below
+    from agents.models.tiny import build_tiny_model
 
     model = AutoModelForCausalLM.from_pretrained(build_tiny_model(), dtype=torch.float32)
     n_layers = len(model.model.layers)
@@ -125,9 +125,9 @@ def test_scored_only_losses_equal_the_full_losses_at_scored_positions_and_train_
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agents.pretrain import _loss_sums, _shared_rows
-    from agents.reader import reader_plays, sft_step
-    from agents.tiny import build_tiny_model
+    from agents.models.pretrain import _loss_sums, _shared_rows
+    from agents.quickstart.reader import reader_plays, sft_step
+    from agents.models.tiny import build_tiny_model
 
     path = build_tiny_model()
     tok = AutoTokenizer.from_pretrained(path)

@@ -114,8 +114,8 @@ def test_a_rollout_over_shared_containers_steps_them_in_batch_frames() -> None:
     from transformers import AutoTokenizer
 
     from agents.rollout import rollout
-    from agents.scripted_model import ScriptedModel
-    from agents.tiny import build_tiny_model
+    from agents.policies.scripted_model import ScriptedModel
+    from agents.models.tiny import build_tiny_model
 
     tokenizer = AutoTokenizer.from_pretrained(build_tiny_model())
     inc = ACTIONS[1]

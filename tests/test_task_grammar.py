@@ -1,4 +1,4 @@
-"""Compositional goal kinds from the task grammar (issue 26, envfactory.factory.task_grammar):
+"""Compositional goal kinds from the task grammar (issue 26, envfactory.factory.tasks.grammar):
 every kind is made by several families, its reference earns 1 through the episode API, doing
 nothing and acting on every row earn 0, and the row a chain picks decides what it acts on."""
 
@@ -11,7 +11,7 @@ import pytest
 
 import envfactory
 from envfactory.checks.scripted import NoopPolicy, OraclePolicy, ScriptPolicy, play
-from envfactory.factory import task_grammar
+from envfactory.factory.tasks import grammar as task_grammar
 from envfactory.task import ToolCall
 
 FAMILIES = ["RetailOrders-v1", "AutoRepair-v0", "Telecom-v0", "Loans-v0", "CarRental-v0", "Cinema-v0"]

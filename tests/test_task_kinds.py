@@ -94,7 +94,7 @@ def test_conditional_branches_on_values_only_a_tool_shows():
     for task in tasks:
         acts = [c.name for c in task.solution if not spec.tools_of()[c.name].read_only]
         assert len(set(acts)) == 2, (task.instruction, acts)  # both branches occur
-        # a condition and its alternative, in whichever of the kind's frames (envfactory/factory/realize.py)
+        # a condition and its alternative, in whichever of the kind's frames (envfactory/factory/tasks/realize.py)
         assert re.search(r"\b(if|when|where)\b", task.instruction, re.IGNORECASE) and (
             re.search(r"\b(otherwise|if not|the rest|everywhere else|when)\b", task.instruction, re.IGNORECASE)
             or len(re.findall(r"\bif\b", task.instruction, re.IGNORECASE)) >= 2), task.instruction  # "..., and if ..."
@@ -202,8 +202,8 @@ def test_an_llm_user_answers_on_the_host_and_its_failures_are_observations():
 @pytest.mark.slow
 def test_llm_user_over_a_policy_backend():
     pytest.importorskip("torch")
-    from agents.hf_policy import HFPolicy
-    from agents.users import LLMUser
+    from agents.policies.hf_policy import HFPolicy
+    from agents.policies.users import LLMUser
 
     user = LLMUser(HFPolicy(None), max_new_tokens=12, temperature=0.0)
     msgs = user.messages("What is your name?", {"name": "Kim"}, [("hi", "hello")])
@@ -389,10 +389,10 @@ def test_curriculum_promotes_on_success_and_draws_fresh_seeded_tasks():
 @pytest.mark.slow
 def test_trainer_runs_a_curriculum_and_checkpoints_it(tmp_path):
     torch = pytest.importorskip("torch")
-    from agents.algorithms.arpo import GRPO
+    from agents.algorithms.objectives import GRPO
     from agents.curriculum import Curriculum
-    from agents.hf_policy import HFPolicy
-    from agents.tiny import build_tiny_model
+    from agents.policies.hf_policy import HFPolicy
+    from agents.models.tiny import build_tiny_model
     from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
     from agents.trainer import Trainer
 
@@ -445,7 +445,7 @@ def test_only_people_play_the_user(tmp_path: Path):
 def test_a_synthesis_probe_never_writes_the_rows_it_was_made_from():
     """Task synthesis tries a tool on a copy that copies a row only when the tool reaches it
     (task_kinds._ProbeRows): every way in (get, indexing, values, items, pop) gives a copy."""
-    from envfactory.factory.task_kinds import _ProbeRows
+    from envfactory.factory.tasks.kinds import _ProbeRows
 
     rows = {"a": {"x": 1}, "b": {"x": 2}}
     probe = _ProbeRows(rows)

@@ -1,4 +1,4 @@
-"""The language layer of goal-level tasks (envfactory/factory/realize.py): the mechanical tells
+"""The language layer of goal-level tasks (envfactory/factory/tasks/realize.py): the mechanical tells
 that machine-written task text showed (issue 26: "of it", "its weight kg is", underscores,
 op-name dumps like "Send to repair for every book", "whose author is Dick and status is
 available", "a estimate", "1 nights") are held at zero over every goal-level task of every
@@ -14,10 +14,10 @@ from functools import lru_cache
 import pytest
 
 import envfactory
-from envfactory.factory.realize import FRAMES, Measure, Selection, Owner, a, amount, compare, is_plural
+from envfactory.factory.tasks.realize import FRAMES, Measure, Selection, Owner, a, amount, compare, is_plural
 
 GOAL_KINDS = ("lookup", "conditional", "policy", "answer", "user", "multi_service",
-              "chain", "aggregate", "exception", "recovery")  # the last four: envfactory/factory/task_grammar.py
+              "chain", "aggregate", "exception", "recovery")  # the last four: envfactory/factory/tasks/grammar.py
 
 
 def _quoted_removed(text: str) -> str:

@@ -1,4 +1,4 @@
-"""agents.torch_extras: a torchvision/torchaudio/torchcodec that cannot load (what plain
+"""agents.models.torch_extras: a torchvision/torchaudio/torchcodec that cannot load (what plain
 ``pip install 'envfactory[vllm]'`` leaves) must not break transformers or vLLM."""
 
 from __future__ import annotations

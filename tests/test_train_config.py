@@ -8,7 +8,8 @@ import json
 import pytest
 import yaml
 
-from agents.algorithms.arpo import ARPO, GRPO
+from agents.algorithms.objectives import ARPO, GRPO
+from agents.policies.scripted_model import ScriptedModel
 from agents.trainer import Trainer
 from agents.train_config import (EvalConfig, OptimConfig, OutputConfig, RuntimeConfig, SamplingConfig, SFTConfig,
                                  TrainerConfig)
@@ -121,6 +122,35 @@ def test_a_trainer_built_from_a_config_file_trains_a_step(tmp_path):
         assert all(e.max_turns == 1 for e in tr.envs)
         assert (tmp_path / "out" / "checkpoints" / "step-1").is_dir()
         assert json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 1
+    finally:
+        tr.close()
+
+
+def test_a_config_compares_equal_before_and_after_training():
+    """The config is a value: training keeps its run state (ARPO's running ΔH scale, the step) on the
+    Trainer, so the config it was given compares equal afterwards, and its algorithm cannot be changed."""
+    import copy
+    import dataclasses
+
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    cfg = TrainerConfig.from_dict({**TINY, "steps": 2, "sampling": {"max_new_tokens": 8, "max_turns": 3},
+                                   "algorithm": {"name": "arpo", "M": 4, "N": 2, "k": 4, "branch_after": "any"}})
+    before = copy.deepcopy(cfg)
+    tr = Trainer.from_config(cfg)
+    try:
+        tr.train()
+        # a sampling round in which ARPO decides on branches (a scripted model calls a tool, then answers)
+        learner = tr.team
+        tr.team = ScriptedModel(learner.tokenizer, lambda ids, turn: '<tool_call>{"name": "increment", '
+                                '"arguments": {}}</tool_call>' if turn < 2 else "Done.")
+        tr._groups(tr.pool[:1], tr.algorithm, seed=0, temperature=1.0)
+        tr.team = learner
+        assert tr.branch_scale is not None and tr.branch_scale.mean_square is not None  # ARPO decided
+        assert tr.config is cfg and cfg == before and cfg.to_dict() == before.to_dict()
+        assert vars(cfg.algorithm) == vars(before.algorithm)  # no hidden field (compare=False) changed either
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            cfg.algorithm.N = 3  # type: ignore[misc]
     finally:
         tr.close()
 

@@ -11,7 +11,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import agents.trainer as trainer_mod  # noqa: E402
-from agents.algorithms.arpo import GRPO, sample_groups  # noqa: E402
+from agents.algorithms.objectives import GRPO  # noqa: E402
+from agents.algorithms.branching import sample_groups  # noqa: E402
 from agents.algorithms.logprobs import token_logprobs  # noqa: E402
 from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig  # noqa: E402
 from agents.trainer import Trainer  # noqa: E402
@@ -33,8 +34,8 @@ def _summed_logprobs(tr: Trainer, trajs) -> list[float]:
 
 
 def test_one_step_raises_the_success_and_lowers_the_failures(monkeypatch):
-    from agents.hf_policy import HFPolicy
-    from agents.tiny import build_tiny_model
+    from agents.policies.hf_policy import HFPolicy
+    from agents.models.tiny import build_tiny_model
 
     torch.manual_seed(0)
     policy = HFPolicy(build_tiny_model(), device="cpu")
@@ -62,8 +63,8 @@ def test_one_step_raises_the_success_and_lowers_the_failures(monkeypatch):
 
 def test_several_updates_per_batch_take_that_many_steps_further_the_same_way(monkeypatch):
     """``updates=3`` (GRPO's μ): three optimizer steps on one batch, moving the winner further than one."""
-    from agents.hf_policy import HFPolicy
-    from agents.tiny import build_tiny_model
+    from agents.policies.hf_policy import HFPolicy
+    from agents.models.tiny import build_tiny_model
 
     with pytest.raises(ValueError, match="updates"):
         GRPO(M=4, updates=0)

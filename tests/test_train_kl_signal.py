@@ -55,15 +55,15 @@ def test_pg_token_mean_excludes_samples_without_signal():
 
 @pytest.fixture(scope="module")
 def tiny_path():
-    from agents.tiny import build_tiny_model
+    from agents.models.tiny import build_tiny_model
 
     return build_tiny_model()
 
 
 def _grads_after_one_step(tiny_path, kl_coef):
     from agents import Trainer
-    from agents.algorithms.arpo import GRPO
-    from agents.hf_policy import HFPolicy
+    from agents.algorithms.objectives import GRPO
+    from agents.policies.hf_policy import HFPolicy
     from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
 
     calls = {"n": 0}
@@ -107,8 +107,8 @@ def test_train_step_alone_builds_the_reference_and_applies_the_kl_term(tiny_path
     """Before the fix only train() and train_agent_loop() built the reference: train_step on its own
     ran with kl exactly 0.0 at every step although kl_coef was set."""
     from agents import Trainer
-    from agents.algorithms.arpo import GRPO
-    from agents.hf_policy import HFPolicy
+    from agents.algorithms.objectives import GRPO
+    from agents.policies.hf_policy import HFPolicy
     from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig
 
     torch.manual_seed(0)

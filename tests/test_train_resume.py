@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from agents.algorithms.arpo import ARPO, GRPO  # noqa: E402
-from agents.hf_policy import HFPolicy  # noqa: E402
-from agents.tiny import build_tiny_model  # noqa: E402
+from agents.algorithms.objectives import ARPO, GRPO  # noqa: E402
+from agents.policies.hf_policy import HFPolicy  # noqa: E402
+from agents.models.tiny import build_tiny_model  # noqa: E402
 from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig  # noqa: E402
 from agents.trainer import Trainer  # noqa: E402
 
@@ -19,8 +19,8 @@ TASKS = ["counter-0-2", "counter-0-4"]
 
 
 def _trainer(out, seed=0):
-    from agents.hf_policy import HFPolicy
-    from agents.tiny import build_tiny_model
+    from agents.policies.hf_policy import HFPolicy
+    from agents.models.tiny import build_tiny_model
 
     torch.manual_seed(0)
     policy = HFPolicy(build_tiny_model(), device="cpu")

@@ -13,11 +13,12 @@ pytest.importorskip("transformers")
 
 import envfactory  # noqa: E402
 from agents import Trainer  # noqa: E402
-from agents.algorithms.arpo import ARPO, GRPO, sample_groups  # noqa: E402
-from agents.policy import Generation, Policy, default_stop_ids  # noqa: E402
+from agents.algorithms.objectives import ARPO, GRPO  # noqa: E402
+from agents.algorithms.branching import sample_groups  # noqa: E402
+from agents.policies.policy import Generation, Policy, default_stop_ids  # noqa: E402
 from agents.rollout import rollout  # noqa: E402
 from agents.rollout_check import invariant_problems  # noqa: E402
-from agents.scripted_model import ScriptedModel  # noqa: E402
+from agents.policies.scripted_model import ScriptedModel  # noqa: E402
 from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig  # noqa: E402
 from envfactory import Episode, MultiState, Role, Task, ToolEnvSpec, by, tool  # noqa: E402
 from envfactory.checks.scripted import OraclePolicy  # noqa: E402
@@ -36,13 +37,13 @@ def _config(algorithm, *, seed, tasks=(TASK,), max_turns=1, out=None, respect_sp
 
 @pytest.fixture(scope="module")
 def tiny_path():
-    from agents.tiny import build_tiny_model
+    from agents.models.tiny import build_tiny_model
 
     return build_tiny_model()
 
 
 def _policy(path):
-    from agents.hf_policy import HFPolicy
+    from agents.policies.hf_policy import HFPolicy
 
     torch.manual_seed(0)
     return HFPolicy(path, device="cpu")
@@ -296,7 +297,7 @@ def test_team_training_runs_arpo_with_forks_on_three_roles(tiny_path):
 
 # -- checkpoints: a resumed team run takes the same steps as an uninterrupted one -------------------
 def _team_trainer(path, out):
-    from agents.hf_policy import HFPolicy
+    from agents.policies.hf_policy import HFPolicy
 
     torch.manual_seed(0)
     team = {"reader_0": HFPolicy(path, device="cpu"), "writer_0": HFPolicy(path, device="cpu")}

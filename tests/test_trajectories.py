@@ -13,9 +13,9 @@ datasets = pytest.importorskip("datasets")
 
 import envfactory  # noqa: E402
 from agents import Trainer  # noqa: E402
-from agents.algorithms.arpo import GRPO  # noqa: E402
+from agents.algorithms.objectives import GRPO  # noqa: E402
 from agents.rollout import env_version, rollout  # noqa: E402
-from agents.scripted_model import ScriptedModel  # noqa: E402
+from agents.policies.scripted_model import ScriptedModel  # noqa: E402
 from agents.train_config import OptimConfig, OutputConfig, SamplingConfig, TrainerConfig  # noqa: E402
 from agents.trajectories import load_trajectories, save_trajectories  # noqa: E402
 from envfactory.cli import main  # noqa: E402
@@ -24,8 +24,8 @@ from envfactory.cli import main  # noqa: E402
 @pytest.fixture(scope="module")
 def played():
     """Lights-v0 episodes of the tiny model whose first turn is the reference call: some succeed."""
-    from agents.hf_policy import HFPolicy
-    from agents.tiny import build_tiny_model
+    from agents.policies.hf_policy import HFPolicy
+    from agents.models.tiny import build_tiny_model
 
     torch.manual_seed(0)
     hf = HFPolicy(build_tiny_model(), device="cpu")

@@ -17,7 +17,7 @@ from agents.trajectories import save_trajectories, to_sft_dataset  # noqa: E402
 def tiny():
     from transformers import AutoTokenizer
 
-    from agents.tiny import build_tiny_model
+    from agents.models.tiny import build_tiny_model
 
     path = build_tiny_model()
     return path, AutoTokenizer.from_pretrained(path)

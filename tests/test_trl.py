@@ -1,4 +1,4 @@
-"""TRL's ``GRPOTrainer`` in environment mode on an envfactory environment (``agents/trl_env.py``):
+"""TRL's ``GRPOTrainer`` in environment mode on an envfactory environment (``agents/harness/trl_env.py``):
 the adapter plays like ``envfactory.make``, and two real GRPO steps of the embedded tiny model on CPU
 (``examples/trl/train_grpo.py``) carry the environment's reward to the trainer and change the weights."""
 
@@ -37,7 +37,7 @@ def _replay(row, name: str = NAME) -> tuple[float, bool]:
 def test_adapter_tools_parsing_and_reward():
     from transformers.utils import get_json_schema
 
-    from agents.trl_env import TRLEnvironment, parse_response
+    from agents.harness.trl_env import TRLEnvironment, parse_response
 
     env = TRLEnvironment(NAME, split="rl")
     spec = envfactory.spec(NAME)
@@ -77,7 +77,7 @@ def test_adapter_tools_parsing_and_reward():
     from transformers import AutoTokenizer
 
     from agents import pretrained_tiny_model
-    from agents.trl_env import prepare_tokenizer
+    from agents.harness.trl_env import prepare_tokenizer
 
     tok = prepare_tokenizer(AutoTokenizer.from_pretrained(pretrained_tiny_model(seed=0)))
     text = ('<tool_call>\n{"name": "locate", "arguments": {"thing": "keys"}}\n</tool_call>'
@@ -136,7 +136,7 @@ def test_grpo_example_as_documented_learns_from_the_sparse_reward():
 
 
 def test_shaping_adds_partial_credit_for_error_free_calls():
-    from agents.trl_env import TRLEnvironment
+    from agents.harness.trl_env import TRLEnvironment
 
     env = TRLEnvironment(NAME, split="rl", shaping=0.5)
     task = env.tasks[0]

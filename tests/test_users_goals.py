@@ -12,7 +12,7 @@ import pytest
 import envfactory
 from envfactory.checks.scripted import NoopPolicy, OraclePolicy, play
 from envfactory.factory.from_spec import load_spec_file
-from envfactory.factory.user_goals import irreversible
+from envfactory.factory.tasks.user_goals import irreversible
 from envfactory.users import CONFIRM, GOAL, PERSONA, SLIP, USER_TOOL, user_turn
 
 FAMILIES = ("RetailOrders-v1", "Telecom-v0")

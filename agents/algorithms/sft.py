@@ -24,7 +24,7 @@ def reference_rollouts(tokenizer: Any, pairs: Sequence[tuple[Any, str]]) -> list
         RuntimeError: a reference solution did not succeed (the environment is not
             verified; run ``envfactory verify``).
     """
-    from ..rollout import rollout
+    from agents.rollout import rollout
 
     out = []
     for env, task_id in pairs:

@@ -2,7 +2,7 @@
 
 **What "doing the task" means here.** Let ``I`` be a task's initial state, ``R`` the
 state its reference solution produces and ``C`` the final state of some call sequence
-(all flattened into leaves, as in :mod:`envfactory.factory.checks`). The reference's
+(all flattened into leaves, as in :mod:`envfactory.factory.tasks.success`). The reference's
 *effect* is every leaf on which ``R`` differs from ``I`` (changed, added or removed).
 A sequence that earns reward **did the task** when
 

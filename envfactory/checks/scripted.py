@@ -5,8 +5,8 @@ turn it is, on a live :class:`~envfactory.episode.Episode` (one agent or a team,
 runtime). It is the one contract :func:`play`, verification and evaluation accept.
 Scripted policies may read the episode (the oracle follows the task's reference
 solution by looking at which steps were done); a language model plays through an
-adapter (``agents.policy_spec.LLMRolePolicy`` wraps a token-level
-``agents.policy.Policy``) that reads only ``episode.transcript(agent)`` and
+adapter (``agents.policies.policy_spec.LLMRolePolicy`` wraps a token-level
+``agents.policies.policy.Policy``) that reads only ``episode.transcript(agent)`` and
 ``episode.tool_schemas(agent)``.
 
 * :class:`OraclePolicy`: plays the agent's own steps of the (joint) reference

@@ -5,7 +5,7 @@ judged from the true final state). A :class:`Rubric` adds other measures of the 
 episode, each a named :class:`Criterion` with a weight, scored in [0, 1] from what the
 episode really did: its final state, each agent's transcript, the final answer, the call log,
 the task and its success. Criteria are plain functions (or an LLM judge, see
-``agents.judge.LLMJudge``). Nothing here replaces the task reward unless asked for::
+``agents.policies.judge.LLMJudge``). Nothing here replaces the task reward unless asked for::
 
     rubric = Rubric([task_success(), no_tool_errors(weight=0.2), at_most_calls(6, weight=0.2)])
     grade = rubric.grade(episode)          # after the episode ended

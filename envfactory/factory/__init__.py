@@ -24,8 +24,8 @@ __all__ = ["from_class", "Service", "ClassTask", "Synthesis", "from_spec", "from
 
 _WHERE = {
     "from_class": "from_class", "Service": "from_class", "ClassTask": "from_class", "Synthesis": "from_class", "from_spec": "from_spec", "from_mcp": "from_mcp", "mcp_task": "from_mcp", "generate_from_prompt": "from_prompt",
-    "load_generated": "from_prompt", "synthesize": "tasks_synth", "synthesize_for": "tasks_synth",
-    "SynthConfig": "tasks_synth", "ChangeCheck": "checks",
+    "load_generated": "from_prompt", "synthesize": "tasks.synthesis", "synthesize_for": "tasks.synthesis",
+    "SynthConfig": "tasks.synthesis", "ChangeCheck": "tasks.success",
 }
 
 

@@ -63,11 +63,11 @@ from typing import Any, ClassVar
 
 from pydantic import ConfigDict, ValidationError, create_model, model_validator
 
-from ..definition import SOLE_AGENT, ToolEnvSpec
-from ..state import State
-from ..task import Task, ToolCall
-from ..runtime.generated import MANIFEST_FORMAT, ManifestError, boot, find_spec_in, judge_op, manifest_of
-from ..tooling import Tool, finish_tool
+from envfactory.definition import SOLE_AGENT, ToolEnvSpec
+from envfactory.state import State
+from envfactory.task import Task, ToolCall
+from envfactory.runtime.generated import MANIFEST_FORMAT, ManifestError, boot, find_spec_in, judge_op, manifest_of
+from envfactory.tooling import Tool, finish_tool
 
 __all__ = ["ContainedSpec", "ContainedState", "Judge", "ManifestError", "MANIFEST_FORMAT", "boot",
            "find_spec_in", "load_contained", "manifest_of", "module_image", "spec_from_manifest", "judge_op"]
@@ -211,7 +211,7 @@ class _JudgedPayoff:
 
 
 def _state_doc(state: Any) -> Any:
-    from ..runtime.wire import state_json
+    from envfactory.runtime.wire import state_json
 
     return state_json(state) if isinstance(state, State) else state
 
@@ -247,7 +247,7 @@ class ContainedSpec(ToolEnvSpec):
                 f"{self.name} is a generated module: its code runs only in containers, never in this "
                 f"process, so it runs on the docker runtime only (runtime={runtime!r} was asked); use "
                 f"envfactory.make({self.name!r}) or runtime='docker'")
-        from ..runtime.docker import ContainerWorld
+        from envfactory.runtime.docker import ContainerWorld
 
         options.setdefault("image", self.image)
         return ContainerWorld(self, **options)
@@ -373,7 +373,7 @@ def spec_from_manifest(manifest: Any, *, name: str, image: str, judge: "Judge", 
 
 # -- on the host: images, the judge container, loading ------------------------------------------
 def _client() -> Any:
-    from ..runtime.pool import docker_client
+    from envfactory.runtime.pool import docker_client
 
     try:
         return docker_client()
@@ -387,7 +387,7 @@ def module_image(code: str, module: str, *, client: Any = None) -> str:
     image plus the module and its boot module; built once per content, offline."""
     import docker
 
-    from ..runtime.images import ImageError, image_for
+    from envfactory.runtime.images import ImageError, image_for
 
     client = client or _client()
     base = image_for([], client=client)[0]
@@ -444,8 +444,8 @@ class Judge:
         self.requests = 0
 
     def _ensure(self) -> Any:
-        from ..runtime.docker_session import SessionLink
-        from ..runtime.pool import Pool
+        from envfactory.runtime.docker_session import SessionLink
+        from envfactory.runtime.pool import Pool
 
         if self._pool is None or self._pool._closed:
             self._pool = Pool(self._boot, self.image, warm=0, sessions_per_container=4,
@@ -456,7 +456,7 @@ class Judge:
 
     def request(self, req: dict[str, Any]) -> dict[str, Any]:
         """One judge op; once more on a fresh container when its container died mid-request."""
-        from ..runtime.docker_session import ContainerDied
+        from envfactory.runtime.docker_session import ContainerDied
 
         if self._pid != os.getpid():  # a forked child: the parent's container, channel and lock are not its own
             self._pid, self._pool, self._link, self._lock = os.getpid(), None, None, threading.Lock()
@@ -476,7 +476,7 @@ class Judge:
         with self._lock:
             if self._link is not None:
                 return self._link.untrustworthy(what)
-        from ..runtime.container import ContainerError
+        from envfactory.runtime.container import ContainerError
 
         return ContainerError(f"{self.name}: the judge container is untrustworthy: {what}")
 

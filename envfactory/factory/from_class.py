@@ -41,7 +41,7 @@ The classes are never modified or subclassed.
 
 from __future__ import annotations
 
-from . import _callable
+from envfactory.factory import _callable
 
 import copy
 import enum
@@ -57,17 +57,17 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from ..definition import SpecError, ToolEnvSpec
-from ..state import State, copy_state
-from ..task import Task, ToolCall
-from ..tooling import _REQUIRED, Tool, ToolError, _render_result, make_tool
-from .arguments import ArgSource
-from .checks import ChangeCheck
-from .class_compare import Compare, Comparison, MatchesReference
-from .cow import CowDict, CowList, armed, cow_canonical_json, cow_state_size
-from .pystate import (PyState, PyStateError, _plain, _plain_class, cow_state_copy, decode, encode, graph_copy,
+from envfactory.definition import SpecError, ToolEnvSpec
+from envfactory.state import State, copy_state
+from envfactory.task import Task, ToolCall
+from envfactory.tooling import _REQUIRED, Tool, ToolError, _render_result, make_tool
+from envfactory.factory.tasks.arguments import ArgSource
+from envfactory.factory.tasks.success import ChangeCheck
+from envfactory.factory.classes.compare import Compare, Comparison, MatchesReference
+from envfactory.factory.classes.cow import CowDict, CowList, armed, cow_canonical_json, cow_state_size
+from envfactory.factory.classes.pystate import (PyState, PyStateError, _plain, _plain_class, cow_state_copy, decode, encode, graph_copy,
                       lazy_state_copy, note_result, own, record_results, result_digest, seen_results, trusted_for)
-from .tasks_synth import SynthConfig, synthesize
+from envfactory.factory.tasks.synthesis import SynthConfig, synthesize
 
 __all__ = ["from_class", "Service", "ClassTask", "Synthesis", "ReadsCheck", "class_tools", "class_state_type",
            "observe_read_only"]
@@ -188,13 +188,13 @@ class ReadsCheck:
     def expected_hash(self) -> str | None:
         """The hash of the reference's final state (computed on first use from ``expected``)."""
         if self._hash is None and self.expected is not None:
-            from ..state import state_hash
+            from envfactory.state import state_hash
 
             self._hash = state_hash(self.expected)
         return self._hash
 
     def __call__(self, state: Any) -> bool:
-        from ..state import state_hash
+        from envfactory.state import state_hash
 
         if not self.required <= seen_results(state):
             return False
@@ -566,8 +566,8 @@ def observe_read_only(tools: Sequence[Tool], synth: SynthConfig, *, seed: int = 
     initial state), a hash once per state; a call's effect is found by comparing the values
     (:func:`_differs`: ``==`` where they are equal, a walk down where they are not), the hashes
     compared only where that cannot tell, for a tool not yet seen changing the state."""
-    from ..state import state_hash
-    from .arguments import draw_arguments
+    from envfactory.state import state_hash
+    from envfactory.factory.tasks.arguments import draw_arguments
 
     rng = random.Random(f"observe/{seed}")
     changed: set[str] = set()
@@ -654,7 +654,7 @@ class _Seen:
         return self._doc
 
     def hash(self) -> str:
-        from ..state import state_hash
+        from envfactory.state import state_hash
 
         if self._hash is None:
             self._hash = state_hash(self.state)
@@ -1018,7 +1018,7 @@ def from_class(
         need_match = not comparison.whole and (task.check is None or isinstance(task.check, ChangeCheck))
         if not need_reads and not need_match:
             return task
-        from ..state import state_hash
+        from envfactory.state import state_hash
 
         def unchanged(state: Any, before: Any) -> bool:
             """Whether ``state`` is still the world ``before`` (a copy-on-write copy of it taken
@@ -1121,8 +1121,8 @@ def _no_tasks(label: str, tools: Sequence[Tool], synth: SynthConfig, seed: int, 
     """Why task synthesis found nothing, tool by tool (from a few calls with drawn arguments
     on sampled states), and the ways out: the message of the error a synthesized environment
     with no task raises, instead of the engine's bare "needs at least one task"."""
-    from ..state import copy_state, state_hash
-    from .arguments import draw_arguments
+    from envfactory.state import copy_state, state_hash
+    from envfactory.factory.tasks.arguments import draw_arguments
 
     rng = random.Random(f"no-tasks/{seed}")
     why: list[str] = []

@@ -42,7 +42,7 @@ works too, through the same process bindings.
 
 from __future__ import annotations
 
-from . import _callable
+from envfactory.factory import _callable
 
 import asyncio
 import atexit
@@ -60,13 +60,13 @@ from typing import Any, Callable, Literal, Sequence, cast
 
 from pydantic import PrivateAttr
 
-from .. import registry
-from ..definition import SpecError, ToolEnvSpec
-from ..episode import Episode
-from ..state import State
-from ..task import Task, ToolCall
-from ..tooling import Tool, ToolError, _strip_titles  # pydantic titles dropped as for our own tools
-from ..world import LocalWorld
+from envfactory import registry
+from envfactory.definition import SpecError, ToolEnvSpec
+from envfactory.episode import Episode
+from envfactory.state import State
+from envfactory.task import Task, ToolCall
+from envfactory.tooling import Tool, ToolError, _strip_titles  # pydantic titles dropped as for our own tools
+from envfactory.world import LocalWorld
 
 __all__ = ["from_mcp", "mcp_task", "ReadCheck", "MCPState", "MCPWorld", "MCPServerConfig", "make_episode",
            "list_server_tools", "close_all"]

@@ -29,8 +29,8 @@ from typing import Any
 
 import httpx
 
-from .llm_contract import SYSTEM_PROMPT, extract_code, repair_message
-from .sandbox import SandboxLimits, sandbox_image, verify_in_sandbox
+from envfactory.factory.llm_contract import SYSTEM_PROMPT, extract_code, repair_message
+from envfactory.factory.sandbox import SandboxLimits, sandbox_image, verify_in_sandbox
 
 __all__ = ["GenerationResult", "generate_from_prompt", "load_generated", "LLMError"]
 
@@ -178,8 +178,8 @@ def load_generated(directory: str | Path, *, judge_timeout: float = 30.0) -> lis
     Args:
         judge_timeout: Seconds one request to a judge container may take.
     """
-    from ..registry import register
-    from .contained import load_contained
+    from envfactory.registry import register
+    from envfactory.factory.contained import load_contained
 
     specs = []
     for prov in sorted(Path(directory).glob("*.provenance.json")):

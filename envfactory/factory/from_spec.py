@@ -1,7 +1,7 @@
 """A declarative spec file (YAML or JSON) as an environment.
 
 ``from_spec(path)`` validates the file against :class:`.spec_file.EnvFile`,
-and builds: a :class:`tools.tables.TableState` subclass, seeded initial states
+and builds: a :class:`~envfactory.factory.tables.TableState` subclass, seeded initial states
 (the entities' ``seed`` rules, scaled by a difficulty), one tool per operation (schema
 from the field types, docstring from the operation's description), and tasks of the
 file's kinds (:mod:`.task_kinds`: step-by-step walks, look-up-then-act, conditional,
@@ -12,7 +12,7 @@ environment). Errors name the file and what to fix.
 
 from __future__ import annotations
 
-from . import _callable
+from envfactory.factory import _callable
 
 import inspect
 import json
@@ -23,17 +23,17 @@ from typing import Any, Literal, Optional
 
 from pydantic import ValidationError, create_model
 
-from ..definition import ToolEnvSpec, SpecError
-from ..tooling import Tool, ToolError, make_tool
-from .arguments import FRESH_WORDS
-from ..definition import DEFAULT_SYSTEM_PROMPT
-from ..users import unconfirmed, user_tool
-from .spec_file import ComposedFile, EntitySpec, EnvFile, FieldSpec, OperationSpec, TaskRules
-from .yaml_budget import load_yaml
-from .spec_words import default_policies, is_person, policy_text, with_finders
-from .task_draft import GOAL_MAX_TURNS
-from .task_kinds import KindSynth
-from .tasks_synth import (BANNED_ANSWERS, SynthConfig, _anchored, _blindly_reachable, _change_task,
+from envfactory.definition import ToolEnvSpec, SpecError
+from envfactory.tooling import Tool, ToolError, make_tool
+from envfactory.factory.tasks.arguments import FRESH_WORDS
+from envfactory.definition import DEFAULT_SYSTEM_PROMPT
+from envfactory.users import unconfirmed, user_tool
+from envfactory.factory.spec_file import ComposedFile, EntitySpec, EnvFile, FieldSpec, OperationSpec, TaskRules
+from envfactory.factory.yaml_budget import load_yaml
+from envfactory.factory.tasks.words import default_policies, is_person, policy_text, with_finders
+from envfactory.factory.tasks.draft import GOAL_MAX_TURNS
+from envfactory.factory.tasks.kinds import KindSynth
+from envfactory.factory.tasks.synthesis import (BANNED_ANSWERS, SynthConfig, _anchored, _blindly_reachable, _change_task,
                           _guessable_calls, _random_solves, _seeds, synthesize)
 
 __all__ = ["from_spec", "specs_from_file", "load_spec_file", "compose"]
@@ -222,7 +222,7 @@ def _page(label: str, lines: list[str], page: int | None, size: int) -> str:
 def _build_tool(env: EnvFile, op: OperationSpec, page_size: int | None = None) -> Tool:
     """The tool of one operation; a query shows at most ``page_size`` rows a call (with a
     ``page`` argument) when it is given, else every matching row."""
-    from tools.tables import check_condition, format_row, get_row, matches, next_key
+    from envfactory.factory.tables import check_condition, format_row, get_row, matches, next_key
 
     ent: EntitySpec = env.entities[op.entity]
     label = ent.label or op.entity
@@ -435,7 +435,7 @@ def compose(cf: ComposedFile, base: Path) -> tuple[EnvFile, dict[str, str]]:
 
 def _build(env: EnvFile, rules: TaskRules, name: str, description: str, path: Path,
            services: dict[str, str] | None = None) -> ToolEnvSpec:
-    from tools.tables import TableState
+    from envfactory.factory.tables import TableState
 
     kinds = rules.kind_list()
     legacy = kinds == ["steps"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..definition import SpecError
+from envfactory.definition import SpecError
 
 __all__ = ["MAX_YAML_NODES", "load_yaml", "yaml_size_ok"]
 

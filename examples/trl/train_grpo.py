@@ -4,10 +4,10 @@ the reward from the environment), here the embedded tiny model on FindLight-v3's
     python examples/trl/train_grpo.py                                  # FindLight-v3, tiny model after SFT
     python examples/trl/train_grpo.py --env Bank-v0 --model PATH --tasks 0   # any HF causal LM, every rl task
 
-See ``agents/trl_env.py``: one ``envfactory.make(NAME)`` episode per rollout, the environment's tools
+See ``agents/harness/trl_env.py``: one ``envfactory.make(NAME)`` episode per rollout, the environment's tools
 as methods, the sparse reward (1.0 on success) ending each episode with the rollout's final answer.
 
-The default model is the tiny model after reader SFT (``agents.reader.reader_model``: pretraining, then
+The default model is the tiny model after reader SFT (``agents.quickstart.reader.reader_model``: pretraining, then
 supervised plays of FindLight-v3's sft split; built the first time, minutes on 2 cores, progress on stderr,
 cached afterwards), as RL is meant to start: from a model that sometimes succeeds. From the pretrained
 model alone (``--model pretrained``) almost no rollout succeeds, every group's rewards are equal, GRPO's
@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from trl import GRPOConfig, GRPOTrainer
 
     from agents import pretrained_tiny_model
-    from agents.reader import reader_model
-    from agents.trl_env import TRLEnvironment, prepare_tokenizer
+    from agents.quickstart.reader import reader_model
+    from agents.harness.trl_env import TRLEnvironment, prepare_tokenizer
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

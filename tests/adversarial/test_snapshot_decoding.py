@@ -1,4 +1,4 @@
-"""The world-state decoder (``envfactory.factory.pystate``, which loads snapshots' and containers'
+"""The world-state decoder (``envfactory.factory.classes.pystate``, which loads snapshots' and containers'
 state documents) refuses constructor calls that would allocate without bound (issue 28)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from envfactory.factory import pystate
+from envfactory.factory.classes import pystate
 
 
 def _decode(value):

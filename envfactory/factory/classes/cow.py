@@ -1,0 +1,696 @@
+"""Copy on write per container: a fork of a multi-MB state costs O(fields), its first tool call
+copies only the dicts and lists that call reaches.
+
+A ``from_class`` state of attributes (:class:`~envfactory.factory.classes.pystate.PyState`) shares its
+values with its forks. While a tool runs on a state (:func:`armed`), its dict and list fields are
+:class:`CowDict` / :class:`CowList` containers stamped with that state's *token*; reaching a
+child container through one (indexing, ``get``, iteration, ``pop``, ...) gives the state its own
+shallow copy of the child, stamped alike and stored in place, so a write lands in the state's
+copy and never in a container another state still holds. A fork gives both sides new tokens:
+everything either side holds becomes shared again, and each copies what its next calls reach.
+
+Semantics are those of copying each field as a tree (:func:`envfactory.state.copy_state`'s plain
+copier, what these states used before): values that are not dicts or lists (objects, sets) are
+deep-copied when first reached. Outside a tool call the containers read as the dicts and lists
+they are (no copy); dumps, hashes and snapshots write them as plain data.
+"""
+
+from __future__ import annotations
+
+import json as _json_mod
+import threading
+import weakref
+from typing import Any, Iterator, SupportsIndex
+
+__all__ = ["CowDict", "CowList", "armed", "new_token", "COW_TYPES"]
+
+_IMM = frozenset((str, int, float, bool, type(None), bytes, complex, range, frozenset))
+_local = threading.local()
+
+
+def _token() -> Any:
+    return getattr(_local, "tok", None)
+
+
+class _Token:
+    """Whose containers are whose: one per state between forks."""
+
+    __slots__ = ("__weakref__",)
+
+
+def new_token() -> _Token:
+    return _Token()
+
+
+def _cow_copy(v: Any, tok: Any) -> Any:
+    """A shallow copy of the dict or list ``v`` for the state of ``tok`` (a dict remembers its
+    source, whose measure and JSON it differs from only where the state changed it)."""
+    if v.__class__ is dict or v.__class__ is CowDict:
+        new: Any = CowDict()
+        dict.update(new, dict.items(v))  # (C-level: no call per item)
+        new._src = v
+        if v.__class__ is CowDict:
+            v._src = None  # (one source at a time: a chain of old versions is not kept alive)
+    else:
+        new = CowList(list.__iter__(v))
+    new._tok = tok
+    return new
+
+
+def _take(parent: Any, v: Any) -> tuple[Any, bool]:
+    """``v`` as the armed state may change it: ``(value, copied)``."""
+    cls = v.__class__
+    if cls in _IMM:
+        return v, False
+    tok = parent._tok
+    if id(v) in parent._mine:
+        return v, False
+    if cls is dict or cls is CowDict or cls is list or cls is CowList:
+        new: Any = _cow_copy(v, tok)
+    else:
+        from envfactory.state import _copy
+
+        new = _copy(v)
+        if new is v:  # immutable (an enum, a tuple of scalars)
+            return v, False
+    parent._mine.add(id(new))
+    return new, True
+
+
+def _live(c: Any) -> bool:
+    """Whether ``c`` belongs to the state whose tool runs now (then reaching a child copies it)."""
+    tok = c._tok
+    return tok is not None and tok is getattr(_local, "tok", None)
+
+
+class CowDict(dict[Any, Any]):
+    """A dict whose children are copied when a tool of its state first reaches them."""
+
+    __slots__ = ("_tok", "_mine", "_src", "__weakref__")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        dict.__init__(self, *args, **kwargs)
+        self._tok: Any = None
+        self._mine: set[int] = set()
+        self._src: Any = None  # the dict this one was copied from
+
+    def _get(self, k: Any, v: Any) -> Any:
+        v2, copied = _take(self, v)
+        if copied:
+            dict.__setitem__(self, k, v2)
+        return v2
+
+    def __getitem__(self, k: Any) -> Any:
+        v = dict.__getitem__(self, k)
+        return self._get(k, v) if _live(self) else v
+
+    def __missing__(self, k: Any) -> Any:
+        raise KeyError(k)
+
+    def get(self, k: Any, default: Any = None) -> Any:
+        if not dict.__contains__(self, k):
+            return default
+        v = dict.__getitem__(self, k)
+        return self._get(k, v) if _live(self) else v
+
+    def __setitem__(self, k: Any, v: Any) -> None:
+        if _live(self):  # what a tool stores is its own
+            self._mine.add(id(v))
+        dict.__setitem__(self, k, v)
+
+    def setdefault(self, k: Any, default: Any = None) -> Any:
+        if dict.__contains__(self, k):
+            return self[k]
+        self[k] = default
+        return default
+
+    def pop(self, k: Any, *default: Any) -> Any:
+        if dict.__contains__(self, k) and _live(self):
+            self[k]  # noqa: B018 (the popped value is the state's own copy)
+        return dict.pop(self, k, *default)
+
+    def popitem(self) -> tuple[Any, Any]:
+        if _live(self) and self:
+            k = next(reversed(dict.keys(self)))
+            self[k]  # noqa: B018
+        return dict.popitem(self)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
+
+    def __ior__(self, other: Any) -> CowDict:
+        self.update(other)
+        return self
+
+    def _all(self) -> None:
+        if _live(self):
+            for k, v in list(dict.items(self)):
+                self._get(k, v)
+
+    def values(self) -> Any:
+        self._all()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._all()
+        return dict.items(self)
+
+    def __iter__(self) -> Iterator[Any]:  # (defined so that dict(d) and {**d} go through __getitem__)
+        return dict.__iter__(self)
+
+    def copy(self) -> dict[Any, Any]:
+        return {k: self[k] for k in dict.keys(self)}
+
+    __copy__ = copy
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[Any, Any]:
+        import copy
+
+        y: dict[Any, Any] = {}
+        memo[id(self)] = y
+        for k, v in dict.items(self):
+            y[copy.deepcopy(k, memo)] = copy.deepcopy(v, memo)
+        return y
+
+    def __reduce_ex__(self, protocol: Any) -> Any:  # pickles as a plain dict
+        return (dict, (dict(dict.items(self)),))
+
+    def __or__(self, other: Any) -> dict[Any, Any]:
+        out = self.copy()
+        out.update(other)
+        return out
+
+
+class CowList(list[Any]):
+    """A list whose children are copied when a tool of its state first reaches them."""
+
+    __slots__ = ("_tok", "_mine", "__weakref__")
+
+    def __init__(self, *args: Any) -> None:
+        list.__init__(self, *args)
+        self._tok: Any = None
+        self._mine: set[int] = set()
+
+    def _at(self, i: int) -> Any:
+        v = list.__getitem__(self, i)
+        v2, copied = _take(self, v)
+        if copied:
+            list.__setitem__(self, i, v2)
+        return v2
+
+    def __getitem__(self, i: Any) -> Any:
+        if not _live(self):
+            return list.__getitem__(self, i)
+        if isinstance(i, slice):
+            return [self._at(j) for j in range(*i.indices(len(self)))]
+        return self._at(i)
+
+    def __setitem__(self, i: Any, v: Any) -> None:
+        if _live(self):
+            if isinstance(i, slice):
+                v = list(v)
+                self._mine.update(map(id, v))
+            else:
+                self._mine.add(id(v))
+        list.__setitem__(self, i, v)
+
+    def __iter__(self) -> Iterator[Any]:
+        if not _live(self):
+            return list.__iter__(self)
+        return (self._at(i) for i in range(len(self)))
+
+    def __reversed__(self) -> Iterator[Any]:
+        if not _live(self):
+            return list.__reversed__(self)
+        return (self._at(i) for i in range(len(self) - 1, -1, -1))
+
+    def pop(self, i: SupportsIndex = -1) -> Any:
+        if _live(self) and self:
+            self._at(i.__index__())
+        return list.pop(self, i)
+
+    def append(self, v: Any) -> None:
+        if _live(self):
+            self._mine.add(id(v))
+        list.append(self, v)
+
+    def insert(self, i: Any, v: Any) -> None:
+        if _live(self):
+            self._mine.add(id(v))
+        list.insert(self, i, v)
+
+    def extend(self, vs: Any) -> None:
+        vs = list(vs)
+        if _live(self):
+            self._mine.update(map(id, vs))
+        list.extend(self, vs)
+
+    def __iadd__(self, vs: Any) -> CowList:
+        self.extend(vs)
+        return self
+
+    def copy(self) -> list[Any]:
+        return list(self.__iter__())
+
+    __copy__ = copy
+
+    def __add__(self, other: Any) -> list[Any]:
+        return self.copy() + list(other)
+
+    def __mul__(self, n: Any) -> list[Any]:
+        return self.copy() * n
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
+        import copy
+
+        y: list[Any] = []
+        memo[id(self)] = y
+        y += [copy.deepcopy(v, memo) for v in list.__iter__(self)]
+        return y
+
+    def __reduce_ex__(self, protocol: Any) -> Any:  # pickles as a plain list
+        return (list, (list(list.__iter__(self)),))
+
+
+COW_TYPES = (CowDict, CowList)
+
+
+class armed:
+    """``with armed(state):`` while a tool runs on ``state``: its dict and list fields become its
+    own (:class:`CowDict` / :class:`CowList` with its token), any other value that is not
+    immutable is copied once, so the call changes nothing another state holds."""
+
+    __slots__ = ("prev",)
+
+    def __init__(self, state: Any) -> None:
+        priv = state.__pydantic_private__
+        if priv is None:
+            priv = {}
+            object.__setattr__(state, "__pydantic_private__", priv)
+        tok = priv.get("_tok")
+        mine = priv.get("_mine")
+        if tok is None or mine is None:
+            tok = priv["_tok"] = _Token()
+            mine = priv["_mine"] = set()
+        d = state.__dict__
+        for k, v in d.items():
+            cls = v.__class__
+            if cls in _IMM or k in mine:
+                continue
+            if (cls is CowDict or cls is CowList) and v._tok is tok:
+                mine.add(k)
+                continue
+            if cls is dict or cls is CowDict or cls is list or cls is CowList:
+                d[k] = _cow_copy(v, tok)
+            else:
+                from envfactory.state import _copy
+
+                d[k] = _copy(v)
+            mine.add(k)
+        self.prev = getattr(_local, "tok", None)
+        _local.tok = tok
+
+    def __enter__(self) -> armed:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _local.tok = self.prev
+
+
+# -- the state quota's measure, per container ------------------------------------------------------
+def _hold(v: Any) -> Any:
+    """What a cache keeps of ``v``: a state's container weakly (a dropped fork's tables are not
+    kept alive by being remembered), a plain one (a configuration's, shared) as itself."""
+    return weakref.ref(v) if v.__class__ is CowDict or v.__class__ is CowList else v
+
+
+def _is(held: Any, v: Any) -> bool:
+    return (held() if held.__class__ is weakref.ReferenceType else held) is v
+
+
+_SIZES: dict[int, tuple[Any, int]] = {}  # id -> (a container no state changes any more (_hold), its size)
+_SIZES_CAP = 1 << 19
+
+
+def cow_state_size(state: Any, limit: int | None = None) -> int:
+    """:func:`envfactory.quotas.state_size` of a copy-on-write state, the same count, without
+    walking again what no state can change any more: containers shared between states (copy on
+    write copies them before a change) are measured once and remembered; only the containers this
+    state has made its own since its last fork (the table and the record a call reached) are
+    walked, their shared children looked up. So a writing call on a multi-MB database measures
+    the tables it touched, not the database."""
+    from envfactory.quotas import state_size
+
+    priv = state.__pydantic_private__
+    tok = priv.get("_tok") if priv else None
+    mine = priv.get("_mine", ()) if priv else ()
+    total = 2
+    try:
+        for k, v in state.__dict__.items():
+            total += len(k) + 4 + _size(v, k not in mine, tok, state_size, set())
+    except RecursionError:  # nested too deep for this walk: the engine's, which has no depth limit
+        return state_size(_Plain(state), limit)
+    return total
+
+
+_MISSING = object()
+
+
+def _entry_size(k: Any, x: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
+    n = len(k) + 4 if k.__class__ is str and k.isascii() else 16
+    if x.__class__ is str and x.isascii():
+        return n + len(x) + 2
+    return n + _size(x, frozen, tok, leaf, path)
+
+
+def _size_from(v: Any, src: Any, size: int, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
+    """The size of the dict ``v`` from that of its source ``src`` (``size``): only the entries
+    that differ are measured (a table of thousands of records, one of them changed)."""
+    i = id(v)
+    path.add(i)
+    mine = v._mine if not frozen else ()
+    same = 0
+    get = dict.get
+    for k, x in dict.items(v):
+        old = get(src, k, _MISSING)
+        if old is x:
+            same += 1
+            continue
+        size += _entry_size(k, x, frozen or id(x) not in mine, tok, leaf, path)
+        if old is not _MISSING:
+            same += 1
+            size -= _entry_size(k, old, True, tok, leaf, path)
+    if same != len(src):  # keys taken out
+        for k, old in dict.items(src):
+            if not dict.__contains__(v, k):
+                size -= _entry_size(k, old, True, tok, leaf, path)
+    path.discard(i)
+    return size
+
+
+class _Plain:
+    """A state's fields as a plain object, for the engine's walk."""
+
+    def __init__(self, state: Any) -> None:
+        self.__dict__ = dict(state.__dict__)
+
+
+def _size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
+    """The size of ``v``; ``frozen``: no state changes it any more (it is shared, or reached only
+    through what is)."""
+    cls = v.__class__
+    if cls is str:
+        return len(v) + 2 if v.isascii() else len(v.encode("utf-16-le", "surrogatepass")) * 3 + 2
+    is_cow = cls is CowDict or cls is CowList
+    if not (is_cow or cls is dict or cls is list):
+        return leaf(v)
+    i = id(v)
+    if is_cow:
+        frozen = v._tok is not tok or tok is None
+    if frozen:
+        got = _SIZES.get(i)
+        if got is not None and _is(got[0], v):
+            return got[1]
+    if i in path:
+        return 16
+    src = v._src if cls is CowDict else None
+    if src is not None:
+        got = _SIZES.get(id(src))
+        if got is not None and _is(got[0], src):
+            total = _size_from(v, src, got[1], frozen, tok, leaf, path)
+            if frozen:
+                _SIZES[i] = (_hold(v), total)
+            return total
+    path.add(i)
+    mine = v._mine if is_cow and not frozen else ()
+    total = 2
+    if cls is dict or cls is CowDict:
+        for k, x in dict.items(v):
+            total += len(k) + 4 if k.__class__ is str and k.isascii() else 16
+            if x.__class__ is str and x.isascii():
+                total += len(x) + 2
+            else:
+                total += _size(x, frozen or (is_cow and id(x) not in mine), tok, leaf, path)
+    else:
+        total += len(v)
+        for x in list.__iter__(v):
+            if x.__class__ is str and x.isascii():
+                total += len(x) + 2
+            else:
+                total += _size(x, frozen or (is_cow and id(x) not in mine), tok, leaf, path)
+    path.discard(i)
+    if frozen:
+        if len(_SIZES) >= _SIZES_CAP:
+            _SIZES.clear()
+        _SIZES[i] = (_hold(v), total)
+    return total
+
+
+# -- the canonical JSON (the state's hash), per container --------------------------------------------
+_JSONS: dict[int, tuple[Any, str, frozenset[int], Any]] = {}
+"""id -> (a frozen container, its JSON, the ids of the containers it holds, for a large dict its
+entries' texts by key and its keys in order)."""
+_ENTRIES_FROM = 64
+_JSONS_CAP = 1 << 18
+_TOP = 2 ** 53
+
+
+class _NotPlain(Exception):
+    """The state is not plain JSON data written as itself: the engine's own serialization decides."""
+
+
+def cow_canonical_json(state: Any) -> str | None:
+    """:func:`envfactory.state.canonical_json` of a copy-on-write state of plain data, the same
+    text, with the JSON of containers no state can change any more (shared ones) written once and
+    remembered: hashing a task's expected state on a multi-MB database writes again only what its
+    calls changed. ``None`` when the state is not plain data written as itself (objects, tuples,
+    a container reached twice): the engine's serialization writes it."""
+    priv = state.__pydantic_private__
+    tok = priv.get("_tok") if priv else None
+    mine = priv.get("_mine", ()) if priv else ()
+    seen: set[int] = set()
+    items = [("$pystate", "1")]
+    try:
+        for k, v in state.__dict__.items():
+            if k.__class__ is not str or k[:1] == "$":
+                return None
+            items.append((k, _json(v, k not in mine, tok, seen)[0]))
+    except (_NotPlain, RecursionError):
+        return None
+    items.sort(key=lambda kv: kv[0])
+    return "{" + ",".join(_STR(k) + ":" + t for k, t in items) + "}"
+
+
+_ENCODE = _json_mod.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                check_circular=False).encode
+_STR = _json_mod.encoder.encode_basestring  # (what json.dumps(s, ensure_ascii=False) writes)
+_LEAF_TYPES = frozenset((str, bool, type(None)))
+
+
+def _leaf_json(v: Any, cls: type) -> str | None:
+    """The JSON of a container that holds only plain scalars (written by C ``json``), ``None``
+    if it holds a container or an object."""
+    leaf = _LEAF_TYPES
+    if cls is dict or cls is CowDict:
+        for k, x in dict.items(v):
+            if k.__class__ is not str or k[:1] == "$":
+                raise _NotPlain
+            c = x.__class__
+            if c in leaf:
+                continue
+            if c is int:
+                if not -_TOP <= x <= _TOP:
+                    raise _NotPlain
+            elif c is float:
+                if x - x != 0.0:
+                    raise _NotPlain
+            else:
+                return None
+        return _ENCODE(v if cls is dict else dict(dict.items(v)))
+    for x in list.__iter__(v):
+        c = x.__class__
+        if c in leaf:
+            continue
+        if c is int:
+            if not -_TOP <= x <= _TOP:
+                raise _NotPlain
+        elif c is float:
+            if x - x != 0.0:
+                raise _NotPlain
+        else:
+            return None
+    return _ENCODE(v if cls is list else list(list.__iter__(v)))
+
+
+def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozenset[int] | None]:
+    """``v``'s canonical JSON, and (for a container no state changes any more, which is
+    remembered) the ids of the containers it holds."""
+    cls = v.__class__
+    if cls is str:
+        return _STR(v), None
+    if cls is bool or v is None:
+        return ("true" if v else "false") if cls is bool else "null", None
+    if cls is int:
+        if -_TOP <= v <= _TOP:
+            return str(v), None
+        raise _NotPlain
+    if cls is float:
+        if v - v == 0.0:
+            return float.__repr__(v), None
+        raise _NotPlain
+    is_cow = cls is CowDict or cls is CowList
+    if not (is_cow or cls is dict or cls is list):
+        raise _NotPlain
+    i = id(v)
+    if is_cow:
+        frozen = v._tok is not tok or tok is None
+    if frozen:
+        got = _JSONS.get(i)
+        if got is not None and _is(got[0], v):
+            if not seen.isdisjoint(got[2]):
+                raise _NotPlain  # a container reached twice: written as a reference
+            seen.update(got[2])
+            return got[1], got[2]
+    if i in seen:
+        raise _NotPlain
+    text = _leaf_json(v, cls)
+    if text is not None:  # (not remembered: C json writes it again faster than a look-up saves)
+        seen.add(i)
+        return text, (frozenset((i,)) if frozen else None)
+    src = v._src if cls is CowDict else None
+    if src is not None:
+        got = _JSONS.get(id(src))
+        if got is not None and _is(got[0], src) and got[3] is not None:
+            made = _json_from(v, got, frozen, tok, seen)
+            if made is not None:
+                if frozen:
+                    if len(_JSONS) >= _JSONS_CAP:
+                        _JSONS.clear()
+                    _JSONS[i] = (_hold(v), *made)
+                return made[0], made[1]
+    seen.add(i)
+    inner: set[int] = {i}
+    mine = v._mine if is_cow and not frozen else ()
+    entries: Any = None
+    if cls is dict or cls is CowDict:
+        items = []
+        for k, x in dict.items(v):
+            if k.__class__ is not str or k[:1] == "$":
+                raise _NotPlain
+            if x.__class__ is str:  # (the common leaf, without a call)
+                items.append((k, _STR(k) + ":" + _STR(x)))
+                continue
+            text, ids = _json(x, frozen or (is_cow and id(x) not in mine), tok, seen)
+            if ids is not None and frozen:
+                inner |= ids
+            items.append((k, _STR(k) + ":" + text))
+        items.sort(key=lambda kv: kv[0])
+        out = "{" + ",".join([t for _, t in items]) + "}"
+        if len(items) >= _ENTRIES_FROM:
+            entries = _entries(dict(items), [k for k, _ in items])
+    else:
+        texts = []
+        for x in list.__iter__(v):
+            text, ids = _json(x, frozen or (is_cow and id(x) not in mine), tok, seen)
+            if ids is not None and frozen:
+                inner |= ids
+            texts.append(text)
+        out = "[" + ",".join(texts) + "]"
+    if not frozen:  # (a state's own container: never remembered, so its parent needs no ids from it)
+        return out, None
+    ids_out = frozenset(inner)
+    if len(_JSONS) >= _JSONS_CAP:
+        _JSONS.clear()
+    _JSONS[i] = (_hold(v), out, ids_out, entries)
+    return out, ids_out
+
+
+def _entries(texts: dict[Any, str], order: list[Any]) -> tuple[dict[Any, str], list[Any], dict[Any, int]]:
+    """What a large dict's JSON is remembered with: its entries' texts, its keys in order, and
+    where each entry starts in the text (so a copy that changed a few is spliced, not rejoined)."""
+    at: dict[Any, int] = {}
+    n = 1
+    for k in order:
+        at[k] = n
+        n += len(texts[k]) + 1
+    return texts, order, at
+
+
+def _json_from(v: Any, got: Any, frozen: bool, tok: Any, seen: set[int]) -> Any:
+    """``(JSON, ids, entries)`` of the dict ``v`` from those of its source (``got``): only the
+    entries that differ are written; ``None`` when what they replaced is no longer remembered."""
+    src, src_text, src_ids, (texts, order, at) = v._src, got[1], got[2], got[3]
+    mine = v._mine if not frozen else ()
+    gone: set[int] = {id(src)}  # the source's containers that ``v`` no longer holds
+    new_keys = False
+    changed: list[tuple[Any, Any]] = []
+    same = 0
+    get = dict.get
+    for k, x in dict.items(v):
+        old = get(src, k, _MISSING)
+        if old is x:
+            same += 1
+            continue
+        if old is _MISSING:
+            if k.__class__ is not str or k[:1] == "$":
+                raise _NotPlain
+            new_keys = True
+        else:
+            same += 1
+            if not _forget(old, gone):
+                return None
+        changed.append((k, x))
+    removed: list[Any] = []
+    if same != len(src):
+        for k, old in dict.items(src):
+            if not dict.__contains__(v, k):
+                removed.append(k)
+                if not _forget(old, gone):
+                    return None
+    kept = src_ids - gone  # (a changed record's copy still holds its unchanged parts: they are not gone)
+    seen.add(id(v))
+    inner: set[int] = {id(v)}
+    written: dict[Any, str] = {}
+    for k, x in changed:
+        text, ids = _json(x, frozen or id(x) not in mine, tok, seen)
+        if ids is not None and frozen:
+            inner |= ids
+        written[k] = _STR(k) + ":" + text
+    if not seen.isdisjoint(kept):
+        raise _NotPlain
+    seen |= kept
+    if not frozen and not new_keys and not removed:  # a state's own copy, same keys: spliced
+        pieces: list[str] = []
+        last = 0
+        for n, k in sorted((at[k], k) for k in written):
+            pieces.append(src_text[last:n])
+            pieces.append(written[k])
+            last = n + len(texts[k])
+        pieces.append(src_text[last:])
+        return "".join(pieces), None, None
+    texts = {**texts, **written}
+    for k in removed:
+        del texts[k]
+    if new_keys or removed:
+        order = sorted(texts)
+    out = "{" + ",".join([texts[k] for k in order]) + "}"
+    if not frozen:
+        return out, None, None
+    inner |= kept
+    return out, frozenset(inner), _entries(texts, order)
+
+
+def _forget(old: Any, gone: set[int]) -> bool:
+    """Add the containers ``old`` (a value of a source) holds to ``gone``; ``False`` when they are
+    no longer remembered."""
+    c = old.__class__
+    if c is dict or c is list or c is CowDict or c is CowList:
+        got = _JSONS.get(id(old))
+        if got is not None and _is(got[0], old):
+            gone |= got[2]
+        elif _leaf_json(old, c) is not None:  # (only scalars: not remembered, itself alone)
+            gone.add(id(old))
+        else:
+            return False
+    return True
