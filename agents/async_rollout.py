@@ -3,7 +3,7 @@
 :func:`agents.rollout.rollout` plays in ticks: the policy generates for every live episode,
 then every episode steps, and the next tick waits for the slowest tool of the batch.
 :func:`arollout` keeps every episode in flight on one event loop instead. Each episode steps
-through its async twin (``await episode.astep(text)``, see :mod:`envfactory.env`); as soon as
+through its async twin (``await episode.aio.step(text)``, see :mod:`envfactory.env`); as soon as
 a step returns, its episode is *ready*, and the policy is called with the batch of episodes
 that are ready at that moment, while slow tools of the others are still running. One
 ``generate`` runs at a time (a model is one device); while it runs, steps go on finishing.
@@ -33,7 +33,7 @@ __all__ = ["arollout", "rollout_async"]
 
 async def _astart(ro: Rollout, task: Any, seed: int | None, max_new_tokens: int, max_context: int | None) -> Rollout:
     try:
-        await ro.env.areset(task, seed=seed)
+        await ro.env.aio.reset(task, seed=seed)
         ro._opened(max_new_tokens, max_context)
     except Exception as exc:  # a crashed container must not kill the batch
         ro.fail(f"reset failed: {type(exc).__name__}: {exc}")

@@ -201,7 +201,7 @@ class Rollout:
         """The agents who play the next tick: the next agent (turn order) or all (a parallel round)."""
         if self.done:
             return []
-        return list(self.env.agents) if self.mode == "parallel" else [self.env.next_agent]
+        return list(self.env.agents) if self.mode == "parallel" else [self.env.status.next_agent]
 
     def fork(self) -> "Rollout":
         """An independent copy: the token records are copied and the episode forked (a finished
@@ -299,10 +299,10 @@ class Rollout:
     async def _astep(self, acting: list[str], texts: dict[str, str]) -> dict[str, Any]:
         """:meth:`_step`, awaited (the episode's async twins)."""
         if len(self.trajectories) == 1:
-            return {acting[0]: await self.env.astep(texts.get(acting[0], ""))}
+            return {acting[0]: await self.env.aio.step(texts.get(acting[0], ""))}
         if self.mode == "parallel":
-            return dict(await self.env.astep_round({a: texts.get(a, "") for a in acting}))
-        return {acting[0]: await self.env.aact(acting[0], texts.get(acting[0], ""))}
+            return dict(await self.env.aio.step_round({a: texts.get(a, "") for a in acting}))
+        return {acting[0]: await self.env.aio.act(acting[0], texts.get(acting[0], ""))}
 
     def _record(self, turns: dict[str, Generation], split: dict[str, tuple[list[int], str, str]],
                 results: dict[str, Any]) -> None:
@@ -337,7 +337,7 @@ class Rollout:
         ok = self.error is None
         if ok and ep.done:
             self.success, self.rewards = bool(ep.success), dict(ep.rewards)
-            self.rounds, self.ended_by = ep.round, ep.ended_by or ""
+            self.rounds, self.ended_by = ep.status.round, ep.status.ended_by or ""
         elif ok:  # cut by the rollout (no role fits max_context): judged like the episode's own end
             self._grade_cut(ep)
         for a, t in self.trajectories.items():
@@ -347,8 +347,8 @@ class Rollout:
                 t._insert(r.encode(self.closing.pop(a) + r.continuation(new, add_generation_prompt=False)))
                 t.messages += new
             t.reward, t.success, t.error = float(self.rewards.get(a, 0.0)), self.success, self.error
-            t.terminated = ok and bool(ep.terminated)
-            t.truncated = t.truncated or (ok and bool(ep.truncated))
+            t.terminated = ok and bool(ep.status.terminated)
+            t.truncated = t.truncated or (ok and bool(ep.status.truncated))
         if self.rubric is not None and ok and ep.done:
             self._grade(ep)
 
@@ -366,15 +366,16 @@ class Rollout:
 
     def _grade_cut(self, ep: Any) -> None:
         """Judge an episode the rollout ended before the episode did (out of context) the way
-        the episode judges its own turn limit (:meth:`envfactory.Episode.judge`)."""
+        the episode judges its own turn limit (:meth:`envfactory.episode.EpisodeStatus.judge`)."""
         try:
-            success, rewards = ep.judge()
+            success, rewards = ep.status.judge()
         except Exception as exc:  # nothing to judge (a dead container): reward 0, and say why
             self.ended_by = f"max_context (not judged: {type(exc).__name__}: {exc})"
             return
         self.success, self.rewards = bool(success), {a: float(rewards.get(a, 0.0)) for a in self.trajectories}
-        started = ep.next_agent != ep.agents[0]  # the round under way has had some turns already
-        self.rounds, self.ended_by = ep.round - (0 if started else 1), "max_context"
+        status = ep.status
+        started = status.next_agent != ep.agents[0]  # the round under way has had some turns already
+        self.rounds, self.ended_by = status.round - (0 if started else 1), "max_context"
 
 
 def _split(gen: Generation, r: ChatRenderer, stops: set[int]) -> tuple[list[int], str, str]:
@@ -478,7 +479,7 @@ def advance(states: Sequence[Rollout], *, max_new_tokens: int, temperature: floa
     if env_threads is None:
         from envfactory.world import LocalWorld
 
-        env_threads = 1 if all(isinstance(getattr(s.env, "world", None), LocalWorld) for s, _, _ in ticks) else 16
+        env_threads = 1 if all(isinstance(getattr(s.env, "_world", None), LocalWorld) for s, _, _ in ticks) else 16
     if env_threads > 1 and len(ticks) > 1:
         # one agent's episodes over remote worlds: one step_many round from this thread (a shared
         # container's turns in one batch frame); the others (teams) in threads

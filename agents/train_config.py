@@ -18,6 +18,8 @@ default is the Trainer's default. A complete file, every value its default but
                 scale: run, scale_ema: 0.1, branch_after: valid_tool_result}   # or {name: grpo | rft, M, clip_eps, kl_coef, updates, shuffle_rewards}
     sampling: {max_new_tokens: 128, temperature: 1.0, max_turns: null, max_context: null, mode: aec, processes: 1}
     optim: {lr: 1.0e-05, tasks_per_step: 4, micro_batch: 16, grad_clip: 1.0}
+    learner: {parallel: auto, autocast: null, gradient_checkpointing: false,
+              lora: null}   # lora: {r: 16, alpha: 32.0, dropout: 0.0, target_modules: null}
     sft: null            # {epochs: 10, lr: 0.001, batch_size: 8, tasks: null}: warm start before RL (envfactory train)
     eval: null           # {samples: 4, temperature: null, seed: 12345, tasks: null}: success before and after
     runtime: {rollout: local, workers: 2, ray_options: {}}
@@ -41,8 +43,8 @@ from typing import Any, Literal, Union
 from agents.algorithms.objectives import ARPO, GRPO, RFT
 from agents.metrics import SINK_NAMES, unknown_sink
 
-__all__ = ["TrainerConfig", "SamplingConfig", "OptimConfig", "SFTConfig", "EvalConfig", "RuntimeConfig",
-           "OutputConfig", "ALGORITHMS"]
+__all__ = ["TrainerConfig", "SamplingConfig", "OptimConfig", "LearnerConfig", "LoRAConfig", "SFTConfig",
+           "EvalConfig", "RuntimeConfig", "OutputConfig", "ALGORITHMS"]
 
 ALGORITHMS: dict[str, type] = {"arpo": ARPO, "grpo": GRPO, "rft": RFT}
 """The ``algorithm.name`` values and their classes (the section's other keys are the class's fields)."""
@@ -92,6 +94,50 @@ class OptimConfig:
     tasks_per_step: int = 4
     micro_batch: int = 16
     grad_clip: float = 1.0
+
+
+@dataclass
+class LoRAConfig:
+    """LoRA adapters (through ``peft``) instead of training every weight.
+
+    Attributes:
+        r, alpha, dropout: The adapters' rank, scale numerator (``alpha / r`` scales them) and dropout.
+        target_modules: Module names to adapt (``None``: every linear layer of the decoder).
+    """
+
+    r: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.0
+    target_modules: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.r < 1:
+            raise ValueError(f"lora.r must be at least 1, got {self.r}")
+
+
+@dataclass
+class LearnerConfig:
+    """How each learner's model is trained (:mod:`agents.learner`).
+
+    Attributes:
+        parallel: ``auto`` (data parallel when ``torchrun`` started several processes, else one
+            process), ``none``, ``dp`` (every rank a whole model, gradients summed) or ``fsdp2``
+            (parameters, gradients and optimizer state sharded by PyTorch's ``fully_shard``). Each rank
+            samples its own tasks; a step equals the one-process step on the union of their batches
+            (:mod:`agents.models.parallel`).
+        autocast: ``bf16``: training's forward passes in bfloat16 under ``torch.autocast``, over float32
+            weights (the master copy AdamW updates); ``null``: float32 throughout. Trainable weights that
+            are not float32 are refused either way (AdamW on bfloat16 weights loses most small updates).
+        gradient_checkpointing: Recompute each decoder layer's activations in the backward pass instead
+            of keeping them (less memory, a second forward's time).
+        lora: LoRA adapters (``peft``) on a frozen base (which may then be bfloat16); the KL reference
+            is the base with the adapters off (no copy of the model).
+    """
+
+    parallel: Literal["auto", "none", "dp", "fsdp2"] = "auto"
+    autocast: Literal["bf16"] | None = None
+    gradient_checkpointing: bool = False
+    lora: LoRAConfig | None = None
 
 
 @dataclass
@@ -199,6 +245,7 @@ class TrainerConfig:
     algorithm: ARPO | GRPO | RFT = field(default_factory=ARPO)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
     sft: SFTConfig | None = None
     eval: EvalConfig | None = None
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)

@@ -34,6 +34,7 @@ from agents.algorithms.loss import policy_loss
 from agents.algorithms.objectives import ARPO, GRPO, Algorithm
 from agents.metrics import MetricsLog, make_sinks, plot_learning_curve, progress
 from agents.algorithms.sft import reference_rollouts
+from agents.models import adapters, parallel
 from agents.models.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agents.rollout import Trajectory
 from agents.train_config import EvalConfig, SFTConfig, TrainerConfig
@@ -81,7 +82,7 @@ class Learner:
     def sync(self) -> None:
         """Push the trained weights to the sampling backend when it does not share them."""
         if self.model is not getattr(self.policy, "model", None):
-            self.policy.load_weights(list(self.model.state_dict().items()))
+            self.policy.load_weights(list(parallel.full_state_dict(self.model)[0].items()))
 
 
 class Trainer:
@@ -125,6 +126,7 @@ class Trainer:
             raise TypeError(f"config must be a TrainerConfig (TrainerConfig.from_dict / from_file read one), "
                             f"not {type(cfg).__name__}")
         self.team, self.algorithm = policy, cfg.algorithm
+        self.world = parallel.world(cfg.learner.parallel)  # one process, or this rank under torchrun
         # run state, never on the config: ARPO's running ΔH scale (saved with each checkpoint)
         self.branch_scale = cfg.algorithm.running_scale() if isinstance(cfg.algorithm, ARPO) else None
         self.envs = [envfactory.make(e) if isinstance(e, str) else e for e in envs]
@@ -135,11 +137,12 @@ class Trainer:
             from envfactory.runtime.ray_world import RayPool, RayWorld
 
             self.ray_pool = RayPool(cfg.runtime.workers, **cfg.runtime.ray_options)
-            self.envs = [Episode(e.spec, RayWorld(e.spec, pool=self.ray_pool), max_turns=e.max_turns)
+            self.envs = [Episode(e.spec, RayWorld(e.spec, pool=self.ray_pool), max_turns=e.status.max_turns)
                          for e in self.envs]
             self._owned = list(self.envs)
-        for e in self.envs:
-            e.max_turns = e.max_turns if cfg.sampling.max_turns is None else cfg.sampling.max_turns
+        if cfg.sampling.max_turns is not None:  # the config's turn limit over each episode's own
+            for e in self.envs:
+                e._max_turns = cfg.sampling.max_turns  # (fixed at make(): only the Trainer overrides it)
         self.learners: list[Learner] = []
         for agent in dict.fromkeys(a for e in self.envs for a in e.agents):
             if isinstance(policy, Mapping) and agent not in policy:
@@ -148,9 +151,12 @@ class Trainer:
             pol = policy[agent] if isinstance(policy, Mapping) else policy
             ln = next((x for x in self.learners if x.policy is pol), None)
             if ln is None:
-                ln = Learner(pol, self._model_of(pol, model), None)
-                ln.optimizer = torch.optim.AdamW(ln.model.parameters(), lr=cfg.optim.lr, betas=(0.9, 0.99),
-                                                 weight_decay=0.0)
+                ln = Learner(pol, self._prepare(self._model_of(pol, model)), None)
+                if self.world.mode == "fsdp2" and ln.model is not getattr(pol, "model", None):
+                    raise ValueError(f"learner.parallel: fsdp2 samples with the sharded model itself; "
+                                     f"{type(pol).__name__} keeps its own weights: use an HFPolicy, or dp")
+                ln.optimizer = torch.optim.AdamW(adapters.trainable_parameters(ln.model), lr=cfg.optim.lr,
+                                                 betas=(0.9, 0.99), weight_decay=0.0)
                 self.learners.append(ln)
             ln.agents.add(agent)
         self.respect_splits = cfg.respect_splits
@@ -185,10 +191,34 @@ class Trainer:
             from transformers import AutoModelForCausalLM
 
             m = AutoModelForCausalLM.from_pretrained(m, dtype=torch.float32)
+        if isinstance(m, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+            raise TypeError(f"the model is wrapped in {type(m).__name__}, which the sampler cannot generate with; "
+                            "pass the bare model and set learner.parallel to dp (or fsdp2): under torchrun the "
+                            "Trainer sums the gradients across the processes itself")
         if m is not getattr(pol, "model", None) and not hasattr(pol, "load_weights"):
             raise ValueError(f"{type(pol).__name__} cannot receive weights (no load_weights); "
                              "train an HFPolicy's own model instead")
         return m
+
+    def _prepare(self, m: Any) -> Any:
+        """The learner's model as ``config.learner`` trains it: LoRA adapters, gradient checkpointing, float32
+        trainable weights (refused otherwise, by name), sharded across the ranks (FSDP2)."""
+        lc = self.config.learner
+        if lc.lora is not None and not adapters.has_lora(m):
+            adapters.add_lora(m, lc.lora)
+        if lc.gradient_checkpointing:
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        adapters.check_trainable(m)
+        return parallel.shard(m, self.world)
+
+    def _sampling(self) -> Any:
+        """The learners' parameters gathered while the policies sample (FSDP2; else nothing to do)."""
+        import contextlib
+
+        stack = contextlib.ExitStack()
+        for ln in self.learners:
+            stack.enter_context(parallel.gathered(ln.model))
+        return stack
 
     # -- learners ------------------------------------------------------------
     def learner_of(self, agent: str) -> Learner:
@@ -250,9 +280,10 @@ class Trainer:
 
     def _groups(self, pairs: list[tuple[Any, str]], algo: Algorithm, seed: int, temperature: float) -> list[Group]:
         s = self.config.sampling
-        return sample_groups(self.team, pairs, algo, max_new_tokens=s.max_new_tokens, temperature=temperature,
-                             seed=seed, mode=s.mode, max_context=s.max_context,
-                             scale=self.branch_scale if algo is self.algorithm else None)
+        with self._sampling():
+            return sample_groups(self.team, pairs, algo, max_new_tokens=s.max_new_tokens, temperature=temperature,
+                                 seed=seed, mode=s.mode, max_context=s.max_context,
+                                 scale=self.branch_scale if algo is self.algorithm else None)
 
     # -- evaluation ----------------------------------------------------------
     def evaluate(self, tasks: TaskIds = None, *, samples: int | None = None, temperature: float | None = None,
@@ -415,13 +446,19 @@ class Trainer:
         """One step: sample groups, compute advantages, ``algorithm.updates`` clipped-loss updates
         of every learner on its own samples, push weights."""
         t0 = time.perf_counter()
-        rng = random.Random(self.seed * 1_000_003 + self.step)
+        rng = (random.Random(self.seed * 1_000_003 + self.step) if self.world.size == 1
+               else random.Random(f"{self.seed}:{self.step}:{self.world.rank}"))  # each rank its own tasks and seeds
         level = self.curriculum.level if self.curriculum is not None else None
         n = self.config.optim.tasks_per_step
         chosen = (self.curriculum.draw(n) if self.curriculum is not None
                   else rng.sample(self.pool, min(n, len(self.pool))))
         groups = self._groups(chosen, self.algorithm, rng.randrange(2**31), self.config.sampling.temperature)
         t_rollout = time.perf_counter() - t0
+        failed = [e.error for g in groups for e in g.episodes]
+        if self.world.max(float(bool(failed) and all(x is not None for x in failed))):  # on every rank, or none hangs
+            first = next((x for x in failed if x is not None), "on another rank")
+            raise RuntimeError(f"step {self.step + 1}: every rollout failed (rank {self.world.rank}: {len(failed)} "
+                               f"rollouts), so there is nothing to train on; the first error: {first}")
         self.last_samples = self.samples(groups)
         per = {ln.label: self._update(ln, self.last_samples[ln.label]) for ln in self.learners}
         self.step += 1
@@ -541,49 +578,71 @@ class Trainer:
         return float(self.reward_fn(traj)) if self.reward_fn is not None else traj.reward
 
     def _update(self, ln: Learner, samples: list[Sample]) -> dict[str, Any]:
-        """``algorithm.updates`` clipped-loss steps of ``ln`` on its own samples (none: no step).
+        """``algorithm.updates`` clipped-loss steps of ``ln`` on its own samples (none on any rank: no step).
 
         With a KL penalty the reference is the model as it stands before its first update (or the
         one a checkpoint restored): built here, so :meth:`train_step` called on its own applies
-        the KL term as :meth:`train` does."""
+        the KL term as :meth:`train` does; with LoRA it is the base, adapters off. Under ``torchrun``
+        the token counts of the token-mean and the gradients are summed over the ranks, so the step
+        equals the one-process step on the union of the ranks' samples (:mod:`agents.models.parallel`)."""
+        import contextlib
+
         import torch
 
-        if self.algorithm.kl_coef and ln.ref_model is None:
-            ln.ref_model = _frozen_copy(ln.model)
-
-        n_tokens = sum(sum(s.mask) for s in samples)
-        n_pg_tokens = sum(sum(s.mask) for s in samples if s.signal)  # the policy-gradient token-mean's
-        updates = self.algorithm.updates if samples else 0
-        stats, grad_norm, refs = [], 0.0, {}  # refs: the reference's log-probs, once per micro-batch
+        w, lc, algo = self.world, self.config.learner, self.algorithm
+        lora = adapters.has_lora(ln.model)
+        if algo.kl_coef and ln.ref_model is None and not lora:
+            ln.ref_model = _frozen_copy(ln.model, w)
+        n_tokens = int(w.sum(sum(sum(s.mask) for s in samples)))
+        n_pg_tokens = int(w.sum(sum(sum(s.mask) for s in samples if s.signal)))  # the policy-gradient token-mean's
+        updates = algo.updates if w.sum(len(samples)) else 0
         micro_batch, temperature = self.config.optim.micro_batch, self.config.sampling.temperature
+        batches = [samples[b:b + micro_batch] for b in range(0, len(samples), micro_batch)]
+        if w.mode == "fsdp2":  # FSDP2 gathers and reduces in every pass: each rank runs as many (empty ones: no-ops)
+            batches += [[] for _ in range(int(w.max(len(batches))) - len(batches))]
+        params = adapters.trainable_parameters(ln.model)
+        device = params[0].device
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=lc.autocast == "bf16")
+        share = not lc.gradient_checkpointing  # the shared prefix reuses a KV cache that checkpointing turns off
+        scale = parallel.loss_scale(w)
+
+        def reference() -> Any:
+            return adapters.adapters_off(ln.model) if lora else contextlib.nullcontext()
+
+        stats, grad_norm, refs = [], 0.0, {}  # refs: the reference's log-probs, once per micro-batch
         ln.model.train()
         for _ in range(updates):
             ln.optimizer.zero_grad(set_to_none=True)
-            for b in range(0, len(samples), micro_batch):
-                mb = samples[b:b + micro_batch]
-                seqs, starts = [s.ids for s in mb], [s.start for s in mb]
-                lps = token_logprobs(ln.model, seqs, starts, temperature=temperature, pad_id=ln.pad_id)
-                if ln.ref_model is not None and b not in refs:
-                    with torch.no_grad():
-                        refs[b] = _pad(token_logprobs(ln.ref_model, seqs, starts, temperature=temperature,
-                                                      pad_id=ln.pad_id))
+            for b, mb in enumerate(batches):
+                seqs, starts = ([s.ids for s in mb], [s.start for s in mb]) if mb else ([[ln.pad_id] * 2], [1])
+                with autocast:
+                    lps = token_logprobs(ln.model, seqs, starts, temperature=temperature, pad_id=ln.pad_id,
+                                         share_prefix=share)
+                    if algo.kl_coef and b not in refs:
+                        with torch.no_grad(), reference():
+                            refs[b] = _pad([r.float() for r in token_logprobs(
+                                ln.ref_model if ln.ref_model is not None else ln.model, seqs, starts,
+                                temperature=temperature, pad_id=ln.pad_id, share_prefix=share)])
+                if not mb:
+                    (lps[0].sum() * 0.0).backward()  # an empty pass: FSDP2's collectives, no gradient
+                    continue
                 dev = lps[0].device
-                loss, st = policy_loss(_pad(lps), _pad([torch.tensor(s.old_logprobs, device=dev) for s in mb]),
+                loss, st = policy_loss(_pad([lp.float() for lp in lps]),
+                                       _pad([torch.tensor(s.old_logprobs, device=dev) for s in mb]),
                                        _pad([torch.tensor(s.advantages, device=dev) for s in mb]),
                                        _pad([torch.tensor(s.mask, device=dev) for s in mb]),
-                                       clip_eps=self.algorithm.clip_eps, ref_logp=refs.get(b),
-                                       kl_coef=self.algorithm.kl_coef, num_tokens=n_tokens,
-                                       pg_num_tokens=n_pg_tokens)
-                loss.backward()
+                                       clip_eps=algo.clip_eps, ref_logp=refs.get(b), kl_coef=algo.kl_coef,
+                                       num_tokens=n_tokens, pg_num_tokens=n_pg_tokens)
+                (loss * scale).backward()
                 stats.append(st)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(ln.model.parameters(),
-                                                              self.config.optim.grad_clip or float("inf")))
+            parallel.sum_gradients(params, w)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.config.optim.grad_clip or float("inf")))
             ln.optimizer.step()
         ln.model.eval()
-        if samples:
+        if updates:
             ln.sync()
         return {"sequences": len(samples), "tokens": n_tokens, "pg_tokens": n_pg_tokens,
-                "loss": sum(s.loss for s in stats) / max(updates, 1),
+                "loss": w.sum(sum(s.loss for s in stats)) / max(updates, 1),
                 "kl": _wmean([(s.kl, s.tokens) for s in stats]),
                 "clip_fraction": _wmean([(s.clip_fraction, s.tokens) for s in stats]), "grad_norm": grad_norm}
 
@@ -613,7 +672,7 @@ class Trainer:
             raise FileNotFoundError("no checkpoint to resume from: none saved under output_dir/checkpoints yet")
         for ln in self.learners:
             if ln.ref_model is None and (Path(path) / self._sub(ln) / "reference.safetensors").exists():
-                ln.ref_model = _frozen_copy(ln.model)
+                ln.ref_model = _frozen_copy(ln.model, self.world)
         meta = load_checkpoint(path, self._parts())
         self.step = int(meta["step"])
         # ARPO's running ΔH scale (checkpoints written before it left the config kept it in "algorithm")
@@ -733,8 +792,19 @@ def _pad(rows: list[Any]) -> Any:
     return torch.nn.utils.rnn.pad_sequence([r.to(torch.float32) for r in rows], batch_first=True)
 
 
-def _frozen_copy(model: Any) -> Any:
-    ref = copy.deepcopy(model)
+def _frozen_copy(model: Any, world: parallel.World) -> Any:
+    """The KL reference: a frozen copy of ``model`` (under FSDP2 built from its full state dict and sharded
+    the same way: a sharded module cannot be deep-copied)."""
+    if parallel.is_sharded(model):
+        from transformers import AutoModelForCausalLM
+
+        state, _ = parallel.full_state_dict(model, everywhere=True)
+        ref = AutoModelForCausalLM.from_config(model.config)
+        ref.load_state_dict(state, strict=False)
+        ref.to(next(model.parameters()).device)
+        ref = parallel.shard(ref, world)
+    else:
+        ref = copy.deepcopy(model)
     ref.eval()
     for p in ref.parameters():
         p.requires_grad_(False)

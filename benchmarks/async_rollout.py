@@ -52,7 +52,7 @@ class SlowScript:
         self.order, self.calls, self.slow_ms, self.fast_ms, self.every = order, calls, slow_ms, fast_ms, slow_every
 
     def act(self, episode: Any, agent: str, seed: int) -> str:
-        k = episode.turns_taken(agent)
+        k = episode.status.turns_taken(agent)
         if k >= self.calls:
             return "All jobs are done."
         ms = self.slow_ms if (self.order[id(episode)] + k) % self.every == 0 else self.fast_ms

@@ -311,9 +311,9 @@ def bench_fork(n: int = 2000) -> dict[str, Any]:
         task = max(s.get_tasks(), key=lambda t: len(t.solution))
         env.reset(task.id)
         for c in task.solution[: max(1, len(task.solution) // 2)]:
-            while env.next_agent not in (c.agent, None) and c.agent is not None:
-                env.act(env.next_agent, "")  # the others pass until it is this call's agent's turn
-            env.act(env.next_agent, c.to_hermes())
+            while env.status.next_agent not in (c.agent, None) and c.agent is not None:
+                env.act(env.status.next_agent, "")  # the others pass until it is this call's agent's turn
+            env.act(env.status.next_agent, c.to_hermes())
         clock = time.perf_counter_ns
         samples = []
         for _ in range(n):

@@ -102,7 +102,7 @@ def _rounds_of_step_many(envs: list[Any], seconds: float, pool: Any = None) -> d
         "shared_sessions_round_max_ms": round(max(rounds) / 1e6, 3),
         "shared_sessions_errors": errors,
         **_host_cpu(cpu0, cpu1, steps),
-        "shared_sessions_stepped": sum(1 for e in envs if e.turns_taken() > 0),
+        "shared_sessions_stepped": sum(1 for e in envs if e.status.turns_taken() > 0),
         "shared_sessions_batch_frames": sum(c._batch.frames_sent for c in (pool.containers() if pool else [])
                                             if getattr(c, "_batch", None) is not None),
     }
@@ -192,7 +192,7 @@ def bench_shared_sessions(sessions: int = 1000, threads: int = 16, seconds: floa
         elapsed = time.perf_counter() - t0
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         allv = [x for v in lat for x in v]
-        touched = sum(1 for e in envs if e.turns_taken() > 0)
+        touched = sum(1 for e in envs if e.status.turns_taken() > 0)
         out.update({
             "shared_sessions_steps": len(allv),
             "shared_sessions_steps_per_s": round(len(allv) / elapsed),

@@ -88,7 +88,7 @@ class FrameAgent:
         self.reads = {n: f for n, f in self.tools.items() if n.startswith("get_")}
         self.acts = {n: f for n, f in self.tools.items() if n not in self.queries and n not in self.reads
                      and n not in ("ask_user", "finish") and any(p.endswith("_id") for p in self._params(f))}
-        system = str(env.messages[0]["content"]) if env.messages else ""
+        system = str(env.transcript()[0]["content"])
         self.policies = [line[2:] for line in system.splitlines() if line.startswith("- ")]
 
     # -- the episode ----------------------------------------------------------------
@@ -113,7 +113,7 @@ class FrameAgent:
 
     def play(self) -> bool:
         """Plays the episode to its end; whether it succeeded."""
-        instruction = str(self.env.messages[-1]["content"]).strip()
+        instruction = str(self.env.transcript()[-1]["content"]).strip()
         try:
             answer = self.solve(instruction)
         except FrameError:

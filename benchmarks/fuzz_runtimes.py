@@ -509,9 +509,9 @@ def _play(k: int, s: int, action: Any, local: Any, dock: Any, task: Any, tally: 
     tally.current[k] = (s, "local", time.monotonic())
     a, ta, ea = _step(local, action)
     tally.current[k] = (s, "docker", time.monotonic())
-    resumed = dock.world.resumed
+    resumed = dock._world.resumed
     b, tb, eb = _step(dock, action)
-    resumed = dock.world.resumed != resumed  # its container died (another lane's doing, or this output's)
+    resumed = dock._world.resumed != resumed  # its container died (another lane's doing, or this output's)
     tally.current.pop(k, None)
     with tally.lock:
         tally.outputs += 1
@@ -537,7 +537,7 @@ def _play(k: int, s: int, action: Any, local: Any, dock: Any, task: Any, tally: 
     if ja != jb:
         tally.bad("differences", seed=s, local=ja, docker=jb)
     if a.done or b.done:
-        if dock.ended_by in ("timeout", "world_lost"):  # its state went with the world
+        if dock.status.ended_by in ("timeout", "world_lost"):  # its state went with the world
             with tally.lock:
                 tally.gone_states += 1
         else:
@@ -650,7 +650,7 @@ def timeout_attacker(stop: threading.Event, tally: Tally, pool: Any, seed: int, 
         try:
             a.reset(0)
             r = a.step(call(tool, seconds=rng.choice((1.5, 3.0))))
-            if not (r.truncated and r.info.get("timeout") and a.ended_by == "timeout"):
+            if not (r.truncated and r.info.get("timeout") and a.status.ended_by == "timeout"):
                 tally.bad("attack_failures", attack=f"timeout_{tool}", messages=r.messages, info=r.info)
         except Exception as exc:  # noqa: BLE001 -- counted
             tally.bad("attack_failures", attack=f"timeout_{tool}", error=exc)
@@ -686,8 +686,8 @@ def note_bystander(k: int, stop: threading.Event, tally: Tally, pool: Any, stall
             except Exception as exc:  # noqa: BLE001
                 tally.bad("bystanders_lost", bystander=f"note-{k}", error=exc)
                 time.sleep(0.5)
-        if dock.world.resumed:
-            tally.bad("attack_failures", attack="timeout", bystander=f"note-{k}", resumed=dock.world.resumed)
+        if dock._world.resumed:
+            tally.bad("attack_failures", attack="timeout", bystander=f"note-{k}", resumed=dock._world.resumed)
     finally:
         dock.close()
 
@@ -704,10 +704,10 @@ def memory_attacker(stop: threading.Event, tally: Tally, every: float) -> None:
                              limits=Limits(memory_mb=256, pids=256))
         try:
             ep.reset(0)
-            c = ep.world.container
+            c = ep._world.container
             r = ep.step(call("run_python", code=_HOG))
             after = ep.step(call("run_python", code="print(6 * 7)"))
-            if (r.done or "world_lost" in r.info or ep.world.container is not c or c.dead
+            if (r.done or "world_lost" in r.info or ep._world.container is not c or c.dead
                     or after.messages[0]["content"].strip() != "42"):
                 tally.bad("attack_failures", attack="memory", messages=r.messages, info=r.info,
                           after=after.messages)

@@ -47,14 +47,15 @@ def bench_sessions(sessions: int = 2000, env: str = "Counter-v0", threads: int =
             note("open", exc)
             continue
         try:
-            ep.reset(i % len(ep.tasks) if ep.tasks else 0)
+            tasks = ep.spec.tasks_in("train")  # the tasks make()'s episode draws from
+            ep.reset(i % len(tasks) if tasks else 0)
         except Exception as exc:  # noqa: BLE001
             note("reset", exc)
         eps.append(ep)
     out["open_and_reset_s"] = round(time.perf_counter() - t0, 2)
-    pools = {id(ep.world.pool): ep.world.pool for ep in eps if getattr(ep.world, "pool", None) is not None}
+    pools = {id(ep._world.pool): ep._world.pool for ep in eps if getattr(ep._world, "pool", None) is not None}
     out["pools"] = len(pools)
-    out["containers_held"] = len({id(ep.world.container) for ep in eps if getattr(ep.world, "container", None)})
+    out["containers_held"] = len({id(ep._world.container) for ep in eps if getattr(ep._world, "container", None)})
     out["sessions_per_container"] = sorted({p.per_container for p in pools.values()})
 
     ended: Counter[str] = Counter()
@@ -82,7 +83,7 @@ def bench_sessions(sessions: int = 2000, env: str = "Counter-v0", threads: int =
                 with lock:
                     ended[str(r.info.get("ended_by")) if r is not None else "none"] += 1
                     solved += bool(r is not None and r.info.get("success"))
-                    resumes += getattr(ep.world, "resumed", 0) or 0
+                    resumes += getattr(ep._world, "resumed", 0) or 0
             except Exception as exc:  # noqa: BLE001
                 with lock:
                     note("step", exc)

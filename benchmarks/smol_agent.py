@@ -96,7 +96,7 @@ def plays(tokenizer: Any, names: list[str], per_family: int, seed: int) -> list[
                     env.step(action)
                 if env.success:  # a user task's oracle may need the user's replies in another order
                     out.append(Play(name, t.id, "sft", "oracle",
-                                    tokenizer.apply_chat_template(env.messages, tools=schemas, tokenize=False)))
+                                    tokenizer.apply_chat_template(env.transcript(), tools=schemas, tokenize=False)))
         finally:
             env.close()
     return out

@@ -13,22 +13,21 @@ Episode protocol:
    assistant message with ``tool_calls``, or tool calls), runs the calls and
    returns a :class:`StepResult` whose ``messages`` are the tool responses.
    A team plays with ``act(agent, action)`` (one turn) or
-   ``step_round({agent: action})`` (simultaneous moves) instead; ``step`` and
-   ``messages`` on a team raise :class:`EpisodeError` naming them.
+   ``step_round({agent: action})`` (simultaneous moves) instead; ``step`` on a
+   team raises :class:`EpisodeError` naming them.
 3. The episode terminates when the agent answers without calling a tool (or
    calls ``finish``); it is truncated after ``max_turns`` assistant turns.
    ``reward`` is 0 until the end, then 1.0 if the task succeeded, judged from
    the true final state, never from the agent's claims.
 
-Every blocking member has an awaitable twin for asyncio code (``areset``, ``astep``,
-``afork``, ``aclose``; an :class:`~envfactory.episode.Episode` adds ``aact`` and
-``astep_round``): the same call, run on a bounded thread pool shared by the process
-(:func:`async_executor`), so many episodes are in flight on one event loop and a slow tool
-holds only its own episode. Each returns or raises exactly what its blocking twin does
-(a world that fails or overruns is an error observation, never an exception). One
-episode takes one call at a time: a second async call on it while one is running raises
-:class:`EpisodeError`. Cancelling the awaiting task does not undo a call already running:
-the episode ends up as that call leaves it.
+Every blocking call has an awaitable twin for asyncio code under the episode's ``aio``
+(:class:`~envfactory.episode.AsyncEpisode`: ``await episode.aio.step(action)``): the same
+call, run on a bounded thread pool shared by the process (:func:`async_executor`), so many
+episodes are in flight on one event loop and a slow tool holds only its own episode. Each
+returns or raises exactly what its blocking twin does (a world that fails or overruns is an
+error observation, never an exception). One episode takes one call at a time: a second async
+call on it while one is running raises :class:`EpisodeError`. Cancelling the awaiting task
+does not undo a call already running: the episode ends up as that call leaves it.
 """
 
 from __future__ import annotations
@@ -183,10 +182,10 @@ class Environment(ABC):
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Continue exactly from ``snapshot`` (taken from an environment of the same spec)."""
 
-    @property
     @abstractmethod
-    def messages(self) -> list[Message]:
-        """The sole agent's episode so far, as OpenAI-style messages (a team raises)."""
+    def transcript(self, agent: str | None = None) -> list[Message]:
+        """``agent``'s episode so far, as OpenAI-style messages (``None``: the sole agent; a
+        team must say which agent)."""
 
     @property
     @abstractmethod
@@ -209,23 +208,6 @@ class Environment(ABC):
 
     def close(self) -> None:
         """Release resources (containers, sessions). Idempotent."""
-
-    # -- asyncio twins: the same calls, awaited (see the module docstring) ----------------
-    async def areset(self, task: "str | int | Task | None" = None, *, seed: int | None = None) -> list[Message]:
-        """:meth:`reset`, awaited."""
-        return await _offload(self, self.reset, task, seed=seed)
-
-    async def astep(self, action: Any) -> StepResult:
-        """:meth:`step`, awaited: other episodes go on while this one's tools run."""
-        return await _offload(self, self.step, action)
-
-    async def afork(self) -> "Environment":
-        """:meth:`fork`, awaited (a container world forks with a request)."""
-        return await _offload(self, self.fork)
-
-    async def aclose(self) -> None:
-        """:meth:`close`, awaited."""
-        await _offload(self, self.close)
 
     def __enter__(self) -> "Environment":
         return self

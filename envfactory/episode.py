@@ -18,17 +18,16 @@ a round ends. One typed API for any number of roles:
 - ``step(action) -> StepResult`` plays the sole agent's turn (one role, Gymnasium).
   On a team it raises :class:`EpisodeError` naming the two members below.
 - ``act(agent, action) -> StepResult`` plays one agent's turn; it must be
-  :attr:`Episode.next_agent` (turn order, PettingZoo AEC).
+  ``status.next_agent`` (turn order, PettingZoo AEC).
 - ``step_round({agent: action}) -> dict[str, StepResult]`` plays a whole round of
   simultaneous moves (PettingZoo Parallel): every action of a round was chosen on
   the same information, so messages sent during it reach their recipients only
   from the next round on; calls run in role order, so when two agents grab the
   same resource the first gets it and the second a ``conflict`` error.
-- ``areset``, ``astep``, ``aact``, ``astep_round``, ``afork``, ``aclose``: the same, awaited,
-  for asyncio code keeping many episodes in flight (:mod:`envfactory.env`).
-- ``messages`` is the sole agent's conversation; on a team it raises and names
-  :meth:`Episode.transcript`. Members taking ``agent=None`` mean the sole agent
-  and raise on a team, asking which agent.
+- ``aio``: the same calls, awaited (``await episode.aio.step(action)``), for asyncio
+  code keeping many episodes in flight (:class:`AsyncEpisode`).
+- Members taking ``agent=None`` (``transcript``, ``observation``, ``tool_schemas``,
+  ``status.turns_taken``) mean the sole agent and raise on a team, asking which agent.
 
 A turn is an assistant message (model text, an OpenAI-style message, or tool
 calls). Calls to another role's tools are refused (``permission denied``). A
@@ -62,7 +61,7 @@ from .tooling import ToolOutcome
 from .users import USER_TOOL, UserResponder, host_reply, user_profile
 from .world import LocalWorld, RunBatch, World, WorldGone, WorldLost
 
-__all__ = ["Episode", "SNAPSHOT_FORMAT", "task_for_seed", "step_many"]
+__all__ = ["Episode", "EpisodeStatus", "AsyncEpisode", "SNAPSHOT_FORMAT", "task_for_seed", "step_many"]
 
 SNAPSHOT_FORMAT = 2
 NOTHING_NEW = "(nothing new)"
@@ -77,7 +76,45 @@ _Begun = tuple[str, tuple[str, dict[str, Any]], Any, WorldGone | None]
 
 
 class Episode(Environment):
-    """A live episode of ``spec`` (see the module docstring).
+    """A live episode of ``spec``: the referee of one agent or a team, over any world.
+
+    The episode encapsulates a task's conversation and world behind :meth:`reset` and the
+    turn methods; a one-role environment is played like a Gymnasium ``Env``, a team like
+    PettingZoo's AEC (:meth:`act`) or Parallel (:meth:`step_round`) API (see the module
+    docstring for the turn protocol).
+
+    The main API methods that users of this class need to know are:
+
+    - :meth:`reset` - Starts an episode of a task (named, or drawn from the episode's split)
+      and returns the opening messages of the agent who moves first.
+    - :meth:`step` - Plays the sole agent's turn (an assistant message: text or tool calls)
+      and returns a :class:`StepResult`: the tool responses, the reward, whether the episode
+      terminated or was truncated, and ``info``. Never raises on model output.
+    - :meth:`act` - Plays one agent's turn of a team, in turn order (``status.next_agent``).
+    - :meth:`step_round` - Plays a round of simultaneous moves, ``{agent: action}``.
+    - :meth:`fork`, :meth:`snapshot`, :meth:`restore` - An independent live copy, and the
+      whole episode as sealed JSON data to continue from later.
+    - :meth:`close` - Releases the world (a container, a session). Idempotent.
+    - :attr:`aio` - The same calls, awaited, for asyncio code (:class:`AsyncEpisode`).
+
+    What the agents see:
+
+    - :meth:`transcript` - An agent's whole conversation so far (OpenAI-style messages):
+      what an LLM playing it is prompted with.
+    - :meth:`observation` - What is new for an agent since its last turn, as text.
+    - :meth:`tool_schemas` - The function-calling schemas of the tools an agent may call.
+
+    What the episode is and how it stands:
+
+    - :attr:`spec` - The environment definition; :attr:`agents` - its roles, in turn order.
+    - :attr:`task` - The running task (``None`` before :meth:`reset`).
+    - :attr:`state` - The true world state, the one the reward is computed from.
+    - :attr:`done` - Whether the episode has ended (terminated or truncated).
+    - :attr:`success`, :attr:`rewards` - The verdict, judged on the host from the true final
+      state once the episode has ended (rewards are 0 until then).
+    - :attr:`status` - Everything else about the episode so far, read live
+      (:class:`EpisodeStatus`: round, whose turn, how it ended, the final answer, the turn
+      limit, every tool call, each agent's turns, and the verdict if it were cut now).
 
     Args:
         spec: The environment definition.
@@ -93,13 +130,13 @@ class Episode(Environment):
     def __init__(self, spec: ToolEnvSpec, world: World | None = None, *, max_turns: int | None = None,
                  user: UserResponder | None = None, split: DrawSplit = DEFAULT_SPLIT) -> None:
         split_members(split)  # a clear error for an unknown split
-        self.split = split
+        self._split = split
         self._split_tasks: list[Task] | None = None
         self.spec = spec
-        self.world = world if world is not None else LocalWorld(spec)
+        self._world = world if world is not None else LocalWorld(spec)
         self.agents: list[str] = list(spec.agent_ids)
-        self.max_turns = spec.max_turns if max_turns is None else int(max_turns)
-        if self.max_turns < 1:
+        self._max_turns = spec.max_turns if max_turns is None else int(max_turns)
+        if self._max_turns < 1:
             raise ValueError("max_turns must be at least 1")
         self._team = len(self.agents) > 1
         self._tools_of = {a: spec.tools_of(a) for a in self.agents}
@@ -114,8 +151,8 @@ class Episode(Environment):
         self._terminal = spec.terminal
         # a one-role episode over a plain in-process world calls its tools itself (the same
         # Tool objects LocalWorld.run would call): no world round trip on the hot path
-        self._in_process = (not self._team and type(self.world) is LocalWorld
-                            and all(self.world._tools.get(n) is t for n, t in self._solo_tools.items()))
+        self._in_process = (not self._team and type(self._world) is LocalWorld
+                            and all(self._world._tools.get(n) is t for n, t in self._solo_tools.items()))
         self._timed_out: str | None = None
         self._success: bool | None = None  # the verdict, once judged
         self._answer: str | None = None
@@ -125,7 +162,7 @@ class Episode(Environment):
         self._terminated = self._truncated = False
         self._tx: dict[str, list[Message]] = {}
         self._pending: list[tuple[Any, ...]] = []
-        self._eager = False  # see write_transcripts_eagerly
+        self._eager = False  # see _write_transcripts_eagerly
         # what reset() sets, computed once: each agent's system prompt, and a sole agent's mail
         # count and rewards (never changed in place, only replaced, so every episode shares them)
         self._system = {a: spec.render_system_prompt(a) for a in self.agents}
@@ -148,7 +185,7 @@ class Episode(Environment):
     def _transcripts(self, value: dict[str, list[Message]]) -> None:
         self._tx, self._pending = value, []
 
-    def write_transcripts_eagerly(self) -> None:
+    def _write_transcripts_eagerly(self) -> None:
         """Write every turn into the transcript as it is played (for a caller that reads each turn's
         messages, as the Gymnasium face does: deferring them would only add work)."""
         self._transcripts  # noqa: B018 - the property writes what is pending
@@ -168,10 +205,10 @@ class Episode(Environment):
 
     # -- protocol -------------------------------------------------------------
     @property
-    def tasks(self) -> list[Task]:
-        """The tasks ``reset()`` draws from: those of the episode's :attr:`split`, in task order."""
+    def _tasks(self) -> list[Task]:
+        """The tasks ``reset()`` draws from: those of the episode's split, in task order."""
         if self._split_tasks is None:
-            self._split_tasks = self.spec.tasks_in(self.split)
+            self._split_tasks = self.spec.tasks_in(self._split)
         return self._split_tasks
 
     def reset(self, task: str | int | Task | None = None, *, seed: int | None = None) -> list[Message]:
@@ -179,8 +216,8 @@ class Episode(Environment):
 
         Args:
             task: A task id, index or :class:`Task`. ``None`` draws one of the episode's
-                split (:attr:`tasks`) from ``seed`` (:func:`task_for_seed`), or at random
-                when ``seed`` is ``None``.
+                split (the ``split`` it was made with) from ``seed`` (:func:`task_for_seed`),
+                or at random when ``seed`` is ``None``.
             seed: Seeds the task draw when ``task`` is ``None``.
 
         Returns:
@@ -189,7 +226,7 @@ class Episode(Environment):
             included: :meth:`transcript` (or :meth:`observation`) of that agent.
         """
         if task is None:
-            task = self.spec.draw_task(self.split, seed, pool=self.tasks)
+            task = self.spec.draw_task(self._split, seed, pool=self._tasks)
         if task.__class__ is Task and self._tasks_built:
             t = task  # what spec.task() returns for a Task once the tasks are built
         else:
@@ -198,10 +235,10 @@ class Episode(Environment):
         if not self._team:  # the sole agent: the same fields, written out
             if self._in_process:  # LocalWorld.start, inlined (a sole agent's state needs no team)
                 init = t.initial_state
-                state = self.world._state = copy_state(init)  # type: ignore[attr-defined]
+                state = self._world._state = copy_state(init)  # type: ignore[attr-defined]
                 quotas.fresh_copy(state, init)
             else:
-                self.world.start(t)
+                self._world.start(t)
             self._task = t
             a = self._solo_agent
             opening = t.instruction
@@ -223,7 +260,7 @@ class Episode(Environment):
             self._success = self._answer = self._ended_by = self._timed_out = None
             self._seen_mail, self._rewards = self._solo_seen, self._solo_rewards
             return opened.copy()
-        self.world.start(t)
+        self._world.start(t)
         self._task = t
         self._transcripts: dict[str, list[Message]] = {}
         for a in self.agents:
@@ -248,13 +285,8 @@ class Episode(Environment):
         self._timed_out = None
         return list(self._transcripts[self.agents[0]])
 
-    @property
-    def next_agent(self) -> str | None:
-        """Whose turn it is (turn order), or ``None`` before ``reset`` and after the end."""
-        return None if self._task is None or self.done else self.agents[self._pos]
-
     def act(self, agent: str, action: Any) -> StepResult:
-        """Play ``agent``'s turn; it must be :attr:`next_agent`. Never raises on model output.
+        """Play ``agent``'s turn; it must be ``status.next_agent``. Never raises on model output.
 
         Raises:
             EpisodeError: no episode is running, it has ended, or it is not ``agent``'s turn.
@@ -290,7 +322,7 @@ class Episode(Environment):
         if one is None or one[0] not in self._solo_tools:
             return None
         try:
-            pending = self.world.run_begin(self._solo_agent, self._round, [ToolCall(one[0], one[1])], batch)
+            pending = self._world.run_begin(self._solo_agent, self._round, [ToolCall(one[0], one[1])], batch)
         except WorldGone as exc:
             return action, one, None, exc
         return None if pending is None else (action, one, pending, None)
@@ -304,7 +336,7 @@ class Episode(Environment):
             pre = gone
         else:
             try:
-                outs = self.world.run_end(pending, ready)
+                outs = self._world.run_end(pending, ready)
             except WorldGone as exc:
                 pre = exc
             else:
@@ -335,7 +367,7 @@ class Episode(Environment):
                                f"not {type(actions).__name__}; act(agent, action) plays one turn")
         if self._pos != 0 and not self.done:
             raise EpisodeError(f"{self.spec.name}: a simultaneous round must start at the beginning of "
-                               f"a round, but it is {self.next_agent}'s turn; finish the round with act()")
+                               f"a round, but it is {self.agents[self._pos]}'s turn; finish the round with act()")
         unknown = set(actions) - set(self.agents)
         if unknown:
             raise EpisodeError(f"{self.spec.name}: actions for unknown agents {sorted(unknown)}; "
@@ -348,14 +380,6 @@ class Episode(Environment):
             self._check_turn(a)
             out[a] = self._turn(a, actions.get(a, ""), limit)
         return out
-
-    async def aact(self, agent: str, action: Any) -> StepResult:
-        """:meth:`act`, awaited (see :mod:`envfactory.env` for the async methods)."""
-        return await _offload(self, self.act, agent, action)
-
-    async def astep_round(self, actions: Mapping[str, Any]) -> dict[str, StepResult]:
-        """:meth:`step_round`, awaited."""
-        return await _offload(self, self.step_round, actions)
 
     def _slow(self, agent: str, parsed: ParsedAction) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         r = self._turn(agent, parsed, 0, preparsed=True)
@@ -407,12 +431,12 @@ class Episode(Environment):
             if pre is not None:  # step_many's second half
                 o = pre if pre.__class__ is ToolOutcome else self._world_gone(cast(WorldGone, pre), 1)[0]
             elif self._in_process:  # what LocalWorld.run does for one call
-                # _in_process: self.world is a LocalWorld (checked in __init__)
-                o, self.world._state = quotas.invoke_within_quota(  # type: ignore[attr-defined]
-                    t, self.world._state, args)  # type: ignore[attr-defined]
+                # _in_process: self._world is a LocalWorld (checked in __init__)
+                o, self._world._state = quotas.invoke_within_quota(  # type: ignore[attr-defined]
+                    t, self._world._state, args)  # type: ignore[attr-defined]
             else:
                 try:  # _run_batch, inlined
-                    outs = self.world.run(agent, rnd, calls or [ToolCall(name, args)])
+                    outs = self._world.run(agent, rnd, calls or [ToolCall(name, args)])
                 except WorldGone as exc:
                     outs = self._world_gone(exc, 1)
                 if len(outs) != 1:
@@ -462,9 +486,9 @@ class Episode(Environment):
             if timed_out:
                 self._end(self._gone, terminated=False, success=False)
                 info[self._gone] = True
-            elif terminal is not None and terminal(self.world.state()):
+            elif terminal is not None and terminal(self._world.state()):
                 self._end("terminal", terminated=True)
-            elif rnd >= self.max_turns:
+            elif rnd >= self._max_turns:
                 self._end("max_turns", terminated=False)
             else:
                 self._round = rnd + 1
@@ -495,7 +519,7 @@ class Episode(Environment):
         self._pos += 1
         terminal = self._terminal
         try:
-            if terminal is not None and terminal(self.world.state()):
+            if terminal is not None and terminal(self._world.state()):
                 self._end("terminal", terminated=True)
             else:
                 self._end("answer", terminated=True)
@@ -519,7 +543,7 @@ class Episode(Environment):
 
     def _mail(self) -> Mailbox:
         """The team's mailbox (a team's state is a :class:`MultiState`)."""
-        return cast(MultiState, self.world.state()).mail
+        return cast(MultiState, self._world.state()).mail
 
     def _turn(self, agent: str, action: Any, mail_limit: int, *, preparsed: bool = False) -> StepResult:
         """``preparsed``: ``action`` is this episode's own parse of the action (from :meth:`_solo_turn`);
@@ -562,12 +586,12 @@ class Episode(Environment):
                 info[self._gone] = True
             elif finished:
                 self._end("finish", terminated=True, answer=answer)
-            elif self.spec.terminal is not None and self.spec.terminal(self.world.state()):
+            elif self.spec.terminal is not None and self.spec.terminal(self._world.state()):
                 self._end("terminal", terminated=True)
             elif self._pos == len(self.agents):
                 if len(self._passed) == len(self.agents):
                     self._end("quiescence" if self._team else "answer", terminated=True)
-                elif rnd >= self.max_turns:
+                elif rnd >= self._max_turns:
                     self._end("max_turns", terminated=False)
                 else:
                     self._round, self._pos, self._passed = rnd + 1, 0, []
@@ -642,7 +666,7 @@ class Episode(Environment):
         if self._timed_out is not None:  # the world is gone: answer the rest of the turn
             return [ToolOutcome(self._timed_out, False, "timeout") for _ in calls]
         try:
-            outs = self.world.run(agent, rnd, calls)
+            outs = self._world.run(agent, rnd, calls)
         except WorldGone as exc:
             return self._world_gone(exc, len(calls))
         if len(outs) != len(calls):
@@ -695,23 +719,10 @@ class Episode(Environment):
         what = "Your tools" if self._team else "Available tools"
         return ToolOutcome(f"Error: unknown tool '{name}'. {what}: {', '.join(tools)}.", False, "unknown_tool")
 
-    def judge(self) -> tuple[bool, dict[str, float]]:
-        """``(success, rewards)`` the episode would get if it were truncated now: judged on the
-        true state, each agent's last answer without a tool call making the final answer, as
-        at the turn limit. Changes nothing (for a caller that stops playing first, e.g. a
-        trainer out of context).
-
-        Raises:
-            EpisodeError: no episode is running.
-        """
-        self._require_task()
-        _, success, rewards = self._judge()
-        return success, rewards
-
     def _judge(self, answer: str | None = None) -> tuple[str, bool, dict[str, float]]:
         if answer is None:
             answer = "\n".join(self._last_words[a] for a in self.agents if self._last_words.get(a))
-        state = self.world.state()
+        state = self._world.state()
         task = self._require_task()
         success = task.success(state, answer)
         if success and task.answer_facts and not self._facts_shown(task):
@@ -759,8 +770,17 @@ class Episode(Environment):
         return self._task
 
     def transcript(self, agent: str | None = None) -> list[Message]:
-        """``agent``'s conversation so far (its private view), with undelivered letters as
-        a final user message: what an LLM playing ``agent`` is prompted with."""
+        """``agent``'s conversation so far as OpenAI-style messages (its private view), with
+        undelivered letters as a final user message: what an LLM playing ``agent`` is prompted
+        with. ``None``: the sole agent's, the live list (copy it before changing it).
+
+        Raises:
+            EpisodeError: this is a team and ``agent`` is ``None``, or no episode is running.
+            KeyError: ``agent`` is none of the episode's agents.
+        """
+        if agent is None and self._team:  # (before reset too: a team always has to say whose)
+            raise EpisodeError(f"{self.spec.name} is a team environment; say which agent: transcript(agent) "
+                               f"for one of {self.agents}")
         self._require_task()
         agent = self._agent(agent)
         out = self._transcripts[agent]
@@ -771,20 +791,6 @@ class Episode(Environment):
         if letters:
             out.append({"role": "user", "content": "\n".join(m.render() for m in letters)})
         return out
-
-    @property
-    def messages(self) -> list[Message]:
-        """The sole agent's conversation so far (empty before ``reset``).
-
-        Raises:
-            EpisodeError: this is a team; each agent's is :meth:`transcript` (``agent``).
-        """
-        if self._team:
-            raise EpisodeError(f"{self.spec.name} is a team environment: messages is a sole agent's "
-                               f"conversation; use transcript(agent) for one of {self.agents}")
-        if self._task is None:
-            return []
-        return self._transcripts[self.agents[0]]
 
     def observation(self, agent: str | None = None) -> str:
         """What is new for ``agent`` since its last turn: its tool responses, then the
@@ -811,11 +817,6 @@ class Episode(Environment):
                                f"for one of {self.agents}")
         return self.spec.tool_schemas(agent)
 
-    def turns_taken(self, agent: str | None = None) -> int:
-        """How many turns ``agent`` has played in this episode."""
-        self._require_task()
-        return self._acted[self._agent(agent)]
-
     # -- fork / snapshot / restore ----------------------------------------------
     def fork(self) -> "Episode":
         """An independent copy of this live episode: same transcripts, same state, same
@@ -824,7 +825,7 @@ class Episode(Environment):
             raise EpisodeError(f"{self.spec.name}: nothing to fork; call reset() first")
         new = Episode.__new__(Episode)
         new.__dict__.update(self.__dict__)
-        new.world = self.world.fork()
+        new._world = self._world.fork()
         new._transcripts = {a: list(m) for a, m in self._transcripts.items()}  # messages are never mutated
         new._seen_mail, new._acted = dict(self._seen_mail), dict(self._acted)
         new._last_tool = dict(self._last_tool)
@@ -842,12 +843,12 @@ class Episode(Environment):
         refused."""
         if self._task is None:
             raise EpisodeError(f"{self.spec.name}: nothing to snapshot; call reset() first")
-        state = self.world.dump()
-        if not (type(self.world) is LocalWorld and type(self.world.state()).__json_dump_is_fresh__):
+        state = self._world.dump()
+        if not (type(self._world) is LocalWorld and type(self._world.state()).__json_dump_is_fresh__):
             state = json.loads(json.dumps(state))  # a state that dumps fresh JSON data is not copied again
         referee = json.loads(json.dumps({k: getattr(self, "_" + k) for k in self._FIELDS}))  # lists, not tuples
         snap = {"format": SNAPSHOT_FORMAT, "env": self.spec.name, "task_id": self._task.id,
-                "max_turns": self.max_turns, "state": state, **referee}
+                "max_turns": self._max_turns, "state": state, **referee}
         return sign_snapshot(snap)
 
     def restore(self, snapshot: dict[str, Any]) -> None:
@@ -867,7 +868,7 @@ class Episode(Environment):
             raise SnapshotError(f"snapshot is of {snapshot.get('env')!r}; this environment is {self.spec.name!r}")
         check_seal(snapshot)
         state = snapshot.get("state")
-        direct = type(self.world) is LocalWorld and self.spec.state_type.__json_load_copies__(state)
+        direct = type(self._world) is LocalWorld and self.spec.state_type.__json_load_copies__(state)
         try:  # a private copy, but of the state only where loading it would not make one anyway
             snap = json.loads(json.dumps({k: v for k, v in snapshot.items() if k != "state"} if direct else snapshot))
         except RecursionError:
@@ -880,11 +881,11 @@ class Episode(Environment):
         except (KeyError, IndexError, ValueError) as exc:
             raise SnapshotError(f"snapshot field 'task_id': {exc}") from None
         try:
-            self.world.load(task, snap["state"])
+            self._world.load(task, snap["state"])
         except ValueError as exc:  # pydantic's ValidationError, PyStateError: a state the world refuses
             raise SnapshotError(f"snapshot field 'state': {type(exc).__name__}: {str(exc)[:2000]}") from None
         self._task = task
-        self.max_turns = snap["max_turns"]
+        self._max_turns = snap["max_turns"]
         for k in self._FIELDS:
             setattr(self, "_" + k, snap[k])
         if self.done and self._ended_by not in WORLD_GONE:
@@ -893,64 +894,215 @@ class Episode(Environment):
     # -- views ----------------------------------------------------------------
     @property
     def state(self) -> State:
-        """The current world state (from a container: a validated copy)."""
+        """The current world state (from a container: a validated copy).
+
+        Raises:
+            EpisodeError: no episode is running.
+        """
         self._require_task()
-        return self.world.state()
+        return self._world.state()
 
     @property
     def task(self) -> Task | None:
+        """The running task (also once it has ended); ``None`` before :meth:`reset`."""
         return self._task
 
     @property
-    def round(self) -> int:
-        return self._round if self._task is not None else 0
-
-    @property
     def done(self) -> bool:
+        """Whether the episode has ended, terminated or truncated (``status`` says which, and why)."""
         return self._terminated or self._truncated
 
     @property
-    def terminated(self) -> bool:
-        return self._terminated
-
-    @property
-    def truncated(self) -> bool:
-        return self._truncated
-
-    @property
     def success(self) -> bool | None:
-        """Task success once the episode has ended (judged on the host), else ``None``."""
+        """Task success once the episode has ended (judged on the host from the true final state),
+        else ``None``."""
         return self._success if self._task is not None else None
 
     @property
     def rewards(self) -> dict[str, float]:
+        """Every agent's reward (a copy): 0.0 until the end, then the task success (1.0 or 0.0) or,
+        for a mixed-motive game, each agent's payoff."""
         return dict(self._rewards) if self._task is not None else dict.fromkeys(self.agents, 0.0)
 
     @property
-    def answer(self) -> str | None:
-        return self._answer if self._task is not None else None
+    def status(self) -> EpisodeStatus:
+        """Where the episode stands, read live: round, whose turn, how it ended, the final answer,
+        the turn limit, the tool-call log, each agent's turns (:class:`EpisodeStatus`)."""
+        return EpisodeStatus(self)
+
+    @property
+    def aio(self) -> AsyncEpisode:
+        """This episode's blocking calls, awaited (:class:`AsyncEpisode`):
+        ``await episode.aio.step(action)``."""
+        return AsyncEpisode(self)
+
+    def close(self) -> None:
+        """Release the world (a container, a session). Idempotent."""
+        self._world.close()
+
+    def __repr__(self) -> str:
+        tid = self._task.id if self._task else None
+        rnd = self._round if self._task is not None else 0
+        return f"<Episode {self.spec.name} task={tid} round={rnd} done={self.done} world={type(self._world).__name__}>"
+
+
+class EpisodeStatus:
+    """Where a live :class:`Episode` stands (``episode.status``): a read-only view, read live
+    (each attribute reads the episode as it is when read; keep the values, not the view, to
+    compare two moments). Before ``reset`` the episode has no status: ``round`` is 0, the
+    ending fields are ``None``, ``log`` is empty.
+
+    - :attr:`round` - The round under way (a sole agent's turn number), from 1.
+    - :attr:`next_agent` - Whose turn it is in turn order (``None`` before reset and after the end).
+    - :attr:`terminated`, :attr:`truncated` - How the episode ended (finished, or cut at the
+      turn limit or by a world that overran or was lost); :attr:`ended_by` says by what.
+    - :attr:`answer` - The final answer, once ended.
+    - :attr:`max_turns` - The turn limit (rounds, for a team).
+    - :attr:`log` - Every tool call so far.
+    - :meth:`turns_taken` - How many turns an agent has played.
+    - :meth:`judge` - The verdict if the episode were truncated now.
+    """
+
+    __slots__ = ("_episode",)
+
+    def __init__(self, episode: Episode) -> None:
+        self._episode = episode
+
+    @property
+    def round(self) -> int:
+        """The round under way (for one agent, its turn number), from 1; 0 before ``reset``.
+        After the end, the round the episode ended in."""
+        ep = self._episode
+        return ep._round if ep._task is not None else 0
+
+    @property
+    def next_agent(self) -> str | None:
+        """Whose turn it is (turn order: :meth:`Episode.act` takes only this agent's turn), or
+        ``None`` before ``reset`` and after the end."""
+        ep = self._episode
+        return None if ep._task is None or ep.done else ep.agents[ep._pos]
+
+    @property
+    def terminated(self) -> bool:
+        """The episode finished: ``finish`` was called, the world says so (``spec.terminal``), or
+        every agent answered without a tool call in the same round."""
+        return self._episode._terminated
+
+    @property
+    def truncated(self) -> bool:
+        """The episode was cut: the turn limit (``max_turns``) was reached first, or the world
+        overran its timeout or was lost (``ended_by``: ``timeout``, ``world_lost``)."""
+        return self._episode._truncated
 
     @property
     def ended_by(self) -> str | None:
         """``finish``, ``terminal``, ``answer`` (one agent), ``quiescence`` (a team),
-        ``max_turns`` or ``timeout``, once ended."""
-        return self._ended_by if self._task is not None else None
+        ``max_turns``, ``timeout`` or ``world_lost``, once ended; else ``None``."""
+        ep = self._episode
+        return ep._ended_by if ep._task is not None else None
+
+    @property
+    def answer(self) -> str | None:
+        """The final answer once ended: ``finish``'s ``answer``, or the agents' last words
+        without a tool call; ``None`` before the end, or when the world was gone."""
+        ep = self._episode
+        return ep._answer if ep._task is not None else None
+
+    @property
+    def max_turns(self) -> int:
+        """The turn limit: rounds (for one agent, turns) after which the episode is truncated."""
+        return self._episode._max_turns
 
     @property
     def log(self) -> list[dict[str, Any]]:
-        """Every tool call so far: ``round, agent, name, arguments, ok, kind, read_only``
-        (kept as tuples on the step path; made into dicts here)."""
-        if self._task is None:
+        """Every tool call so far, in order: ``round, agent, name, arguments, ok, kind, read_only``
+        (a new list each read; kept as tuples on the step path, made into dicts here)."""
+        ep = self._episode
+        if ep._task is None:
             return []
         return [{"round": r, "agent": a, "name": n, "arguments": args, "ok": k == "ok", "kind": k, "read_only": ro}
-                for r, a, n, args, k, ro in self._log]
+                for r, a, n, args, k, ro in ep._log]
 
-    def close(self) -> None:
-        self.world.close()
+    def turns_taken(self, agent: str | None = None) -> int:
+        """How many turns ``agent`` (``None``: the sole agent) has played in this episode.
+
+        Raises:
+            EpisodeError: no episode is running, or this is a team and ``agent`` is ``None``.
+            KeyError: ``agent`` is none of the episode's agents.
+        """
+        ep = self._episode
+        ep._require_task()
+        return ep._acted[ep._agent(agent)]
+
+    def judge(self) -> tuple[bool, dict[str, float]]:
+        """``(success, rewards)`` the episode would get if it were truncated now: judged on the
+        true state, each agent's last answer without a tool call making the final answer, as
+        at the turn limit. Changes nothing (for a caller that stops playing first, e.g. a
+        trainer out of context).
+
+        Raises:
+            EpisodeError: no episode is running.
+        """
+        ep = self._episode
+        ep._require_task()
+        _, success, rewards = ep._judge()
+        return success, rewards
 
     def __repr__(self) -> str:
-        tid = self._task.id if self._task else None
-        return f"<Episode {self.spec.name} task={tid} round={self.round} done={self.done} world={type(self.world).__name__}>"
+        return (f"<EpisodeStatus round={self.round} next_agent={self.next_agent} terminated={self.terminated} "
+                f"truncated={self.truncated} ended_by={self.ended_by}>")
+
+
+class AsyncEpisode:
+    """An :class:`Episode`'s blocking calls, awaited (``episode.aio``), for asyncio code that keeps
+    many episodes in flight on one event loop: ``await episode.aio.step(action)``.
+
+    - :meth:`reset`, :meth:`step`, :meth:`act`, :meth:`step_round` - The turn methods of
+      :class:`Episode`, awaited: other episodes go on while this one's tools run.
+    - :meth:`fork`, :meth:`close` - The same, for a world that forks or closes with a request.
+
+    Each method runs its blocking twin on a bounded thread pool shared by the process
+    (:func:`envfactory.env.async_executor`), so a slow tool holds only its own episode, and
+    returns or raises exactly what that twin does (a world that fails or overruns is an error
+    observation, never an exception). One episode takes one call at a time: a second async call
+    on it while one is running raises :class:`EpisodeError`. Cancelling the awaiting task does not
+    undo a call already running: the episode ends up as that call leaves it.
+    """
+
+    __slots__ = ("_episode",)
+
+    def __init__(self, episode: Episode) -> None:
+        self._episode = episode
+
+    async def reset(self, task: str | int | Task | None = None, *, seed: int | None = None) -> list[Message]:
+        """:meth:`Episode.reset`, awaited."""
+        ep = self._episode
+        return await _offload(ep, ep.reset, task, seed=seed)
+
+    async def step(self, action: Any) -> StepResult:
+        """:meth:`Episode.step`, awaited: other episodes go on while this one's tools run."""
+        ep = self._episode
+        return await _offload(ep, ep.step, action)
+
+    async def act(self, agent: str, action: Any) -> StepResult:
+        """:meth:`Episode.act`, awaited."""
+        ep = self._episode
+        return await _offload(ep, ep.act, agent, action)
+
+    async def step_round(self, actions: Mapping[str, Any]) -> dict[str, StepResult]:
+        """:meth:`Episode.step_round`, awaited."""
+        ep = self._episode
+        return await _offload(ep, ep.step_round, actions)
+
+    async def fork(self) -> Episode:
+        """:meth:`Episode.fork`, awaited (a container world forks with a request)."""
+        ep = self._episode
+        return await _offload(ep, ep.fork)
+
+    async def close(self) -> None:
+        """:meth:`Episode.close`, awaited."""
+        ep = self._episode
+        await _offload(ep, ep.close)
 
 
 @overload
@@ -1113,7 +1265,7 @@ def _read_replies(flight: list[tuple[int, Episode, _Begun]], results: list[Any],
     with selectors.DefaultSelector() as sel:
         channels: dict[int, Any] = {}
         for k, (_, env, begun) in enumerate(flight):
-            w, deadline = env.world.run_wait(begun[2])
+            w, deadline = env._world.run_wait(begun[2])
             open_[k] = (env, begun)
             deadlines.append((deadline, k))
             shared = w.__class__ is not int

@@ -115,7 +115,7 @@ class Task(BaseModel):
         answer_seen: Each answer fact must also have been shown to the agents during the
             episode (a tool result that does not merely echo the call's own arguments, a
             letter, private notes), so an answer guessed from the instruction or the tool
-            schemas earns nothing (:meth:`~envfactory.Episode.judge`). ``False`` for an
+            schemas earns nothing (:meth:`~envfactory.episode.EpisodeStatus.judge`). ``False`` for an
             answer the agent computes (a total) rather than reads.
         check: ``check(final_state) -> bool``. When omitted, success means the
             final state equals the state the reference solution produces (a

@@ -38,7 +38,7 @@ def agent_loop(base_url: str, env) -> None:
     """A plain agent loop over the openai SDK, as a user writes it: nothing envfactory-specific
     but the environment it runs the tool calls on."""
     client = openai.OpenAI(base_url=base_url, api_key="unused")
-    messages = list(env.messages)
+    messages = list(env.transcript())
     while not env.done:
         reply = client.chat.completions.create(model="any-model", messages=messages, tools=env.tool_schemas())
         messages.append(reply.choices[0].message.model_dump(exclude_none=True))
@@ -56,7 +56,7 @@ def test_the_openai_sdk_gets_an_openai_shaped_answer_with_the_sampled_ids(hf: HF
     with ChatEndpoint(hf, max_tokens=16) as ep:
         client = openai.OpenAI(base_url=ep.session_url("one"), api_key="unused")
         assert [m.id for m in client.models.list().data] == [ep.model]
-        reply = client.chat.completions.create(model="gpt-4o", messages=list(env.messages),
+        reply = client.chat.completions.create(model="gpt-4o", messages=list(env.transcript()),
                                                tools=env.tool_schemas(), max_tokens=16, temperature=0.7,
                                                logprobs=True)
     choice = reply.choices[0]
@@ -75,7 +75,7 @@ def test_recorded_ids_and_logprobs_are_the_sampled_ones(hf: HFPolicy) -> None:
     env = _counter()
     with ChatEndpoint(hf, max_tokens=12) as ep:
         client = openai.OpenAI(base_url=ep.base_url, api_key="unused")
-        replies = [client.chat.completions.create(model="m", messages=list(env.messages), tools=env.tool_schemas(),
+        replies = [client.chat.completions.create(model="m", messages=list(env.transcript()), tools=env.tool_schemas(),
                                                   temperature=0.8, top_p=0.9, seed=s, user="u") for s in (1, 1, 2)]
     exts = [r.model_extra["envfactory"] for r in replies]
     assert exts[0]["completion_token_ids"] == exts[1]["completion_token_ids"]  # the seed is honoured

@@ -39,7 +39,7 @@ def test_tokenizer_and_chat_template() -> None:
     msgs = env.reset(0)
     call = env.spec.get_tasks()[0].solution[0]
     env.step(call.to_hermes())
-    text = tok.apply_chat_template(env.messages, tools=env.tool_schemas(), tokenize=False)
+    text = tok.apply_chat_template(env.transcript(), tools=env.tool_schemas(), tokenize=False)
     assert "<tools>" in text and json.dumps(env.tool_schemas()[0], ensure_ascii=False) in text
     assert msgs[1]["content"] in text and "<tool_response>\n" in text
     opening = tok.apply_chat_template(msgs, tools=env.tool_schemas(), tokenize=False)

@@ -35,20 +35,20 @@ def _same(a: Any, b: Any) -> bool:
 def test_async_twins_give_what_the_blocking_calls_give() -> None:
     task = next(t for t in envfactory.spec("Bank-v0").get_tasks() if len(OraclePolicy.actions(t)) >= 4)
     actions = OraclePolicy.actions(task)
-    sync, aio = envfactory.make("Bank-v0"), envfactory.make("Bank-v0")
+    sync, awaited = envfactory.make("Bank-v0"), envfactory.make("Bank-v0")
 
     async def play() -> list[Any]:
-        out: list[Any] = [await aio.areset(task.id)]
+        out: list[Any] = [await awaited.aio.reset(task.id)]
         for a in actions[:2]:
-            out.append((await aio.astep(a)).to_json())
-        child = await aio.afork()
+            out.append((await awaited.aio.step(a)).to_json())
+        child = await awaited.aio.fork()
         for a in actions[2:]:
-            r = await child.astep(a)
+            r = await child.aio.step(a)
             out.append(r.to_json())
             if r.done:
                 break
-        out.append((child.messages, child.state.hash(), child.ended_by))
-        await child.aclose()
+        out.append((child.transcript(), child.state.hash(), child.status.ended_by))
+        await child.aio.close()
         return out
 
     expected: list[Any] = [sync.reset(task.id)]
@@ -60,34 +60,34 @@ def test_async_twins_give_what_the_blocking_calls_give() -> None:
         expected.append(r.to_json())
         if r.done:
             break
-    expected.append((child.messages, child.state.hash(), child.ended_by))
+    expected.append((child.transcript(), child.state.hash(), child.status.ended_by))
     got = _run(play())
     assert _same(got, expected)
     assert got[-2]["reward"] == 1.0  # the reference solution was played through to its reward
-    assert aio.messages == sync.messages  # the parent episode was left as fork found it
+    assert awaited.transcript() == sync.transcript()  # the parent episode was left as fork found it
 
 
 def test_team_twins_give_what_the_blocking_calls_give() -> None:
     name = "MultiDeal-v0"
     task = envfactory.spec(name).get_tasks()[0]
-    sync, aio = envfactory.make(name), envfactory.make(name)
+    sync, awaited = envfactory.make(name), envfactory.make(name)
     sync.reset(task.id)
 
     async def play() -> list[Any]:
-        await aio.areset(task.id)
+        await awaited.aio.reset(task.id)
         out = []
         for _ in range(6):
-            if aio.done:
+            if awaited.done:
                 break
-            agent = aio.next_agent
-            out.append((await aio.aact(agent, OraclePolicy().act(aio, agent, 0))).to_json())
+            agent = awaited.status.next_agent
+            out.append((await awaited.aio.act(agent, OraclePolicy().act(awaited, agent, 0))).to_json())
         return out
 
     expected = []
     for _ in range(6):
         if sync.done:
             break
-        agent = sync.next_agent
+        agent = sync.status.next_agent
         expected.append(sync.act(agent, OraclePolicy().act(sync, agent, 0)).to_json())
     assert _same(_run(play()), expected) and expected
     a, b = envfactory.make(name), envfactory.make(name)
@@ -95,17 +95,17 @@ def test_team_twins_give_what_the_blocking_calls_give() -> None:
     b.reset(task.id)
     moves = {x: "I pass." for x in a.agents}
     want = {k: v.to_json() for k, v in a.step_round(moves).items()}
-    assert _same({k: v.to_json() for k, v in _run(b.astep_round(moves)).items()}, want)
+    assert _same({k: v.to_json() for k, v in _run(b.aio.step_round(moves)).items()}, want)
 
 
 def test_protocol_errors_are_raised_as_by_the_blocking_calls() -> None:
     env = envfactory.make("Counter-v0")
     with pytest.raises(EpisodeError, match="reset"):
-        _run(env.astep(INC))
-    _run(env.areset("counter-0-2"))
-    _run(env.astep("I am done."))
+        _run(env.aio.step(INC))
+    _run(env.aio.reset("counter-0-2"))
+    _run(env.aio.step("I am done."))
     with pytest.raises(EpisodeError, match="ended"):
-        _run(env.astep(INC))
+        _run(env.aio.step(INC))
 
 
 def test_one_episode_takes_one_async_call_at_a_time() -> None:
@@ -113,17 +113,17 @@ def test_one_episode_takes_one_async_call_at_a_time() -> None:
     env = _gated_episode("gated", lambda: gate.wait(WAIT_S))
 
     async def two_at_once() -> str:
-        first = asyncio.create_task(env.astep(_call("gated")))
+        first = asyncio.create_task(env.aio.step(_call("gated")))
         await asyncio.sleep(0)  # the first call is running
         try:
             with pytest.raises(EpisodeError, match="still running"):
-                await env.astep(_call("gated"))
+                await env.aio.step(_call("gated"))
         finally:
             gate.set()
         return (await first).messages[0]["content"]
 
     assert _run(two_at_once()) == "gated: ok"
-    assert env.turns_taken() == 1  # the refused call did not play
+    assert env.status.turns_taken() == 1  # the refused call did not play
 
 
 # -- many episodes in flight ----------------------------------------------------------------
@@ -187,7 +187,7 @@ def test_steps_in_flight_overlap_on_one_event_loop() -> None:
     envs = [_gated_episode(f"e{i}", meet) for i in range(n)]
 
     async def all_at_once() -> list[str]:
-        results = await asyncio.gather(*(e.astep(_call(f"e{i}")) for i, e in enumerate(envs)))
+        results = await asyncio.gather(*(e.aio.step(_call(f"e{i}")) for i, e in enumerate(envs)))
         return [r.messages[0]["content"] for r in results]
 
     assert _run(all_at_once()) == [f"e{i}: ok" for i in range(n)]
@@ -211,10 +211,10 @@ def test_a_slow_tool_holds_only_its_own_episode() -> None:
     slow_env, fast_env = _gated_episode("slow", slow), _gated_episode("fast", fast)
 
     async def play() -> str:
-        pending = asyncio.create_task(slow_env.astep(_call("slow")))
+        pending = asyncio.create_task(slow_env.aio.step(_call("slow")))
         await asyncio.sleep(0)  # the slow step is under way before the fast one starts
         for _ in range(3):
-            await fast_env.astep(_call("fast"))
+            await fast_env.aio.step(_call("fast"))
         return (await pending).messages[0]["content"]
 
     assert _run(play()) == "slow: ok"
@@ -244,7 +244,7 @@ def test_failures_stay_in_their_episode() -> None:
 
     async def play() -> list[Any]:
         envs = [make(k) for k in kinds]
-        return [r.to_json() for r in await asyncio.gather(*(e.astep(_call(k)) for e, k in zip(envs, kinds)))]
+        return [r.to_json() for r in await asyncio.gather(*(e.aio.step(_call(k)) for e, k in zip(envs, kinds)))]
 
     got = _run(play())
     assert _same(got, [make(k).step(_call(k)).to_json() for k in kinds])
@@ -352,9 +352,9 @@ def test_astep_on_the_docker_runtime_is_step() -> None:
     local, docker = envfactory.make("Counter-v0"), envfactory.make("Counter-v0", runtime="docker")
 
     async def play() -> list[Any]:
-        await docker.areset("counter-0-2")
-        out = [(await docker.astep(a)).to_json() for a in (INC, INC, "It shows 2.")]
-        await docker.aclose()
+        await docker.aio.reset("counter-0-2")
+        out = [(await docker.aio.step(a)).to_json() for a in (INC, INC, "It shows 2.")]
+        await docker.aio.close()
         return out
 
     local.reset("counter-0-2")

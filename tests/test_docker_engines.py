@@ -84,7 +84,7 @@ def test_sessions_and_containers_spread_over_the_engines_and_play_like_local(eng
         assert [r["host"] for r in rows] == engines and all(r["up"] for r in rows)
         assert [r["sessions"] for r in rows] == [4, 4], rows  # the engine holding fewer gets the next one
         assert [r["containers"] for r in rows] == [2, 2], rows
-        assert {ep.world.container.engine for ep in far} == set(engines)
+        assert {ep._world.container.engine for ep in far} == set(engines)
         for ep, task in zip(far, tasks):
             near = envfactory.make("Bank-v0")
             near.reset(task.id)
@@ -122,8 +122,8 @@ def test_the_env_var_names_the_engines_and_the_warm_pool_is_per_engine(engines, 
         eps = [envfactory.make("CodeSandbox-v0", runtime="docker", pool=pool) for _ in range(2)]
         for ep in eps:
             ep.reset(0)
-        assert {ep.world.container.name for ep in eps} <= ready  # warm: no cold start on the way
-        assert {ep.world.container.engine for ep in eps} == set(engines)
+        assert {ep._world.container.name for ep in eps} <= ready  # warm: no cold start on the way
+        assert {ep._world.container.engine for ep in eps} == set(engines)
         for ep in eps:
             ep.close()
     finally:
@@ -131,7 +131,7 @@ def test_the_env_var_names_the_engines_and_the_warm_pool_is_per_engine(engines, 
     ep = envfactory.make("Counter-v0", runtime="docker")  # the process-wide pool reads the variable too
     try:
         ep.reset(0)
-        assert ep.world.pool.hosts == tuple(engines)
+        assert ep._world.pool.hosts == tuple(engines)
     finally:
         ep.close()
 
@@ -158,10 +158,10 @@ def test_a_lost_engine_is_reported_and_its_sessions_never_hang(engines):
                 for ep in eps:
                     ep.reset("counter-0-9")
                     assert ep.step(call("increment", by=2).to_hermes()).messages[0]["content"] == "2"
-                on_third = [ep for ep in eps if ep.world.container.engine == third]
+                on_third = [ep for ep in eps if ep._world.container.engine == third]
                 assert len(on_third) == 2
                 truncated = on_third[0]
-                truncated.world.resume = False  # the other resumes (the runtime's crash resume)
+                truncated._world.resume = False  # the other resumes (the runtime's crash resume)
                 subprocess.run(["bash", str(SCRIPT), "stop", directory], check=True, capture_output=True,
                                timeout=120)
                 for ep in eps:
@@ -169,24 +169,24 @@ def test_a_lost_engine_is_reported_and_its_sessions_never_hang(engines):
                     r = ep.step(call("increment", by=1).to_hermes())
                     assert time.perf_counter() - t0 < 30  # never hung
                     if ep is truncated:  # the episode ends as truncated, the engine named
-                        assert r.truncated and r.info["world_lost"] and ep.ended_by == "world_lost"
+                        assert r.truncated and r.info["world_lost"] and ep.status.ended_by == "world_lost"
                         assert third in r.messages[0]["content"] and r.reward == 0.0
                     else:  # resumed on the engine that answers
                         assert r.messages[0]["content"] == "3" and not r.done
-                        assert ep.world.container.engine == FIRST
+                        assert ep._world.container.engine == FIRST
                 assert pool.stats["lost_hosts"] == 1 and third in pool.stats["lost"]
                 rows = {r["host"]: r for r in pool.host_rows()}
                 assert rows[third]["up"] is False and rows[FIRST]["up"] is True
                 fresh = envfactory.make("Counter-v0", runtime="docker", pool=pool)
                 fresh.reset("counter-0-9")  # new sessions go to the engine that answers
-                assert fresh.world.container.engine == FIRST
+                assert fresh._world.container.engine == FIRST
                 # the engine comes back: pinged again (after RETRY_LOST_S), it rejoins
                 subprocess.run(["bash", str(SCRIPT), "start", directory], check=True, capture_output=True,
                                timeout=120)
                 pool.RETRY_LOST_S = 0.0
                 back = envfactory.make("Counter-v0", runtime="docker", pool=pool)
                 back.reset("counter-0-9")
-                assert back.world.container.engine == third  # the engine holding the fewest sessions
+                assert back._world.container.engine == third  # the engine holding the fewest sessions
                 assert pool.stats["lost_hosts"] == 0 and pool.stats["hosts_recovered"] == 1
                 for ep in eps + [fresh, back]:
                     ep.close()

@@ -1,7 +1,7 @@
 """Faults, containment, cleanup and the reward-tampering attack on the Docker runtime.
 
 The episode (the referee) runs here; its world runs in the container
-(``episode.world``, a :class:`~envfactory.runtime.docker.ContainerWorld`), so
+(``episode._world``, a :class:`~envfactory.runtime.docker.ContainerWorld`), so
 the container's faults surface as world faults: :class:`ContainerError`, or a
 :class:`~envfactory.world.WorldTimeout` that the referee turns into a truncated
 episode.
@@ -47,23 +47,23 @@ def test_container_killed_mid_episode_names_env_and_session_and_is_replaced() ->
     env = envfactory.make("Counter-v0", runtime="docker", resume=False)  # resume=True: see test_crash_resume
     env.reset(0)
     env.step(INC)
-    c, session = env.world.container, env.world.session
+    c, session = env._world.container, env._world.session
     c.client.api.kill(c.id)
     r = env.step(INC)  # the episode ends as truncated, the error naming what was lost
     said = r.messages[0]["content"]
-    assert r.truncated and r.info["world_lost"] and env.ended_by == "world_lost" and r.reward == 0.0
+    assert r.truncated and r.info["world_lost"] and env.status.ended_by == "world_lost" and r.reward == 0.0
     assert "Counter-v0" in said and session in said and c.name in said
     assert not _exists(c.id)
     env.reset(0)  # the pool gives a fresh container
-    assert env.world.container is not c and env.step(INC).messages[0]["content"] == "1"
+    assert env._world.container is not c and env.step(INC).messages[0]["content"] == "1"
     env.close()
 
 
 def test_labels_and_cleanup_by_close_and_gc() -> None:
     env = envfactory.make("CodeSandbox-v0", runtime="docker")
     env.reset(0)
-    cid = env.world.container.id
-    labels = env.world.container.client.containers.get(cid).labels
+    cid = env._world.container.id
+    labels = env._world.container.client.containers.get(cid).labels
     assert labels[LABEL] == "1" and labels["org.envfactory.env"] == "CodeSandbox-v0"
     assert labels["org.envfactory.owner"].endswith(f":{os.getpid()}")
     env.close()
@@ -75,7 +75,7 @@ def test_labels_and_cleanup_by_close_and_gc() -> None:
     assert not _exists(cid)
     # A process that dies without cleaning up: its containers are found by their labels.
     code = ("import envfactory, os; e = envfactory.make('Counter-v0', runtime='docker'); e.reset(0); "
-            "print(e.world.container.id, flush=True); os._exit(0)")
+            "print(e._world.container.id, flush=True); os._exit(0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     orphan = out.stdout.split()[-1]
     assert _exists(orphan)
@@ -87,7 +87,7 @@ def test_labels_and_cleanup_by_close_and_gc() -> None:
 
 def test_interpreter_exit_leaves_no_container() -> None:
     code = ("import envfactory; e = envfactory.make('Counter-v0', runtime='docker'); e.reset(0); "
-            "print(e.world.container.id)")
+            "print(e._world.container.id)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert not _exists(out.stdout.split()[-1])
@@ -96,15 +96,15 @@ def test_interpreter_exit_leaves_no_container() -> None:
 def test_step_that_runs_forever_times_out_and_recycles_the_container() -> None:
     env = envfactory.make("CodeSandbox-v0", runtime="docker", step_timeout=1.5)
     env.reset(0)
-    c = env.world.container
+    c = env._world.container
     r = env.step(call("run_python", code="while True: pass"))
-    assert r.truncated and r.reward == 0.0 and r.info["timeout"] and env.ended_by == "timeout"
+    assert r.truncated and r.reward == 0.0 and r.info["timeout"] and env.status.ended_by == "timeout"
     assert r.messages[0]["content"].startswith("Error: the step did not finish within 1.5s")
     assert c.name in r.messages[0]["content"] and "recycled" in r.messages[0]["content"]
-    assert env.messages[-1] == r.messages[-1]
+    assert env.transcript()[-1] == r.messages[-1]
     assert not _exists(c.id)
     env.reset(0)
-    assert env.world.container is not c
+    assert env._world.container is not c
     assert env.step(call("write_file", path="/answer.txt", content="42")).messages[0]["content"] == "OK"
     env.close()
 
@@ -181,22 +181,22 @@ def test_agent_code_cannot_change_the_host_computed_reward() -> None:
     env.reset(0)
     r = env.step(call("run_python", code=ATTACK))
     report = r.messages[0]["content"]
-    assert env.world.container.token not in report and '"folder": ["s"]' in report, report
+    assert env._world.container.token not in report and '"folder": ["s"]' in report, report
     assert '"environ_errors": ["PermissionError"]' in report, report
     assert "401 Unauthorized" in report and "wrong token" in report, report
     # The socket folder was sealed once the server listened: no file, no impostor socket.
     assert '"socket": "kept: PermissionError"' in report and '"folder_write": "PermissionError"' in report, report
-    assert os.listdir(env.world.container.host_dir) == ["s"]
+    assert os.listdir(env._world.container.host_dir) == ["s"]
     # Were the socket replaced all the same (here from the host), a new connection would meet
     # the impostor: the peer check refuses it.
-    c = env.world.container
+    c = env._world.container
     os.rename(c.socket_path, c.socket_path + ".real")
     fake = socket.socket(socket.AF_UNIX)
     try:
         fake.bind(c.socket_path)
         fake.listen(8)
         with pytest.raises(ContainerError, match="replaced"):
-            c.open_channel(env.world.session, 5)
+            c.open_channel(env._world.session, 5)
     finally:
         fake.close()
         os.unlink(c.socket_path)
@@ -218,7 +218,7 @@ def test_a_reply_that_breaks_the_protocol_is_a_container_fault() -> None:
     A container that claims anything else (an extra outcome, a forged kind, a state
     of the wrong shape) is removed; claims of rewards in a reply are never read."""
     env = envfactory.make("Counter-v0", runtime="docker", sessions_per_container=1)
-    link = env.world._link
+    link = env._world._link
     real = link.request
 
     def claims(req: dict, **kw) -> dict:
@@ -249,11 +249,11 @@ def test_a_reply_that_breaks_the_protocol_is_a_container_fault() -> None:
 
         link.request = forged
         env.reset(0)
-        c = env.world.container
+        c = env._world.container
         with pytest.raises(ContainerError, match="untrustworthy") as err:
             env.step(INC)
         assert "Counter-v0" in str(err.value) and c.name in str(err.value)
-        assert env.world.container is None and not _exists(c.id)
+        assert env._world.container is None and not _exists(c.id)
     link.request = real
 
     def bad_state(req: dict, **kw) -> dict:
@@ -264,7 +264,7 @@ def test_a_reply_that_breaks_the_protocol_is_a_container_fault() -> None:
 
     link.request = bad_state
     env.reset(0)
-    c = env.world.container
+    c = env._world.container
     env.step(INC)
     with pytest.raises(ContainerError, match="not a valid"):
         env.step("Done.")  # the reward needs the final state: it is validated here

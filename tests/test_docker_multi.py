@@ -55,7 +55,7 @@ def _play(ep: envfactory.Episode, policy: str, task: object = 0, mode: str = "ae
     team = scripted_policy(policy)
     while not ep.done:
         if mode == "aec":
-            a = ep.next_agent
+            a = ep.status.next_agent
             ep.act(a, team.act(ep, a, 0))
         else:
             ep.step_round({a: team.act(ep, a, 0) for a in ep.agents})
@@ -75,7 +75,7 @@ def test_pettingzoo_api_and_seed_tests_on_docker(name: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pettingzoo recommends Box/Discrete spaces; ours are Text
         aec = multi.env(name, runtime="docker")
-        assert type(aec.episode) is envfactory.Episode and isinstance(aec.episode.world, ContainerWorld)
+        assert type(aec.episode) is envfactory.Episode and isinstance(aec.episode._world, ContainerWorld)
         api_test(aec, num_cycles=50)
         aec.close()
         par = multi.parallel_env(name, runtime="docker")
@@ -89,7 +89,7 @@ def test_pettingzoo_api_and_seed_tests_on_docker(name: str) -> None:
 def test_parity_every_task(name: str) -> None:
     local = envfactory.make(name)
     docker = envfactory.make(name, runtime="docker")
-    assert type(docker) is type(local) and isinstance(docker.world, ContainerWorld)  # one engine
+    assert type(docker) is type(local) and isinstance(docker._world, ContainerWorld)  # one engine
     try:
         outcomes = []
         for task in local.spec.get_tasks():
@@ -127,7 +127,7 @@ def test_snapshot_moves_between_runtimes_and_fork_is_independent() -> None:
     try:
         docker.reset(task.id)
         for _ in range(3):
-            a = docker.next_agent
+            a = docker.status.next_agent
             docker.act(a, oracle.act(docker, a, 0))
         local.restore(json.loads(json.dumps(docker.snapshot())))  # docker -> local
         assert local.state.hash() == docker.state.hash()
@@ -135,11 +135,11 @@ def test_snapshot_moves_between_runtimes_and_fork_is_independent() -> None:
         assert all(local.observation(a) == docker.observation(a) for a in local.agents)
         before = docker.state.hash()
         children = [docker.fork()]  # a session forked inside the shared container
-        assert children[0].world.container is docker.world.container
-        assert children[0].world.session != docker.world.session
+        assert children[0]._world.container is docker._world.container
+        assert children[0]._world.session != docker._world.session
         private.restore(docker.snapshot())
         children.append(private.fork())  # the container is full: the fork gets a container of its own
-        assert children[1].world.container is not private.world.container
+        assert children[1]._world.container is not private._world.container
         for child in children:
             _play(child, "oracle", None)
             assert child.success is True and child.state.hash() != before
@@ -148,7 +148,7 @@ def test_snapshot_moves_between_runtimes_and_fork_is_independent() -> None:
         other = envfactory.make(name, runtime="docker")
         other.restore(local.snapshot())  # local -> docker
         while not local.done:
-            a = local.next_agent
+            a = local.status.next_agent
             action = oracle.act(local, a, 0)
             r1, r2 = local.act(a, action), other.act(a, action)
             assert r1.to_json() == r2.to_json()
@@ -164,7 +164,7 @@ def test_snapshot_moves_between_runtimes_and_fork_is_independent() -> None:
 def test_rewards_are_judged_on_the_host_not_claimed_by_the_container() -> None:
     name = "MultiDeal-v0"  # mixed motive: payoffs come from the final state
     ep = envfactory.make(name, runtime="docker", sessions_per_container=2)
-    link = ep.world._link
+    link = ep._world._link
     real = link.request
 
     def claims(req: dict, **kw) -> dict:
@@ -176,10 +176,10 @@ def test_rewards_are_judged_on_the_host_not_claimed_by_the_container() -> None:
 
     link.request = claims
     _play(ep, "noop")
-    assert ep.ended_by == "quiescence" and ep.success is False and set(ep.rewards.values()) == {0.0}
-    assert ep.answer != "I won"
+    assert ep.status.ended_by == "quiescence" and ep.success is False and set(ep.rewards.values()) == {0.0}
+    assert ep.status.answer != "I won"
     _play(ep, "random", mode="parallel")  # the claims never end an episode either
-    assert ep.ended_by != "finish" and set(ep.rewards.values()) == {0.0}
+    assert ep.status.ended_by != "finish" and set(ep.rewards.values()) == {0.0}
 
     def no_state(req: dict, **kw) -> dict:  # a team's referee needs the state (the mail) after every call
         reply = real(req, **kw)
@@ -190,10 +190,10 @@ def test_rewards_are_judged_on_the_host_not_claimed_by_the_container() -> None:
         link.request = forge
         with pytest.raises(ContainerError, match="untrustworthy"):
             ep.reset(0)
-        assert ep.world.container is None
+        assert ep._world.container is None
     link.request = real
     ep.reset(0)
-    c = ep.world.container
+    c = ep._world.container
 
     def miscounts(req: dict, **kw) -> dict:
         reply = real(req, **kw)
@@ -202,13 +202,13 @@ def test_rewards_are_judged_on_the_host_not_claimed_by_the_container() -> None:
         return reply
 
     link.request = miscounts
-    agent = ep.next_agent
+    agent = ep.status.next_agent
     with pytest.raises(ContainerError, match="untrustworthy") as err:
         ep.act(agent, '<tool_call>{"name": "send_message", "arguments": {"to": "all", "content": "hi"}}</tool_call>')
     assert name in str(err.value) and c.name in str(err.value)
     assert not ep.success and not _exists(c.id)
     with pytest.raises(EpisodeError, match="no live session"):
-        ep.act(ep.next_agent, '<tool_call>{"name": "send_message", "arguments": {"to": "all", "content": "x"}}</tool_call>')
+        ep.act(ep.status.next_agent, '<tool_call>{"name": "send_message", "arguments": {"to": "all", "content": "x"}}</tool_call>')
     link.request = real
     assert _play(ep, "oracle").success  # a fresh container serves again
     ep.close()
@@ -220,24 +220,24 @@ def test_container_killed_mid_episode_and_a_frozen_turn_times_out() -> None:
     send = '<tool_call>{"name": "send_message", "arguments": {"to": "all", "content": "hello"}}</tool_call>'
     try:
         ep.reset(0)
-        ep.act(ep.next_agent, send)
-        c, session = ep.world.container, ep.world.session
+        ep.act(ep.status.next_agent, send)
+        c, session = ep._world.container, ep._world.session
         c.client.api.kill(c.id)
-        r = ep.act(ep.next_agent, send)  # the episode ends as truncated, the error naming what was lost
+        r = ep.act(ep.status.next_agent, send)  # the episode ends as truncated, the error naming what was lost
         said = r.messages[0]["content"]
-        assert r.truncated and r.info["world_lost"] and ep.ended_by == "world_lost"
+        assert r.truncated and r.info["world_lost"] and ep.status.ended_by == "world_lost"
         assert r.rewards == dict.fromkeys(ep.agents, 0.0)
         assert name in said and session in said and c.name in said
         assert not _exists(c.id)
         ep.reset(0)
-        c = ep.world.container
+        c = ep._world.container
         assert c is not None and c.id is not None
-        ep.act(ep.next_agent, send)
+        ep.act(ep.status.next_agent, send)
         c.client.api.pause(c.id)  # the server stops answering: the turn overruns step_timeout
-        agent = ep.next_agent
+        agent = ep.status.next_agent
         r = ep.act(agent, send)
         assert r.truncated and r.info["timeout"] and r.rewards == dict.fromkeys(ep.agents, 0.0)
-        assert ep.ended_by == "timeout" and ep.done and ep.success is False
+        assert ep.status.ended_by == "timeout" and ep.done and ep.success is False
         assert "did not finish within 2.0s" in r.messages[0]["content"] and c.name in r.messages[0]["content"]
         assert "did not finish" in ep.observation(agent) and r.messages[0] in ep.transcript(agent)
         # the mail still reads (from the last state seen before the overrun): the letter is there

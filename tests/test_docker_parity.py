@@ -40,7 +40,7 @@ def _single_agent_specs() -> list:
 def test_parity_every_task(name: str) -> None:
     local = envfactory.make(name)
     docker = envfactory.make(name, runtime="docker")
-    assert type(docker) is type(local) and isinstance(docker.world, ContainerWorld)  # one engine
+    assert type(docker) is type(local) and isinstance(docker._world, ContainerWorld)  # one engine
     schemas = local.tool_schemas()
     assert docker.tool_schemas() == schemas
     try:
@@ -71,7 +71,7 @@ def test_snapshot_moves_between_runtimes_and_fork_is_independent() -> None:
         docker.reset(task.id)
         docker.step(actions[0])
         local.restore(json.loads(json.dumps(docker.snapshot())))
-        assert local.messages == docker.messages and local.state.hash() == docker.state.hash()
+        assert local.transcript() == docker.transcript() and local.state.hash() == docker.state.hash()
         child = docker.fork()
         before = docker.state.hash()
         for a in actions[1:]:
@@ -86,7 +86,7 @@ def test_snapshot_moves_between_runtimes_and_fork_is_independent() -> None:
             if r1.done:
                 break
         assert r2.reward == 1.0 and other.state.hash() == local.state.hash()
-        assert other.world.container is not None and child.world.container is docker.world.container
+        assert other._world.container is not None and child._world.container is docker._world.container
         child.close()
         other.close()
     finally:

@@ -13,6 +13,9 @@ The rule for snippets (fenced blocks whose info string starts with ``python``):
   :data:`MAX_NO_RUN` bounds how many there are.
 * Other fences (```` ```bash ````, ```` ```yaml ````, ...) are not run.
 
+The README stays a front page: at most 150 lines, a code block within its first 40, no table
+(figures live in benchmarks/results/RESULTS.md), and links that resolve.
+
 Besides the snippets: relative links point at files that exist, every repository path in
 backquotes (``envfactory/faces/gym_env.py``) exists, and every dotted name in backquotes that
 starts with a package of this repository (``envfactory.checks.audit``,
@@ -209,3 +212,28 @@ def test_anchors_follow_githubs_rule(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("# Title\n\n## The engine: one referee, N ≥ 1 roles\n\n### Task kinds: worth it\n")
     assert anchors(page) == {"title", "the-engine-one-referee-n--1-roles", "task-kinds-worth-it"}
+
+
+README = ROOT / "README.md"
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """The README is a front page (what, install, a short example, links), as Gymnasium's is:
+    short, a code block near the top, no tables of figures (those live in
+    benchmarks/results/RESULTS.md and the manual), and every relative link it gives resolves."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines (at most 150): move detail into docs/"
+    first = next((i for i, line in enumerate(lines) if line.startswith("```")), None)
+    assert first is not None and first < 40, \
+        f"README.md's first code block starts at line {first and first + 1} (it should within the first 40)"
+    rows, fence = [], False
+    for i, line in enumerate(lines, 1):
+        fence ^= line.startswith("```")
+        if not fence and line.lstrip().startswith("|"):
+            rows.append(i)
+    assert not rows, f"README.md has markdown table rows at lines {rows}: figures go to benchmarks/results/RESULTS.md"
+    for target in LINK.findall("\n".join(lines)):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file = target.partition("#")[0]
+        assert file and (ROOT / file).is_file(), f"README.md links to {target!r}, which is not a file of the repository"

@@ -83,7 +83,7 @@ def test_same_seed_same_episode():
         env.reset(seed=seed)
         env.step('<tool_call>{"name": "list_agents", "arguments": {}}</tool_call>')
         env.step("done")
-        return env.messages, env.state.hash()
+        return env.transcript(), env.state.hash()
 
     assert play(7) == play(7)
     assert any(play(7)[0][1] != play(s)[0][1] for s in range(8, 20))  # seeds pick different tasks
@@ -107,7 +107,7 @@ def test_the_one_role_fast_path_does_what_the_general_turn_does(picks, max_turns
     # act and step_round) must produce the same results, transcript, log and snapshot.
     fast = envfactory.make("Counter-v0", max_turns=max_turns)
     slow = envfactory.make("Counter-v0", max_turns=max_turns)
-    assert fast.reset(0) == slow.reset(0) == fast.messages
+    assert fast.reset(0) == slow.reset(0) == fast.transcript()
     for k, i in enumerate(picks):
         if fast.done:
             break
@@ -115,7 +115,7 @@ def test_the_one_role_fast_path_does_what_the_general_turn_does(picks, max_turns
         general = slow.act("agent_0", a) if k % 2 else slow.step_round({"agent_0": a})["agent_0"]
         assert fast.step(a).to_json() == general.to_json()
     assert fast.snapshot() == slow.snapshot()
-    assert fast.log == slow.log and fast.messages == slow.messages
+    assert fast.status.log == slow.status.log and fast.transcript() == slow.transcript()
 
 
 def test_an_answer_fact_must_have_been_shown_not_guessed_or_echoed() -> None:

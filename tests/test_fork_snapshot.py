@@ -20,11 +20,11 @@ def _mid_episode(name, task_id, k):
 def test_fork_is_independent_both_ways():
     env, task = _mid_episode("FileSystem-v0", "fs-015", 1)  # make_dir done, two moves left
     child = env.fork()
-    assert child.messages == env.messages and child.state.hash() == env.state.hash()
+    assert child.transcript() == env.transcript() and child.state.hash() == env.state.hash()
     before = env.state.hash()
     child.step('<tool_call>{"name": "write_file", "arguments": {"path": "/tmp/x", "content": "child"}}</tool_call>')
     assert env.state.hash() == before and "/tmp/x" not in env.state.fs.files
-    assert len(env.messages) == len(child.messages) - 2
+    assert len(env.transcript()) == len(child.transcript()) - 2
     env.step('<tool_call>{"name": "delete_file", "arguments": {"path": "/tmp/keep.txt"}}</tool_call>')
     assert "/tmp/keep.txt" in child.state.fs.files
     # nested models are copied too, not shared
@@ -50,14 +50,14 @@ def test_snapshot_is_json_and_restore_reproduces_exactly():
     snap = json.loads(json.dumps(env.snapshot()))
     other = envfactory.make("Helpdesk-v0")
     other.restore(snap)
-    assert other.messages == env.messages and other.state.hash() == env.state.hash()
+    assert other.transcript() == env.transcript() and other.state.hash() == env.state.hash()
     assert other.task.id == task.id
     for a in OraclePolicy.actions(task)[5:]:
         r1, r2 = env.step(a), other.step(a)
         assert (r1.messages, r1.reward, r1.terminated, r1.info) == (r2.messages, r2.reward, r2.terminated, r2.info)
     assert r1.reward == 1.0
     # restoring does not alias the snapshot: the episode went on, the snapshot did not change
-    assert json.loads(json.dumps(snap)) == snap and len(snap["transcripts"]["agent_0"]) < len(other.messages)
+    assert json.loads(json.dumps(snap)) == snap and len(snap["transcripts"]["agent_0"]) < len(other.transcript())
 
 
 def test_restore_rejects_foreign_snapshots():

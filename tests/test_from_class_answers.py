@@ -75,7 +75,7 @@ def test_a_fact_read_in_a_result_must_have_been_shown():
     assert play(ep, OraclePolicy(), "ask").success
     ep.reset("ask")  # the right figure, guessed without looking: nothing shown, nothing earned
     ep.step("It costs 431.07.")
-    assert ep.judge()[0] is False
+    assert ep.status.judge()[0] is False
 
 
 def test_without_outputs_verify_still_reports_the_read_only_task_as_passable_by_doing_nothing():

@@ -86,9 +86,9 @@ def test_reads_are_carried_by_fork_and_snapshot_and_left_out_of_the_hash():
     spec = _spec()
     ep = Episode(spec)
     ep.reset(task="read-vpn")
-    before = state_hash(ep.world.state())
+    before = state_hash(ep._world.state())
     ep.step(call("get_ticket", ticket_id=2).to_hermes())
-    state = ep.world.state()
+    state = ep._world.state()
     assert state_hash(state) == before  # a read does not change the world
     assert len(seen_results(state)) == 1
     fork = ep.fork()

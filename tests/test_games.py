@@ -85,7 +85,7 @@ def test_random_policy_plays_only_legal_moves(name):
         for seed in range(6):
             ep.reset(task.id)
             while not ep.done:
-                agent = ep.next_agent
+                agent = ep.status.next_agent
                 legal = [m.to_hermes() for m in legal_moves(ep, agent)]
                 action = policy.act(ep, agent, seed)
                 assert action in legal or (not legal and action == PASS), (task.id, seed, agent, action)
@@ -94,7 +94,7 @@ def test_random_policy_plays_only_legal_moves(name):
                     moves += 1
                     distinct.add(action)
                     assert not result.messages[0]["content"].startswith("Error"), result.messages
-            assert all(e["ok"] for e in ep.log) and ep.success, (task.id, seed, ep.log[-3:])
+            assert all(e["ok"] for e in ep.status.log) and ep.success, (task.id, seed, ep.status.log[-3:])
     assert moves > 1000 and len(distinct) >= 25, (moves, len(distinct))
 
 
@@ -132,7 +132,7 @@ def test_auction_rules():
     assert "lot-2: open; you have not bid" in r.messages[0]["content"]
     # at the end, a lot with a single bid goes to that bidder at its bid
     while not ep.done:
-        ep.act(ep.next_agent, "pass")
+        ep.act(ep.status.next_agent, "pass")
     values = task.metadata["values"]
     scale = sum(max(values[a][lot] for a in values) for lot in task.initial_state.lots)
     assert ep.rewards["bidder_0"] == pytest.approx(round((values["bidder_0"]["lot-2"] - 2) / scale, 4))
@@ -156,7 +156,7 @@ def test_battleship_rules():
     view = ep.act("admiral_0", ToolCall("view_boards", {}).to_hermes()).messages[0]["content"]
     assert view.count("X") == 1 and view.count("S") == sum(len(s) for s in task.initial_state.ships["admiral_0"])
     while not ep.done:
-        ep.act(ep.next_agent, "pass")
+        ep.act(ep.status.next_agent, "pass")
     # undecided: the difference in hits over the fleet's size
     assert ep.rewards == {"admiral_0": pytest.approx(1 / 7, abs=1e-4), "admiral_1": pytest.approx(-1 / 7, abs=1e-4)}
 

@@ -53,7 +53,7 @@ def test_step_info_carries_what_is_new_and_the_transcript_is_one_call_away():
                                           if "tool_calls" in info["messages"][0] else {})}
         conversation += info["messages"]
     assert [m["role"] for m in conversation] == ["system", "user", "assistant", "tool", "tool", "assistant"]
-    assert conversation == env.unwrapped.messages == env.unwrapped.env.messages
+    assert conversation == env.unwrapped.messages == env.unwrapped.env.transcript()
 
 
 def test_observations_are_sanitised_into_the_text_space():

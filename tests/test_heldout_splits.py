@@ -78,7 +78,7 @@ def test_each_family_lands_where_it_should():
 def test_every_face_draws_only_from_a_generalization_split():
     want = _ids(HELD, "heldout-family")
     ep = envfactory.make(HELD, split="heldout-family")
-    assert {t.id for t in ep.tasks} == want
+    assert {t.id for t in ep._tasks} == want
     for s in range(20):
         ep.reset(seed=s)
         assert ep.task.id in want

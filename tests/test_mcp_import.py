@@ -65,7 +65,7 @@ def test_tools_are_the_servers_own(kb):
 @pytest.mark.parametrize("runtime", ["mcp", "local"])
 def test_reference_earns_one_and_wrong_plays_zero(kb, runtime):
     ep = envfactory.make(kb.NAME, runtime=runtime)
-    assert isinstance(ep.world, MCPWorld) == (runtime == "mcp")
+    assert isinstance(ep._world, MCPWorld) == (runtime == "mcp")
     try:
         for task in kb.SPEC.get_tasks()[:4] + kb.SPEC.get_tasks()[-2:]:
             assert play(ep, OraclePolicy(), task.id).reward == 1.0, task.id
@@ -95,9 +95,9 @@ def test_errors_are_observations(kb):
         for action, start in cases.items():
             r = ep.step(f"<tool_call>{action}</tool_call>")
             assert r.messages[0]["content"].startswith(start), r.messages[0]["content"]
-            assert not ep.log[-1]["ok"]
+            assert not ep.status.log[-1]["ok"]
         ok = ep.step([ToolCall("get", {"id": 3})])
-        assert ok.messages[0]["content"].startswith("id=3 | proj/db/pool") and ep.log[-1]["ok"]
+        assert ok.messages[0]["content"].startswith("id=3 | proj/db/pool") and ep.status.log[-1]["ok"]
         assert "<date>" in ok.messages[0]["content"]  # scrubbed, so that episodes are the same any day
     finally:
         ep.close()
@@ -147,7 +147,7 @@ def test_restore_unknown_fork_and_snapshot_are_not_implemented(kb):
             assert what in msg and "offers no way to save and load its state" in msg
             assert "restore='files'" in msg and "restore='replay'" in msg
         with pytest.raises(NotImplementedError, match="cannot restore a snapshot"):
-            ep.world.load(spec.task(raw[0]["id"]), {"calls": []})
+            ep._world.load(spec.task(raw[0]["id"]), {"calls": []})
     finally:
         ep.close()
 

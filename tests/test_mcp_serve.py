@@ -55,8 +55,8 @@ def _local(task, calls):
     steps = []
     for c in calls:
         r = ep.step([ToolCall(c.name, dict(c.arguments))])
-        steps.append((r.messages[0]["content"], not ep.log[-1]["ok"]))
-    return steps, ep.rewards["agent_0"], ep.success, ep.ended_by
+        steps.append((r.messages[0]["content"], not ep.status.log[-1]["ok"]))
+    return steps, ep.rewards["agent_0"], ep.success, ep.status.ended_by
 
 
 def _schemas_match(tools: list[types.Tool]) -> None:

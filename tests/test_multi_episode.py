@@ -18,7 +18,7 @@ def test_turn_order_is_enforced():
     with pytest.raises(EpisodeError, match="reset"):
         ep.act("reader_0", "hi")
     ep.reset(0)
-    assert ep.next_agent == "reader_0"
+    assert ep.status.next_agent == "reader_0"
     with pytest.raises(EpisodeError, match="reader_0's turn"):
         ep.act("writer_0", "hi")
 
@@ -29,7 +29,7 @@ def test_tools_of_another_role_are_refused_with_a_hint():
     r = ep.act("reader_0", call("update_employee", employee_id="E-102", field="team", value="x", request_id="M-1"))
     assert r.messages[0]["content"].startswith("Error: permission denied")
     assert "writer_0" in r.messages[0]["content"]
-    assert ep.log[-1]["kind"] == "permission" and not r.done
+    assert ep.status.log[-1]["kind"] == "permission" and not r.done
     r = ep.act("writer_0", call("get_employee", employee_id="E-102"))
     assert "reader_0" in r.messages[0]["content"] and ep.state.employees["E-102"].team == "data"
 
@@ -56,14 +56,14 @@ def test_direct_and_broadcast_messages_reach_the_right_agents_and_cannot_be_forg
 def test_every_member_means_the_same_for_any_number_of_roles_or_names_the_one_to_use():
     team = envfactory.make_multi("MultiRecords-v0")
     with pytest.raises(EpisodeError, match=r"transcript\(agent\)"):
-        team.messages
+        team.transcript()
     opening = team.reset(0)  # the first agent's opening messages, like a sole agent's
     assert [m["role"] for m in opening] == ["system", "user"] and opening == team.transcript("reader_0")
     assert opening != team.transcript("writer_0")  # each its own system prompt
     with pytest.raises(EpisodeError, match=r"step_round\(\{agent: action\}\).*act\(agent, action\)"):
         team.step("hi")
     with pytest.raises(EpisodeError, match=r"transcript\(agent\)"):
-        team.messages
+        team.transcript()
     with pytest.raises(EpisodeError, match=r"tool_schemas\(agent\)"):
         team.tool_schemas()
     with pytest.raises(EpisodeError, match="say which agent"):
@@ -72,13 +72,13 @@ def test_every_member_means_the_same_for_any_number_of_roles_or_names_the_one_to
         team.step_round(["hi"])
     results = team.step_round({"reader_0": call("search_employees", name="Alice")})
     assert list(results) == team.agents and all(isinstance(r, StepResult) for r in results.values())
-    assert [r.agent for r in results.values()] == team.agents and team.round == 2
+    assert [r.agent for r in results.values()] == team.agents and team.status.round == 2
     # one role: step_round is a round of one turn, the same as step
     solo, other = envfactory.make("Counter-v0"), envfactory.make("Counter-v0")
-    assert solo.reset(0) == other.reset(0) == solo.messages
+    assert solo.reset(0) == other.reset(0) == solo.transcript()
     inc = call("increment", by=1)
     assert solo.step_round({"agent_0": inc})["agent_0"].to_json() == other.step(inc).to_json()
-    assert solo.messages == other.messages and solo.tool_schemas() == other.tool_schemas("agent_0")
+    assert solo.transcript() == other.transcript() and solo.tool_schemas() == other.tool_schemas("agent_0")
 
 
 def test_simultaneous_moves_see_letters_only_from_the_next_round():
@@ -101,7 +101,7 @@ def test_conflicting_bookings_in_one_round_go_to_the_first_in_order():
     ep.reset(0)
     ep.step_round({a: call("book_room", room="atlas", slot="11:00") for a in ep.agents})
     assert ep.state.bookings["atlas@11:00"] == "sales_0"
-    kinds = [e["kind"] for e in ep.log]
+    kinds = [e["kind"] for e in ep.status.log]
     assert kinds == ["ok", "conflict", "conflict"]
 
 
@@ -110,22 +110,22 @@ def test_endings_quiescence_finish_truncation_and_terminal():
     ep.reset(0)
     ep.act("reader_0", "nothing")
     r = ep.act("writer_0", "nothing either")
-    assert r.terminated and ep.ended_by == "quiescence" and r.rewards == {"reader_0": 0.0, "writer_0": 0.0}
+    assert r.terminated and ep.status.ended_by == "quiescence" and r.rewards == {"reader_0": 0.0, "writer_0": 0.0}
     ep.reset(0)
     r = ep.act("reader_0", call("finish", answer="done"))
-    assert r.terminated and ep.ended_by == "finish" and ep.answer == "done" and ep.success is False
+    assert r.terminated and ep.status.ended_by == "finish" and ep.status.answer == "done" and ep.success is False
     with pytest.raises(EpisodeError, match="ended"):
         ep.act("writer_0", "x")
     short = envfactory.make_multi("MultiRecords-v0", max_turns=2)
     short.reset(0)
     for _ in range(2):
         short.step_round({"reader_0": call("search_employees", name="Alice")})
-    assert short.truncated and short.ended_by == "max_turns"
+    assert short.status.truncated and short.status.ended_by == "max_turns"
     deal = envfactory.make_multi("MultiDeal-v0")
     deal.reset(0)
     deal.act("trader_0", call("propose", books=3, hats=1, balls=0))
     r = deal.act("trader_1", call("accept", proposal_id="P-1"))
-    assert r.terminated and deal.ended_by == "terminal" and deal.success
+    assert r.terminated and deal.status.ended_by == "terminal" and deal.success
     assert r.rewards == {"trader_0": 0.8, "trader_1": 0.8}
 
 
@@ -143,13 +143,13 @@ def test_fork_is_independent_and_snapshot_round_trips_through_json():
     oracle = OraclePolicy()
     ep.reset(3)
     for _ in range(5):
-        a = ep.next_agent
+        a = ep.status.next_agent
         ep.act(a, oracle.act(ep, a, 0))
     before = ep.state.hash()
     child = ep.fork()
     snap = json.loads(json.dumps(ep.snapshot()))
     while not child.done:
-        a = child.next_agent
+        a = child.status.next_agent
         child.act(a, oracle.act(child, a, 0))
     assert child.success and ep.state.hash() == before and not ep.done
     other = envfactory.make_multi("MultiPipeline-v0")
@@ -157,9 +157,9 @@ def test_fork_is_independent_and_snapshot_round_trips_through_json():
     assert other.state.hash() == before and other.transcript("shipping_0") == ep.transcript("shipping_0")
     for e in (ep, other):
         while not e.done:
-            a = e.next_agent
+            a = e.status.next_agent
             e.act(a, oracle.act(e, a, 0))
-    assert ep.log == other.log == child.log and ep.rewards == other.rewards
+    assert ep.status.log == other.status.log == child.status.log and ep.rewards == other.rewards
     with pytest.raises(ValueError, match="MultiPipeline"):
         envfactory.make_multi("MultiRooms-v0").restore(snap)
 

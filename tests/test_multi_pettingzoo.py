@@ -69,7 +69,7 @@ def test_oracle_team_through_the_parallel_adapter(name):
         rounds += 1
     assert all(terms.values()) and not any(truncs.values())
     assert all(i["success"] for i in infos.values())
-    assert rounds == env.episode.round
+    assert rounds == env.episode.status.round
 
 
 def test_seeded_reset_picks_the_same_task_and_options_pick_a_task():

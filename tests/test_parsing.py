@@ -86,9 +86,9 @@ def _blocks(text: str) -> tuple[int, int]:
 
 def _check_step(env, action, content):
     """Step once on a fresh episode and check what every step must satisfy; returns the result."""
-    before = list(env.messages)  # a copy: the property may return the live transcript
+    before = list(env.transcript())  # a copy: transcript() may return the live list
     r = env.step(action)  # never raises on model output
-    after = env.messages
+    after = env.transcript()
     # the transcript grows by exactly the assistant message and this step's tool messages
     assert after[: len(before)] == before
     assert len(after) == len(before) + 1 + len(r.messages)
@@ -267,7 +267,7 @@ def test_the_step_s_one_call_shortcut_plays_what_the_full_parse_plays(actions) -
                     break
                 r = env.step(a)
                 results.append((r.messages, r.reward, r.terminated, r.truncated, r.info, r.rewards))
-            return results, env.transcript(), env.log, env.state.model_dump(), env.success
+            return results, env.transcript(), env.status.log, env.state.model_dump(), env.success
         finally:
             Episode._solo_turn = saved
 

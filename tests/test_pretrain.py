@@ -167,7 +167,7 @@ def test_pretraining_without_a_log_shows_a_tqdm_bar_on_a_terminal(tokenizer, tmp
 
 
 PINNED_CORPUS_HASH = "3715870021f12f30"
-"""The default pretraining corpus's hash, with which every figure of the README's quickstart was
+"""The default pretraining corpus's hash, with which every quickstart figure of RESULTS.md was
 measured (on two installs). A change to a corpus environment's tools, tasks or error texts changes
 it, and with it the pretrained models and every figure: if the change is intended, bump the
 recipe's format, re-measure, and update this constant with the figures."""

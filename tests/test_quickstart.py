@@ -191,18 +191,19 @@ def _assert_measured_since(root, commit: str, results: str) -> None:
         f"{results} was measured at {commit[:10]}, before {FIGURES_SINCE[:10]} changed what it measures: measure again"
 
 
-def test_readme_figures_are_generated_from_a_results_file_of_the_current_recipe() -> None:
-    """The README's quickstart figures are exactly figures_block() of the results file it names,
+def test_shown_figures_are_generated_from_a_results_file_of_the_current_recipe() -> None:
+    """The quickstart figures RESULTS.md shows (FIGURES_PAGE; the README is a front page without
+    figures) are exactly figures_block() of the results file they name,
     that file records the commit it came from, and its recipe is what the code runs today: a
     changed default (a reader recipe, a learning rate) fails here until the figures are measured again."""
     from pathlib import Path
 
-    from agents.quickstart.experiment import RUN_OPTIONS, _recipe, figures_block, readme_figures
+    from agents.quickstart.experiment import FIGURES_PAGE, RUN_OPTIONS, _recipe, figures_block, page_figures
 
     root = Path(__file__).resolve().parents[1]
-    results, block = readme_figures(root / "README.md")
+    results, block = page_figures(root / FIGURES_PAGE)
     s = json.loads((root / results).read_text())
-    assert block == figures_block(s), f"README.md's quickstart figures differ from {results}: run write_figures"
+    assert block == figures_block(s), f"{FIGURES_PAGE}'s quickstart figures differ from {results}: run write_figures"
     assert s["commit"] and len(s["commit"]) == 40
     now = _recipe(QuickstartConfig(**{k: s["config"][k] for k in RUN_OPTIONS if k in s["config"]}))
     assert s["recipe"] == json.loads(json.dumps(now)), f"{results} was measured with another recipe: measure again"
@@ -210,6 +211,25 @@ def test_readme_figures_are_generated_from_a_results_file_of_the_current_recipe(
     changed = dict(s, success={**s["success"], "unseen": {**s["success"]["unseen"], "sft": {
         **s["success"]["unseen"]["sft"], "mean": s["success"]["unseen"]["sft"]["mean"] + 0.01}}})
     assert figures_block(changed) != block  # the comparison can fail
+
+
+def test_write_figures_rewrites_only_the_block_between_the_markers(tmp_path) -> None:
+    """write_figures (run after a new quickstart) puts figures_block() of the results file between
+    the markers of the page and leaves the rest of the page as it was."""
+    from pathlib import Path
+
+    from agents.quickstart.experiment import FIGURES_PAGE, figures_block, page_figures, write_figures
+
+    root = Path(__file__).resolve().parents[1]
+    results, block = page_figures(root / FIGURES_PAGE)
+    page = tmp_path / "RESULTS.md"
+    page.write_text("# before\n\n<!-- quickstart-figures: old.json -->\nstale\n<!-- /quickstart-figures -->\n\nafter\n")
+    write_figures(root / results, page)
+    named, shown = page_figures(page)
+    assert Path(named) == root / results and shown == block == figures_block(json.loads((root / results).read_text()))
+    text = page.read_text()
+    assert text.startswith("# before\n\n<!-- quickstart-figures: ")
+    assert text.endswith("<!-- /quickstart-figures -->\n\nafter\n")
 
 
 def test_a_seed_whose_reader_sft_did_not_take_is_named_in_the_figures_and_the_report() -> None:

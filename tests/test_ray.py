@@ -49,8 +49,8 @@ def _play(ep, task):
     results = []
     for c in task.solution:
         if ep.spec.multi_agent:
-            while ep.next_agent != c.agent:
-                results.append(ep.act(ep.next_agent, "").messages)
+            while ep.status.next_agent != c.agent:
+                results.append(ep.act(ep.status.next_agent, "").messages)
             results.append(ep.act(c.agent, c.to_hermes()).messages)
         else:
             results.append(ep.step(c.to_hermes()).messages)
@@ -67,9 +67,9 @@ def test_ray_worlds_play_like_local_ones(pool, name):
         assert far.state == near.state
         assert all(far.transcript(a) == near.transcript(a) for a in near.agents)
         while not near.done:  # the rest of the episode: everyone passes
-            a = near.next_agent
+            a = near.status.next_agent
             assert far.act(a, "").rewards == near.act(a, "").rewards
-        assert far.success is near.success and far.rewards == near.rewards and far.ended_by == near.ended_by
+        assert far.success is near.success and far.rewards == near.rewards and far.status.ended_by == near.status.ended_by
         far.close()
 
 
@@ -80,7 +80,7 @@ def test_forks_spread_over_the_actors_and_stay_independent(pool):
     ep.reset(task.id)
     ep.step(call("increment", by=3).to_hermes())
     forks = [ep.fork() for _ in range(4)]
-    assert {f.world._slot for f in forks} == {0, 1}, "forks are placed round-robin over the actors"
+    assert {f._world._slot for f in forks} == {0, 1}, "forks are placed round-robin over the actors"
     forks[0].step(call("increment", by=2).to_hermes())
     forks[1].step(call("reset_counter").to_hermes())
     assert [f.state.value for f in forks] == [5, 0, 3, 3] and ep.state.value == 3
@@ -103,7 +103,7 @@ def test_a_dead_actor_is_replaced_and_its_worlds_rebuilt_by_replay(pool):
     bystander = far.fork()  # on the other actor, or the same one: its state must survive either way
     mid = far.state.model_dump()
     before = dict(pool.stats)
-    _kill(pool._actors[far.world._slot])
+    _kill(pool._actors[far._world._slot])
     for c in task.solution[half:]:
         assert far.step(c.to_hermes()).messages == near.step(c.to_hermes()).messages
     assert far.state == near.state
@@ -195,7 +195,7 @@ def test_a_batch_that_kills_every_worker_it_reaches_ends_the_episode_as_lost(poo
         ep.reset("nap")
         assert ep.step(call("nap", seconds=0.0).to_hermes()).messages[0]["content"] == "1"
         r = ep.step(call("crash").to_hermes())
-        assert r.truncated and r.info["world_lost"] and ep.ended_by == "world_lost" and r.reward == 0.0
+        assert r.truncated and r.info["world_lost"] and ep.status.ended_by == "world_lost" and r.reward == 0.0
         assert "replacement too" in r.messages[0]["content"]
         assert quick.stats["dead_workers"] == 2
         again = Episode(SLOW, RayWorld(SLOW, pool=quick))  # the pool serves on with a fresh actor
@@ -208,7 +208,7 @@ def test_a_batch_that_kills_every_worker_it_reaches_ends_the_episode_as_lost(poo
 
 def test_make_names_the_ray_runtime(pool):
     ep = envfactory.make("Counter-v0", runtime="ray", pool=pool)
-    assert isinstance(ep.world, RayWorld)
+    assert isinstance(ep._world, RayWorld)
     ep.reset(0)
     assert ep.step(call("increment", by=2).to_hermes()).messages[0]["content"].isdigit()
     ep.close()

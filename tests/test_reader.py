@@ -54,7 +54,7 @@ def test_the_swap_twin_moves_only_the_answer() -> None:
     twin = swap_answer(t, other)
     assert twin.instruction == t.instruction and twin.metadata["original_room"] == t.metadata["room"]
     ep = envfactory.make("FindLight-v3")
-    assert play(ep, OraclePolicy(), twin).success and turned_on(ep.messages) == [other]
+    assert play(ep, OraclePolicy(), twin).success and turned_on(ep.transcript()) == [other]
     ep.reset(twin)  # the original room is wrong in the twin world
     ep.step(envfactory.call("turn_on", room=t.metadata["room"]))
     assert ep.step("done").info["success"] is False

@@ -208,27 +208,27 @@ def test_the_transcript_reads_the_same_when_written_lazily():
     want = opening + [_assistant(_INC, [("call_1_0", "increment", {"by": 1})]), *r1.messages,
                       _assistant(_TWO, [("call_2_0", "increment", {"by": 1}), ("call_2_1", "read_counter", {})]),
                       *r2.messages]
-    assert env.messages == want
+    assert env.transcript() == want
     assert [m["content"] for m in r2.messages] == ["2", "2"]
-    assert fork.messages == want[:4]       # the fork has its own transcript
+    assert fork.transcript() == want[:4]       # the fork has its own transcript
     fork.step(_INC)
-    assert env.messages == want and len(fork.messages) == 6
+    assert env.transcript() == want and len(fork.transcript()) == 6
     snap = env.snapshot()                  # a snapshot and a restore see every turn
     other = envfactory.make("Counter-v0")
     other.restore(snap)
-    assert other.messages == want
+    assert other.transcript() == want
     env.step("It shows 2.")                # the slow path (an answer) comes after the pending turns
-    assert env.messages[:-1] == want and env.messages[-1]["content"] == "It shows 2."
+    assert env.transcript()[:-1] == want and env.transcript()[-1]["content"] == "It shows 2."
     env.reset("counter-0-5")
-    assert env.messages == opening
+    assert env.transcript() == opening
 
 
 def test_an_eager_episode_writes_the_same_transcript():
     lazy, eager = envfactory.make("Counter-v0"), envfactory.make("Counter-v0")
-    eager.write_transcripts_eagerly()
+    eager._write_transcripts_eagerly()
     for env in (lazy, eager):
         env.reset("counter-0-5")
         env.step(_INC)
         env.step(_TWO)
         env.step("It shows 2.")
-    assert eager._pending == [] and eager.messages == lazy.messages and len(lazy.messages) == 8
+    assert eager._pending == [] and eager.transcript() == lazy.transcript() and len(lazy.transcript()) == 8

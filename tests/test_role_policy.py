@@ -37,7 +37,7 @@ def test_play_takes_any_object_with_name_and_act():
         name = "solver"
 
         def act(self, episode, agent, seed):
-            return SOLVE if episode.turns_taken(agent) == 0 else "Done: it shows 3."
+            return SOLVE if episode.status.turns_taken(agent) == 0 else "Done: it shows 3."
 
     assert play(envfactory.make("Counter-v0"), Solver(), "counter-0-3").reward == 1.0
 

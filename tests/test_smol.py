@@ -77,13 +77,13 @@ def test_findlight_opening_renders_tools_verbatim_and_prefix_stable(smol) -> Non
     tools = env.tool_schemas()
     r = ChatRenderer(tok)  # refuses templates that are not verbatim or not prefix-stable
     assert r.close == "<|im_end|>\n"
-    text = r.render(env.messages, tools, add_generation_prompt=True)
+    text = r.render(env.transcript(), tools, add_generation_prompt=True)
     assert "<tools>" in text and all(t["function"]["name"] in text for t in tools)
     assert text.endswith("<|im_start|>assistant\n")
-    ids = r.opening(env.messages, tools)
+    ids = r.opening(env.transcript(), tools)
     assert r.decode(ids) == text and ids[0] == 1
     # an assistant turn holding <tool_call> text is rendered verbatim, the tool's answer Hermes-style
-    turn = [*env.messages, {"role": "assistant", "content": LOCATE}]
+    turn = [*env.transcript(), {"role": "assistant", "content": LOCATE}]
     assert LOCATE + "<|im_end|>\n" in r.render(turn, tools)
     cont = r.continuation([{"role": "tool", "content": "The teapot is in the kitchen."}], True)
     assert cont == ("<|im_start|>user\n<tool_response>\nThe teapot is in the kitchen.\n</tool_response>"

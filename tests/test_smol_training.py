@@ -85,10 +85,10 @@ def test_signatures_render_every_registered_environment_shorter(tiny_tok) -> Non
         try:
             env.reset()
             schemas = env.tool_schemas()
-            text = _render(tiny_tok, SIGNATURES_TEMPLATE, env.messages[:2], tools=schemas)
+            text = _render(tiny_tok, SIGNATURES_TEMPLATE, env.transcript()[:2], tools=schemas)
             lines = text.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0].split("\n")
             assert [ln.split("(", 1)[0] for ln in lines] == [s["function"]["name"] for s in schemas], name
-            assert len(text) < len(_render(tiny_tok, CHAT_TEMPLATE, env.messages[:2], tools=schemas)), name
+            assert len(text) < len(_render(tiny_tok, CHAT_TEMPLATE, env.transcript()[:2], tools=schemas)), name
         finally:
             env.close()
 

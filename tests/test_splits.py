@@ -30,7 +30,7 @@ def test_the_family_has_evaluation_tasks_to_leak():
 def test_make_draws_only_its_split():
     splits = _split_of(NAME)
     ep = envfactory.make(NAME)
-    assert ep.split == "train"
+    assert ep._split == "train"
     drawn = set()
     for s in SEEDS:
         ep.reset(seed=s)
@@ -43,7 +43,7 @@ def test_make_draws_only_its_split():
     for s in range(60):
         ev.reset(seed=s)
         assert splits[ev.task.id] == "eval"
-    assert {t.id for t in ev.tasks} == {t for t, v in splits.items() if v == "eval"}
+    assert {t.id for t in ev._tasks} == {t for t, v in splits.items() if v == "eval"}
     # the same seed picks the same task of the split, on every make
     assert envfactory.make(NAME, split="eval").reset(seed=7) == envfactory.make(NAME, split="eval").reset(seed=7)
     # a task named explicitly is always played (the caller asked for it)

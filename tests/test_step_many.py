@@ -70,7 +70,7 @@ def test_step_many_plays_what_step_plays(batched, rounds) -> None:
         want = [one[i].step(a) for i, a in live]
         assert [_seen(many[i], r) for (i, _), r in zip(live, got)] == [_seen(one[i], r) for (i, _), r in zip(live, want)]
     for a, b in zip(many, one):
-        assert a.transcript() == b.transcript() and a.log == b.log and a.state == b.state and a.success == b.success
+        assert a.transcript() == b.transcript() and a.status.log == b.status.log and a.state == b.state and a.success == b.success
         a.close()
         b.close()
     if c is not None:
@@ -119,7 +119,7 @@ def test_protocol_errors_come_before_anything_is_sent() -> None:
     fresh = envfactory.make("Counter-v0")  # never reset
     with pytest.raises(EpisodeError):
         step_many([(ep, call), (fresh, call)])
-    assert ep.turns_taken() == 0  # nothing was sent for it
+    assert ep.status.turns_taken() == 0  # nothing was sent for it
     team = envfactory.make("MultiDeal-v0")
     team.reset(0)
     with pytest.raises(EpisodeError, match="team"):
@@ -136,7 +136,7 @@ def test_an_error_in_one_turn_is_raised_after_the_sent_turns_are_played() -> Non
     with pytest.raises(envfactory.ActionTypeError):
         step_many([(e, call) for e in sent] + [(local, 12345)])
     for e in sent:  # each sent turn was read and played: the channel is in step for the next one
-        assert e.turns_taken() == 1 and e.state.value == 2
+        assert e.status.turns_taken() == 1 and e.state.value == 2
         assert e.step(call).messages[0]["content"] == "4"
 
 
@@ -227,7 +227,7 @@ def test_a_batch_channel_that_breaks_ends_its_turns_as_lost_not_hung() -> None:
     c = BatchedContainer(srv, dies)
     eps, _ = _batched(srv, 3, timeout=20.0, container=c)
     for e in eps:
-        e.world._link.pool.acquire = no_fresh_container
+        e._world._link.pool.acquire = no_fresh_container
     t0 = time.monotonic()
     results = step_many([(e, INC) for e in eps])
     assert time.monotonic() - t0 < 10
@@ -249,7 +249,7 @@ def test_a_batch_reply_that_breaks_the_protocol_removes_the_container() -> None:
     with pytest.raises(envfactory.runtime.container.ContainerError, match="untrustworthy"):
         step_many([(e, INC) for e in eps])
     assert c.dead
-    assert all(e.world._link.container is None for e in eps)  # both sessions dropped with it
+    assert all(e._world._link.container is None for e in eps)  # both sessions dropped with it
 
 
 def test_two_threads_share_a_container_each_one_a_round_at_a_time() -> None:
@@ -295,11 +295,11 @@ def test_a_due_snapshot_comes_in_the_batchs_own_reply(monkeypatch) -> None:
         b.step(INC)
         if n == 3:  # the third batch's reply brought the state (cached: no request) and became the origin
             for e in (a, b):
-                assert e.world._journal == [] and e.world._origin == docker_rt.state_json(e.world.state())
-                assert e.world._origin["value"] == 3, e.world._origin
+                assert e._world._journal == [] and e._world._origin == docker_rt.state_json(e._world.state())
+                assert e._world._origin["value"] == 3, e._world._origin
     assert "state" not in ops and ops.count("run") == 10
     assert docker_rt.stats()["snapshots"] - snaps == 2  # one for each world
-    assert len(a.world._journal) == len(b.world._journal) == 2
+    assert len(a._world._journal) == len(b._world._journal) == 2
 
 
 def test_return_exceptions_keeps_each_turns_error_in_its_place() -> None:

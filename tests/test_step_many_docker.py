@@ -54,12 +54,12 @@ def test_step_many_over_shared_containers_plays_what_step_plays_and_survives_a_k
             loc = envfactory.make(name, max_turns=40)
             loc.reset(i % 3)
             local_eps.append(loc)
-        containers = {id(e.world.container): e.world.container for e in docker_eps}
+        containers = {id(e._world.container): e._world.container for e in docker_eps}
         assert len(containers) == 3
         killed = None
         for rnd in range(8):
             if rnd == 4:  # kill -9 the container of the first episode, between two rounds
-                killed = docker_eps[0].world.container
+                killed = docker_eps[0]._world.container
                 killed.client.api.kill(killed.id, signal="KILL")
             live = [i for i, e in enumerate(local_eps) if not e.done]
             actions = {i: rng.choice(ACTIONS) for i in live}
@@ -67,10 +67,10 @@ def test_step_many_over_shared_containers_plays_what_step_plays_and_survives_a_k
             want = [local_eps[i].step(actions[i]) for i in live]
             assert [_seen(r) for r in got] == [_seen(r) for r in want], f"round {rnd}"
         for d, loc in zip(docker_eps, local_eps):
-            assert d.state == loc.state and d.log == loc.log and d.transcript() == loc.transcript()
+            assert d.state == loc.state and d.status.log == loc.status.log and d.transcript() == loc.transcript()
         assert all(c._batch is not None and c._batch.frames_sent >= 4 for c in containers.values() if c is not killed)
-        moved = [e for e in docker_eps if e.world.container is not killed]
-        assert len(moved) == 30 and sum(e.world.resumed for e in docker_eps) == 10  # each of its sessions, once
+        moved = [e for e in docker_eps if e._world.container is not killed]
+        assert len(moved) == 30 and sum(e._world.resumed for e in docker_eps) == 10  # each of its sessions, once
     finally:
         for e in docker_eps:
             e.close()
@@ -91,13 +91,13 @@ def test_a_batch_channel_broken_on_the_hosts_side_keeps_its_container() -> None:
             e = envfactory.make(name, runtime="docker", pool=pool, max_turns=40)
             e.reset(0)
             eps.append(e)
-        (c,) = {id(e.world.container): e.world.container for e in eps}.values()
+        (c,) = {id(e._world.container): e._world.container for e in eps}.values()
         assert [r.messages[0]["content"] for r in step_many([(e, inc) for e in eps])] == ["1"] * 8
         first = c._batch
         first.sock.shutdown(socket.SHUT_RDWR)
         assert [r.messages[0]["content"] for r in step_many([(e, inc) for e in eps])] == ["2"] * 8
-        assert not c.dead and sum(e.world.resumed for e in eps) == 8
-        assert all(e.world.container is c for e in eps)  # the same container, new sessions
+        assert not c.dead and sum(e._world.resumed for e in eps) == 8
+        assert all(e._world.container is c for e in eps)  # the same container, new sessions
         assert [r.messages[0]["content"] for r in step_many([(e, inc) for e in eps])] == ["3"] * 8
         assert c._batch is not first and c._batch.frames_sent == 1
     finally:
@@ -137,7 +137,7 @@ def test_a_rollout_over_shared_containers_steps_them_in_batch_frames() -> None:
                                  for r in done])
         assert trajectories[0] == trajectories[1]
         assert all(success for _, success, _ in trajectories[1])
-        (c,) = {id(e.world.container): e.world.container for e in docker_eps}.values()
+        (c,) = {id(e._world.container): e._world.container for e in docker_eps}.values()
         assert c._batch is not None and c._batch.frames_sent >= 2
     finally:
         for e in docker_eps:

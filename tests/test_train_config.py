@@ -11,8 +11,8 @@ import yaml
 from agents.algorithms.objectives import ARPO, GRPO
 from agents.policies.scripted_model import ScriptedModel
 from agents.trainer import Trainer
-from agents.train_config import (EvalConfig, OptimConfig, OutputConfig, RuntimeConfig, SamplingConfig, SFTConfig,
-                                 TrainerConfig)
+from agents.train_config import (EvalConfig, LearnerConfig, LoRAConfig, OptimConfig, OutputConfig, RuntimeConfig,
+                                 SamplingConfig, SFTConfig, TrainerConfig)
 
 # one tiny GRPO step on Counter-v0: 1 task x M=2 rollouts of one 8-token turn
 TINY = {"envs": ["Counter-v0"], "tasks": ["counter-0-3"], "respect_splits": False, "steps": 1,
@@ -28,6 +28,8 @@ def _every_section_changed() -> TrainerConfig:
                        standardize=False, clip_eps=0.1, kl_coef=0.05, updates=2),
         sampling=SamplingConfig(max_new_tokens=16, temperature=0.7, max_turns=2, max_context=512, mode="parallel"),
         optim=OptimConfig(lr=2e-4, tasks_per_step=3, micro_batch=4, grad_clip=0.5),
+        learner=LearnerConfig(parallel="dp", autocast="bf16", gradient_checkpointing=True,
+                              lora=LoRAConfig(r=4, alpha=8.0, dropout=0.1, target_modules=["q_proj", "v_proj"])),
         sft=SFTConfig(epochs=2, lr=3e-3, batch_size=1, tasks=["records-001"]),
         eval=EvalConfig(samples=2, temperature=0.5, seed=1, tasks=["records-002"]),
         runtime=RuntimeConfig(rollout="ray", workers=3, ray_options={"step_timeout": 30.0}),
@@ -119,7 +121,7 @@ def test_a_trainer_built_from_a_config_file_trains_a_step(tmp_path):
         assert [t for _, t in tr.pool] == ["counter-0-3"] and tr.optimizer.param_groups[0]["lr"] == 1e-3
         (row,) = tr.train()  # config.steps
         assert tr.step == 1 and row["episodes"] == 2 and row["algorithm"] == "GRPO"
-        assert all(e.max_turns == 1 for e in tr.envs)
+        assert all(e.status.max_turns == 1 for e in tr.envs)
         assert (tmp_path / "out" / "checkpoints" / "step-1").is_dir()
         assert json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 1
     finally:

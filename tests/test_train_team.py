@@ -258,7 +258,7 @@ def test_arpo_branches_fork_a_three_role_episode_and_siblings_never_see_each_oth
         # Replay this episode's own calls: every total a role was told is the running total of *its*
         # episode. A sibling's calls (made on its own fork of the world) would break the sequence.
         value, told = 0, {a: [] for a in e.trajectories}
-        for entry in e.env.log:
+        for entry in e.env.status.log:
             value = OPS[entry["name"]](value, entry["arguments"])
             told[entry["agent"]].append(f"total={value}")
         for agent, t in e.trajectories.items():

@@ -58,7 +58,7 @@ def _play(fn: AgentLoop, endpoint: ChatEndpoint, run: Run, env: Any) -> Run:
         elif env.done:
             run.reward, run.success = float(env.rewards.get(env.agents[0], 0.0)), bool(env.success)
         else:  # the loop stopped before the episode ended: judged as at the turn limit
-            success, rewards = env.judge()
+            success, rewards = env.status.judge()
             run.reward, run.success = float(rewards.get(env.agents[0], 0.0)), bool(success)
     except Exception as exc:  # a failing loop fails its run only
         while getattr(exc, "exceptions", None):  # an async loop's task group: say what failed inside

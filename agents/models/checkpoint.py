@@ -43,31 +43,61 @@ def save_checkpoint(root: str | os.PathLike[str], step: int, parts: dict[str, di
         state: Saved in ``trainer_state.json`` with the step.
         keep: How many most recent checkpoints to keep under ``root`` (0 keeps all).
     """
-    from safetensors.torch import save_file, save_model
+    from safetensors.torch import save_file
+
+    from agents.models.parallel import barrier, full_state_dict
 
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step}"
+    # every rank gathers (a sharded model's full state is assembled from all of them); rank 0 writes
+    gathered = {sub: (full_state_dict(p["model"], p.get("optimizer")),
+                      full_state_dict(p["reference"])[0] if p.get("reference") is not None else None)
+                for sub, p in parts.items()}
+    if _rank() != 0:
+        barrier()
+        return final
+    root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".step-{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     for sub, p in parts.items():
         d = tmp / sub
-        p["model"].save_pretrained(d, safe_serialization=True)
+        (model_state, opt_state), ref_state = gathered[sub]
+        p["model"].save_pretrained(d, safe_serialization=True, state_dict=model_state)
         if p.get("tokenizer") is not None:
             p["tokenizer"].save_pretrained(d)
-        if p.get("optimizer") is not None:
-            tensors, opt_meta = _flatten_optimizer(p["optimizer"])
+        if opt_state is not None:
+            tensors, opt_meta = _flatten_optimizer(opt_state)
             save_file(tensors, str(d / "optimizer.safetensors"))
             (d / "optimizer.json").write_text(json.dumps(opt_meta))
-        if p.get("reference") is not None:
-            save_model(p["reference"], str(d / "reference.safetensors"))
+        if ref_state is not None:
+            save_file(_untied(ref_state), str(d / "reference.safetensors"))
     (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **state, "parts": sorted(parts)}, indent=2))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     if keep:
         for old in sorted(_steps(root))[:-keep]:
             shutil.rmtree(root / f"step-{old}", ignore_errors=True)
+    barrier()
     return final
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _untied(state: dict[str, "torch.Tensor"]) -> dict[str, "torch.Tensor"]:
+    """A state dict safetensors can write: tensors that share memory (tied weights) written once each."""
+    seen: dict[int, str] = {}
+    out = {}
+    for k, v in state.items():
+        ptr = v.data_ptr()
+        if ptr in seen and v.numel():
+            continue
+        seen[ptr] = k
+        out[k] = v.detach().cpu().contiguous()
+    return out
 
 
 def load_checkpoint(path: str | os.PathLike[str], parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -78,7 +108,9 @@ def load_checkpoint(path: str | os.PathLike[str], parts: dict[str, dict[str, Any
         FileNotFoundError: ``path`` is not a checkpoint folder.
         ValueError: the weights do not fit, or the checkpoint lacks a part or its optimizer.
     """
-    from safetensors.torch import load_file, load_model
+    from safetensors.torch import load_file
+
+    from agents.models.parallel import load_full_state_dict
 
     path = Path(path)
     if not (path / "trainer_state.json").exists():
@@ -88,7 +120,14 @@ def load_checkpoint(path: str | os.PathLike[str], parts: dict[str, dict[str, Any
         raise ValueError(f"checkpoint {path} holds models {meta.get('parts')}, not {sorted(parts)}")
     for sub, p in parts.items():
         d, model = path / sub, p["model"]
-        missing, unexpected = model.load_state_dict(load_file(str(d / "model.safetensors")), strict=False)
+        opt_state = None
+        if p.get("optimizer") is not None:
+            if not (d / "optimizer.json").exists():
+                raise ValueError(f"checkpoint {d} holds no optimizer state")
+            opt_state = _unflatten_optimizer(load_file(str(d / "optimizer.safetensors")),
+                                             json.loads((d / "optimizer.json").read_text()), p["optimizer"])
+        missing, unexpected = load_full_state_dict(model, load_file(str(d / "model.safetensors")),
+                                                   p.get("optimizer"), opt_state)
         tied = set(getattr(model, "_tied_weights_keys", None) or [])
         tied |= {k for k in missing if k.endswith("lm_head.weight")
                  and getattr(getattr(model, "config", None), "tie_word_embeddings", False)}
@@ -97,14 +136,10 @@ def load_checkpoint(path: str | os.PathLike[str], parts: dict[str, dict[str, Any
                              f"unexpected {sorted(unexpected)}")
         if hasattr(model, "tie_weights"):
             model.tie_weights()
-        if p.get("optimizer") is not None:
-            if not (d / "optimizer.json").exists():
-                raise ValueError(f"checkpoint {d} holds no optimizer state")
-            tensors = load_file(str(d / "optimizer.safetensors"))
-            opt_meta = json.loads((d / "optimizer.json").read_text())
-            p["optimizer"].load_state_dict(_unflatten_optimizer(tensors, opt_meta, p["optimizer"]))
         if p.get("reference") is not None and (d / "reference.safetensors").exists():
-            load_model(p["reference"], str(d / "reference.safetensors"))
+            load_full_state_dict(p["reference"], load_file(str(d / "reference.safetensors")))
+            if hasattr(p["reference"], "tie_weights"):
+                p["reference"].tie_weights()
     return meta
 
 
@@ -121,10 +156,10 @@ def _steps(root: Path) -> list[int]:
             and (p / "trainer_state.json").exists()]
 
 
-def _flatten_optimizer(optimizer: "torch.optim.Optimizer") -> tuple[dict[str, "torch.Tensor"], dict[str, Any]]:
+def _flatten_optimizer(sd: dict[str, Any]) -> tuple[dict[str, "torch.Tensor"], dict[str, Any]]:
+    """An optimizer state dict (keyed by parameter index) as tensors and JSON."""
     import torch
 
-    sd = optimizer.state_dict()
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
     for idx, st in sd["state"].items():

@@ -235,7 +235,7 @@ def pretrain_corpus(tokenizer: Any = None, *, detours: int | None = None, detour
                         if env.done:
                             break
                         env.step(action)
-                    text = tokenizer.apply_chat_template(env.messages, tools=schemas, tokenize=False)
+                    text = tokenizer.apply_chat_template(env.transcript(), tools=schemas, tokenize=False)
                     plays.append(Play(spec.name, task.id, spec.split(task), kind, text))
         finally:
             env.close()

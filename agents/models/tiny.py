@@ -159,7 +159,7 @@ def corpus() -> list[str]:
             if s.split(task) == "eval":
                 continue
             play(env, OraclePolicy(), task.id)
-            for m in env.messages:
+            for m in env.transcript():
                 texts.append(f"<|im_start|>{m['role']}\n{m.get('content') or ''}<|im_end|>\n")
         env.close()
     return texts

@@ -99,7 +99,7 @@ class LLMRolePolicy:
         if len(ids) + self.max_new_tokens > self.max_len:
             self.truncated_prompts += 1  # the conversation no longer fits the model's context: pass
             return ""
-        turn_seed = zlib.crc32(f"{episode.task.id}/{agent}/{episode.turns_taken(agent)}/{seed}".encode())
+        turn_seed = zlib.crc32(f"{episode.task.id}/{agent}/{episode.status.turns_taken(agent)}/{seed}".encode())
         gen = self.policy.generate([ids], max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                                    seed=turn_seed & 0x7FFFFFFF)[0]
         tokens = gen.token_ids[:-1] if gen.finish_reason == "stop" else gen.token_ids

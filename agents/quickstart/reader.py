@@ -104,7 +104,7 @@ def reader_plays(tokenizer: Any, cfg: dict[str, Any], seed: int) -> list[Any]:
             if not env.success:
                 raise RuntimeError(f"{cfg['env']}/{t.id}: the reference solution did not succeed")
             plays.append(Play(cfg["env"], t.id, "sft", "oracle",
-                              tokenizer.apply_chat_template(env.messages, tools=schemas, tokenize=False)))
+                              tokenizer.apply_chat_template(env.transcript(), tools=schemas, tokenize=False)))
     finally:
         env.close()
     return plays

@@ -586,11 +586,11 @@ def _confirm(spec: ToolEnvSpec, task: Task, calls: list[ToolCall], answer: str) 
         else:  # each call by its role in turn order, the others passing; then everyone answers
             for c in calls:
                 agent = c.agent or ep.agents[0]
-                while (nxt := ep.next_agent) is not None and nxt != agent:
+                while (nxt := ep.status.next_agent) is not None and nxt != agent:
                     ep.act(nxt, PASS)
                 if not ep.done:
                     ep.act(agent, c.to_hermes())
-            while (nxt := ep.next_agent) is not None:
+            while (nxt := ep.status.next_agent) is not None:
                 ep.act(nxt, answer)
         return bool(ep.success) and max(ep.rewards.values(), default=0.0) > 0
     finally:

@@ -74,7 +74,7 @@ class GreedyMergedPolicy:
         if agent != MERGED:
             return PASS
         done: list[tuple[str, str]] = [(e["name"], json.dumps(e["arguments"], sort_keys=True))
-                                       for e in episode.log if e["ok"] and e["agent"] == MERGED]
+                                       for e in episode.status.log if e["ok"] and e["agent"] == MERGED]
         left = []
         for c in episode.task.solution:
             key = (c.name, json.dumps(json.loads(json.dumps(c.arguments, default=str)), sort_keys=True))

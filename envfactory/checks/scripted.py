@@ -87,7 +87,7 @@ def _args_equal(logged: Any, planned: dict[str, Any]) -> bool:
 def plan_progress(episode: "Episode") -> int:
     """How many leading steps of the task's (joint) solution were done successfully, in order."""
     plan, k, first = _task(episode).solution, 0, episode.agents[0]
-    for e in episode.log:
+    for e in episode.status.log:
         if k < len(plan) and e["ok"]:
             step = plan[k]
             if e["agent"] == (step.agent or first) and e["name"] == step.name and _args_equal(e["arguments"],
@@ -170,7 +170,7 @@ class RandomPolicy:
     def act(self, episode: "Episode", agent: str, seed: int) -> Any:
         task = _task(episode)
         if getattr(episode.spec, "legal_actions", None) is not None:
-            i = episode.turns_taken(agent)
+            i = episode.status.turns_taken(agent)
             moves = legal_moves(episode, agent)
             if not moves:
                 return PASS
@@ -182,7 +182,7 @@ class RandomPolicy:
         if cached is None or cached[0] != key:
             s = zlib.crc32(f"{task.id}/{agent}/{seed}".encode()) & 0x7FFFFFFF
             cached = self._last[agent] = (key, self.actions(task, episode.tool_schemas(agent), s))
-        actions, i = cached[1], episode.turns_taken(agent)
+        actions, i = cached[1], episode.status.turns_taken(agent)
         return actions[i] if i < len(actions) else PASS
 
     def actions(self, task: Task, tool_schemas: list[dict[str, Any]], seed: int) -> list[str]:
@@ -213,7 +213,7 @@ def legal_moves(episode: "Episode", agent: str) -> list[Any]:
         return None  # type: ignore[return-value]
     state = episode.state
     if hasattr(state, "acting"):
-        state = state.model_copy(update={"acting": agent, "round": episode.round})
+        state = state.model_copy(update={"acting": agent, "round": episode.status.round})
     return list(hook(state, agent))
 
 
@@ -278,7 +278,7 @@ class ScriptPolicy:
     stochastic = False
 
     def act(self, episode: "Episode", agent: str, seed: int) -> Any:
-        i = episode.turns_taken(agent)
+        i = episode.status.turns_taken(agent)
         if i < len(self.actions):
             a = self.actions[i]
             return a.to_hermes() if isinstance(a, ToolCall) else a
@@ -371,7 +371,7 @@ class TranscriberPolicy:
             self._cache[key] = [c.to_hermes() for c in self.plan(_task(episode), episode.tool_schemas(agent),
                                                                  read_only)]
             self._cache[key].append("Done.")
-        actions, i = self._cache[key], episode.turns_taken(agent)
+        actions, i = self._cache[key], episode.status.turns_taken(agent)
         return actions[i] if i < len(actions) else PASS
 
     def plan(self, task: Task, tool_schemas: list[dict[str, Any]],
@@ -548,7 +548,7 @@ def _turn(episode: "Episode", team: Mapping[str, RolePolicy], mode: str, seed: i
         sole = agents[0]
         return {sole: episode.step(team[sole].act(episode, sole, seed))}
     if mode == "aec":
-        a = episode.next_agent
+        a = episode.status.next_agent
         if a is None:
             raise EpisodeError(f"{episode.spec.name}: no agent is to move (the episode is not running)")
         return {a: episode.act(a, team[a].act(episode, a, seed))}
@@ -571,7 +571,8 @@ def play(episode: "Episode", policies: RolePolicy | Mapping[str, RolePolicy], ta
     episode.reset(task)
     while not episode.done:
         _turn(episode, team, mode, seed)
-    log = list(episode.log)
+    status = episode.status
+    log = status.log
     errors: dict[str, int] = {}
     for e in log:
         if not e["ok"]:
@@ -579,10 +580,10 @@ def play(episode: "Episode", policies: RolePolicy | Mapping[str, RolePolicy], ta
     mail = getattr(episode.state, "mail", None) if len(episode.agents) > 1 else None
     return Outcome(
         env=episode.spec.name, task_id=_task(episode).id, mode=mode, success=bool(episode.success),
-        rewards=episode.rewards, rounds=episode.round, ended_by=episode.ended_by or "",
+        rewards=episode.rewards, rounds=status.round, ended_by=status.ended_by or "",
         messages=len(mail.letters) if mail is not None else 0, calls=sum(e["name"] is not None for e in log),
-        errors=errors, redundant=redundant_calls(log), turns=sum(episode.turns_taken(a) for a in episode.agents),
-        terminated=episode.terminated, truncated=episode.truncated, log=log)
+        errors=errors, redundant=redundant_calls(log), turns=sum(status.turns_taken(a) for a in episode.agents),
+        terminated=status.terminated, truncated=status.truncated, log=log)
 
 
 def episode_trace(episode: "Episode", policies: RolePolicy | Mapping[str, RolePolicy], task: Any, mode: str = "aec",
@@ -591,13 +592,13 @@ def episode_trace(episode: "Episode", policies: RolePolicy | Mapping[str, RolePo
     agent's observation, transcript and turn count; at the end rewards, success, answer, how it
     ended, the call log and the final state. Equal traces mean equal episodes (runtime parity)."""
     team = _team(episode, policies)
-    agents = episode.agents
+    agents, status = episode.agents, episode.status  # (the status reads the episode live)
     out: list[Any] = [episode.reset(task), {a: episode.transcript(a) for a in agents}]
     while not episode.done:
         results = _turn(episode, team, mode, seed)
-        out.append(({a: r.to_json() for a, r in results.items()}, episode.next_agent, episode.round,
+        out.append(({a: r.to_json() for a, r in results.items()}, status.next_agent, status.round,
                     {a: episode.observation(a) for a in agents}, {a: list(episode.transcript(a)) for a in agents},
-                    {a: episode.turns_taken(a) for a in agents}))
-    out.append((episode.rewards, episode.success, episode.answer, episode.ended_by, episode.terminated,
-                episode.truncated, json.dumps(episode.log, sort_keys=True), canonical_json(episode.state)))
+                    {a: status.turns_taken(a) for a in agents}))
+    out.append((episode.rewards, episode.success, status.answer, status.ended_by, status.terminated,
+                status.truncated, json.dumps(status.log, sort_keys=True), canonical_json(episode.state)))
     return out

@@ -418,7 +418,7 @@ def _same_states(spec: ToolEnvSpec) -> Callable[[Any, Any], bool]:
 
 def _ending(ep: Episode) -> tuple[Any, ...]:
     """Everything an episode that just ended leaves behind, for comparisons (:func:`_alike`)."""
-    return (copy_state(ep.state), json.dumps(ep.log, sort_keys=True), ep.rewards, ep.success, ep.ended_by,
+    return (copy_state(ep.state), json.dumps(ep.status.log, sort_keys=True), ep.rewards, ep.success, ep.status.ended_by,
             json.dumps({a: ep.transcript(a) for a in ep.agents}, sort_keys=True))
 
 
@@ -428,7 +428,7 @@ def _alike(spec: ToolEnvSpec, one: tuple[Any, ...], other: tuple[Any, ...]) -> b
 
 
 def _finish(ep: Episode, policy: Any) -> tuple[Any, ...]:
-    while (a := ep.next_agent) is not None:
+    while (a := ep.status.next_agent) is not None:
         ep.act(a, policy.act(ep, a, 0))
     return _ending(ep)
 
@@ -444,7 +444,7 @@ def _check_fork_snapshot(spec: ToolEnvSpec, ep: Episode, make_env: Callable[[], 
     oracle = OraclePolicy()
     ep.reset(task.id)
     half = max(1, len(task.solution) // 2)
-    while plan_progress(ep) < half and (a := ep.next_agent) is not None:
+    while plan_progress(ep) < half and (a := ep.status.next_agent) is not None:
         ep.act(a, oracle.act(ep, a, 0))
     rest = task.solution[plan_progress(ep):]
     before = ep.state.hash()

@@ -199,7 +199,7 @@ def _play_run(args: argparse.Namespace) -> Result:
                            f"turns={res.turns}")
         if s.name == every[0].name:
             out.append("   transcript of the last episode:")
-            for m in env.messages[1:]:
+            for m in env.transcript()[1:]:
                 out.append(f"   [{m['role']}] {str(m.get('content'))[:110]!r}")
     summary = {
         "environments": rows,

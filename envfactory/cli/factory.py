@@ -86,8 +86,8 @@ def _tasks_run(args: argparse.Namespace) -> Result:
     import json
 
     from .. import spec as get_spec
-    from ..factory.checks import ChangeCheck
-    from ..factory.tasks_synth import synthesize_for
+    from ..factory.tasks.success import ChangeCheck
+    from ..factory.tasks.synthesis import synthesize_for
 
     try:
         spec = get_spec(args.name)

@@ -91,10 +91,11 @@ class Rubric:
         """
         if not episode.done:
             raise EpisodeError(f"{episode.spec.name}: the episode has not ended; grade it after its end")
+        status = episode.status
         finished = Finished(task=episode.task, state=episode.state, success=bool(episode.success),
-                            answer=episode.answer, ended_by=episode.ended_by,
+                            answer=status.answer, ended_by=status.ended_by,
                             transcripts={a: list(episode.transcript(a)) for a in episode.agents},
-                            log=list(episode.log))
+                            log=status.log)
         parts: dict[str, float] = {}
         errors: dict[str, str] = {}
         for c in self.criteria:

@@ -155,7 +155,7 @@ class ToolGymEnv(gymnasium.Env[str, str]):
                             "(envfactory.faces.pettingzoo_env.env / parallel_env)")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        env.write_transcripts_eagerly()  # step() reads every turn's messages
+        env._write_transcripts_eagerly()  # step() reads every turn's messages
         self.env = env
         self.render_mode = render_mode
         self.observation_space = _text_space("obs")
@@ -166,17 +166,17 @@ class ToolGymEnv(gymnasium.Env[str, str]):
     @property
     def messages(self) -> list[dict[str, Any]]:
         """The whole conversation so far (the live list; copy it before changing it)."""
-        return self.env.messages
+        return self.env.transcript() if self.env.task is not None else []
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         task = (options or {}).get("task")
-        if task is None:  # drawn from the episode's split (never eval unless it asked for eval)
+        draw = None
+        if task is None:  # the episode draws from its split (never eval unless it asked for eval)
             draw = seed if seed is not None else int(self.np_random.integers(1 << 62))
-            task = self.env.spec.draw_task(self.env.split, draw, pool=self.env.tasks)
-        messages = self.env.reset(task)
+        messages = self.env.reset(task, seed=draw)
         self._seen = len(messages)
         running = self.env.task
         assert running is not None  # reset() just started it
@@ -187,7 +187,7 @@ class ToolGymEnv(gymnasium.Env[str, str]):
         env = self.env
         # Episode.step's one-role turn, without the dispatch and the StepResult
         new, reward, terminated, truncated, info = env._solo_turn(action)
-        transcript = env._tx[env._solo_agent]  # env.messages, without the properties (written eagerly)
+        transcript = env._tx[env._solo_agent]  # env.transcript(), without the checks (written eagerly)
         info["messages"] = transcript[self._seen:]
         self._seen = len(transcript)
         if len(new) == 1:  # the usual single response, checked alone (the block around it fits)
@@ -199,7 +199,8 @@ class ToolGymEnv(gymnasium.Env[str, str]):
     def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
-        return "\n".join(f"[{m['role']}] {m.get('content') or ''}" for m in self.env.messages)
+        messages = self.env.transcript() if self.env.task is not None else []
+        return "\n".join(f"[{m['role']}] {m.get('content') or ''}" for m in messages)
 
     def close(self) -> None:
         self.env.close()

@@ -239,7 +239,7 @@ class EpisodeService:
             messages = ep.reset(task.id)
         return {"episode": eid, "task_id": task.id, "instruction": messages[1]["content"],
                 "system_prompt": messages[0]["content"],
-                "tools": [s["function"]["name"] for s in ep.tool_schemas()], "max_turns": ep.max_turns}
+                "tools": [s["function"]["name"] for s in ep.tool_schemas()], "max_turns": ep.status.max_turns}
 
     def _check_owner(self, eid: str, client: str | None) -> None:
         """Refuse ``client`` an episode another client started (with the lock held)."""
@@ -361,11 +361,12 @@ class EpisodeService:
 
     def status(self, key: str | None, *, client: str | None = None) -> dict[str, Any]:
         eid, ep = self.episode(key, autostart=False, client=client)
-        log = ep.log
+        status = ep.status
+        log = status.log
         return {"episode": eid, "env": self.name, "task_id": ep.task.id if ep.task else None, "done": ep.done,
-                "terminated": ep.terminated, "truncated": ep.truncated, "reward": ep.rewards[ep.agents[0]],
-                "success": ep.success, "ended_by": ep.ended_by, "answer": ep.answer,
-                "turns": ep.turns_taken() if ep.task else 0, "max_turns": ep.max_turns,
+                "terminated": status.terminated, "truncated": status.truncated, "reward": ep.rewards[ep.agents[0]],
+                "success": ep.success, "ended_by": status.ended_by, "answer": status.answer,
+                "turns": status.turns_taken() if ep.task else 0, "max_turns": status.max_turns,
                 "tool_calls": len(log), "tool_errors": sum(not e["ok"] for e in log)}
 
     def play(self, key: str | None, name: str, arguments: dict[str, Any] | None, *,
@@ -373,12 +374,13 @@ class EpisodeService:
         """One environment tool call as one turn: ``(observation, is_error, step info)``."""
         eid, ep = self.episode(key, client=client)
         if ep.done:
-            raise EpisodeError(f"the episode has ended ({ep.ended_by}, reward {ep.rewards[ep.agents[0]]}); "
+            raise EpisodeError(f"the episode has ended ({ep.status.ended_by}, reward {ep.rewards[ep.agents[0]]}); "
                                "call start_episode to play another")
         with self._held(eid):
             r = ep.step([ToolCall(name, dict(arguments or {}))])
         content = "\n".join(str(m.get("content", "")) for m in r.messages) or "(no output)"
-        last = ep.log[-1] if ep.log else {"ok": False}
+        log = ep.status.log
+        last = log[-1] if log else {"ok": False}
         return content, not last["ok"], self._step_meta(eid, ep, r.reward)
 
     def end(self, key: str | None, answer: str = "", *, client: str | None = None) -> dict[str, Any]:
@@ -397,11 +399,11 @@ class EpisodeService:
     @staticmethod
     def _step_meta(eid: str, ep: Episode, reward: float) -> dict[str, Any]:
         return {EPISODE_META: eid, "envfactory/reward": reward, "envfactory/done": ep.done,
-                "envfactory/success": ep.success, "envfactory/ended_by": ep.ended_by}
+                "envfactory/success": ep.success, "envfactory/ended_by": ep.status.ended_by}
 
     def instruction(self, key: str | None, *, client: str | None = None) -> str:
         _, ep = self.episode(key, client=client)
-        return ep.messages[1]["content"]
+        return ep.transcript()[1]["content"]
 
     def close(self) -> None:
         self._stop.set()

@@ -157,7 +157,7 @@ class EnvfactoryEnvironment(Environment):
         meta = {"task_id": task.id, "instruction": messages[1]["content"], "tools": tools, "env": self.name}
         return EnvfactoryObservation(
             text=messages[1]["content"], messages=messages, task_id=task.id, instruction=messages[1]["content"],
-            system_prompt=messages[0]["content"], tools=tools, max_turns=ep.max_turns, reward=0.0, done=False,
+            system_prompt=messages[0]["content"], tools=tools, max_turns=ep.status.max_turns, reward=0.0, done=False,
             metadata=meta)
 
     def step(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Observation:
@@ -243,11 +243,13 @@ class EnvfactoryEnvironment(Environment):
         ep = self._episode
         if ep is None or ep.task is None:
             return State(episode_id=self._episode_id, step_count=0, env=self.name)
+        status = ep.status
+        log = status.log
         return State(episode_id=self._episode_id, step_count=self._steps, env=self.name, task_id=ep.task.id,
-                     done=ep.done, terminated=ep.terminated, truncated=ep.truncated,
-                     reward=ep.rewards[ep.agents[0]], success=ep.success, ended_by=ep.ended_by,
-                     turns=ep.turns_taken(), max_turns=ep.max_turns, tool_calls=len(ep.log),
-                     tool_errors=sum(not e["ok"] for e in ep.log))
+                     done=ep.done, terminated=status.terminated, truncated=status.truncated,
+                     reward=ep.rewards[ep.agents[0]], success=ep.success, ended_by=status.ended_by,
+                     turns=status.turns_taken(), max_turns=status.max_turns, tool_calls=len(log),
+                     tool_errors=sum(not e["ok"] for e in log))
 
     def get_metadata(self) -> EnvironmentMetadata:
         return EnvironmentMetadata(name=self.name, description=f"envfactory environment {self.name} "

@@ -90,11 +90,11 @@ class _Base:
         task = (options or {}).get("task")
         if seed is not None:
             self._rng = np.random.default_rng(seed)
-        if task is None:  # drawn from the episode's split (never eval unless it asked for eval)
-            ep = self.episode  # the one seeding rule (make, Gymnasium, PettingZoo, MCP, OpenEnv)
-            task = ep.spec.draw_task(ep.split, seed if seed is not None else int(self._rng.integers(1 << 62)),
-                                     pool=ep.tasks)
-        self.episode.reset(task)
+        draw = None
+        if task is None:  # the episode draws from its split (never eval unless it asked for eval), by
+            # the one seeding rule (make, Gymnasium, PettingZoo, MCP, OpenEnv)
+            draw = seed if seed is not None else int(self._rng.integers(1 << 62))
+        self.episode.reset(task, seed=draw)
         self.agents = list(self.possible_agents)
 
     def _observe(self, agent: str) -> TextObservation:
@@ -104,11 +104,11 @@ class _Base:
         ep = self.episode
         task = ep.task
         assert task is not None  # infos exist only after reset()
-        info = {"task_id": task.id, "round": ep.round, "tools": self._schemas[agent]}
+        info = {"task_id": task.id, "round": ep.status.round, "tools": self._schemas[agent]}
         if opening:
             info["messages"] = ep.transcript(agent)
         if ep.done:
-            info.update(success=ep.success, ended_by=ep.ended_by, answer=ep.answer)
+            info.update(success=ep.success, ended_by=ep.status.ended_by, answer=ep.status.answer)
         return info
 
     def transcript(self, agent: str) -> list[dict[str, Any]]:
@@ -119,7 +119,7 @@ class _Base:
         if self.render_mode != "ansi":
             return None
         lines = []
-        for e in self.episode.log:
+        for e in self.episode.status.log:
             mark = "ok" if e["ok"] else e["kind"]
             lines.append(f"[round {e['round']}] {e['agent']}: {e['name']}({e['arguments']}) -> {mark}")
         return "\n".join(lines) or "(no tool calls yet)"
@@ -171,7 +171,7 @@ class ToolAECEnv(_Base, AECEnv):
             self.agent_selection = self.agents[0]
         else:
             self.rewards = dict.fromkeys(self.agents, 0.0)
-            self.agent_selection = self.episode.next_agent or self.agents[0]  # not None: not done
+            self.agent_selection = self.episode.status.next_agent or self.agents[0]  # not None: not done
         self.infos = {a: self._info(a) for a in self.agents}
         self._accumulate_rewards()
 
@@ -199,8 +199,8 @@ class ToolParallelEnv(_Base, ParallelEnv):
         live = self.agents
         obs = {a: self._observe(a) for a in live}
         rewards = ep.rewards if ep.done else dict.fromkeys(live, 0.0)
-        terminations = dict.fromkeys(live, ep.terminated)
-        truncations = dict.fromkeys(live, ep.truncated)
+        terminations = dict.fromkeys(live, ep.status.terminated)
+        truncations = dict.fromkeys(live, ep.status.truncated)
         infos = {a: self._info(a) for a in live}
         if ep.done:
             self.agents = []

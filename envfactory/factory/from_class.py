@@ -9,12 +9,12 @@ episode, into an :class:`~envfactory.ToolEnvSpec`:
   name, or ``loader(instance, config)``) for classes that load their scenario
   after construction. An instance that exposes no state after that is an error
   (:class:`~envfactory.SpecError` naming the class), never an empty world;
-* the world's state is a :class:`~.pystate.PyState`: any picklable Python data
+* the world's state is a :class:`~envfactory.factory.classes.pystate.PyState`: any picklable Python data
   (objects pointing into each other, ``random.Random``, sets, tuples, int and
   tuple dict keys, big ints, floats). Forks are copy-on-write: they share the
   values until a tool runs on one side, which then copies the whole object graph
   at once; snapshots are a versioned JSON document that restores to an equal
-  state (see :mod:`.pystate`). For one class whose attributes share nothing the state has a
+  state (see :mod:`~envfactory.factory.classes.pystate`). For one class whose attributes share nothing the state has a
   field per attribute (``state.cash``; names starting with ``_`` become
   ``private_<name>``) and forks use the engine's fast copier; otherwise (several
   services, attributes that point into each other, ``state="objects"``) it has a
@@ -30,7 +30,7 @@ episode, into an :class:`~envfactory.ToolEnvSpec`:
   class's own message (``errors="message"``, default; ``"detailed"`` adds the
   tool name and exception type);
 * tasks: given (a :class:`~envfactory.Task`, or a :class:`ClassTask` with a
-  config per task), or synthesized by walking the tools (:mod:`.tasks_synth`)
+  config per task), or synthesized by walking the tools (:mod:`~envfactory.factory.tasks.synthesis`)
   from configurations drawn from ``config``.
   A task whose reference solution only reads (the state ends as it began)
   succeeds only if the episode's tool calls returned what the reference's reads
@@ -151,10 +151,10 @@ class ClassTask:
 
 @dataclass(frozen=True)
 class Synthesis:
-    """How :func:`from_class` synthesizes tasks when none are given (:mod:`.tasks_synth`).
+    """How :func:`from_class` synthesizes tasks when none are given (:mod:`~envfactory.factory.tasks.synthesis`).
 
     Attributes:
-        arguments: Argument sources by ``"tool.param"`` or ``"param"`` (see :mod:`.arguments`):
+        arguments: Argument sources by ``"tool.param"`` or ``"param"`` (see :mod:`~envfactory.factory.tasks.arguments`):
             where the walks draw the values they call the tools with.
         n_tasks: How many tasks to synthesize (lazily, on first use).
         seed: Seeds the walks, and the configuration the tools are probed with.
@@ -171,7 +171,7 @@ class ReadsCheck:
     Holds when the final state hashes to the reference's final state (or ``check``, when the
     task brought one, holds) *and* every result the reference solution's reads returned is
     among the results the episode's tool calls returned (recorded on the state by the tools,
-    :func:`~.pystate.note_result`: forks and snapshots carry them; the state's hash ignores
+    :func:`~envfactory.factory.classes.pystate.note_result`: forks and snapshots carry them; the state's hash ignores
     them). A read is a reference call that succeeded and left the state's hash unchanged;
     any call that returns the same text counts (``get_ticket(2)`` or ``get_ticket('ticket_002')``).
     """
@@ -831,7 +831,7 @@ def from_class(
             ``"never"`` (the final state and answer facts only). ``ClassTask.require_reads``
             overrides it per task.
         compare: What success compares between the final state and the state the reference
-            solution produces, when a task brings no ``check`` (:mod:`.class_compare`):
+            solution produces, when a task brings no ``check`` (:mod:`~envfactory.factory.classes.compare`):
             ``"auto"`` (default), per class, the class's own ``__eq__`` if it defines one, else
             its public attributes (``_name`` attributes hold caches, clocks and ids, and the
             suites such classes come from leave them out), else (no public attribute) all of
@@ -843,7 +843,7 @@ def from_class(
         state: ``"attributes"`` (a field per attribute), ``"objects"`` (a field per
             service, holding the live instance, copied as one graph) or ``"auto"``.
         trusted_modules: Modules (besides the classes' packages) whose classes a
-            snapshot may rebuild (see :mod:`.pystate`).
+            snapshot may rebuild (see :mod:`~envfactory.factory.classes.pystate`).
         description: One line about the environment (default: the class docstring's first line).
         max_turns: Assistant turns per episode.
     """
@@ -1011,7 +1011,7 @@ def from_class(
 
     def with_reads(task: Task, wanted: bool | None) -> Task:
         """The task, its check made a :class:`ReadsCheck` when its reads are required, and a
-        :class:`~.class_compare.MatchesReference` when ``compare`` is not the whole state."""
+        :class:`~envfactory.factory.classes.compare.MatchesReference` when ``compare`` is not the whole state."""
         if isinstance(task.check, ReadsCheck):
             return task
         need_reads = not (wanted is False or (wanted is None and require_reads == "never"))

@@ -4,7 +4,7 @@
 and builds: a :class:`~envfactory.factory.tables.TableState` subclass, seeded initial states
 (the entities' ``seed`` rules, scaled by a difficulty), one tool per operation (schema
 from the field types, docstring from the operation's description), and tasks of the
-file's kinds (:mod:`.task_kinds`: step-by-step walks, look-up-then-act, conditional,
+file's kinds (:mod:`~envfactory.factory.tasks.kinds`: step-by-step walks, look-up-then-act, conditional,
 policy-bound, answer, simulated-user and multi-service tasks). ``specs_from_file(path)``
 also builds the file's ``variants`` and reads composed files (several services in one
 environment). Errors name the file and what to fix.

@@ -13,7 +13,7 @@ A spec file (YAML or JSON) names an environment and declares:
   row) and ``preconditions`` (``equals``, ``not_equals``, ``in``, ``not_in``,
   ``min``, ``max``, ``min_param``, ``max_param`` on the row or a referenced row);
 * ``tasks``: how many to synthesize, with which seed, and of which *kinds*
-  (:data:`TASK_KINDS`; see :mod:`.task_kinds`): step-by-step walks (``steps``),
+  (:data:`TASK_KINDS`; see :mod:`~envfactory.factory.tasks.kinds`): step-by-step walks (``steps``),
   look-up-then-act, conditional, policy-bound, answer and simulated-user tasks;
 * ``policies`` (optional): rules written into the system prompt that policy-bound
   tasks test (derived from the operations when omitted);
@@ -39,13 +39,13 @@ __all__ = ["FieldSpec", "SeedRule", "EntitySpec", "Precondition", "Effect", "Ope
 
 TASK_KINDS = ("steps", "lookup", "conditional", "policy", "answer", "user", "multi_service",
               "chain", "aggregate", "exception", "recovery")
-"""Task kinds a spec family can synthesize (:mod:`.task_kinds`): ``steps`` (the instruction
+"""Task kinds a spec family can synthesize (:mod:`~envfactory.factory.tasks.kinds`): ``steps`` (the instruction
 lists the calls), ``lookup`` (a goal over rows named by their attributes, found before acting),
 ``conditional`` (the action on each row depends on a value a tool shows), ``policy`` (a request
 part of which the system prompt's policy forbids), ``answer`` (a question about the state,
 judged on the answer), ``user`` (a simulated user holds the facts the agent must ask for) and
 ``multi_service`` (look up in one service, act in another; composed files); and the
-compositional kinds of :mod:`.task_grammar`: ``chain`` (a later step acts on what an earlier one
+compositional kinds of :mod:`~envfactory.factory.tasks.grammar`: ``chain`` (a later step acts on what an earlier one
 found), ``aggregate`` (a total, count or average decides the action), ``exception`` (every row
 of a description except some) and ``recovery`` (where the tools refuse an action, another)."""
 

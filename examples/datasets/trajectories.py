@@ -28,10 +28,10 @@ def play(name: str, n: int) -> list[Trajectory]:
             env.step(call.to_hermes())
         if not env.done:
             env.step("Done. " + " ".join(task.answer_facts))
-        info = env.log
-        out.append(Trajectory(env_name=name, task_id=task.id, messages=list(env.messages), tools=env.tool_schemas(),
-                              reward=env.rewards["agent_0"], success=bool(env.success), terminated=env.terminated,
-                              truncated=env.truncated, tool_calls=len(info), turns=env.round,
+        status = env.status
+        out.append(Trajectory(env_name=name, task_id=task.id, messages=list(env.transcript()), tools=env.tool_schemas(),
+                              reward=env.rewards["agent_0"], success=bool(env.success), terminated=status.terminated,
+                              truncated=status.truncated, tool_calls=len(status.log), turns=status.round,
                               token_exact=False,  # text only (no model sampled it): for SFT on text, not RL
                               env_version=env_version(spec), seed=0))
     return out

@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
     task = SPEC.get_tasks()[9]
     out = play(ep, OraclePolicy(), task.id)
     doc = {"verify": report, "example": {"task": task.id, "instruction": task.instruction, "reward": out.reward,
-                                         "transcript": ep.messages[1:]}}
+                                         "transcript": ep.transcript()[1:]}}
     ep.close()
     if "--json" in argv:
         print(json.dumps(doc, indent=2, default=str))

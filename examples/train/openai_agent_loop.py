@@ -19,7 +19,7 @@ import openai
 def agent(base_url: str, env: Any) -> None:
     """Play one episode of `env` with whatever model serves `base_url`."""
     client = openai.OpenAI(base_url=base_url, api_key="unused")
-    messages = list(env.messages)  # the system prompt and the task
+    messages = list(env.transcript())  # the system prompt and the task
     while not env.done:
         reply = client.chat.completions.create(model="policy", messages=messages, tools=env.tool_schemas())
         messages.append(reply.choices[0].message.model_dump(exclude_none=True))

@@ -72,7 +72,7 @@ def test_a_session_the_full_server_refuses_goes_to_another_container() -> None:
     try:
         bystander = envfactory.make("FileSystem-v0", runtime="docker", pool=pool)
         bystander.reset(0)
-        c = bystander.world.container
+        c = bystander._world.container
         for _ in range(server_connections(8, pool.limits) + 4):  # every connection taken (idle ones)
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.connect(c.socket_path)
@@ -80,10 +80,10 @@ def test_a_session_the_full_server_refuses_goes_to_another_container() -> None:
         assert _refused(c.socket_path)
         newcomer = envfactory.make("FileSystem-v0", runtime="docker", pool=pool)
         newcomer.reset(0)  # refused there: placed in another container, no error
-        assert newcomer.world.container is not c and not c.dead
+        assert newcomer._world.container is not c and not c.dead
         assert newcomer.step(call("read_file", path=TODO)).messages[0]["content"].startswith("Move ")
         assert bystander.step(call("read_file", path=TODO)).messages[0]["content"].startswith("Move ")
-        assert bystander.world.container is c and bystander.world.resumed == 0
+        assert bystander._world.container is c and bystander._world.resumed == 0
         newcomer.close()
         bystander.close()
     finally:
@@ -104,7 +104,7 @@ def test_a_channel_the_server_closes_unread_goes_to_another_container(monkeypatc
     try:
         bystander = envfactory.make("FileSystem-v0", runtime="docker", pool=pool)
         bystander.reset(0)
-        c = bystander.world.container
+        c = bystander._world.container
         send = container_module.send_frame
         closed = []
 
@@ -117,9 +117,9 @@ def test_a_channel_the_server_closes_unread_goes_to_another_container(monkeypatc
         monkeypatch.setattr(container_module, "send_frame", unread)
         newcomer = envfactory.make("FileSystem-v0", runtime="docker", pool=pool)
         newcomer.reset(0)
-        assert closed and newcomer.world.container is not c and not c.dead
+        assert closed and newcomer._world.container is not c and not c.dead
         assert bystander.step(call("read_file", path=TODO)).messages[0]["content"].startswith("Move ")
-        assert bystander.world.container is c and bystander.world.resumed == 0
+        assert bystander._world.container is c and bystander._world.resumed == 0
         newcomer.close()
         bystander.close()
     finally:

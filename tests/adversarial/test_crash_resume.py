@@ -66,19 +66,19 @@ def _trace(episodes: list[envfactory.Episode], policy, task, mode: str = "aec", 
     move = 0
     while not all(ep.done for ep in episodes):
         if move in kill_at:
-            _kill9(episodes[0].world)
+            _kill9(episodes[0]._world)
         for ep, team, out in zip(episodes, teams, outs):
             if ep.done:
                 continue
             results = _turn(ep, team, mode, seed)
             agents = ep.agents
-            out.append(({a: r.to_json() for a, r in results.items()}, ep.next_agent, ep.round,
+            out.append(({a: r.to_json() for a, r in results.items()}, ep.status.next_agent, ep.status.round,
                         {a: ep.observation(a) for a in agents}, {a: list(ep.transcript(a)) for a in agents},
-                        {a: ep.turns_taken(a) for a in agents}))
+                        {a: ep.status.turns_taken(a) for a in agents}))
         move += 1
     for ep, out in zip(episodes, outs):
-        out.append((ep.rewards, ep.success, ep.answer, ep.ended_by, ep.terminated, ep.truncated,
-                    json.dumps(ep.log, sort_keys=True), canonical_json(ep.state)))
+        out.append((ep.rewards, ep.success, ep.status.answer, ep.status.ended_by, ep.status.terminated, ep.status.truncated,
+                    json.dumps(ep.status.log, sort_keys=True), canonical_json(ep.state)))
     return outs
 
 
@@ -101,14 +101,14 @@ def test_kill_9_mid_episode_resumes_with_the_same_trace_single_agent() -> None:
         for g in got:
             _assert_same(want, g, f"{name} oracle after a kill -9")
         assert want[-1][1] is True  # the reference solution succeeds, resumed or not
-        assert sum(ep.world.resumed for ep in eps) == 2
+        assert sum(ep._world.resumed for ep in eps) == 2
         after = docker_rt.stats()
         assert after["resumed"] - before["resumed"] == 2 and after["resume_failed"] == before["resume_failed"]
         # a random agent (its errors included), killed twice
         want = _trace([local], RandomPolicy(turns=8), task, seed=7)[0]
         got = _trace(eps[:1], RandomPolicy(turns=8), task, seed=7, kill_at=(2, 5))[0]
         _assert_same(want, got, f"{name} random after two kills")
-        assert eps[0].world.resumed == 3
+        assert eps[0]._world.resumed == 3
     finally:
         for ep in eps:
             ep.close()
@@ -126,7 +126,7 @@ def test_kill_9_mid_episode_resumes_with_the_same_trace_team(name: str, mode: st
             _assert_same(want, got, f"{name} {policy} {mode} after a kill -9")
             if policy == "oracle":
                 assert got[-1][1] is True
-        assert ep.world.resumed >= 2
+        assert ep._world.resumed >= 2
     finally:
         ep.close()
 
@@ -151,9 +151,9 @@ def test_a_resume_across_an_automatic_snapshot(monkeypatch) -> None:
             e.reset(task)
             for _ in range(5):
                 e.step(inc)
-        assert ep.world._origin is not None and len(ep.world._journal) == 2
+        assert ep._world._origin is not None and len(ep._world._journal) == 2
         before = docker_rt.stats()
-        _kill9(ep.world)
+        _kill9(ep._world)
         assert ep.step(inc).messages == local.step(inc).messages
         after = docker_rt.stats()
         assert after["resumed"] - before["resumed"] == 1
@@ -167,7 +167,7 @@ def assert_lost(ep, r, words: str) -> None:
     """The step ended the episode as truncated on a lost world: the error is the observation,
     nothing is judged, and the episode says why."""
     assert r.truncated and not r.terminated and r.reward == 0.0 and r.info["world_lost"] is True
-    assert "timeout" not in r.info and ep.ended_by == "world_lost" and ep.success is False
+    assert "timeout" not in r.info and ep.status.ended_by == "world_lost" and ep.success is False
     assert len(r.messages) == 1 and r.messages[0]["content"].startswith("Error:")
     assert words in r.messages[0]["content"], r.messages[0]["content"]
     assert ep.done and issubclass(ContainerLost, ContainerError)
@@ -181,7 +181,7 @@ def test_a_crash_during_the_resume_ends_the_episode_cleanly() -> None:
         ep.reset(0)
         ep.step(inc)
         ep.step(inc)
-        world = ep.world
+        world = ep._world
         link = world._link
         real_ensure = link.ensure
         doomed: list[str] = []
@@ -216,19 +216,19 @@ def test_a_second_death_of_the_resent_request_is_the_error() -> None:
     try:
         ep.reset(0)
         ep.step(inc)
-        link = ep.world._link
+        link = ep._world._link
         real = link.request
         seen = []
 
         def killing(req, **kw):
             if req.get("op") == "run" and len(req["calls"]) == 1 and req["calls"][0]["arguments"] == {"by": 5}:
-                seen.append(_kill9(ep.world))
+                seen.append(_kill9(ep._world))
             return real(req, **kw)
 
         link.request = killing
         r = ep.step('<tool_call>{"name": "increment", "arguments": {"by": 5}}</tool_call>')
         assert_lost(ep, r, "stopped answering")
-        assert len(seen) == 2 and ep.world.resumed == 1  # resumed once, then the error
+        assert len(seen) == 2 and ep._world.resumed == 1  # resumed once, then the error
         link.request = real
         wait_background()
         assert not any(_exists(c) for c in seen)
@@ -242,11 +242,11 @@ def test_resume_off_keeps_the_error() -> None:
     try:
         ep.reset(0)
         ep.step(inc)
-        c = ep.world.container
-        _kill9(ep.world)
+        c = ep._world.container
+        _kill9(ep._world)
         r = ep.step(inc)
         assert_lost(ep, r, "Counter-v0")
-        assert c.name in r.messages[0]["content"] and ep.world.resumed == 0
+        assert c.name in r.messages[0]["content"] and ep._world.resumed == 0
         with pytest.raises(envfactory.EpisodeError, match="no live session"):  # its state went with it
             ep.state
         ep.reset(0)  # a new episode on a fresh container

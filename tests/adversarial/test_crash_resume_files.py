@@ -79,7 +79,7 @@ def _docker() -> None:
 
 def _kill9(ep) -> str:
     """``docker kill --signal KILL`` the container serving ``ep``; its id."""
-    c = ep.world.container
+    c = ep._world.container
     assert c is not None and not c.dead
     c.client.api.kill(c.id, signal="KILL")
     return c.id
@@ -100,7 +100,7 @@ def test_a_killed_containers_files_come_back_with_the_resumed_world() -> None:
         first = _kill9(ep)
         seen = _run(ep, READ)  # resumed on a fresh container, then the batch re-sent
         assert seen == str([("a", a), ("b", b)])
-        assert ep.world.resumed == 1 and ep.world.container.id != first
+        assert ep._world.resumed == 1 and ep._world.container.id != first
         c = _run(ep, WRITE.format(f="c"))  # and the episode goes on from there
         assert _run(ep, READ) == str([("a", a), ("b", b), ("c", c)])
         assert ep.state.runs == 5  # the state came back too (the re-sent batch ran once)
@@ -127,8 +127,8 @@ def _play(kill: bool) -> list:
             trace.append(ep.step(call("run_python", code=LIST.format(n=n))).to_json())
         trace.append(ep.step(call("write_file", path="/answer.txt", content="42")).to_json())
         trace.append(ep.step("Done.").to_json())
-        assert ep.world.resumed == (1 if kill else 0)
-        trace += [ep.transcript(), json.dumps(ep.log), canonical_json(ep.state), ep.rewards, ep.success]
+        assert ep._world.resumed == (1 if kill else 0)
+        trace += [ep.transcript(), json.dumps(ep.status.log), canonical_json(ep.state), ep.rewards, ep.success]
         return json.loads(json.dumps(trace))
     finally:
         ep.close()
@@ -162,7 +162,7 @@ def test_a_rewrite_that_keeps_size_and_times_is_snapshotted() -> None:
         second = _run(ep, code)
         _kill9(ep)
         assert _run(ep, "print(open('same').read())") == second
-        assert ep.world.resumed == 1
+        assert ep._world.resumed == 1
     finally:
         ep.close()
 
@@ -186,7 +186,7 @@ def test_a_fork_sees_the_parents_files_and_its_writes_stay_its_own(resume: bool)
         ep.reset(0)
         a = _run(ep, WRITE.format(f="a"))
         child = ep.fork()
-        assert child.world.container.id != ep.world.container.id  # a container of its own
+        assert child._world.container.id != ep._world.container.id  # a container of its own
         assert _run(child, READ) == str([("a", a)])
         b = _run(child, WRITE.format(f="b"))
         assert _run(child, READ) == str([("a", a), ("b", b)])
@@ -209,8 +209,8 @@ def test_dump_and_load_carry_the_work_folder() -> None:
     try:
         ep.reset(0)
         a = _run(ep, WRITE.format(f="a"))
-        dumped = json.loads(json.dumps(ep.world.dump_with_files()))
-        assert set(dumped) == {"state", WORK_FILES} and dumped["state"] == ep.world.dump()
+        dumped = json.loads(json.dumps(ep._world.dump_with_files()))
+        assert set(dumped) == {"state", WORK_FILES} and dumped["state"] == ep._world.dump()
         snap = ep.snapshot()
         snap["state"] = dumped
         snap = sign_snapshot(snap)  # an edited snapshot is refused unless sealed again
@@ -222,10 +222,10 @@ def test_dump_and_load_carry_the_work_folder() -> None:
         assert _run(other, READ) == str([("a", a), ("b", b)])
         assert _run(ep, READ) == str([("a", a)])
         assert other.state.runs == 4 and ep.state.runs == 2
-        other.world.load(other.task, ep.world.dump())  # the plain state: an empty folder
+        other._world.load(other.task, ep._world.dump())  # the plain state: an empty folder
         assert "No such file" in other.step(call("run_python", code=READ)).messages[0]["content"]
         ep.reset(0)  # an empty folder: the plain state
-        assert ep.world.dump_with_files() == ep.world.dump()
+        assert ep._world.dump_with_files() == ep._world.dump()
     finally:
         other.close()
         ep.close()
@@ -242,7 +242,7 @@ def test_a_work_folder_over_the_archive_cap_is_named_when_the_resume_fails() -> 
     try:
         ep.reset(0)
         _run(ep, big)
-        for refused in (ep.fork, ep.world.dump_with_files):
+        for refused in (ep.fork, ep._world.dump_with_files):
             with pytest.raises(envfactory.EpisodeError, match=r"cap \(Limits\.work_archive_mb = 1 MiB\)"):
                 refused()
         _run(ep, "import os\nos.unlink('/tmp/big')\nprint('ok')")
@@ -275,7 +275,7 @@ def test_fork_after_the_container_was_killed_resumes_like_a_step() -> None:
             child = ep.fork()
             children.append(child)
             assert _run(child, READ) == str([("a", a)])
-            assert _run(ep, READ) == str([("a", a)]) and ep.world.resumed == i + 1  # the parent resumes
+            assert _run(ep, READ) == str([("a", a)]) and ep._world.resumed == i + 1  # the parent resumes
     finally:
         for child in children:
             child.close()

@@ -245,7 +245,7 @@ def test_reference_solutions_succeed_and_doing_nothing_fails_judged_in_container
     spec = loaded
     env = envfactory.make(NAME)  # no runtime asked: the spec's own, in a container
     try:
-        assert isinstance(env.world, ContainerWorld)
+        assert isinstance(env._world, ContainerWorld)
         steps = []
         for task in spec.get_tasks():
             env.reset(task.id)
@@ -273,7 +273,7 @@ def test_reference_solutions_succeed_and_doing_nothing_fails_judged_in_container
         r = env.step(WRITE.format(t="STOP", x="now"))
         assert r.done and r.info["ended_by"] == "terminal" and r.reward == 0.0
         # the judge is a container of its own, not the agent's
-        assert spec.judge.container is not None and spec.judge.container.id != env.world.container.id
+        assert spec.judge.container is not None and spec.judge.container.id != env._world.container.id
         print(f"\ngenerate (1 round, container verification): {res.seconds:.2f}s; "
               f"load_generated: {spec.load_seconds:.2f}s; step: median "
               f"{sorted(steps)[len(steps) // 2] * 1e3:.2f} ms over {len(steps)} steps")
@@ -296,11 +296,11 @@ def test_the_agents_session_cannot_judge_and_the_host_keeps_states_json(loaded):
         env.reset("notes-0")
         # judge ops run only on a session that never held a world, never on the agent's
         with pytest.raises(ValueError, match="judge session of its own"):
-            env.world._link.request({"op": "judge", "task": "notes-0", "state": env.world.dump()})
+            env._world._link.request({"op": "judge", "task": "notes-0", "state": env._world.dump()})
         # the host takes states as JSON objects with the state's fields, nothing else
         for bad in ({"notes": {}, "admin": True}, {"notes": {"a": ("t", "u")}}, [1, 2]):
             with pytest.raises(ValueError):
-                env.world.load(spec.task("notes-0"), bad)
+                env._world.load(spec.task("notes-0"), bad)
         # a state the real type refuses judges as a failure (in the container), not a crash
         assert spec.judge.state_ok("notes-0", {"notes": {"a": 1}}) is False
         # arguments JSON cannot carry are refused here; the container validates the rest

@@ -65,17 +65,17 @@ def test_a_host_side_socket_error_keeps_the_healthy_container(pool, breakage) ->
     bystander = envfactory.make("FileSystem-v0", runtime="docker", pool=pool)
     for e in (local, victim, bystander):
         e.reset(0)
-    c = victim.world.container
-    assert bystander.world.container is c
+    c = victim._world.container
+    assert bystander._world.container is c
     write = call("write_file", path="/home/user/a.txt", content="alpha")
     assert victim.step(write).messages == local.step(write).messages
     resumed = stats()["resumed"]
-    breakage(victim.world._link._chan)
+    breakage(victim._world._link._chan)
     r = victim.step(call("read_file", path="/home/user/a.txt"))  # resumes on a fresh session
     assert r.messages == local.step(call("read_file", path="/home/user/a.txt")).messages and not r.done
-    assert not c.dead and _exists(c.id) and victim.world.resumed == 1
+    assert not c.dead and _exists(c.id) and victim._world.resumed == 1
     assert bystander.step(call("read_file", path=TODO)).messages[0]["content"].startswith("Move ")
-    assert bystander.world.container is c and bystander.world.resumed == 0
+    assert bystander._world.container is c and bystander._world.resumed == 0
     assert stats()["resumed"] - resumed == 1  # the victim's own session only
     victim.close()
     bystander.close()
@@ -84,7 +84,7 @@ def test_a_host_side_socket_error_keeps_the_healthy_container(pool, breakage) ->
 def test_a_control_call_failing_on_the_host_side_keeps_the_container(pool, monkeypatch) -> None:
     env = envfactory.make("FileSystem-v0", runtime="docker", pool=pool)
     env.reset(0)
-    c = env.world.container
+    c = env._world.container
 
     def broken(*args, **kwargs):
         raise httpx.ConnectError("[Errno 9] Bad file descriptor")
@@ -96,5 +96,5 @@ def test_a_control_call_failing_on_the_host_side_keeps_the_container(pool, monke
     monkeypatch.undo()
     assert c.call("GET", "/health")["ok"] is True
     assert env.step(call("read_file", path=TODO)).messages[0]["content"].startswith("Move ")
-    assert env.world.container is c
+    assert env._world.container is c
     env.close()

@@ -41,14 +41,14 @@ def _counter() -> envfactory.Episode:
 
 def _assert_consistent(env: envfactory.Episode, value: int, turns: int) -> None:
     """Turn count, transcript and state agree, and snapshot/restore round-trip."""
-    assert env.turns_taken() == turns
+    assert env.status.turns_taken() == turns
     assert env.state.value == value
     snap = env.snapshot()
     json.dumps(snap)
     other = envfactory.make("Counter-v0")
     other.restore(snap)
-    assert other.state.value == value and other.turns_taken() == turns
-    assert other.messages == env.messages
+    assert other.state.value == value and other.status.turns_taken() == turns
+    assert other.transcript() == env.transcript()
 
 
 @pytest.mark.parametrize("name", BAD_NAMES, ids=repr)
@@ -141,7 +141,7 @@ def test_a_parsed_action_from_a_caller_is_refused_before_anything_changes():
     env = _counter()
     before = env.snapshot()
     forged = parsing.ParsedAction("", [ToolCall(["increment"], {"by": 1})], attempted=True)
-    for play in (env.step, lambda a: env.act(env.next_agent, a)):
+    for play in (env.step, lambda a: env.act(env.status.next_agent, a)):
         with pytest.raises(parsing.ActionTypeError):
             play(forged)
         assert env.snapshot() == before

@@ -49,12 +49,12 @@ def _pair(pool):
     b = envfactory.make("FileSystem-v0", runtime="docker", pool=pool)
     a.reset(0)
     b.reset(0)
-    assert a.world.container is b.world.container
+    assert a._world.container is b._world.container
     return a, b
 
 
 def _bystander_is_fine(b, container) -> None:
-    assert b.world.container is container and not container.dead and _exists(container.id)
+    assert b._world.container is container and not container.dead and _exists(container.id)
     local = envfactory.make("FileSystem-v0")
     local.reset(0)
     action = call("read_file", path=TODO)
@@ -63,7 +63,7 @@ def _bystander_is_fine(b, container) -> None:
 
 def test_lone_surrogates_do_not_end_the_shared_container(pool) -> None:
     a, b = _pair(pool)
-    c = a.world.container
+    c = a._world.container
     local = envfactory.make("FileSystem-v0")
     local.reset(0)
     actions = [
@@ -76,7 +76,7 @@ def test_lone_surrogates_do_not_end_the_shared_container(pool) -> None:
     for action in actions:
         r = a.step(action)
         assert r.messages == local.step(action).messages
-    assert a.world.container is c and not c.dead
+    assert a._world.container is c and not c.dead
     assert a.state.fs.files["/home/user/x.txt"] == "a\ud800"
     _bystander_is_fine(b, c)
     a.close()
@@ -85,19 +85,19 @@ def test_lone_surrogates_do_not_end_the_shared_container(pool) -> None:
 
 def test_arguments_the_host_cannot_encode_are_the_callers_error(pool) -> None:
     a, b = _pair(pool)
-    c = a.world.container
+    c = a._world.container
     cyclic: dict = {}
     cyclic["me"] = cyclic
     r = a.step(ToolCall("write_file", {"path": "/home/user/y.txt", "content": {1, 2}}))
     assert not r.done and r.messages[0]["content"].startswith("Error: ") and "JSON" in r.messages[0]["content"]
     a.snapshot()
     # The world itself (below the parser) answers each such call as invalid and runs the rest.
-    outs = a.world.run("agent_0", 2, [ToolCall("write_file", {"path": "/home/user/y.txt", "content": cyclic}),
+    outs = a._world.run("agent_0", 2, [ToolCall("write_file", {"path": "/home/user/y.txt", "content": cyclic}),
                                       ToolCall("write_file", {"path": "/home/user/y.txt", "content": 10 ** 5000}),
                                       ToolCall("write_file", {"path": "/home/user/y.txt", "content": object()}),
                                       call("read_file", path=TODO)])
     assert [o.kind for o in outs] == ["invalid_arguments"] * 3 + ["ok"]
-    assert a.world.container is c and not c.dead
+    assert a._world.container is c and not c.dead
     assert "/home/user/y.txt" not in a.state.fs.files
     _bystander_is_fine(b, c)
     a.close()
@@ -107,13 +107,13 @@ def test_arguments_the_host_cannot_encode_are_the_callers_error(pool) -> None:
 @pytest.mark.parametrize("body", [b"\xff\xfe", b"{not json", b"[" * 100_000], ids=["utf8", "json", "deep"])
 def test_a_frame_that_is_not_json_is_answered_and_the_channel_lives(pool, body) -> None:
     a, b = _pair(pool)
-    c = a.world.container
-    chan = a.world._link._chan
+    c = a._world.container
+    chan = a._world._link._chan
     chan.sendall(struct.pack(">I", len(body)) + body)
     reply = wire.recv_frame(chan)
     assert reply["ok"] is False and "bad request" in reply["error"]
     assert a.step(call("read_file", path=TODO)).messages[0]["content"].startswith("Move ")
-    assert a.world.container is c
+    assert a._world.container is c
     _bystander_is_fine(b, c)
     a.close()
     b.close()
@@ -121,7 +121,7 @@ def test_a_frame_that_is_not_json_is_answered_and_the_channel_lives(pool, body) 
 
 def test_a_reply_over_the_frame_cap_is_cut_not_a_dropped_channel(pool) -> None:
     a, b = _pair(pool)
-    c = a.world.container
+    c = a._world.container
     ten_mib = "z" * (10 << 20)
     assert a.step(call("write_file", path="/home/user/big.txt", content=ten_mib)).messages[0]["content"].startswith(
         "Wrote")
@@ -134,7 +134,7 @@ def test_a_reply_over_the_frame_cap_is_cut_not_a_dropped_channel(pool) -> None:
     contents = [m["content"] for m in r.messages]
     assert contents[0] == "z" * quotas.MAX_OBSERVATION_CHARS + quotas.OBSERVATION_CUT
     assert contents[1:] == [quotas.OBSERVATION_CUT] * 6
-    assert a.world.container is c and not c.dead
+    assert a._world.container is c and not c.dead
     assert a.step(call("delete_file", path="/home/user/big.txt")).messages[0]["content"].startswith("Deleted")
     _bystander_is_fine(b, c)
     a.close()

@@ -192,11 +192,11 @@ def _settle() -> None:
 def test_a_dropped_episode_closes_its_session(shared_pool) -> None:
     keeper = envfactory.make("FileSystem-v0", runtime="docker", pool=shared_pool)
     keeper.reset(0)
-    c = keeper.world.container
+    c = keeper._world.container
     for _ in range(20):
         e = envfactory.make("FileSystem-v0", runtime="docker", pool=shared_pool)
         e.reset(0)
-        assert e.world.container is c
+        assert e._world.container is c
         del e  # never closed
     _settle()
     assert _sessions(c, 1) == 1  # the keeper's alone
@@ -212,7 +212,7 @@ def test_a_dropped_episode_with_a_container_of_its_own_removes_it() -> None:
     try:
         e = envfactory.make("CodeSandbox-v0", runtime="docker", pool=pool)
         e.reset(0)
-        cid = e.world.container.id
+        cid = e._world.container.id
         del e
         _settle()
         deadline = time.monotonic() + 30
@@ -232,7 +232,7 @@ def test_background_removals_do_not_pile_up() -> None:
         for _ in range(10):
             e = envfactory.make("CodeSandbox-v0", runtime="docker", pool=pool)
             e.reset(0)
-            ids.append(e.world.container.id)
+            ids.append(e._world.container.id)
             e.close()
             most = max(most, len(pool_mod._removals))
         for t in list(pool_mod._removals):
@@ -247,7 +247,7 @@ def test_background_removals_do_not_pile_up() -> None:
 def test_a_connection_flood_is_refused_and_the_server_survives(shared_pool) -> None:
     a = envfactory.make("FileSystem-v0", runtime="docker", pool=shared_pool)
     a.reset(0)
-    c = a.world.container
+    c = a._world.container
     before = a.step(call("read_file", path=TODO)).messages[0]["content"]
     flood = []
     try:
@@ -283,7 +283,7 @@ def test_a_connection_flood_is_refused_and_the_server_survives(shared_pool) -> N
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
-    assert b.world.container is c and not c.dead
+    assert b._world.container is c and not c.dead
     assert b.step(call("read_file", path=TODO)).messages[0]["content"] == before
     a.close()
     b.close()
@@ -345,12 +345,12 @@ def test_a_container_has_a_maximum_lifetime() -> None:
     try:
         e = envfactory.make("Counter-v0", runtime="docker", pool=pool)
         e.reset(0)
-        c = e.world.container
+        c = e._world.container
         while not c.retiring:  # 90% of its lifetime
             time.sleep(0.2)
         f = envfactory.make("Counter-v0", runtime="docker", pool=pool)
         f.reset(0)
-        assert f.world.container is not c  # no new session in a container about to expire
+        assert f._world.container is not c  # no new session in a container about to expire
         e.close()  # its last session: it goes now
         wait_background()
         assert not _exists(c.id)

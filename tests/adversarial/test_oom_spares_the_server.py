@@ -74,10 +74,10 @@ def test_a_memory_attack_kills_the_agents_processes_not_the_server() -> None:
                          limits=Limits(memory_mb=256, pids=256))
     try:
         ep.reset(0)
-        c = ep.world.container
+        c = ep._world.container
         r = ep.step(call("run_python", code=HOG))
         assert not r.done and "world_lost" not in r.info, r.messages
-        assert ep.world.container is c and not c.dead
+        assert ep._world.container is c and not c.dead
         assert ep.step(call("run_python", code="print(6 * 7)")).messages[0]["content"].strip() == "42"
     finally:
         ep.close()

@@ -88,7 +88,7 @@ def test_a_large_read_is_cut_alike(pool) -> None:
 
 
 def _kill9(env) -> None:
-    c = env.world.container
+    c = env._world.container
     assert c is not None and not c.dead
     c.client.api.kill(c.id, signal="KILL")
 
@@ -133,7 +133,7 @@ def test_fork_and_snapshot_resume_after_the_container_was_killed() -> None:
         _same_step(other, child, call("append_file", path="/home/user/a.txt", content="-child"))
         assert env.state.fs.files["/home/user/a.txt"] == "alpha-parent"
         assert child.state.fs.files["/home/user/a.txt"] == "alpha-child"
-        assert env.world.resumed >= 1
+        assert env._world.resumed >= 1
         child.close()
         env.close()
     finally:

@@ -81,7 +81,7 @@ def _attack(pool, tool: str, seconds: float) -> None:
     a = envfactory.make("SlowTool-v0", runtime="docker", pool=pool, step_timeout=1.0)
     a.reset(0)
     r = a.step(call(tool, seconds=seconds))
-    assert r.truncated and r.info["timeout"] and a.ended_by == "timeout", r.messages
+    assert r.truncated and r.info["timeout"] and a.status.ended_by == "timeout", r.messages
     assert r.messages[0]["content"].startswith("Error: the step did not finish within 1.0s")
     a.close()
 
@@ -93,16 +93,16 @@ def test_a_tool_past_its_timeout_ends_only_its_own_session(pool, tool: str) -> N
     b = envfactory.make("SlowTool-v0", runtime="docker", pool=pool)
     b.reset(0)
     assert b.step(call("note", text="before")).messages[0]["content"] == "1 notes"
-    c, session = b.world.container, b.world.session
+    c, session = b._world.container, b._world.session
     resumed = stats()["resumed"]
     for i in range(3):
         _attack(pool, tool, 4.0)
         r = b.step(call("note", text=str(i)))
         assert r.messages[0]["content"] == f"{i + 2} notes" and not r.done
     recycles = len(pool.started) - 1
-    bystander_resumes = b.world.resumed
+    bystander_resumes = b._world.resumed
     assert (recycles, bystander_resumes, stats()["resumed"] - resumed) == (0, 0, 0)
-    assert b.world.container is c and b.world.session == session and not c.dead and _exists(c.id)
+    assert b._world.container is c and b._world.session == session and not c.dead and _exists(c.id)
     assert b.state.notes == ["before", "0", "1", "2"]
     b.close()
 
@@ -112,14 +112,14 @@ def test_a_spinning_tool_is_stopped_once_abandoned(pool) -> None:
     abandoned: the server stops it (the health call counts abandoned calls still running)."""
     b = envfactory.make("SlowTool-v0", runtime="docker", pool=pool)
     b.reset(0)
-    c = b.world.container
+    c = b._world.container
     _attack(pool, "spin", 600.0)
     deadline = time.monotonic() + 60
     while c.call("GET", "/health").get("abandoned_running") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert c.call("GET", "/health").get("abandoned_running") == 0
     assert b.step(call("note", text="x")).messages[0]["content"] == "1 notes"
-    assert b.world.container is c and not c.dead
+    assert b._world.container is c and not c.dead
     b.close()
 
 
@@ -131,15 +131,15 @@ def test_a_container_full_of_stuck_calls_takes_no_new_session(pool) -> None:
 
     b = envfactory.make("SlowTool-v0", runtime="docker", pool=pool)
     b.reset(0)
-    c = b.world.container
+    c = b._world.container
     for _ in range(MAX_ABANDONED_RUNNING):
         _attack(pool, "nap", 300.0)
     assert c.retiring and not c.dead and c.abandoned_running == MAX_ABANDONED_RUNNING
     fresh = envfactory.make("SlowTool-v0", runtime="docker", pool=pool)
     fresh.reset(0)
-    assert fresh.world.container is not c
+    assert fresh._world.container is not c
     assert b.step(call("note", text="x")).messages[0]["content"] == "1 notes"
-    assert b.world.container is c and b.world.resumed == 0
+    assert b._world.container is c and b._world.resumed == 0
     fresh.close()
     b.close()
     from envfactory.runtime.pool import wait_background

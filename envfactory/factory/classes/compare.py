@@ -13,7 +13,7 @@ per-run id, a cache. The classes' own rule comes first:
   and for any object of that class inside them (an ``Entry`` in a list);
 * ``f(final, expected) -> bool``: called with each class's two instances.
 
-Values are compared as snapshots write them (:func:`~.pystate.encode`), so objects without
+Values are compared as snapshots write them (:func:`~envfactory.factory.classes.pystate.encode`), so objects without
 an ``__eq__`` compare by content, not identity.
 """
 
@@ -49,7 +49,7 @@ def _own_eq(cls: type) -> bool:
 
 
 class Comparison:
-    """How :func:`~.from_class.from_class` compares two of an environment's states.
+    """How :func:`~envfactory.factory.from_class.from_class` compares two of an environment's states.
 
     Args:
         parts: ``(state field, class)`` per service (a field holding the instance), or the one
@@ -228,7 +228,7 @@ def _strip(node: Any, omit: Mapping[str, Container[str]]) -> Any:
 
 @dataclass(frozen=True, eq=False)
 class OwnerChangeCheck(ChangeCheck):
-    """A synthesized task's :class:`~.checks.ChangeCheck` that leaves out, inside its leaves too,
+    """A synthesized task's :class:`~envfactory.factory.tasks.success.ChangeCheck` that leaves out, inside its leaves too,
     the attributes a :class:`Comparison` leaves out (``omit``: class name -> attributes)."""
 
     omit: Mapping[str, Container[str]] = field(default_factory=dict)

@@ -895,9 +895,9 @@ def lazy_state_copy(value: PyState) -> PyState:
 
 def cow_state_copy(value: PyState) -> PyState:
     """:func:`~envfactory.state.copy_state` for a :class:`PyState` of attributes: copy on write
-    per container (:mod:`.cow`). The copy shares the field values (an O(fields) fork, whatever
+    per container (:mod:`~envfactory.factory.classes.cow`). The copy shares the field values (an O(fields) fork, whatever
     the state's size); both sides lose their token, so each one's next tool call (run under
-    :class:`~.cow.armed`) copies only the dicts and lists it reaches (a table and a record,
+    :class:`~envfactory.factory.classes.cow.armed`) copies only the dicts and lists it reaches (a table and a record,
     not the database), and every other value it holds once."""
     priv = value.__pydantic_private__
     if priv is not None:

@@ -35,7 +35,7 @@ FRESH_WORDS = [
 
 def _untag(node: Any) -> Any:
     """A snapshot-encoded dict (``{"$dict": [[key, value], ...]}``, see
-    :mod:`.pystate`) as a dict of its scalar keys; an object (``{"$class": ..}``) as its
+    :mod:`~envfactory.factory.classes.pystate`) as a dict of its scalar keys; an object (``{"$class": ..}``) as its
     attributes. Plain JSON comes back as it is."""
     if isinstance(node, dict) and node and any(isinstance(k, str) and k[:1] == "$" for k in node):
         if "$dict" in node and isinstance(node["$dict"], list):

@@ -1,5 +1,5 @@
 """A goal-level task before it is finished (its check built from the reference's changes):
-what :mod:`.task_kinds` and :mod:`.task_grammar` both make."""
+what :mod:`~envfactory.factory.tasks.kinds` and :mod:`~envfactory.factory.tasks.grammar` both make."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Compositional goal kinds from a small task grammar (issue 26), for table-backed spec families.
 
-The kinds of :mod:`.task_kinds` are one sentence frame and one hop of look-up each. Here a task
+The kinds of :mod:`~envfactory.factory.tasks.kinds` are one sentence frame and one hop of look-up each. Here a task
 is a *plan*, a small tree built from a few parts, which is evaluated against the state (to get the
 reference solution) and realized in words (:func:`words`) separately:
 
@@ -48,7 +48,7 @@ KindSynth = Any  # the synthesizer of .task_kinds (not imported: it imports this
 __all__ = ["KINDS", "make", "solution", "words"]
 
 KINDS = ("chain", "aggregate", "exception", "recovery")
-"""The compositional kinds (listed in :data:`.spec_file.TASK_KINDS`)."""
+"""The compositional kinds (listed in :data:`~envfactory.factory.spec_file.TASK_KINDS`)."""
 
 Plan = dict[str, Any]
 
@@ -225,7 +225,7 @@ def _ok(k: "KindSynth", tables: dict, act: Plan, e: str, key: str) -> bool:
 # -- words (one place, to be routed through the realizer later) ---------------------------
 def words(k: "KindSynth", stages: list[tuple[Plan, dict]]) -> str:
     """The instruction of a plan's parts (each with the tables it starts from), in the language
-    layer's words and frames (:mod:`.realize`): each part in one of its kind's frames, drawn
+    layer's words and frames (:mod:`~envfactory.factory.tasks.realize`): each part in one of its kind's frames, drawn
     from a generator seeded by the plan itself (stable across runs and hash seeds)."""
     return words_and_phrasing(k, stages)[0]
 

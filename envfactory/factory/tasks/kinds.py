@@ -2,7 +2,7 @@
 
 A step-by-step task ("Do the following: 1. cancel order O-3 ...") tests whether an agent
 can copy ids into calls. The kinds here name *goals*, so the right calls depend on what
-the tools show (:data:`.spec_file.TASK_KINDS`):
+the tools show (:data:`~envfactory.factory.spec_file.TASK_KINDS`):
 
 * ``lookup``: act on every row that matches a description by attributes ("cancel every
   order of the customer named Kim whose status is placed"): find the customer, list the
@@ -20,7 +20,7 @@ the tools show (:data:`.spec_file.TASK_KINDS`):
   them (their name); the agent must ``ask_user`` (:mod:`envfactory.users`). Each task
   carries a twin (other user facts, same instruction and tables) whose check contradicts it.
 * ``multi_service`` (composed files): read a value in one service and write it in another.
-* ``steps``: the original step-by-step walk (:mod:`.tasks_synth`), of length ``difficulty``.
+* ``steps``: the original step-by-step walk (:mod:`~envfactory.factory.tasks.synthesis`), of length ``difficulty``.
 
 Every task ships with its reference solution (replayed without errors), a check over the
 final state (every leaf the reference changed, plus every row of the acted-on table, so
@@ -334,7 +334,7 @@ class KindSynth:
 
     def _words(self, tables: dict, entity: str, filters: dict[str, Any], *, mine: str | None = None
                ) -> tuple[Selection, list[ToolCall], dict[str, Any]]:
-        """The selected rows in words (:class:`.realize.Selection`, realized in several forms),
+        """The selected rows in words (:class:`~envfactory.factory.tasks.realize.Selection`, realized in several forms),
         the calls that resolve the rows they belong to, and the query's arguments."""
         ent = self.env.entities[entity]
         owners, plain, calls = [], [], []

@@ -1,6 +1,6 @@
 """An optional paraphrase pass over task instructions, by any chat model.
 
-The language layer (:mod:`.realize`) words tasks from a few frames per kind. Where a chat model
+The language layer (:mod:`~envfactory.factory.tasks.realize`) words tasks from a few frames per kind. Where a chat model
 is at hand (any OpenAI-compatible endpoint; ``agents.policies.openai_policy.OpenAIChat(...).complete`` is
 one), :func:`paraphrase` asks it to reword each instruction as a person would, and keeps a
 rewording only if it **keeps every fact the task depends on** (:func:`lost`):

@@ -1,9 +1,9 @@
 """Task synthesis: walk the tool graph from sampled initial states.
 
 For each task: sample an initial state; walk ``k`` tool calls whose arguments
-are drawn from the current state (see :mod:`.arguments`), keeping only calls
+are drawn from the current state (see :mod:`~envfactory.factory.tasks.arguments`), keeping only calls
 that succeed and change the world; the walk is the reference solution, and the
-success check is what it changed (:class:`.checks.ChangeCheck`). A read-only
+success check is what it changed (:class:`~envfactory.factory.tasks.success.ChangeCheck`). A read-only
 walk (one look-up) instead asks for a fact its output reveals. Instructions are
 templated from the tools' docs (or per-tool templates); difficulty is the walk
 length. Duplicates, tasks the initial state already satisfies, and tasks that a

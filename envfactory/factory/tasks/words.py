@@ -1,5 +1,5 @@
 """How a table-backed spec file reads in words and rules, for goal-level tasks
-(:mod:`.task_kinds`): entity labels, the look-ups that find a row by name, whether a row is a
+(:mod:`~envfactory.factory.tasks.kinds`): entity labels, the look-ups that find a row by name, whether a row is a
 person (who can play the simulated user), the phrasing of an operation applied to some rows,
 and the written policies (given in the file, or derived from its operations).
 """
