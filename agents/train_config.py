@@ -6,7 +6,7 @@ round-trip; an unknown key or a wrong type is an error naming the key). Every
 default is the Trainer's default. A complete file, every value its default but
 ``envs`` (``envfactory train --print-config`` writes it)::
 
-    model: tiny          # what `build` / `envfactory train` trains: tiny, a model folder or HF id, or {agent id: model}
+    model: tiny          # what `envfactory train` trains: tiny, smol, a model folder or HF id, or {agent id: model}
     envs: [Counter-v0]   # environment names (single-agent or teams)
     device: null         # torch device of the policies `build` makes (null: cuda when there is one)
     tasks: null          # task ids ("task" or "Env-v0/task"); null: each environment's rl split

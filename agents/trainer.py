@@ -171,7 +171,9 @@ class Trainer:
         self.step = 0
         self.log = MetricsLog()
         try:
-            self.log.sinks = make_sinks(cfg.output.sinks, self.output_dir, objects=sinks, config=cfg.to_dict())
+            # under torchrun rank 0 writes the run's metrics (every rank keeps its rows in memory)
+            self.log.sinks = (make_sinks(cfg.output.sinks, self.output_dir, objects=sinks, config=cfg.to_dict())
+                              if self.world.main else [])
         except Exception:  # e.g. a sink's package missing: let go of the worlds made so far
             self.close()
             raise
@@ -396,15 +398,25 @@ class Trainer:
     @classmethod
     def from_config(cls, config: TrainerConfig) -> "Trainer":
         """The Trainer a config file describes: an HFPolicy of ``config.model`` (the embedded tiny
-        model for ``tiny``; a learner per role when ``model`` is a mapping) on ``config.envs``."""
+        model for ``tiny``, SmolLM2-135M-Instruct from its PyPI package for ``smol``; a learner per role
+        when ``model`` is a mapping) on ``config.envs``. Under ``torchrun`` each rank's policy is on its own
+        GPU (the process group starts first)."""
         from agents.policies.hf_policy import HFPolicy
         from agents.models.tiny import build_tiny_model
 
         if not config.envs:
             raise ValueError("envs is empty: name the environments to train on (e.g. envs: [Counter-v0])")
+        parallel.world(config.learner.parallel)  # starts the process group and picks this rank's GPU
+
+        def path(m: str) -> Any:
+            if m == "smol":
+                from agents.models.smol import smol_model_path
+
+                return smol_model_path()
+            return build_tiny_model() if m == "tiny" else m
 
         def policy(m: str) -> Any:
-            pol = HFPolicy(build_tiny_model() if m == "tiny" else m, device=config.device)
+            pol = HFPolicy(path(m), device=config.device)
             if config.sampling.processes > 1:  # ProcessPolicy refuses a policy off the CPU
                 from agents.policies.process_policy import ProcessPolicy
 
@@ -691,7 +703,7 @@ class Trainer:
     def plot(self) -> str | None:
         """Draw ``output_dir/learning_curve.png`` from this run's metric rows."""
         rows = [r for r in self.log.rows if r.get("phase") == "train"]
-        if not self.output_dir or not rows:
+        if not self.output_dir or not rows or not self.world.main:
             return None
         return plot_learning_curve({"training success": [(r["step"], r["success"]) for r in rows]},
                                    self.output_dir / "learning_curve.png",

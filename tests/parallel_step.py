@@ -25,7 +25,8 @@ TINY = {"envs": ["Counter-v0"], "tasks": ["counter-0-3"], "respect_splits": Fals
 COUNTS = (3, 5)  # samples of rank 0 and rank 1
 
 
-def trainer(mode: str, lora: bool = False, autocast: bool = False, kl: float = 0.0, lr: float = 1e-3):
+def trainer(mode: str, lora: bool = False, autocast: bool = False, kl: float = 0.0, lr: float = 1e-3,
+            checkpointing: bool = False):
     import torch
 
     from agents.trainer import Trainer
@@ -33,7 +34,7 @@ def trainer(mode: str, lora: bool = False, autocast: bool = False, kl: float = 0
 
     torch.manual_seed(0)
     learner = {"parallel": mode, **({"lora": {"r": 4, "alpha": 8.0}} if lora else {}),
-               **({"autocast": "bf16"} if autocast else {})}
+               **({"autocast": "bf16"} if autocast else {}), "gradient_checkpointing": checkpointing}
     algorithm = {**TINY["algorithm"], "kl_coef": kl}
     optim = {**TINY["optim"], "lr": lr}
     return Trainer.from_config(TrainerConfig.from_dict({**TINY, "algorithm": algorithm, "optim": optim,

@@ -64,6 +64,11 @@ def test_the_example_config_reads():
     cfg = TrainerConfig.from_file(Path(__file__).resolve().parents[1] / "examples/train/arpo_findlight.yaml")
     assert cfg.envs == ["FindLight-v0"] and cfg.algorithm == ARPO(M=8, N=4, k=8, kl_coef=0.1)
     assert cfg.sft == SFTConfig(epochs=4, lr=2e-3) and cfg.optim.lr == 5e-4
+    examples = Path(__file__).resolve().parents[1] / "examples/train"
+    smol = TrainerConfig.from_file(examples / "gpu_smol.yaml")  # the GPU recipes read (run when a GPU is lent)
+    assert smol.model == "smol" and smol.learner == LearnerConfig(parallel="none", autocast="bf16")
+    node = TrainerConfig.from_file(examples / "gpu_node.yaml")
+    assert node.learner == LearnerConfig(parallel="fsdp2", autocast="bf16", gradient_checkpointing=True)
 
 
 def test_a_missing_key_is_its_default_and_yaml_floats_need_no_dot(tmp_path):

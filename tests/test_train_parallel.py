@@ -169,6 +169,25 @@ def test_autocast_trains_float32_weights_with_bfloat16_forward_passes():
         tr.close()
 
 
+def test_gradient_checkpointing_gives_the_same_step():
+    """``learner.gradient_checkpointing``: activations recomputed in the backward pass (the shared-prefix
+    log-probs then run every sequence in full: checkpointing turns the KV cache off) and the same step."""
+    after = []
+    for checkpointing in (False, True):
+        tr = parallel_step.trainer("none", kl=0.1, checkpointing=checkpointing)
+        try:
+            assert tr.model.is_gradient_checkpointing == checkpointing
+            rows = parallel_step.samples(tr, 0) + parallel_step.samples(tr, 1)
+            parallel_step.old_logprobs(tr, rows)
+            losses = [tr._update(tr.learners[0], rows)["loss"] for _ in range(2)]
+            after.append((losses, {k: v.detach().clone() for k, v in tr.model.state_dict().items()}))
+        finally:
+            tr.close()
+    (plain, a), (ckpt, b) = after
+    assert ckpt == pytest.approx(plain, abs=1e-5)
+    assert all(torch.allclose(a[k], b[k], atol=1e-5, rtol=0) for k in a)
+
+
 def test_a_wrapper_the_sampler_cannot_use_names_itself():
     from agents.policies.hf_policy import HFPolicy
     from agents.models.tiny import build_tiny_model
@@ -195,3 +214,25 @@ def test_a_step_whose_every_rollout_failed_raises_with_the_first_error():
         assert tr.step == 0
     finally:
         tr.close()
+
+
+@pytest.mark.slow
+def test_envfactory_train_runs_under_torchrun(tmp_path):
+    """The documented command: ``torchrun --nproc-per-node 2 -m envfactory.cli train --config FILE``, a
+    warm start, one step of plain data parallel and the evaluations; rank 0 alone writes the metrics (one
+    training row, not two) and the checkpoint."""
+    import yaml
+
+    out = tmp_path / "run"
+    cfg = {"model": "tiny", "envs": ["Counter-v0"], "steps": 1, "respect_splits": False,
+           "algorithm": {"name": "grpo", "M": 2}, "sampling": {"max_new_tokens": 8},
+           "optim": {"lr": 1.0e-3, "tasks_per_step": 1}, "sft": {"epochs": 1, "tasks": ["counter-0-3"]},
+           "eval": {"samples": 1, "tasks": ["counter-0-3"]}, "output": {"dir": str(out), "show_progress": False}}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+                        "envfactory.cli", "train", "--config", str(tmp_path / "run.yaml")],
+                       capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-4000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in rows if x.get("phase") == "train"] == [1]
+    assert (out / "checkpoints" / "step-1" / "model.safetensors").is_file()
