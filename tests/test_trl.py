@@ -129,10 +129,58 @@ def test_grpo_example_as_documented_learns_from_the_sparse_reward():
     rewards = [h["reward"] for h in logs]
     assert out["reward_first"] == pytest.approx(sum(rewards[:6]) / 6)
     assert out["reward_last"] == pytest.approx(sum(rewards[-6:]) / 6)
-    assert out["reward_last"] > out["reward_first"], rewards  # the reward rises
+    # what the sparse reward taught, on any host (the reader may already succeed on nearly every rollout of
+    # these tasks, leaving the quarters' reward no room to rise): training raised the log-probability of
+    # the rewarded completions against the others
+    assert all(len(r["completion_ids"]) > 0 for r in hist)
+    assert out["logprob_moved"] > 0 and out["learning_signal"] > 0, \
+        (out["logprob_rewarded"], out["logprob_unrewarded"], rewards)
     text = printed.getvalue()
-    assert f"reward: first quarter {out['reward_first']:.3f} -> last quarter {out['reward_last']:.3f} (rising)" in text
+    trend = "rising" if out["reward_last"] > out["reward_first"] else "not rising"
+    assert f"reward: first quarter {out['reward_first']:.3f} -> last quarter {out['reward_last']:.3f} ({trend})" in text
     assert f"{out['tensors_changed']}/{out['tensors']} weight tensors changed" in text
+    assert f"(difference {out['learning_signal']:+.4f})" in text
+
+
+def test_grpo_example_with_a_constant_reward_shows_no_learning_signal(monkeypatch):
+    """The check above can fail: the same example, its reward replaced by a constant, moves no weight
+    (every GRPO advantage is 0) and its learning signal is exactly 0."""
+    from agents.harness.trl_env import TRLEnvironment
+
+    sys.path.insert(0, str(ROOT / "examples" / "trl"))
+    try:
+        import train_grpo
+    finally:
+        sys.path.pop(0)
+    sparse = TRLEnvironment.reward
+
+    def constant(self, completions, environments=None, **kw):
+        sparse(self, completions, environments, **kw)  # the episodes end and are recorded as before
+        return [1.0] * len(completions)
+
+    monkeypatch.setattr(TRLEnvironment, "reward", constant)
+    out = train_grpo.main(["--steps", "3", "--output-dir", str(ROOT / "runs" / "test-trl-constant")])
+    assert out["steps"] == 3 and out["rollouts"] == 3 * 16 and out["tensors_changed"] == 0
+    assert out["logprob_moved"] == 0.0  # no completion's log-probability moved
+    assert not out["learning_signal"] > 0  # 0 (or undefined, when every rollout succeeded): the check fails
+
+
+def test_sampled_mask_leaves_out_the_tool_results_trl_appended():
+    """The learning signal scores the tokens the model sampled: each assistant turn to its end-of-turn
+    token, then nothing until the assistant header that opens the next turn."""
+    from transformers import AutoTokenizer
+
+    from agents import build_tiny_model
+    from agents.harness.trl_env import prepare_tokenizer, sampled_mask
+
+    tok = prepare_tokenizer(AutoTokenizer.from_pretrained(build_tiny_model()))
+    ids = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    turn1, tool, turn2 = ids("<tool_call>{}</tool_call><|im_end|>"), ids("\n<|im_start|>user\n<tool_response>\nok\n"
+                                                                       "</tool_response><|im_end|>\n"), ids("Done.<|im_end|>")
+    header = ids("<|im_start|>assistant\n")
+    mask = sampled_mask(tok, turn1 + tool + header + turn2)
+    assert mask == [1] * len(turn1) + [0] * (len(tool) + len(header)) + [1] * len(turn2)
+    assert sampled_mask(tok, turn1 + tool) == [1] * len(turn1) + [0] * len(tool)  # cut off after a tool result
 
 
 def test_shaping_adds_partial_credit_for_error_free_calls():

@@ -48,7 +48,7 @@ import envfactory
 from envfactory import ToolCall
 from envfactory.parsing import parse_text
 
-__all__ = ["TRLEnvironment", "EnvfactoryTRLEnv", "prepare_tokenizer", "parse_response"]
+__all__ = ["TRLEnvironment", "EnvfactoryTRLEnv", "prepare_tokenizer", "parse_response", "sampled_mask"]
 
 _JSON_TYPES: dict[str, Any] = {"integer": int, "number": float, "string": str, "boolean": bool, "array": list,
                                "object": dict}
@@ -83,7 +83,7 @@ class EnvfactoryTRLEnv:
             return "Error: no episode (reset was not called)"
         self._calls.append((name, dict(arguments)))
         if ep.done:
-            return f"Error: the episode has ended ({ep.ended_by}); no more tool calls are run."
+            return f"Error: the episode has ended ({ep.status.ended_by}); no more tool calls are run."
         r = ep.step([ToolCall(name, arguments)])
         return "\n".join(str(m.get("content", "")) for m in r.messages) or "(no output)"
 
@@ -92,10 +92,10 @@ class EnvfactoryTRLEnv:
         ep = self._episode
         if ep.task is not None and not ep.done and final_text is not None:
             ep.step(final_text)
-        log = ep.log if ep.task is not None else []
+        log = ep.status.log if ep.task is not None else []
         return {"task_id": ep.task.id if ep.task is not None else None, "done": ep.done,
                 "reward": ep.rewards[ep.agents[0]] if ep.task is not None else 0.0, "success": ep.success,
-                "ended_by": ep.ended_by, "tool_calls": len(log), "tool_ok": sum(e["ok"] for e in log),
+                "ended_by": ep.status.ended_by, "tool_calls": len(log), "tool_ok": sum(e["ok"] for e in log),
                 "calls": list(self._calls), "answer": final_text}
 
 
@@ -193,12 +193,15 @@ class TRLEnvironment:
         return Dataset.from_dict(rows)
 
     def reward(self, completions: list[Any], environments: list[EnvfactoryTRLEnv] | None = None,
+               prompts: list[Any] | None = None, completion_ids: list[list[int]] | None = None,
                **kwargs: Any) -> list[float]:
-        """The environment's reward for each rollout (see the module docstring)."""
+        """The environment's reward for each rollout (see the module docstring). The rollout's prompt and
+        completion token ids, when TRL passes them, are kept in its history row (``prompt``,
+        ``completion_ids``: what the model sampled, the tool results TRL appended included)."""
         if environments is None:
             raise ValueError("envfactory's reward needs the rollouts' environments: pass environment_factory")
         out = []
-        for completion, env in zip(completions, environments, strict=True):
+        for i, (completion, env) in enumerate(zip(completions, environments, strict=True)):
             final = None
             if isinstance(completion, list) and completion:
                 last = completion[-1]
@@ -212,10 +215,72 @@ class TRLEnvironment:
             if self.shaping and row["tool_calls"]:
                 r += self.shaping * row["tool_ok"] / row["tool_calls"]
             row["returned"] = r
+            if prompts is not None:
+                row["prompt"] = prompts[i]
+            if completion_ids is not None:
+                row["completion_ids"] = [int(x) for x in completion_ids[i]]
             with self._lock:
                 self.history.append(row)
             out.append(r)
         return out
+
+    def completion_logprobs(self, model: Any, tokenizer: Any, rows: list[dict[str, Any]]) -> list[float]:
+        """The mean log-probability per token that ``model`` gives the tokens each history row's model
+        sampled (its ``completion_ids`` less the tool results TRL appended: :func:`sampled_mask`), after
+        its prompt, rendered with this environment's tools as TRL renders it.
+
+        With the weights before and after training, the difference says in which direction training
+        moved each completion, whatever the starting success rate: a learning signal that does not
+        need headroom. Rows without ``completion_ids`` (TRL did not pass them) are an error."""
+        import torch
+
+        inst = self.factory()
+        tools = [getattr(inst, n) for n, _ in inspect.getmembers(type(inst), predicate=inspect.isfunction)
+                 if n not in ("reset", "get_reward") and not n.startswith("_")]
+        device = next(model.parameters()).device
+        out = []
+        with torch.no_grad():
+            for row in rows:
+                if "completion_ids" not in row or "prompt" not in row:
+                    raise ValueError("a history row without prompt or completion_ids: TRL passed none to reward()")
+                prompt = tokenizer.apply_chat_template(row["prompt"], tools=tools or None,
+                                                       add_generation_prompt=True, tokenize=True, return_dict=True)
+                p_ids, c_ids = list(prompt["input_ids"]), row["completion_ids"]
+                mask = torch.tensor(sampled_mask(tokenizer, c_ids), dtype=torch.float32, device=device)
+                if not c_ids or not mask.sum():
+                    out.append(0.0)
+                    continue
+                ids = torch.tensor([p_ids + c_ids], device=device)
+                logits = model(ids).logits[0, len(p_ids) - 1:-1].float()
+                lp = torch.log_softmax(logits, -1).gather(-1, ids[0, len(p_ids):, None])[:, 0]
+                out.append(float((lp * mask).sum() / mask.sum()))
+        inst._episode.close()
+        return out
+
+
+def sampled_mask(tokenizer: Any, completion_ids: list[int]) -> list[int]:
+    """1 for each token of a TRL completion that the model sampled, 0 for the tool results TRL appended:
+    an assistant turn runs to its end-of-turn token, and the next one starts after the assistant header
+    the chat template opens a turn with (both read off the tokenizer's template)."""
+    probe = [{"role": "user", "content": "x"}]
+    with_header = tokenizer.apply_chat_template(probe, add_generation_prompt=True, tokenize=True, return_dict=True)
+    without = tokenizer.apply_chat_template(probe, add_generation_prompt=False, tokenize=True, return_dict=True)
+    header = list(with_header["input_ids"])[len(without["input_ids"]):]
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    end = im_end if isinstance(im_end, int) and im_end != tokenizer.unk_token_id else tokenizer.eos_token_id
+    mask, sampled, i = [], True, 0
+    while i < len(completion_ids):
+        if sampled:
+            mask.append(1)
+            sampled = completion_ids[i] != end
+            i += 1
+        elif header and completion_ids[i:i + len(header)] == header:
+            mask += [0] * len(header)
+            sampled, i = True, i + len(header)
+        else:
+            mask.append(0)
+            i += 1
+    return mask
 
 
 def parse_response(tokenizer: Any, response: Any, schema: Any = None, *, prefix: Any = None,
