@@ -15,8 +15,8 @@ Prints one JSON object with three sections:
   step's FLOPs count the linear layers only: 2 per weight per position forward (every layer and the output
   layer), 2 more for the gradient with respect to the input (from the output layer down to the lowest
   trained layer) and 2 for the gradient with respect to the trained weights.
-* ``memory``: peak resident memory above the built model of one update of the same model, all 30 layers
-  trained, in a fresh process per variant: full fine-tuning or LoRA (r=16, every linear layer), each with
+* ``memory``: peak resident memory of one update of the same model above the process's memory just before
+  it (the kernel's high-water mark reset first, Linux), all 30 layers trained, in a fresh process per variant: full fine-tuning or LoRA (r=16, every linear layer), each with
   and without gradient checkpointing; ratios against full fine-tuning without checkpointing.
 """
 
@@ -184,17 +184,22 @@ def bench_smol(positions: int, repeats: int, train_layers: int = 8) -> dict[str,
 
 
 # -- memory: full fine-tuning or LoRA, with or without checkpointing -----------------------------------------
-def _memory_one(lora: bool, checkpointing: bool, positions: int) -> dict[str, float]:
-    import resource
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
+
+def _memory_one(lora: bool, checkpointing: bool, positions: int) -> dict[str, float]:
     import torch
 
     torch.set_num_threads(2)
     model = _smol(None, lora=lora, checkpointing=checkpointing)
     seqs, starts = _batch(positions)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the high-water mark (Linux): the peak of this step alone, not of building the model
+    base = _status_kb("VmRSS")
     seconds = _update(model, seqs, starts, share_prefix=not checkpointing)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    peak = _status_kb("VmHWM")
     return {"peak_mb": round((peak - base) / 1024, 1), "seconds": round(seconds, 2)}
 
 
