@@ -466,11 +466,12 @@ class Trainer:
                   else rng.sample(self.pool, min(n, len(self.pool))))
         groups = self._groups(chosen, self.algorithm, rng.randrange(2**31), self.config.sampling.temperature)
         t_rollout = time.perf_counter() - t0
-        failed = [e.error for g in groups for e in g.episodes]
-        if self.world.max(float(bool(failed) and all(x is not None for x in failed))):  # on every rank, or none hangs
-            first = next((x for x in failed if x is not None), "on another rank")
-            raise RuntimeError(f"step {self.step + 1}: every rollout failed (rank {self.world.rank}: {len(failed)} "
-                               f"rollouts), so there is nothing to train on; the first error: {first}")
+        errors = [e.error for g in groups for e in g.episodes]
+        failed = bool(errors) and all(x is not None for x in errors)
+        if self.world.max(float(failed)):  # every rank raises (one alone would leave the others waiting)
+            where = (f"all {len(errors)} of this process's rollouts failed; the first error: {errors[0]}" if failed
+                     else "every rollout of another rank failed (its error is in its output)")
+            raise RuntimeError(f"step {self.step + 1}: {where}; there is nothing to train on")
         self.last_samples = self.samples(groups)
         per = {ln.label: self._update(ln, self.last_samples[ln.label]) for ln in self.learners}
         self.step += 1
