@@ -454,12 +454,17 @@ class Trainer:
             self.plot()
         return rows
 
+    def _step_rng(self) -> random.Random:
+        """The random stream of this step's task choice and sampling seeds (each rank its own)."""
+        if self.world.size == 1:
+            return random.Random(self.seed * 1_000_003 + self.step)
+        return random.Random(f"{self.seed}:{self.step}:{self.world.rank}")
+
     def train_step(self) -> dict[str, Any]:
         """One step: sample groups, compute advantages, ``algorithm.updates`` clipped-loss updates
         of every learner on its own samples, push weights."""
         t0 = time.perf_counter()
-        rng = (random.Random(self.seed * 1_000_003 + self.step) if self.world.size == 1
-               else random.Random(f"{self.seed}:{self.step}:{self.world.rank}"))  # each rank its own tasks and seeds
+        rng = self._step_rng()
         level = self.curriculum.level if self.curriculum is not None else None
         n = self.config.optim.tasks_per_step
         chosen = (self.curriculum.draw(n) if self.curriculum is not None
@@ -518,7 +523,7 @@ class Trainer:
                           max_context=s.max_context) as endpoint:
             while self.step < steps:
                 t0 = time.perf_counter()
-                rng = random.Random(self.seed * 1_000_003 + self.step)
+                rng = self._step_rng()
                 chosen = rng.sample(self.pool, min(self.config.optim.tasks_per_step, len(self.pool)))
                 runs = run_agent_loop(fn, endpoint, chosen, self.algorithm.M, prefix=f"step{self.step}")
                 t_rollout = time.perf_counter() - t0
@@ -606,9 +611,11 @@ class Trainer:
         lora = adapters.has_lora(ln.model)
         if algo.kl_coef and ln.ref_model is None and not lora:
             ln.ref_model = _frozen_copy(ln.model, w)
-        n_tokens = int(w.sum(sum(sum(s.mask) for s in samples)))
-        n_pg_tokens = int(w.sum(sum(sum(s.mask) for s in samples if s.signal)))  # the policy-gradient token-mean's
-        updates = algo.updates if w.sum(len(samples)) else 0
+        # the token-mean's and the policy-gradient token-mean's counts, and the samples, over every rank
+        n_tokens, n_pg_tokens, n_samples = (int(x) for x in w.sums(sum(sum(s.mask) for s in samples),
+                                                                   sum(sum(s.mask) for s in samples if s.signal),
+                                                                   len(samples)))
+        updates = algo.updates if n_samples else 0
         micro_batch, temperature = self.config.optim.micro_batch, self.config.sampling.temperature
         batches = [samples[b:b + micro_batch] for b in range(0, len(samples), micro_batch)]
         if w.mode == "fsdp2":  # FSDP2 gathers and reduces in every pass: each rank runs as many (empty ones: no-ops)

@@ -139,15 +139,18 @@ def _batch(positions: int, rows: int = 4) -> tuple[list[list[int]], list[int]]:
     return [torch.randint(0, SMOL["vocab_size"], (n + 1,), generator=g).tolist() for _ in range(rows)], [1] * rows
 
 
-def _update(model: Any, seqs: list[list[int]], starts: list[int], share_prefix: bool = True) -> float:
+def _optimizer(model: Any) -> Any:
     import torch
 
+    from agents.models.adapters import trainable_parameters
+
+    return torch.optim.AdamW(trainable_parameters(model), lr=1e-5)
+
+
+def _update(model: Any, opt: Any, seqs: list[list[int]], starts: list[int], share_prefix: bool = True) -> float:
+    """One timed update: ``token_logprobs`` forward, backward, an AdamW step."""
     from agents.algorithms.logprobs import token_logprobs
 
-    opt = getattr(model, "_bench_opt", None)
-    if opt is None:
-        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
-        object.__setattr__(model, "_bench_opt", opt)
     t0 = time.perf_counter()
     model.train()
     lps = token_logprobs(model, seqs, starts, share_prefix=share_prefix)
@@ -165,8 +168,9 @@ def bench_smol(positions: int, repeats: int, train_layers: int = 8) -> dict[str,
     torch.set_num_threads(2)
     model = _smol(train_layers)
     seqs, starts = _batch(positions)
-    _update(model, seqs, starts)  # warm-up
-    times = [_update(model, seqs, starts) for _ in range(repeats)]
+    opt = _optimizer(model)
+    _update(model, opt, seqs, starts)  # warm-up
+    times = [_update(model, opt, seqs, starts) for _ in range(repeats)]
     linear = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     total = sum(m.weight.numel() for m in linear)
     layers = model.model.layers
@@ -195,10 +199,11 @@ def _memory_one(lora: bool, checkpointing: bool, positions: int) -> dict[str, fl
     torch.set_num_threads(2)
     model = _smol(None, lora=lora, checkpointing=checkpointing)
     seqs, starts = _batch(positions)
+    opt = _optimizer(model)  # its state is allocated by the update's step, inside the measured peak
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset the high-water mark (Linux): the peak of this step alone, not of building the model
     base = _status_kb("VmRSS")
-    seconds = _update(model, seqs, starts, share_prefix=not checkpointing)
+    seconds = _update(model, opt, seqs, starts, share_prefix=not checkpointing)
     peak = _status_kb("VmHWM")
     return {"peak_mb": round((peak - base) / 1024, 1), "seconds": round(seconds, 2)}
 

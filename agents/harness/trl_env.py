@@ -48,7 +48,7 @@ import envfactory
 from envfactory import ToolCall
 from envfactory.parsing import parse_text
 
-__all__ = ["TRLEnvironment", "EnvfactoryTRLEnv", "prepare_tokenizer", "parse_response", "sampled_mask"]
+__all__ = ["TRLEnvironment", "EnvfactoryTRLEnv", "prepare_tokenizer", "parse_response", "sampled_mask", "turn_markers"]
 
 _JSON_TYPES: dict[str, Any] = {"integer": int, "number": float, "string": str, "boolean": bool, "array": list,
                                "object": dict}
@@ -238,6 +238,7 @@ class TRLEnvironment:
         tools = [getattr(inst, n) for n, _ in inspect.getmembers(type(inst), predicate=inspect.isfunction)
                  if n not in ("reset", "get_reward") and not n.startswith("_")]
         device = next(model.parameters()).device
+        markers = turn_markers(tokenizer)
         out = []
         with torch.no_grad():
             for row in rows:
@@ -246,7 +247,7 @@ class TRLEnvironment:
                 prompt = tokenizer.apply_chat_template(row["prompt"], tools=tools or None,
                                                        add_generation_prompt=True, tokenize=True, return_dict=True)
                 p_ids, c_ids = list(prompt["input_ids"]), row["completion_ids"]
-                mask = torch.tensor(sampled_mask(tokenizer, c_ids), dtype=torch.float32, device=device)
+                mask = torch.tensor(sampled_mask(tokenizer, c_ids, markers), dtype=torch.float32, device=device)
                 if not c_ids or not mask.sum():
                     out.append(0.0)
                     continue
@@ -258,16 +259,24 @@ class TRLEnvironment:
         return out
 
 
-def sampled_mask(tokenizer: Any, completion_ids: list[int]) -> list[int]:
-    """1 for each token of a TRL completion that the model sampled, 0 for the tool results TRL appended:
-    an assistant turn runs to its end-of-turn token, and the next one starts after the assistant header
-    the chat template opens a turn with (both read off the tokenizer's template)."""
+def turn_markers(tokenizer: Any) -> tuple[int, list[int]]:
+    """The end-of-turn token id and the assistant header ids with which the tokenizer's chat template
+    closes and opens an assistant turn (what :func:`sampled_mask` splits a completion at)."""
     probe = [{"role": "user", "content": "x"}]
     with_header = tokenizer.apply_chat_template(probe, add_generation_prompt=True, tokenize=True, return_dict=True)
     without = tokenizer.apply_chat_template(probe, add_generation_prompt=False, tokenize=True, return_dict=True)
     header = list(with_header["input_ids"])[len(without["input_ids"]):]
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     end = im_end if isinstance(im_end, int) and im_end != tokenizer.unk_token_id else tokenizer.eos_token_id
+    return end, header
+
+
+def sampled_mask(tokenizer: Any, completion_ids: list[int], markers: tuple[int, list[int]] | None = None) -> list[int]:
+    """1 for each token of a TRL completion that the model sampled, 0 for the tool results TRL appended:
+    an assistant turn runs to its end-of-turn token, and the next one starts after the assistant header
+    the chat template opens a turn with (``markers``: :func:`turn_markers`, read off the template when
+    not given)."""
+    end, header = markers if markers is not None else turn_markers(tokenizer)
     mask, sampled, i = [], True, 0
     while i < len(completion_ids):
         if sampled:

@@ -45,7 +45,7 @@ def save_checkpoint(root: str | os.PathLike[str], step: int, parts: dict[str, di
     """
     from safetensors.torch import save_file
 
-    from agents.models.parallel import barrier, full_state_dict
+    from agents.models.parallel import barrier, full_state_dict, rank
 
     root = Path(root)
     final = root / f"step-{step}"
@@ -53,7 +53,7 @@ def save_checkpoint(root: str | os.PathLike[str], step: int, parts: dict[str, di
     gathered = {sub: (full_state_dict(p["model"], p.get("optimizer")),
                       full_state_dict(p["reference"])[0] if p.get("reference") is not None else None)
                 for sub, p in parts.items()}
-    if _rank() != 0:
+    if rank() != 0:
         barrier()
         return final
     root.mkdir(parents=True, exist_ok=True)
@@ -79,12 +79,6 @@ def save_checkpoint(root: str | os.PathLike[str], step: int, parts: dict[str, di
             shutil.rmtree(root / f"step-{old}", ignore_errors=True)
     barrier()
     return final
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def _untied(state: dict[str, "torch.Tensor"]) -> dict[str, "torch.Tensor"]:

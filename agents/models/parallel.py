@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Literal
 
 __all__ = ["World", "world", "shard", "loss_scale", "is_sharded", "gathered", "sum_gradients", "full_state_dict",
-           "load_full_state_dict", "barrier", "PARALLEL_MODES"]
+           "load_full_state_dict", "rank", "barrier", "PARALLEL_MODES"]
 
 PARALLEL_MODES = ("auto", "none", "dp", "fsdp2")
 Mode = Literal["none", "dp", "fsdp2"]
@@ -52,21 +52,25 @@ class World:
 
     def sum(self, x: float) -> float:
         """``x`` summed over the ranks."""
-        return self._reduce(x, "sum")
+        return self._reduce([x], "sum")[0]
+
+    def sums(self, *xs: float) -> list[float]:
+        """Each of ``xs`` summed over the ranks, in one all-reduce."""
+        return self._reduce(list(xs), "sum")
 
     def max(self, x: float) -> float:
         """The largest ``x`` of the ranks."""
-        return self._reduce(x, "max")
+        return self._reduce([x], "max")[0]
 
-    def _reduce(self, x: float, op: str) -> float:
+    def _reduce(self, xs: list[float], op: str) -> list[float]:
         if self.size == 1:
-            return x
+            return [float(x) for x in xs]
         import torch
         import torch.distributed as dist
 
-        t = torch.tensor([float(x)], dtype=torch.float64, device=_comm_device())
+        t = torch.tensor([float(x) for x in xs], dtype=torch.float64, device=_comm_device())
         dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
-        return float(t.item())
+        return t.tolist()
 
 
 def world(mode: str = "auto") -> World:
@@ -240,6 +244,13 @@ def _trainable_names(model: Any) -> list[str]:
     """The names of the parameters the optimizer holds, in its order (it is built over the trainable
     parameters in ``named_parameters`` order)."""
     return [n for n, p in model.named_parameters() if p.requires_grad]
+
+
+def rank() -> int:
+    """This process's rank in the started process group (0 when none is started)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def barrier() -> None:
