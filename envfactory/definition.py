@@ -374,7 +374,13 @@ class ToolEnvSpec:
                     raise SpecError(f"{self.name}: task {t.id!r} names unknown agents {sorted(unknown)}")
                 index[t.id] = t
                 s = self.start_state(t)
-                errs = self.replay(s, t.solution)
+                if t.conversation is not None:
+                    if self.roles:
+                        raise SpecError(f"{self.name}: task {t.id!r} is a conversation; conversations are "
+                                        "played by one agent (a team's tasks are one instruction)")
+                    errs = self._replay_turns(t, s)
+                else:
+                    errs = self.replay(s, t.solution)
                 if errs:
                     self.replay_errors[t.id] = errs
                 if t.check is None and t.expected_state_hash is None:
@@ -507,6 +513,31 @@ class ToolEnvSpec:
                 errors.append(f"call {i} ({agent}: {c.name}): {out.content}")
         if team:
             cast("MultiState", state).acting = ""
+        return errors
+
+    def _replay_turns(self, task: Task, state: State) -> list[str]:
+        """Replay a conversation's reference turn by turn on ``state`` (in place), keeping for each
+        turn the state's hash after it and its calls' results (``task._turn_refs``), for the
+        per-turn checks; return the error observations, as :meth:`replay`."""
+        conv = task.conversation
+        assert conv is not None
+        errors, refs, i = [], [], 0
+        for k, turn in enumerate(conv.turns):
+            results = []
+            for c in turn.solution:
+                t = self._role_tools.get(self._agents[0], {}).get(c.name)
+                if t is None:
+                    errors.append(f"call {i} (turn {k}: {c.name}): not a tool")
+                    results.append("")
+                else:
+                    out = t.invoke(state, c.arguments)
+                    results.append(out.content)
+                    if not out.ok:
+                        errors.append(f"call {i} (turn {k}: {c.name}): {out.content}")
+                i += 1
+            hashed = state_hash(state) if "state" in (turn.checks or ()) else ""
+            refs.append((hashed, results))
+        task._turn_refs = refs
         return errors
 
     def rewards(self, task: Task, state: Any, success: bool) -> dict[str, float]:

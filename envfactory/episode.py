@@ -58,6 +58,7 @@ from .snapshots import WORLD_GONE, check_referee, check_seal, sign_snapshot
 from .state import State, copy_state
 from .task import Task, ToolCall
 from .tooling import ToolOutcome
+from .conversation import communicated, user_reply
 from .users import USER_TOOL, UserResponder, host_reply, user_profile
 from .world import LocalWorld, RunBatch, World, WorldGone, WorldLost
 
@@ -169,6 +170,8 @@ class Episode(Environment):
         self._solo_seen = {self._solo_agent: 0}
         self._solo_rewards = {self._solo_agent: 0.0}
         self._tasks_built = False
+        self._conv: dict[str, Any] | None = None  # a conversation's progress (see _open_conversation)
+        self._hidden: frozenset[str] = frozenset()  # tools of user turns not yet opened
 
     # -- the transcripts, written lazily ----------------------------------------
     # A sole agent's usual turn (world tools, no error; or an answer) is kept in _pending as
@@ -259,6 +262,7 @@ class Episode(Environment):
             self._terminated = self._truncated = False
             self._success = self._answer = self._ended_by = self._timed_out = None
             self._seen_mail, self._rewards = self._solo_seen, self._solo_rewards
+            self._open_conversation(t)
             return opened.copy()
         self._world.start(t)
         self._task = t
@@ -521,6 +525,14 @@ class Episode(Environment):
         try:
             if terminal is not None and terminal(self._world.state()):
                 self._end("terminal", terminated=True)
+            elif self._conv is not None and self._converse(agent, parsed.answer, new):
+                self._last_tool[agent] = new
+                if self._round >= self._max_turns:
+                    self._end("max_turns", terminated=False)
+                else:
+                    self._round, self._pos, self._passed = self._round + 1, 0, []
+                    info["user_turn"] = self._conv["turn"]
+                    return new, 0.0, False, False, info
             else:
                 self._end("answer", terminated=True)
         except WorldGone as exc:
@@ -589,7 +601,13 @@ class Episode(Environment):
             elif self.spec.terminal is not None and self.spec.terminal(self._world.state()):
                 self._end("terminal", terminated=True)
             elif self._pos == len(self.agents):
-                if len(self._passed) == len(self.agents):
+                if (len(self._passed) == len(self.agents) and self._conv is not None
+                        and self._converse(agent, parsed.answer, new)):
+                    if rnd >= self._max_turns:
+                        self._end("max_turns", terminated=False)
+                    else:
+                        self._round, self._pos, self._passed = rnd + 1, 0, []
+                elif len(self._passed) == len(self.agents):
                     self._end("quiescence" if self._team else "answer", terminated=True)
                 elif rnd >= self._max_turns:
                     self._end("max_turns", terminated=False)
@@ -609,13 +627,15 @@ class Episode(Environment):
         host, and ends the turn), and write the tool messages and log entries.
         Returns (finished, answer, timed out)."""
         calls = parsed.calls
-        world_tools = self._world_tools[agent]
+        world_tools = self._solo_tools if not self._team else self._world_tools[agent]
         found = [world_tools.get(c.name) for c in calls]
         finished, answer = False, None
         if None not in found:  # the common case: one batch
             outcomes = self._run_batch(agent, rnd, calls)
         else:
             tools = self._tools_of[agent]
+            if self._hidden:  # a conversation's tools of turns not yet opened
+                tools = {n: t for n, t in tools.items() if n not in self._hidden}
             found = [tools.get(c.name) for c in calls]
             outcomes = []
             for c, t in zip(calls, found):
@@ -725,8 +745,10 @@ class Episode(Environment):
         state = self._world.state()
         task = self._require_task()
         success = task.success(state, answer)
-        if success and task.answer_facts and not self._facts_shown(task):
+        if success and task.answer_facts and "answer" in task.components() and not self._facts_shown(task):
             success = False
+        if success and (self._conv is not None or "actions" in task.components()):
+            success = self._conversation_ok(task)
         return answer, success, self.spec.rewards(task, state, success)
 
     def _facts_shown(self, task: Task) -> bool:
@@ -752,7 +774,106 @@ class Episode(Environment):
         if how in ("timeout", "world_lost"):  # the world is gone: nothing to judge
             self._answer, self._success, self._rewards = None, False, dict.fromkeys(self.agents, 0.0)
             return
+        conv = self._conv
+        if conv is not None and how in ("finish", "terminal") and len(conv["verdicts"]) == conv["turn"]:
+            # the agent (or the world) ended the conversation: the turn under way is judged as it stands
+            self._close_turn()
         self._answer, self._success, self._rewards = self._judge(answer)
+
+    # -- conversations (envfactory.conversation) ------------------------------
+    def _open_conversation(self, task: Task) -> None:
+        """Start ``task``'s conversation at its first turn (or none, for a one-instruction task)."""
+        conv = task.conversation
+        if conv is None:
+            self._conv = None
+        else:
+            # turn: the open turn; start: the log length when it opened; verdicts: each closed turn's
+            # checks; told: facts the user has told; said: (agent's words, user's reply) exchanges
+            self._conv = {"turn": 0, "start": 0, "verdicts": [], "told": [], "said": []}
+        self._reopen_tools()
+
+    def _reopen_tools(self) -> None:
+        """The sole agent's tools as the conversation stands: those of turns not yet opened hidden."""
+        task, conv = self._task, self._conv
+        hidden = (frozenset(task.conversation.hidden_tools(conv["turn"]))
+                  if conv is not None and task is not None and task.conversation is not None else frozenset())
+        if hidden != self._hidden or (not hidden and self._solo_tools is not self._world_tools[self._solo_agent]):
+            self._hidden = hidden
+            tools = self._world_tools[self._solo_agent]
+            self._solo_tools = {n: t for n, t in tools.items() if n not in hidden} if hidden else tools
+
+    def _converse(self, agent: str, words: str, new: list[Message]) -> bool:
+        """The agent answered ``words`` without a tool call: the user's next message, appended to
+        ``new`` and the transcript, when the conversation goes on (``True``); ``False`` when this
+        answer ends it (the last turn is answered)."""
+        conv, task = self._conv, self._require_task()
+        assert conv is not None and task.conversation is not None
+        k = conv["turn"]
+        called = any(e[2] is not None for e in self._log[conv["start"]:])
+        reply, asked = user_reply(task.conversation, k, words, called, conv["told"])
+        if reply is not None and asked and self._user is not None:
+            profile = {"persona": task.conversation.persona, "goal": task.conversation.turns[k].message,
+                       **task.conversation.facts}
+            reply = host_reply(self._user, words, profile, [tuple(x) for x in conv["said"]])
+        if reply is None:
+            self._close_turn()
+            if k + 1 >= len(task.conversation.turns):
+                return False
+            conv["turn"], conv["start"] = k + 1, len(self._log)
+            self._reopen_tools()
+            reply = task.conversation.turns[k + 1].message
+        conv["told"] += [a for a in asked if a not in conv["told"]]
+        conv["said"].append([words, reply])
+        message: Message = {"role": "user", "content": reply}
+        new.append(message)
+        self._transcripts[agent].append(message)  # (after the answer, written out if it was pending)
+        return True
+
+    def _close_turn(self) -> None:
+        """Judge the open turn's checks now (the state after it, its results, whether it called)."""
+        conv, task = self._conv, self._require_task()
+        assert conv is not None and task.conversation is not None
+        k = conv["turn"]
+        turn = task.conversation.turns[k]
+        refs = task._turn_refs
+        if refs is None:
+            raise RuntimeError(f"task {task.id!r}: the conversation's reference was not replayed "
+                               "(register the task through a ToolEnvSpec)")
+        verdict: dict[str, bool] = {}
+        checks = turn.checks or ()
+        if "no_call" in checks:
+            verdict["no_call"] = not any(e[2] is not None for e in self._log[conv["start"]:])
+        if "state" in checks:
+            from .state import state_hash
+            verdict["state"] = state_hash(self._world.state()) == refs[k][0]
+        if "results" in checks:
+            got = [m["content"] for m in self._transcripts[self._solo_agent] if m["role"] == "tool"]
+            verdict["results"] = all(r in got for r in refs[k][1])
+        conv["verdicts"].append(verdict)
+
+    def _conversation_ok(self, task: Task) -> bool:
+        """The conversation's components (every turn closed and its checks held; facts communicated)
+        and the action sequence, when the task's components name them."""
+        parts = task.components()
+        conv = self._conv
+        if conv is not None and task.conversation is not None:
+            verdicts = conv["verdicts"]
+            if len(verdicts) < len(task.conversation.turns):
+                return False  # the conversation was not played to its end
+            for check, part in (("state", "turn_state"), ("results", "turn_results"), ("no_call", "no_call")):
+                if part in parts and not all(v.get(check, True) for v in verdicts):
+                    return False
+            if "communicate" in parts:
+                said = [m["content"] or "" for m in self._transcripts[self._solo_agent] if m["role"] == "assistant"]
+                if not all(communicated(f, said) for f in task.conversation.communicate):
+                    return False
+        if "actions" in parts:
+            tools = self.spec.all_tools
+            wanted = [c for c in task.solution if not (c.name in tools and tools[c.name].read_only)]
+            made = iter([(e[2], e[3]) for e in self._log if e[2] is not None and e[4] == "ok"])
+            if not all(any(n == c.name and a == c.arguments for n, a in made) for c in wanted):
+                return False
+        return True
 
     # -- what each agent sees -------------------------------------------------
     def _agent(self, agent: str | None) -> str:
@@ -801,7 +922,8 @@ class Episode(Environment):
         if not self._acted[agent]:
             parts.append(self._transcripts[agent][1]["content"])
         elif self._last_tool[agent]:
-            parts.append("\n".join(f"<tool_response>\n{m['content']}\n</tool_response>"
+            parts.append("\n".join(m["content"] if m["role"] == "user" else
+                                   f"<tool_response>\n{m['content']}\n</tool_response>"
                                    for m in self._last_tool[agent]))
         if self._team:
             letters = self._mail().inbox(agent, self._seen_mail[agent])
@@ -815,7 +937,10 @@ class Episode(Environment):
         if agent is None and self._team:
             raise EpisodeError(f"{self.spec.name} is a team environment; say whose tools: tool_schemas(agent) "
                                f"for one of {self.agents}")
-        return self.spec.tool_schemas(agent)
+        schemas = self.spec.tool_schemas(agent)
+        if self._hidden:  # a conversation's tools of turns not yet opened
+            return [s for s in schemas if s["function"]["name"] not in self._hidden]
+        return schemas
 
     # -- fork / snapshot / restore ----------------------------------------------
     def fork(self) -> "Episode":
@@ -832,10 +957,12 @@ class Episode(Environment):
         new._counts = {a: dict(c) for a, c in self._counts.items()}
         new._passed, new._last_words = list(self._passed), dict(self._last_words)
         new._log, new._rewards = list(self._log), dict(self._rewards)
+        if self._conv is not None:
+            new._conv = json.loads(json.dumps(self._conv))
         return new
 
     _FIELDS = ("transcripts", "seen_mail", "last_tool", "acted", "counts", "round", "pos", "passed",
-               "last_words", "log", "terminated", "truncated", "success", "rewards", "answer", "ended_by")
+               "last_words", "log", "terminated", "truncated", "success", "rewards", "answer", "ended_by", "conv")
 
     def snapshot(self) -> dict[str, Any]:
         """The whole episode (referee and world) as JSON data, for :meth:`restore`; sealed
@@ -880,6 +1007,7 @@ class Episode(Environment):
             task = self.spec.task(snap["task_id"])
         except (KeyError, IndexError, ValueError) as exc:
             raise SnapshotError(f"snapshot field 'task_id': {exc}") from None
+        _check_conv(snap.get("conv"), task, len(snap["log"]))
         try:
             self._world.load(task, snap["state"])
         except ValueError as exc:  # pydantic's ValidationError, PyStateError: a state the world refuses
@@ -887,7 +1015,8 @@ class Episode(Environment):
         self._task = task
         self._max_turns = snap["max_turns"]
         for k in self._FIELDS:
-            setattr(self, "_" + k, snap[k])
+            setattr(self, "_" + k, snap.get(k))
+        self._reopen_tools()
         if self.done and self._ended_by not in WORLD_GONE:
             self._answer, self._success, self._rewards = self._judge(self._answer)
 
@@ -944,6 +1073,27 @@ class Episode(Environment):
         tid = self._task.id if self._task else None
         rnd = self._round if self._task is not None else 0
         return f"<Episode {self.spec.name} task={tid} round={rnd} done={self.done} world={type(self._world).__name__}>"
+
+
+def _check_conv(conv: Any, task: Task, log_len: int) -> None:
+    """Raise :class:`SnapshotError` unless ``conv`` (a snapshot's conversation field) is one that an
+    episode of ``task`` can hold."""
+    if task.conversation is None:
+        if conv is not None:
+            raise SnapshotError("snapshot field 'conv': the task is not a conversation")
+        return
+    n = len(task.conversation.turns)
+    ok = (isinstance(conv, dict) and set(conv) == {"turn", "start", "verdicts", "told", "said"}
+          and conv["turn"].__class__ is int and 0 <= conv["turn"] < n
+          and conv["start"].__class__ is int and 0 <= conv["start"] <= log_len
+          and isinstance(conv["verdicts"], list) and len(conv["verdicts"]) in (conv["turn"], conv["turn"] + 1)
+          and all(isinstance(v, dict) and all(x.__class__ is bool for x in v.values()) for v in conv["verdicts"])
+          and isinstance(conv["told"], list) and all(isinstance(x, str) for x in conv["told"])
+          and isinstance(conv["said"], list)
+          and all(isinstance(x, list) and len(x) == 2 and all(isinstance(y, str) for y in x) for x in conv["said"]))
+    if not ok:
+        raise SnapshotError(f"snapshot field 'conv': the progress of a conversation of {n} turns "
+                            f"({{turn, start, verdicts, told, said}}), got {str(conv)[:80]!r}")
 
 
 class EpisodeStatus:

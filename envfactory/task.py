@@ -91,12 +91,16 @@ def fact_in(fact: str, text: str) -> bool:
     return bool(fact) and _fact_pattern(fact).search(text) is not None
 
 
+from .conversation import COMPONENTS, Conversation  # noqa: E402 - conversation.py reads ToolCall from here
+
+
 class Task(BaseModel):
     """A task of an environment.
 
     Attributes:
         id: Unique within the environment, stable across processes.
-        instruction: What the user asks, shown to the agent (to every agent of a team).
+        instruction: What the user asks, shown to the agent (to every agent of a team); for a
+            conversation, its first turn's message (filled in when left empty).
         initial_state: The world at ``reset``; each episode gets its own copy.
         solution: A reference solution (tool calls) that earns reward 1; in a
             team, each call names the agent that makes it (see :func:`by`).
@@ -126,14 +130,22 @@ class Task(BaseModel):
             whose hash is costly (``State.__hash_on_demand__``: databases imported with
             ``from_class``), by the first judgment that needs it (:meth:`expected_hash`).
         metadata: Environment-specific data (e.g. private valuations for a payoff).
+        conversation: Several user turns, or a user holding facts the agent must ask for
+            (:class:`~envfactory.conversation.Conversation`); the reference solution is its turns'
+            reference calls. ``None``: the task is one instruction.
+        assertions: Functions of the final state that must all hold (tau2's environment
+            assertions), besides the state check.
+        reward_basis: The components success is the product of (:meth:`components`); ``None``:
+            those the task has (the final state, the answer facts, the conversation's checks,
+            the assertions). ``"actions"`` is judged only when named here.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     id: str
-    instruction: str
+    instruction: str = ""
     initial_state: State
-    solution: list[ToolCall]
+    solution: list[ToolCall] = Field(default_factory=list)
     private: dict[str, str] = Field(default_factory=dict)
     answer_facts: list[str] = Field(default_factory=list)
     answer_rivals: list[str] | None = None
@@ -142,6 +154,12 @@ class Task(BaseModel):
     difficulty: int | None = None
     expected_state_hash: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    conversation: Conversation | None = None
+    assertions: list[Callable[[Any], bool]] = Field(default_factory=list, exclude=True)
+    reward_basis: tuple[str, ...] | None = None
+    # per turn of a conversation, the reference's (state hash after it, its calls' results): filled
+    # in when the environment loads its tasks (see ToolEnvSpec.get_tasks)
+    _turn_refs: list[tuple[str, list[str]]] | None = PrivateAttr(default=None)
     # (expected_state_hash, the reference's final state): see keep_expected_final
     _expected_final: tuple[str | None, State] | None = PrivateAttr(default=None)
 
@@ -154,8 +172,46 @@ class Task(BaseModel):
         return calls
 
     def model_post_init(self, _ctx: Any) -> None:
+        conv = self.conversation
+        if conv is not None:
+            if not self.instruction:
+                self.instruction = conv.turns[0].message
+            elif self.instruction != conv.turns[0].message:
+                raise ValueError(f"task {self.id!r}: the instruction is the conversation's first message; "
+                                 "leave it empty or make them the same")
+            if not self.solution:
+                self.solution = conv.solution
+            elif [c.to_json() for c in self.solution] != [c.to_json() for c in conv.solution]:
+                raise ValueError(f"task {self.id!r}: the solution of a conversation is its turns' reference "
+                                 "calls (UserTurn.solution); leave Task.solution empty")
+        elif not self.instruction:
+            raise ValueError(f"task {self.id!r} needs an instruction (or a conversation)")
+        if self.reward_basis is not None:
+            unknown = set(self.reward_basis) - set(COMPONENTS)
+            if unknown:
+                raise ValueError(f"task {self.id!r}: unknown reward components {sorted(unknown)}; "
+                                 f"known: {', '.join(COMPONENTS)}")
         if self.difficulty is None:
             self.difficulty = len(self.solution)
+
+    def components(self) -> tuple[str, ...]:
+        """The components success is the product of (see :mod:`envfactory.conversation`): the
+        task's ``reward_basis``, or those it has."""
+        if self.reward_basis is not None:
+            return self.reward_basis
+        out = ["state"]
+        if self.answer_facts:
+            out.append("answer")
+        conv = self.conversation
+        if conv is not None:
+            checks = {c for t in conv.turns for c in (t.checks or ())}
+            out += [name for c, name in (("state", "turn_state"), ("results", "turn_results"),
+                                         ("no_call", "no_call")) if c in checks]
+            if conv.communicate:
+                out.append("communicate")
+        if self.assertions:
+            out.append("assertions")
+        return tuple(out)
 
     @property
     def kind(self) -> str:
@@ -239,8 +295,15 @@ class Task(BaseModel):
         return True
 
     def success(self, final_state: State, answer: str | None) -> bool:
-        """Sparse task success: the state check and the answer facts both hold."""
-        return self.state_ok(final_state) and self.answer_ok(answer)
+        """Sparse task success on what the final state and answer show: the state check, the answer
+        facts and the assertions, as far as :meth:`components` names them (an episode judges the
+        conversation's components too)."""
+        parts = self.components()
+        if "state" in parts and not self.state_ok(final_state):
+            return False
+        if "answer" in parts and not self.answer_ok(answer):
+            return False
+        return not ("assertions" in parts and not all(bool(a(final_state)) for a in self.assertions))
 
     def describe(self) -> dict[str, Any]:
         """JSON-friendly description (no callables, no state)."""
@@ -250,7 +313,9 @@ class Task(BaseModel):
             "difficulty": self.difficulty,
             "solution": [c.to_json() for c in self.solution],
             "answer_facts": list(self.answer_facts),
+            "components": list(self.components()),
             **({"private": dict(self.private)} if self.private else {}),
+            **({"conversation": self.conversation.model_dump(mode="json")} if self.conversation else {}),
         }
 
 

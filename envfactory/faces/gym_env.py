@@ -110,10 +110,12 @@ def _clean(text: str) -> str:
 
 
 def render_tool_messages(messages: list[dict[str, Any]]) -> str:
-    """The observation text of a step: each tool response in a Hermes block."""
-    if len(messages) == 1:
+    """The observation text of a step: each tool response in a Hermes block; a conversation's next
+    user message as it is."""
+    if len(messages) == 1 and messages[0]["role"] == "tool":
         return "<tool_response>\n" + messages[0]["content"] + "\n</tool_response>"
-    return "\n".join(f"<tool_response>\n{m['content']}\n</tool_response>" for m in messages)
+    return "\n".join(m["content"] if m["role"] == "user" else f"<tool_response>\n{m['content']}\n</tool_response>"
+                     for m in messages)
 
 
 _outside = _OUTSIDE_CHARSET.search
@@ -190,7 +192,7 @@ class ToolGymEnv(gymnasium.Env[str, str]):
         transcript = env._tx[env._solo_agent]  # env.transcript(), without the checks (written eagerly)
         info["messages"] = transcript[self._seen:]
         self._seen = len(transcript)
-        if len(new) == 1:  # the usual single response, checked alone (the block around it fits)
+        if len(new) == 1 and new[0]["role"] == "tool":  # the usual single response, checked alone
             c = new[0]["content"]
             if len(c) <= _ROOM and (c.isascii() and c.isprintable() or _outside(c) is None):
                 return "<tool_response>\n" + c + "\n</tool_response>", reward, terminated, truncated, info

@@ -187,7 +187,9 @@ class EpisodeService:
             {"name": "episode_status", "description": "The episode's state: whether it is done, its reward "
              "and success, turns played.", "input_schema": _EMPTY_SCHEMA, "read_only": True},
             {"name": "end_episode", "description": "End the episode by giving a final answer without a tool "
-             "call; the task is judged now.", "input_schema": _END_SCHEMA, "read_only": False},
+             "call; the task is judged now. In a conversation this ends your turn: the user's next "
+             "message comes back as 'user', and the episode goes on.", "input_schema": _END_SCHEMA,
+             "read_only": False},
             {"name": "list_tasks", "description": f"The tasks this server serves (its {self.split!r} split): "
              "task_id, split, kind and instruction.", "input_schema": _LIST_SCHEMA, "read_only": True},
         ]
@@ -367,7 +369,8 @@ class EpisodeService:
                 "terminated": status.terminated, "truncated": status.truncated, "reward": ep.rewards[ep.agents[0]],
                 "success": ep.success, "ended_by": status.ended_by, "answer": status.answer,
                 "turns": status.turns_taken() if ep.task else 0, "max_turns": status.max_turns,
-                "tool_calls": len(log), "tool_errors": sum(not e["ok"] for e in log)}
+                "tool_calls": len(log), "tool_errors": sum(not e["ok"] for e in log),
+                **({"user": _user_says(ep)} if _user_says(ep) else {})}
 
     def play(self, key: str | None, name: str, arguments: dict[str, Any] | None, *,
              client: str | None = None) -> tuple[str, bool, dict[str, Any]]:
@@ -416,6 +419,15 @@ class EpisodeService:
             self._born.clear()
             self._busy.clear()
             self._owner.clear()
+
+
+def _user_says(ep: Episode) -> str | None:
+    """A conversation's user message the agent has not answered yet (after ``end_episode`` ended a
+    turn), else ``None``."""
+    if ep.task is None or ep.task.conversation is None or ep.done:
+        return None
+    last = ep.transcript()[-1]
+    return last["content"] if last["role"] == "user" and ep.status.turns_taken() else None
 
 
 def _reaper(ref: Any, stop: threading.Event, interval: float) -> None:

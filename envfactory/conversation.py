@@ -1,0 +1,174 @@
+"""Tasks as conversations: several user turns, or a user holding facts the agent must ask for.
+
+A :class:`~envfactory.Task` is one instruction by default. Given a :class:`Conversation` it is a
+conversation instead, played through the same episode API in every runtime and face:
+
+* the first turn's message is the opening user message (the task's ``instruction``);
+* the agent's turn ends when it answers without a tool call; the user's next message is then its
+  next observation (a ``{"role": "user"}`` message), and the episode goes on;
+* the episode ends when the last turn is answered (``ended_by="answer"``), when the agent calls
+  ``finish``, or at the turn limit.
+
+Two forms, one class:
+
+* **Scripted turns** (BFCL's multi-turn entries): each :class:`UserTurn` is a message, the
+  reference calls that answer it, the tools that appear at that turn (hidden before it), and the
+  checks made when the agent ends it. Any answer ends the turn: asking the user a question is
+  answering (BFCL's ``miss_param`` turns, whose right answer is no call).
+* **A user with a private scenario** (tau2-style): ``facts`` that the user knows and tells only
+  when asked. While a turn is open, an answer that asks for facts (names them: "What is your
+  order number?") gets them from the user, and the turn stays open; an open question without a
+  call yet this turn gets the turn's request restated, never the facts; anything else (the agent
+  says what it did) ends the turn and the user goes on with the next request (a follow-up, or a
+  change of mind: "Actually, make it two nights"), or stops after the last. The scripted user is
+  a function of the conversation and the agent's words, so forks, snapshots and replays hold; an
+  LLM user (``envfactory.make(name, user=responder)``) words the replies instead, over any policy
+  backend, while the turn structure stays the script's.
+
+Scoring (a task's :meth:`~envfactory.Task.components`): success is the product of the components
+the task uses, each judged on the host from the true world:
+
+* ``state``: the final state is the reference's (or the task's ``check`` holds);
+* ``answer``: the final answer holds the answer facts;
+* ``turn_state``: after each turn with a ``"state"`` check, the state is the reference's after that
+  turn (BFCL's state check);
+* ``turn_results``: each result of the reference's calls in a turn with a ``"results"`` check is
+  among the results of the agent's calls up to the end of that turn (BFCL's response check);
+* ``no_call``: the agent made no tool call in a turn whose right answer is none (BFCL's
+  irrelevance check);
+* ``communicate``: each of ``Conversation.communicate`` occurs in some assistant message (tau2's
+  communicate check);
+* ``actions``: each of the reference's writing calls was made, in order, with the same arguments
+  (tau2's action check);
+* ``assertions``: each of the task's ``assertions`` holds on the final state (tau2's
+  environment assertions).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .task import ToolCall, normalize_answer
+
+__all__ = ["UserTurn", "Conversation", "TurnCheck", "user_reply", "COMPONENTS"]
+
+TurnCheck = Literal["state", "results", "no_call"]
+COMPONENTS = ("state", "answer", "turn_state", "turn_results", "no_call", "communicate", "actions", "assertions")
+
+STOP = "That's all, thank you."
+
+
+class UserTurn(BaseModel):
+    """One user turn of a conversation.
+
+    Attributes:
+        message: What the user says (the first turn's is the task's instruction).
+        solution: The reference calls that answer this turn (none: the right answer is words).
+        tools: Tools that appear at this turn: hidden from the agent (not in its schemas, an
+            unknown tool if called) until the turn opens. BFCL's ``miss_func`` entries add a
+            function mid-conversation.
+        checks: What is checked when the agent ends this turn: ``"state"`` (the state is the
+            reference's after this turn), ``"results"`` (the reference's results of this turn are
+            among the agent's results so far), ``"no_call"`` (the agent made no tool call in this
+            turn). Default: ``("state",)``, or ``("no_call",)`` for a turn without reference calls.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: str
+    solution: list[ToolCall] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list)
+    checks: tuple[TurnCheck, ...] | None = None
+
+    def model_post_init(self, _ctx: Any) -> None:
+        if self.checks is None:
+            self.checks = ("state",) if self.solution else ("no_call",)
+
+    @field_validator("message")
+    @classmethod
+    def _said(cls, message: str) -> str:
+        if not message.strip():
+            raise ValueError("a user turn needs a message")
+        return message
+
+
+class Conversation(BaseModel):
+    """A task's conversation: the user's turns, and what the user holds back.
+
+    Attributes:
+        turns: The user's turns, in order (at least one).
+        facts: What the user knows and tells only when asked (``{"order number": "W-1182"}``):
+            never in a turn's message, never listed on an open question. A fact is asked for when
+            the agent's words share a word with its name.
+        persona: Who the user is, for an LLM user's prompt (the scripted user does not say it).
+        communicate: Facts the agent must tell the user in some assistant message (tau2's
+            communicate check): a number it looked up, a status.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    turns: list[UserTurn]
+    facts: dict[str, str] = Field(default_factory=dict)
+    persona: str = ""
+    communicate: list[str] = Field(default_factory=list)
+
+    @field_validator("turns")
+    @classmethod
+    def _some(cls, turns: list[UserTurn]) -> list[UserTurn]:
+        if not turns:
+            raise ValueError("a conversation needs at least one user turn")
+        return turns
+
+    @property
+    def solution(self) -> list[ToolCall]:
+        """Every turn's reference calls, in order: the task's reference solution."""
+        return [c for t in self.turns for c in t.solution]
+
+    def hidden_tools(self, opened: int) -> set[str]:
+        """The tools not yet shown when turns ``0..opened`` have been opened."""
+        return {name for t in self.turns[opened + 1:] for name in t.tools}
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _stem(word: str) -> str:
+    return word[:-1] if len(word) > 3 and word.endswith("s") else word
+
+
+def asked_facts(words: str, facts: dict[str, str]) -> list[str]:
+    """The facts whose name shares a word (of three letters or more) with ``words``."""
+    said = {_stem(w) for w in _WORD.findall(words.lower())}
+    return [k for k in facts if said & {_stem(w) for w in _WORD.findall(k.lower()) if len(w) > 2}]
+
+
+def user_reply(conversation: Conversation, turn: int, words: str, called: bool,
+               told: list[str]) -> tuple[str | None, list[str]]:
+    """The scripted user's answer to the agent's ``words`` (an answer without a tool call) while
+    ``turn`` is open.
+
+    Returns ``(reply, asked)``: ``reply`` is the user's words when the turn stays open (the facts
+    asked for, or the request restated), ``None`` when the answer ends the turn; ``asked`` the
+    facts told now. ``called``: the agent has made a tool call in this turn; ``told``: facts
+    told before (not told again unless asked again).
+    """
+    facts = conversation.facts
+    if not facts:
+        return None, []
+    asked = asked_facts(words, facts)
+    if asked:
+        return " ".join(f"My {k} is {facts[k]}." for k in asked), asked
+    if not called and "?" in words:
+        return "As I said: " + conversation.turns[turn].message, []
+    return None, []
+
+
+def communicated(fact: str, messages: list[str]) -> bool:
+    """Whether ``fact`` occurs in one of the assistant ``messages`` (normalized, as answer facts)."""
+    from .task import fact_in
+
+    f = normalize_answer(fact)
+    return any(fact_in(f, normalize_answer(m)) for m in messages)
