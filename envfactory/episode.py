@@ -1111,6 +1111,7 @@ class EpisodeStatus:
     - :attr:`log` - Every tool call so far.
     - :meth:`turns_taken` - How many turns an agent has played.
     - :meth:`judge` - The verdict if the episode were truncated now.
+    - :attr:`conversation` - Where a conversation stands (``None`` for a one-instruction task).
     """
 
     __slots__ = ("_episode",)
@@ -1162,6 +1163,18 @@ class EpisodeStatus:
     def max_turns(self) -> int:
         """The turn limit: rounds (for one agent, turns) after which the episode is truncated."""
         return self._episode._max_turns
+
+    @property
+    def conversation(self) -> dict[str, Any] | None:
+        """A conversation's progress (a copy): ``turn`` (the user turn under way, from 0),
+        ``turn_start`` (the index in :attr:`log` of its first call), ``told`` (the facts the user
+        has told), ``verdicts`` (each ended turn's checks: ``{"state": True, ...}``); ``None`` for
+        a one-instruction task or before reset."""
+        conv = self._episode._conv if self._episode._task is not None else None
+        if conv is None:
+            return None
+        return {"turn": conv["turn"], "turn_start": conv["start"], "told": list(conv["told"]),
+                "verdicts": [dict(v) for v in conv["verdicts"]]}
 
     @property
     def log(self) -> list[dict[str, Any]]:

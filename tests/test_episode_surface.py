@@ -15,7 +15,7 @@ from envfactory.episode import AsyncEpisode, Episode, EpisodeStatus
 PUBLIC = ["act", "agents", "aio", "close", "done", "fork", "observation", "reset", "restore", "rewards",
           "snapshot", "spec", "state", "status", "step", "step_round", "success", "task", "tool_schemas",
           "transcript"]
-STATUS = ["answer", "ended_by", "judge", "log", "max_turns", "next_agent", "round", "terminated", "truncated",
+STATUS = ["answer", "conversation", "ended_by", "judge", "log", "max_turns", "next_agent", "round", "terminated", "truncated",
           "turns_taken"]
 AIO = ["act", "close", "fork", "reset", "step", "step_round"]
 INC = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'

@@ -108,6 +108,29 @@ def _closing(episode: "Episode", agent: str) -> str:
     return ToolCall("finish", {"answer": _answer(_task(episode)).strip()}).to_hermes()
 
 
+def _converse(episode: "Episode", task: Task, k: int) -> str:
+    """The oracle in a conversation: in the user turn under way, ask the user for the facts its
+    next reference call needs (those not told yet), make the call, and when the turn's calls are
+    done answer: what the user must be told, and on the last turn the answer facts."""
+    conv = task.conversation
+    status = episode.status.conversation
+    assert conv is not None and status is not None
+    t = status["turn"]
+    end = sum(len(turn.solution) for turn in conv.turns[:t + 1])
+    if k < end:
+        call = task.solution[k]
+        wanted = json.dumps(call.arguments, ensure_ascii=False).lower()
+        need = [name for name, value in conv.facts.items()
+                if name not in status["told"] and value.lower() in wanted]
+        if need:
+            return "Could you tell me your " + " and your ".join(need) + "?"
+        return call.to_hermes()
+    said = " ".join(conv.communicate)
+    if t + 1 == len(conv.turns):
+        return (_answer(task) + " " + said).strip()
+    return ("Done. " + said).strip()
+
+
 class OraclePolicy:
     """Plays the agent's steps of the (joint) reference solution as they come up."""
 
@@ -115,8 +138,11 @@ class OraclePolicy:
     stochastic = False
 
     def act(self, episode: "Episode", agent: str, seed: int) -> Any:
-        plan = _task(episode).solution
+        task = _task(episode)
+        plan = task.solution
         k = plan_progress(episode)
+        if task.conversation is not None:
+            return _converse(episode, task, k)
         if k == len(plan):
             return _closing(episode, agent)
         return plan[k].to_hermes() if (plan[k].agent or episode.agents[0]) == agent else PASS
