@@ -7,7 +7,8 @@ trainer: the user is part of the world.
 
 * The **scripted user** (:func:`scripted_reply`, what ``ask_user`` runs in every world,
   containers included) answers each fact whose name the question mentions ("What is your
-  name?" -> "My name is Kim.") and otherwise says which facts it can tell, never their values.
+  name?" -> "My name is Kim.") and otherwise asks what the agent needs to know: it never lists
+  its facts, so the agent has to know what to ask for.
   It is a function of the state and the question, so forks, snapshots and replays hold.
 * A user with a **goal** (tau2-style) also keeps a *script* in ``state.user``, under keys that
   start with ``_`` (never told as facts): a persona and the goal in its own words, which it
@@ -75,7 +76,7 @@ def scripted_reply(question: str, facts: dict[str, str]) -> str:
     told = [f"My {key} is {value}." for key in _asked(question, facts) for value in [facts[key]]]
     if told:
         return " ".join(told)
-    return "Sorry, I don't follow. I can tell you my " + " or my ".join(facts) + "."
+    return "Sorry, I don't follow. What do you need to know?"
 
 
 def _asked(question: str, facts: dict[str, str]) -> list[str]:
@@ -91,8 +92,8 @@ def user_turn(user: dict[str, str], question: str) -> str:
     * a question asking to confirm -> "Yes, go ahead." (and the confirmation is recorded);
     * a question naming facts -> those facts (the slipped one wrong the first time, then
       "Sorry, I meant ...");
-    * anything else (a greeting, "How can I help?") -> the persona and the goal, and which facts
-      it can tell, never their values;
+    * anything else (a greeting, "How can I help?") -> the persona and the goal, never a fact or
+      the names of the facts it holds;
     * a wrong value already told and not yet corrected is corrected first, whatever was asked.
     """
     facts = public_facts(user)
@@ -122,9 +123,7 @@ def user_turn(user: dict[str, str], question: str) -> str:
                 parts.append(f"My {key} is {facts[key]}.")
     else:
         said = [s for s in (user.get(PERSONA) and f"I'm {user[PERSONA]}.", user.get(GOAL)) if s]
-        parts += said or ["Sorry, I don't follow."]
-        if facts:
-            parts.append("If you need them, I can tell you my " + " or my ".join(facts) + ".")
+        parts += said or ["Sorry, I don't follow. What do you need to know?"]
     return " ".join(parts)
 
 

@@ -41,7 +41,8 @@ def test_the_user_volunteers_part_of_its_goal_but_not_who_it_is():
             GOAL: "I'd like you to cancel my orders with the status I have in mind."}
     reply = user_turn(dict(user), "Hello! How can I help you today?")
     assert "gold customer with 3 orders" in reply and user[GOAL] in reply
-    assert "Kim" not in reply and "placed" not in reply and "name" in reply  # says what it can tell
+    # neither a fact nor the names of its facts: the agent has to know what to ask for (issue 61)
+    assert "Kim" not in reply and "placed" not in reply and "name" not in reply and "order status" not in reply
     # and it answers what it is asked, as before
     assert user_turn(dict(user), "What is your name?") == "My name is Kim."
     assert user_turn(dict(user), "Which order status do you mean?") == "My order status is placed."
