@@ -23,8 +23,8 @@ def _tree_spec(nodes=300):
                       tasks=[ClassTask("t", "Enter child 0.", {"nodes": nodes, "seed": 1}, [call("enter", index=0)])])
 
 
-def _db_spec(records=200):
-    return from_class(BenchCustomerDB, name="D-v0", domain="d",
+def _db_spec(records=200, **options):
+    return from_class(BenchCustomerDB, name="D-v0", domain="d", **options,
                       tasks=[ClassTask("t", "Credit 1.", {"records": records},
                                        [call("credit", customer_id=1, amount=5.0)])])
 
@@ -95,8 +95,9 @@ def test_a_tree_fork_continues_exactly_like_a_fresh_replay():
 
 
 def test_a_call_copies_only_the_containers_and_records_it_reaches():
-    """Before: the first call on either side of a fork copied every record (the whole value)."""
-    ep = Episode(_db_spec())
+    """Before: the first call on either side of a fork copied every record (the whole value).
+    (Per container: copy_on_write='containers'; the default copies the state whole.)"""
+    ep = Episode(_db_spec(copy_on_write="containers"))
     ep.reset("t")
     _do(ep, "credit", customer_id=1, amount=1.0)
     child = ep.fork()
@@ -184,7 +185,7 @@ def test_first_write_of_an_episode_measures_only_what_it_changed(monkeypatch):
     from envfactory.factory.classes import cow
 
     db = retail_db(400)
-    spec = from_class(RetailDB, name="R-v0", domain="r", tasks=retail_tasks(db, 10))
+    spec = from_class(RetailDB, name="R-v0", domain="r", tasks=retail_tasks(db, 10), copy_on_write="containers")
     tasks = spec.get_tasks()
     ep = Episode(spec)
     ep.reset(tasks[1].id)
@@ -207,7 +208,8 @@ def test_the_build_hashes_no_expected_state_and_the_first_judgment_of_a_task_doe
     hashed = []
     inner = cow._json  # (what writes a copy-on-write state's canonical JSON)
     monkeypatch.setattr(cow, "_json", lambda *a: hashed.append(1) or inner(*a))
-    spec = from_class(RetailDB, name="R-v0", domain="r", tasks=retail_tasks(retail_db(60), 12))
+    spec = from_class(RetailDB, name="R-v0", domain="r", tasks=retail_tasks(retail_db(60), 12),
+                      copy_on_write="containers")
     tasks = spec.get_tasks()
     assert hashed == []  # nothing serialized while the tasks were built
     change = [t for t in tasks if t.check is None]

@@ -107,7 +107,7 @@ def _db(n: int = 6) -> dict[str, Any]:
 
 
 def _spec(db: dict[str, Any]) -> Any:
-    return from_class(Shop, name="CowShop-v0", domain="shop", read_only=["get_user"],
+    return from_class(Shop, name="CowShop-v0", domain="shop", read_only=["get_user"], copy_on_write="containers",
                       tasks=[ClassTask("t", "Rename u1 to Ann.", {"db": db}, [call("rename", uid="u1", name="Ann")])])
 
 
@@ -262,7 +262,7 @@ class Rows:
 
 def test_list_slices_sorting_and_a_set_in_a_field_stay_exact_across_a_fork():
     rows = [{"v": i} for i in range(5)]
-    spec = from_class(Rows, name="Rows-v0", domain="rows", read_only=[],
+    spec = from_class(Rows, name="Rows-v0", domain="rows", read_only=[], copy_on_write="containers",
                       tasks=[ClassTask("t", "Bump row 0.", {"rows": rows}, [call("bump", i=0)])])
 
     def truth(before: list[int], after: list[int]) -> tuple[list[str], Any]:
@@ -335,7 +335,7 @@ def test_a_table_changed_every_way_hashes_and_measures_as_the_engine_does():
                           ensure_ascii=False, default=str)
 
     rows = {f"k{i:02d}": {"v": i, "s": "x" * (i % 7)} for i in range(80)}
-    spec = from_class(Table, name="CowTable-v0", domain="t", read_only=[],
+    spec = from_class(Table, name="CowTable-v0", domain="t", read_only=[], copy_on_write="containers",
                       tasks=[ClassTask("t", "Set k01.", {"rows": rows}, [call("change", how="set", a="k01", b="k02")])])
     keys = st.sampled_from([f"k{i:02d}" for i in (0, 1, 2, 40, 79)] + ["new1", "new2"])
     op = st.tuples(st.sampled_from(["set", "one", "two", "swap", "readd", "drop", "same", "alias"]), keys, keys)

@@ -456,9 +456,16 @@ def _object_binder(key: str) -> Callable[..., Callable[..., Any]]:
     return bind
 
 
-def _attribute_binder(cls: type, mapping: dict[str, str]) -> Callable[..., Callable[..., Any]]:
-    """Tools over a bare instance bound to the state's fields (one per attribute)."""
+def _attribute_binder(cls: type, mapping: dict[str, str], copy_on_write: str = "state",
+                      ) -> Callable[..., Callable[..., Any]]:
+    """Tools over a bare instance bound to the state's fields (one per attribute).
+
+    ``copy_on_write="state"``: the fields are the class's own values (a state shared with a
+    fork is copied whole first, :func:`~envfactory.factory.classes.pystate.own`); ``"containers"``:
+    the call runs :class:`~envfactory.factory.classes.cow.armed` (dicts and lists are copied as
+    the call reaches them, so the class sees them as ``CowDict`` / ``CowList``)."""
     pairs = tuple(mapping.items())
+    containers = copy_on_write == "containers"
 
     def bind(func: Callable[..., Any], renderer: Any, own_message: bool) -> Callable[..., Any]:
         def call(world: Any, /, **kwargs: Any) -> Any:
@@ -467,13 +474,23 @@ def _attribute_binder(cls: type, mapping: dict[str, str]) -> Callable[..., Calla
             d = obj.__dict__
             wd = world.__dict__
             try:
-                with armed(world):  # copy on write: what the call reaches becomes this state's own
+                if containers:
+                    with armed(world):  # copy on write: what the call reaches becomes this state's own
+                        for attr, fname in pairs:
+                            d[attr] = wd[fname]
+                        try:
+                            result = func(obj, **kwargs)
+                        finally:
+                            for attr, fname in pairs:  # attributes may have been rebound, not only mutated
+                                wd[fname] = d[attr]
+                else:
+                    own(world)  # shared with a fork: this state's own copy first (the class's own types)
                     for attr, fname in pairs:
                         d[attr] = wd[fname]
                     try:
                         result = func(obj, **kwargs)
                     finally:
-                        for attr, fname in pairs:  # attributes may have been rebound, not only mutated
+                        for attr, fname in pairs:
                             wd[fname] = d[attr]
             except ToolError:
                 raise
@@ -485,6 +502,8 @@ def _attribute_binder(cls: type, mapping: dict[str, str]) -> Callable[..., Calla
                 new = sorted(set(d) - set(mapping))
                 raise ToolError(f"{cls.__name__}.{func.__name__} added attributes {new} at run time; "
                                 "build the environment with from_class(..., state='objects')")
+            if containers and renderer is not None:
+                result = _uncow(result)
             return _finish_result(result, renderer, world)
 
         return call
@@ -492,11 +511,40 @@ def _attribute_binder(cls: type, mapping: dict[str, str]) -> Callable[..., Calla
     return bind
 
 
-def class_state_type(cls: type, probe: Any) -> tuple[type[PyState], dict[str, str]]:
+def _uncow(value: Any) -> Any:
+    """``value`` with any copy-on-write container in it as the plain dict or list it stands for
+    (what a renderer is given: an exact ``type(x) == dict`` holds), ``value`` itself when it
+    holds none."""
+    if not _holds_cow(value, set()):
+        return value
+    return graph_copy(value)
+
+
+def _holds_cow(v: Any, seen: set[int]) -> bool:
+    cls = v.__class__
+    if cls is CowDict or cls is CowList:
+        return True
+    if cls in _SCALAR_ARGS or id(v) in seen:
+        return False
+    seen.add(id(v))
+    if cls is dict:
+        return any(_holds_cow(x, seen) for x in v.values())
+    if cls is list or cls is tuple or cls is set or cls is frozenset:
+        return any(_holds_cow(x, seen) for x in v)
+    if _plain_class(cls):
+        return _holds_cow(v.__dict__, seen)
+    return False
+
+
+def class_state_type(cls: type, probe: Any, copy_on_write: str = "state") -> tuple[type[PyState], dict[str, str]]:
     """A state model with one field per attribute of ``probe`` (an instance of ``cls``).
 
-    Returns the model and ``{attribute: field}``.
+    Returns the model and ``{attribute: field}``. Its forks are copy on write: whole
+    (``copy_on_write="state"``: the first tool call on a shared state copies it, as the class's
+    own types) or per container (``"containers"``: :mod:`~envfactory.factory.classes.cow`).
     """
+    if copy_on_write not in ("state", "containers"):
+        raise SpecError(f"copy_on_write must be 'state' or 'containers', got {copy_on_write!r}")
     attrs = getattr(probe, "__dict__", None)
     if attrs is None:
         raise SpecError(f"{cls.__name__}: instances need a __dict__ for a state of attributes; "
@@ -506,6 +554,10 @@ def class_state_type(cls: type, probe: Any) -> tuple[type[PyState], dict[str, st
     model = create_model(f"{cls.__name__}State", __base__=PyState, **fields)
     model.__module__ = cls.__module__
     model.__pystate_trusted__ = trusted_for([cls])
+    if copy_on_write == "state":
+        model.__state_copy__ = staticmethod(lazy_state_copy)  # every tool here calls own() first
+        model.__pystate_graph__ = True  # (which copies it as one graph: as copy.deepcopy of the instance)
+        return model, mapping
     model.__state_copy__ = staticmethod(cow_state_copy)  # copy on write per container: the tools run armed
     model.__state_size__ = staticmethod(cow_state_size)  # (the quota's measure, shared containers remembered)
     model.__canonical_json__ = staticmethod(cow_canonical_json)  # (its hash, likewise)
@@ -530,13 +582,14 @@ def _methods(part: _Part, include: Iterable[str] | None, exclude: Iterable[str])
 
 def class_tools(
     cls: type, mapping: dict[str, str], *, include: Iterable[str] | None = None,
-    exclude: Iterable[str] = (), read_only: Iterable[str] | None = None,
+    exclude: Iterable[str] = (), read_only: Iterable[str] | None = None, copy_on_write: str = "state",
 ) -> list[Tool]:
-    """Tools for the public methods of ``cls`` (in definition order), over a state of attributes."""
+    """Tools for the public methods of ``cls`` (in definition order), over a state of attributes
+    (:func:`class_state_type`'s, made with the same ``copy_on_write``)."""
     part = _Part(Service(cls), "")
     ro = set(read_only) if read_only is not None else None
     tools = [_method_tool(cls, n, tool_name=n, read_only=(n in ro if ro is not None else reads_by_name(n)),
-                          bind=_attribute_binder(cls, mapping), validation="strict", render=None,
+                          bind=_attribute_binder(cls, mapping, copy_on_write), validation="strict", render=None,
                           errors="detailed") for n in _methods(part, include, exclude)]
     if not tools:
         raise SpecError(f"{cls.__name__} has no public methods to turn into tools")
@@ -785,6 +838,7 @@ def from_class(
     require_reads: Literal["auto", "always", "never"] | bool = "auto",
     compare: Compare = "auto",
     state: Literal["auto", "attributes", "objects"] = "auto",
+    copy_on_write: Literal["state", "containers"] = "state",
     trusted_modules: Iterable[str] = (),
     description: str = "",
     max_turns: int = 20,
@@ -922,7 +976,7 @@ def from_class(
         state_type.__state_copy__ = staticmethod(lazy_state_copy)  # every tool here calls own() first
         mapping: dict[str, str] = {}
     else:
-        state_type, mapping = class_state_type(classes[0], probes[0])  # (copied per container: .cow)
+        state_type, mapping = class_state_type(classes[0], probes[0], copy_on_write)
     state_type.__pystate_trusted__ = trusted
 
     def build_state(instances: list[Any]) -> State:
@@ -949,7 +1003,7 @@ def from_class(
             bases[id(cfg)] = kept
             while len(bases) > 8:  # configurations drawn afresh each time (config=f(rng)) are not kept
                 bases.pop(next(iter(bases)))
-        elif not graph and not kept[2]:
+        elif not graph and not kept[2] and copy_on_write == "containers":
             # A base shared by a second state is measured for the state quota now, while the
             # environment is built: its containers' sizes are remembered (cow_state_size), so
             # the first writing call of an episode measures only what it changed, not the
@@ -986,7 +1040,7 @@ def from_class(
     for part in parts:
         svc = part.svc
         ro = set(svc.read_only) if svc.read_only is not None else None
-        bind = _object_binder(part.key) if graph else _attribute_binder(part.cls, mapping)
+        bind = _object_binder(part.key) if graph else _attribute_binder(part.cls, mapping, copy_on_write)
         for m in _methods(part, svc.include, svc.exclude):
             tname = svc.prefix + m
             if tname in owner:
