@@ -68,8 +68,9 @@ class UserTurn(BaseModel):
         message: What the user says (the first turn's is the task's instruction).
         solution: The reference calls that answer this turn (none: the right answer is words).
         tools: Tools that appear at this turn: hidden from the agent (not in its schemas, an
-            unknown tool if called) until the turn opens. BFCL's ``miss_func`` entries add a
-            function mid-conversation.
+            unknown tool if called) until the turn opens; the turn's message then ends with their
+            schemas (a chat template shows the tools of the opening only). BFCL's ``miss_func``
+            entries add a function mid-conversation.
         checks: What is checked when the agent ends this turn: ``"state"`` (the state is the
             reference's after this turn), ``"results"`` (the reference's results of this turn are
             among the agent's results so far), ``"no_call"`` (the agent made no tool call in this

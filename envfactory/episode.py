@@ -822,6 +822,11 @@ class Episode(Environment):
             conv["turn"], conv["start"] = k + 1, len(self._log)
             self._reopen_tools()
             reply = task.conversation.turns[k + 1].message
+            opened = task.conversation.turns[k + 1].tools
+            if opened:  # a chat template shows the tools of the opening only: the message says what appeared
+                schemas = [s for s in self.spec.tool_schemas() if s["function"]["name"] in opened]
+                reply += ("\n\nNew tools you can call from now on:\n"
+                          + "\n".join(json.dumps(s, ensure_ascii=False) for s in schemas))
         conv["told"] += [a for a in asked if a not in conv["told"]]
         conv["said"].append([words, reply])
         message: Message = {"role": "user", "content": reply}

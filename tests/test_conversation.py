@@ -297,7 +297,9 @@ def test_conversations_through_act_step_many_aio_and_gymnasium() -> None:
     assert obs == "What is the counter now?" and not terminated and reward == 0.0
     env.step(tc("get_n"))
     obs, _, _, _, info = env.step("2")
-    assert obs == "Write the note 'hi'." and "note" in [t["function"]["name"] for t in info["tools"]]
+    assert obs.startswith("Write the note 'hi'.\n\nNew tools you can call from now on:\n")
+    assert json.loads(obs.splitlines()[-1])["function"]["name"] == "note"
+    assert "note" in [t["function"]["name"] for t in info["tools"]]
 
 
 def test_verify_proves_the_conversations() -> None:

@@ -258,3 +258,123 @@ def test_bfcl_every_entry_answers_as_the_class_does_before_and_after_fork_and_re
                     inst = object.__new__(type(p))
                     inst.__dict__.update({a: s.__dict__[_field_name(a)] for a in vars(p)})
                 assert _types(vars(inst)) == _types(vars(p)), (eid, name)
+
+
+# -- 5. validation never turns a gold call the class accepts into an error ----------------------------
+def _bfcl_execution(entry: dict, turns: list[list[str]]) -> tuple[list[str], dict[str, Any]]:
+    """BFCL's own execution of an entry's gold calls, turn by turn: the results and the instances."""
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils as mtu
+
+    model = f"envfactory_fidelity_{uuid.uuid4().hex}"
+    out: list[str] = []
+    instances: dict[str, Any] = {}
+    try:
+        for turn in turns:
+            results, instances = mtu.execute_multi_turn_func_call(
+                turn, entry["initial_config"], entry["involved_classes"], model, entry["id"], long_context=False)
+            out += results
+    finally:  # (BFCL keeps its instances in its module's globals, by model and entry)
+        for k in [k for k in vars(mtu) if k.startswith(model)]:
+            del vars(mtu)[k]
+    return out, instances
+
+
+def _bfcl_spec(entries: list[dict], gold: dict[str, list[list[str]]], **options: Any) -> Any:
+    """One environment for entries that involve the same classes (a service per class)."""
+    names = entries[0]["involved_classes"]
+    classes = [_bfcl_class(n) for n in names]
+    services = [Service(c, loader=_load) for c in classes]
+    keys = [re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", n).lower() for n in names]
+
+    def config(e: dict) -> Any:
+        cfgs = [e["initial_config"].get(n, {}) for n in names]
+        return cfgs[0] if len(names) == 1 else dict(zip(keys, cfgs))
+
+    tasks = [ClassTask(e["id"], "Do what the user asks.", config(e),
+                       [call(n, **a) for turn in gold[e["id"]] for n, a in (_parse_call(s, classes) for s in turn)])
+             for e in entries]
+    return from_class(services if len(names) > 1 else services[0], name="Bfcl-v0", domain="bfcl", tasks=tasks,
+                      render=bfcl_render, read_only=None, **options)
+
+
+class _Private:
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.startswith("_")
+
+
+def _public(attrs: dict[str, Any]) -> Any:
+    """The attributes as a document, without the private ones at any depth (clocks such as a
+    file's ``_last_modified``; BFCL's own state check compares the public attributes)."""
+    from envfactory.factory.classes.pystate import _Encoder
+
+    return _Encoder(("bfcl_eval",), omit=lambda cls: _Private()).enc(
+        {k: v for k, v in attrs.items() if not k.startswith("_")}, "")
+
+
+def test_bfcl_no_gold_call_fails_where_bfcls_own_execution_does_not():
+    """Before: with the default (strict) validation, BFCL's gold ``close_ticket(ticket_id='ticket_001')``
+    (TicketAPI annotates an int, its data uses strings) was an invalid-arguments error, so the
+    expected state was the unclosed ticket. Every gold call of multi_turn_base now answers what
+    BFCL's execution answers (the same text where it succeeds), and the reference's final state
+    is the one BFCL's execution leaves."""
+    bfcl = _bfcl()
+    gold = {a["id"]: a["ground_truth"] for a in _entries(bfcl, answers=True)}
+    groups: dict[tuple[str, ...], list[dict]] = {}
+    for e in _entries(bfcl):
+        groups.setdefault(tuple(e["involved_classes"]), []).append(e)
+    wrong: list[Any] = []
+    for names, entries in groups.items():
+        spec = _bfcl_spec(entries, gold)
+        tools = spec.all_tools
+        for e in entries:
+            task = spec.task(e["id"])
+            theirs, instances = _bfcl_execution(e, gold[e["id"]])
+            state = spec.start_state(task)
+            for c, want in zip(task.solution, theirs, strict=True):
+                out = tools[c.name].invoke(state, c.arguments)
+                failed = want.startswith("Error during execution")
+                if out.ok == failed or (out.ok and out.content != want):
+                    wrong.append((e["id"], c.name, c.arguments, out.content[:200], want[:200]))
+            for n in names:  # the final state: BFCL's instances, attribute by attribute
+                inst = instances[n]
+                if len(names) > 1 or len(state.__dict__) == 1:
+                    mine = next(v for v in state.__dict__.values() if type(v) is type(inst))
+                    attrs = vars(mine)
+                else:
+                    attrs = {a: state.__dict__[_field_name(a)] for a in vars(inst)}
+                if _public(attrs) != _public(vars(inst)):
+                    wrong.append((e["id"], n, "final state differs"))
+    assert not wrong, wrong[:10]
+
+
+def test_validation_owner_passes_what_the_class_would_receive_and_strict_stays_an_option():
+    """The default validation passes arguments as sent (as the suites the classes come from call
+    them) and checks only their names; ``validation='strict'`` still refuses a wrong type."""
+
+    class Tickets:
+        def __init__(self, tickets: list[dict[str, Any]]) -> None:
+            self.tickets = tickets
+
+        def close_ticket(self, ticket_id: int) -> str:
+            """Close a ticket.
+
+            Args:
+                ticket_id: The ticket.
+            """
+            for t in self.tickets:
+                if t["id"] == ticket_id:
+                    t["status"] = "closed"
+                    return "closed"
+            raise KeyError(f"no ticket {ticket_id}")
+
+    cfg = {"tickets": [{"id": "ticket_001", "status": "open"}]}
+    gold = [call("close_ticket", ticket_id="ticket_001")]
+    spec = from_class(Tickets, name="Tix-v0", domain="t", read_only=None, tasks=[ClassTask("t", "Close it.", cfg, gold)])
+    s = spec.start_state(spec.task("t"))
+    assert spec.replay(s, gold) == [] and s.tickets[0]["status"] == "closed"
+    for bad in ({}, {"ticket_id": 1, "bogus": 2}):  # names are still checked
+        assert spec.all_tools["close_ticket"].invoke(s, bad).kind == "invalid_arguments"
+    strict = from_class(Tickets, name="Tix-v0", domain="t", read_only=None, validation="strict",
+                        tasks=[ClassTask("t", "Close it.", cfg, gold)])
+    out = strict.all_tools["close_ticket"].invoke(strict.start_state(strict.task("t")), {"ticket_id": "ticket_001"})
+    assert out.kind == "invalid_arguments"
