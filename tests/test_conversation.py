@@ -367,3 +367,45 @@ def test_a_team_task_cannot_be_a_conversation() -> None:
                            turns=[UserTurn(message="bump", solution=[call("bump")])]))])
     with pytest.raises(SpecError, match="conversation"):
         spec.get_tasks()
+
+
+def test_trl_plays_a_conversation_through_reply_to_user() -> None:
+    from envfactory import register, registry
+    from agents.harness.trl_env import REPLY, TRLEnvironment
+
+    register(_spec("ConvDeskTRL-v0"))
+    try:
+        trl = TRLEnvironment("ConvDeskTRL-v0", split="all")
+        env = trl.factory()
+        assert callable(getattr(env, REPLY))
+        env.reset(task_id="facts")
+        assert getattr(env, REPLY)("What is your account name and unlock code?") == (
+            "My account name is kim. My unlock code is 7731.")
+        env.unlock(account="kim", code="7731")
+        assert getattr(env, REPLY)("You're unlocked.") == "Thanks! Please also add 5 to the counter."
+        env.add(k=5)
+        assert trl.reward(["The counter is now 5."], environments=[env]) == [1.0]
+        plain = TRLEnvironment("Counter-v0", split="all")
+        assert getattr(plain.env_class, REPLY) is None  # no conversation: no such tool
+    finally:
+        registry._REGISTRY.pop("ConvDeskTRL-v0")
+
+
+def test_mcp_and_openenv_faces_carry_the_users_next_message() -> None:
+    from envfactory import register, registry
+    from envfactory.faces.mcp_server import EpisodeService
+
+    register(_spec("ConvDeskMCP-v0"))
+    try:
+        service = EpisodeService("ConvDeskMCP-v0", split="all", idle_timeout=None)
+        started = service.start("s1", task_id="turns")
+        eid = started.get("episode", "s1") if isinstance(started, dict) else "s1"
+        service.play(eid, "add", {"k": 2})
+        st = service.end(eid, "Done.")
+        assert st["done"] is False and st["user"] == "What is the counter now?"
+        service.play(eid, "get_n", {})
+        st = service.end(eid, "It is 2.")
+        assert st["user"].startswith("Write the note 'hi'.")
+        service.close()
+    finally:
+        registry._REGISTRY.pop("ConvDeskMCP-v0")

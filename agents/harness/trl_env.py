@@ -29,6 +29,10 @@ environment into that shape::
   the default (0) is the environment's reward alone. Each rollout is also recorded in
   :attr:`TRLEnvironment.history` (task id, the episode's reward and success, its calls and final answer,
   the value returned to TRL), so it can be replayed through ``envfactory.make``.
+* **Conversations.** A TRL rollout ends at the model's first completion without a tool call, so for an
+  environment with conversation tasks (:mod:`envfactory.conversation`) each instance also has
+  ``reply_to_user(message)``: the model's words to the user as a call, whose result is the user's next
+  message (the facts asked for, or the next request); the last answer, without a call, ends it as usual.
 * **Parsing.** TRL parses tool calls out of completions through ``tokenizer.parse_response``, which
   needs a response template TRL knows only for a few model families. :func:`prepare_tokenizer` gives
   the tokenizer envfactory's own parser (:func:`envfactory.parsing.parse_text`: Hermes ``<tool_call>``
@@ -54,6 +58,9 @@ _JSON_TYPES: dict[str, Any] = {"integer": int, "number": float, "string": str, "
                                "object": dict}
 _UNSET: Any = inspect.Parameter.empty
 _END_MARKERS = ("<|im_end|>", "<|endoftext|>")
+# a conversation's answers in TRL: a rollout ends at the first completion without a tool call, so each
+# answer but the last is a call of this method, whose result is the user's next message
+REPLY = "reply_to_user"
 
 
 class EnvfactoryTRLEnv:
@@ -86,6 +93,25 @@ class EnvfactoryTRLEnv:
             return f"Error: the episode has ended ({ep.status.ended_by}); no more tool calls are run."
         r = ep.step([ToolCall(name, arguments)])
         return "\n".join(str(m.get("content", "")) for m in r.messages) or "(no output)"
+
+    def reply_to_user(self, message: str) -> str:
+        """Answer the user in words and hear what they say next (a conversation: a task of several
+        user turns, or a user who holds facts you must ask for). Use it to ask the user something
+        or to tell them what you did; your last words, given without any call, end the conversation.
+
+        Args:
+            message: What you say to the user.
+        """
+        ep = self._episode
+        if ep.task is None:
+            return "Error: no episode (reset was not called)"
+        self._calls.append((REPLY, {"message": message}))
+        if ep.done:
+            return f"Error: the conversation has ended ({ep.status.ended_by})."
+        r = ep.step(str(message))
+        if ep.done:
+            return "(the user has nothing more to say)"
+        return "\n".join(str(m.get("content", "")) for m in r.messages)
 
     def _finish(self, final_text: str | None) -> dict[str, Any]:
         """End the episode with the rollout's final answer (as ``make`` would) and report it."""
@@ -165,10 +191,12 @@ class TRLEnvironment:
         if not self.tasks:
             raise ValueError(f"{self.name}: no tasks in split {split!r}")
         methods = {t.name: _tool_method(t) for t in self.spec.tools_of().values()}
-        clash = sorted(set(methods) & {"reset", "get_reward"} | {m for m in methods if m.startswith("_")})
+        clash = sorted(set(methods) & {"reset", "get_reward", REPLY} | {m for m in methods if m.startswith("_")})
         if clash:
             raise ValueError(f"{self.name}: tool names {clash} clash with TRL's environment protocol")
         cls_name = "".join(ch for ch in self.name.title() if ch.isalnum()) + "TRLEnv"
+        if not any(t.conversation is not None for t in self.tasks):  # a tool only conversations have
+            methods[REPLY] = None  # type: ignore[assignment]
         self.env_class: type[EnvfactoryTRLEnv] = type(cls_name, (EnvfactoryTRLEnv,), {
             "_name": self.name, "_runtime": runtime, "_max_turns": max_turns, "_owner": self, **methods})
         self.history: list[dict[str, Any]] = []
