@@ -87,8 +87,10 @@ def _from_class(*args, arguments, **kwargs):
     # The built-in class environments keep the detailed error text ("Error: tool 'x' failed:
     # ValueError: ...") and read-only by name unless listed: the pinned pretraining corpus and
     # every figure measured with the embedded model were made with them; new environments get
-    # the class's own message and read-only by observation by default.
+    # the class's own message and read-only by observation by default. Likewise strict argument
+    # checks (new environments pass arguments as the class would receive them).
     kwargs.setdefault("read_only", None)
+    kwargs.setdefault("validation", "strict")
     return from_class(*args, errors="detailed", synthesis=Synthesis(arguments=arguments), **kwargs)
 
 

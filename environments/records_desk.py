@@ -137,6 +137,7 @@ def _spec():
         description="A records archive (folders, documents, tags, a current folder) and a courier desk "
                     "(shipments with tracking numbers).",
         config=_config(random.Random("records/probe")), tasks=_tasks, max_turns=12,
+        validation="strict",  # (as built before lax became from_class's default: its tasks unchanged)
         # the archive's current folder is private (``_cwd``) and the "move" tasks ask for it; the
         # courier's RNG decides the next tracking number: the whole state is what these tasks mean
         compare="all")

@@ -347,7 +347,7 @@ def test_bfcl_no_gold_call_fails_where_bfcls_own_execution_does_not():
     assert not wrong, wrong[:10]
 
 
-def test_validation_owner_passes_what_the_class_would_receive_and_strict_stays_an_option():
+def test_the_default_validation_passes_what_the_class_would_receive_and_strict_stays_an_option():
     """The default validation passes arguments as sent (as the suites the classes come from call
     them) and checks only their names; ``validation='strict'`` still refuses a wrong type."""
 

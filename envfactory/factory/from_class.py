@@ -13,16 +13,22 @@ episode, into an :class:`~envfactory.ToolEnvSpec`:
   (objects pointing into each other, ``random.Random``, sets, tuples, int and
   tuple dict keys, big ints, floats). Forks are copy-on-write: they share the
   values until a tool runs on one side, which then copies the whole object graph
-  at once; snapshots are a versioned JSON document that restores to an equal
-  state (see :mod:`~envfactory.factory.classes.pystate`). For one class whose attributes share nothing the state has a
+  at once (as ``copy.deepcopy`` of the instances would); snapshots are a versioned JSON
+  document that restores to an equal state, of the same types (see
+  :mod:`~envfactory.factory.classes.pystate`). For one class whose attributes share nothing the state has a
   field per attribute (``state.cash``; names starting with ``_`` become
-  ``private_<name>``) and forks use the engine's fast copier; otherwise (several
+  ``private_<name>``); otherwise (several
   services, attributes that point into each other, ``state="objects"``) it has a
-  field per service holding the live instance (``state.file_system.cwd``);
-* each public method becomes a tool: schema from the signature and the
-  Google-style docstring; arguments checked strictly (default), with pydantic's
-  coercion (``validation="coerce"``) or passed as the agent sent them, the way
-  the class would receive them (``validation="lax"``); either way the method gets its own
+  field per service holding the live instance (``state.file_system.cwd``). The class's
+  code only ever sees its own values, of its own types, live, forked or restored
+  (``copy_on_write="containers"``, for multi-MB databases of dicts, trades that for forks
+  whose first call copies only the dicts and lists it reaches);
+* each public method becomes a tool (or, when the class marks its tools, as τ²-bench's
+  ``@is_tool`` does, only the marked ones: :data:`TOOL_MARKS`): schema from the signature and the
+  Google-style docstring; arguments passed as the agent sent them, the way the class would
+  receive them, only their names checked (``validation="lax"``, default), checked strictly
+  against the annotations (``"strict"``) or with pydantic's coercion (``"coerce"``); either way
+  the method gets its own
   copy of any list or dict argument (a class may keep what it is given and change it later,
   which must change neither a reference solution nor the episode's messages); results rendered the
   project's way (default) or with ``render="str"``, ``"repr"`` or a function;
@@ -831,7 +837,7 @@ def from_class(
     loader: Loader | None = None,
     tasks: Sequence[Task | ClassTask] | Callable[[], Sequence[Task | ClassTask]] | None = None,
     synthesis: Synthesis = Synthesis(),
-    validation: Literal["strict", "coerce", "lax"] = "strict",
+    validation: Literal["strict", "coerce", "lax"] = "lax",
     render: Render = None,
     errors: Literal["message", "detailed"] = "message",
     read_only: Iterable[str] | Literal["observe"] | None = "observe",
@@ -864,8 +870,16 @@ def from_class(
             returning them; by default ``synthesis.n_tasks`` are synthesized lazily.
         synthesis: How tasks are synthesized (:class:`Synthesis`: argument sources, how
             many, the seed).
-        validation: ``"strict"`` (default), ``"coerce"`` (pydantic's lax conversion)
-            or ``"lax"`` (arguments passed as sent; only their names are checked).
+        validation: ``"lax"`` (default: arguments passed as sent, as the class would receive
+            them; only their names are checked: an unknown or a missing required argument is
+            refused), ``"strict"`` (each argument must be of its annotated type) or
+            ``"coerce"`` (pydantic's conversion). Lax is the default because the suites these
+            classes come from call them so (BFCL evaluates the call as written, τ²-bench passes
+            the arguments on) and their own data may contradict an annotation (BFCL's TicketAPI
+            annotates ``ticket_id: int``; its gold calls ``close_ticket(ticket_id='ticket_001')``,
+            which the class accepts): a check the class does not make must not turn a call it
+            accepts, a gold call above all, into an error, nor the task's expected state into
+            one where that call never happened. The schema agents see is the same in every mode.
         render: How results become observations: ``None`` (default: strings as they
             are, ``None`` as ``OK``, other values as JSON), ``"str"``, ``"repr"`` or a function.
         errors: ``"message"``: a method's exception shows as ``Error: <its message>``;
