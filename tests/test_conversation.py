@@ -311,6 +311,8 @@ def test_verify_proves_the_conversations() -> None:
     finally:
         registry._REGISTRY.pop("ConvDeskVerify-v0")
     assert report.verified, [(f.check, f.detail) for f in report.failures]
+    assert report.to_json()["components"] == {"state": 3, "turn_state": 2, "turn_results": 1, "no_call": 1,
+                                              "communicate": 1}
 
 
 def test_bad_conversations_are_named() -> None:

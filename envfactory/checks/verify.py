@@ -94,6 +94,7 @@ class Report:
     kinds: dict[str, dict[str, Any]] = field(default_factory=dict)
     difficulty: dict[str, dict[str, Any]] = field(default_factory=dict)
     hard_stated: dict[str, int] = field(default_factory=dict)
+    components: dict[str, int] = field(default_factory=dict)  # reward component -> tasks using it
 
     @property
     def verified(self) -> bool:
@@ -112,6 +113,7 @@ class Report:
             "kinds": self.kinds,
             "difficulty": self.difficulty,
             "hard_stated": self.hard_stated,
+            "components": self.components,
             "seconds": round(self.seconds, 3),
             **({"audit": self.audit} if self.audit is not None else {}),
         }
@@ -165,6 +167,9 @@ def verify_spec(
     report.kinds = kind_mix(tasks)
     report.difficulty = difficulty_mix(tasks)
     report.hard_stated = hard_stated(tasks)
+    for t in tasks:  # what each task's success is the product of (envfactory.conversation)
+        for part in t.components():
+            report.components[part] = report.components.get(part, 0) + 1
     for tid, errs in spec.replay_errors.items():
         fail.append(Failure("tasks", "reference solution has tool errors: " + "; ".join(errs), tid))
     report.checks.append("tool_determinism")

@@ -114,6 +114,9 @@ def _verify_run(args: argparse.Namespace) -> Result:
         mark = "PASS" if r["verified"] else "FAIL"
         lines.append(f"{mark}  {r['name']:<24}{r['domain']:<14}{r['tasks']:>4} tasks  {r['seconds']:.2f}s"
                      + _audit_line(r.get("audit")))
+        parts = r.get("components") or {}
+        if set(parts) - {"state", "answer"}:  # a conversation's or an imported suite's components
+            lines.append("      reward: product of " + ", ".join(f"{k} ({n} tasks)" for k, n in parts.items()))
         for f in r["failures"][:10]:
             where = f" [{f['task']}]" if "task" in f else ""
             lines.append(f"      {f['check']}{where}: {f['detail']}")
