@@ -31,11 +31,15 @@ the task uses, each judged on the host from the true world:
 * ``state``: the final state is the reference's (or the task's ``check`` holds);
 * ``answer``: the final answer holds the answer facts;
 * ``turn_state``: after each turn with a ``"state"`` check, the state is the reference's after that
-  turn (BFCL's state check);
+  turn (BFCL's state check): the whole state by its hash, or what ``Conversation.state_view``
+  shows of it, by ``==``;
 * ``turn_results``: each result of the reference's calls in a turn with a ``"results"`` check is
-  among the results of the agent's calls up to the end of that turn (BFCL's response check);
+  among the results of the agent's calls up to the end of that turn, as often as the reference got
+  it (BFCL's response check);
 * ``no_call``: the agent made no tool call in a turn whose right answer is none (BFCL's
   irrelevance check);
+* ``turn_call``: the agent made a tool call in each turn with a ``"call"`` check (BFCL fails a
+  turn with reference calls that the model answered without one);
 * ``communicate``: each of ``Conversation.communicate`` occurs in some assistant message (tau2's
   communicate check);
 * ``actions``: each of the reference's writing calls was made, in order, with the same arguments
@@ -47,16 +51,21 @@ the task uses, each judged on the host from the true world:
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .task import ToolCall, normalize_answer
 
-__all__ = ["UserTurn", "Conversation", "TurnCheck", "user_reply", "asks", "asked_facts", "COMPONENTS"]
+__all__ = ["UserTurn", "Conversation", "TurnCheck", "user_reply", "asks", "asked_facts", "COMPONENTS",
+           "TURN_COMPONENTS"]
 
-TurnCheck = Literal["state", "results", "no_call"]
-COMPONENTS = ("state", "answer", "turn_state", "turn_results", "no_call", "communicate", "actions", "assertions")
+TurnCheck = Literal["state", "results", "no_call", "call"]
+COMPONENTS = ("state", "answer", "turn_state", "turn_results", "no_call", "turn_call", "communicate", "actions",
+              "assertions")
+TURN_COMPONENTS: dict[str, str] = {"state": "turn_state", "results": "turn_results", "no_call": "no_call",
+                                   "call": "turn_call"}
+"""Each per-turn check and the reward component that judges it (see :meth:`~envfactory.Task.components`)."""
 
 STOP = "That's all, thank you."
 
@@ -74,7 +83,9 @@ class UserTurn(BaseModel):
         checks: What is checked when the agent ends this turn: ``"state"`` (the state is the
             reference's after this turn), ``"results"`` (the reference's results of this turn are
             among the agent's results so far), ``"no_call"`` (the agent made no tool call in this
-            turn). Default: ``("state",)``, or ``("no_call",)`` for a turn without reference calls.
+            turn), ``"call"`` (the agent made a tool call in this turn). Default: ``("state",)``, or
+            ``("no_call",)`` for a turn without reference calls; ``()``: nothing is checked when the
+            turn ends (its calls still count for the later turns' checks).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -107,6 +118,17 @@ class Conversation(BaseModel):
         persona: Who the user is, for an LLM user's prompt (the scripted user does not say it).
         communicate: Facts the agent must tell the user in some assistant message (tau2's
             communicate check): a number it looked up, a status.
+        hidden: Tools of the environment this conversation never shows: not in the agent's
+            schemas, an unknown tool if called (BFCL shows an entry only the functions of the
+            classes it involves).
+        state_view: What a turn's ``"state"`` check compares: ``state_view(state)`` after the
+            agent's turn is compared by ``==`` with ``state_view`` of the reference's state after
+            that turn (a deep copy taken when the reference is replayed). ``None`` (default): the
+            whole state, by its canonical hash. BFCL's state check compares only the public
+            attributes of the classes an entry involves (not a current directory, a random
+            generator's state or a file's modification time); a function of the state that
+            returns those compares exactly what it compares. It must not change the state, and a
+            picklable object (not a lambda) keeps the task picklable.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -115,6 +137,8 @@ class Conversation(BaseModel):
     facts: dict[str, str] = Field(default_factory=dict)
     persona: str = ""
     communicate: list[str] = Field(default_factory=list)
+    hidden: list[str] = Field(default_factory=list)
+    state_view: Callable[[Any], Any] | None = Field(default=None, exclude=True)
 
     @field_validator("turns")
     @classmethod
@@ -129,8 +153,9 @@ class Conversation(BaseModel):
         return [c for t in self.turns for c in t.solution]
 
     def hidden_tools(self, opened: int) -> set[str]:
-        """The tools not yet shown when turns ``0..opened`` have been opened."""
-        return {name for t in self.turns[opened + 1:] for name in t.tools}
+        """The tools not shown when turns ``0..opened`` have been opened: those of the later
+        turns and those never shown (:attr:`hidden`)."""
+        return {name for t in self.turns[opened + 1:] for name in t.tools} | set(self.hidden)
 
 
 _WORD = re.compile(r"[a-z0-9]+")

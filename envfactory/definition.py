@@ -517,8 +517,11 @@ class ToolEnvSpec:
 
     def _replay_turns(self, task: Task, state: State) -> list[str]:
         """Replay a conversation's reference turn by turn on ``state`` (in place), keeping for each
-        turn the state's hash after it and its calls' results (``task._turn_refs``), for the
-        per-turn checks; return the error observations, as :meth:`replay`."""
+        turn the state's hash after it (or a copy of ``Conversation.state_view`` of it) and its
+        calls' results (``task._turn_refs``), for the per-turn checks; return the error
+        observations, as :meth:`replay`."""
+        import copy
+
         conv = task.conversation
         assert conv is not None
         errors, refs, i = [], [], 0
@@ -535,7 +538,12 @@ class ToolEnvSpec:
                     if not out.ok:
                         errors.append(f"call {i} (turn {k}: {c.name}): {out.content}")
                 i += 1
-            hashed = state_hash(state) if "state" in (turn.checks or ()) else ""
+            if "state" not in (turn.checks or ()):
+                hashed: Any = ""
+            elif conv.state_view is None:
+                hashed = state_hash(state)
+            else:  # what the turn's state check compares (Conversation.state_view), kept as it is now
+                hashed = copy.deepcopy(conv.state_view(state))
             refs.append((hashed, results))
         task._turn_refs = refs
         return errors

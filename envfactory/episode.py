@@ -58,7 +58,7 @@ from .snapshots import WORLD_GONE, check_referee, check_seal, sign_snapshot
 from .state import State, copy_state
 from .task import Task, ToolCall
 from .tooling import ToolOutcome
-from .conversation import communicated, user_reply
+from .conversation import TURN_COMPONENTS, communicated, user_reply
 from .users import USER_TOOL, UserResponder, host_reply, user_profile
 from .world import LocalWorld, RunBatch, World, WorldGone, WorldLost
 
@@ -846,14 +846,23 @@ class Episode(Environment):
                                "(register the task through a ToolEnvSpec)")
         verdict: dict[str, bool] = {}
         checks = turn.checks or ()
-        if "no_call" in checks:
-            verdict["no_call"] = not any(e[2] is not None for e in self._log[conv["start"]:])
+        if "no_call" in checks or "call" in checks:
+            called = any(e[2] is not None for e in self._log[conv["start"]:])
+            if "no_call" in checks:
+                verdict["no_call"] = not called
+            if "call" in checks:
+                verdict["call"] = called
         if "state" in checks:
-            from .state import state_hash
-            verdict["state"] = state_hash(self._world.state()) == refs[k][0]
-        if "results" in checks:
-            got = [m["content"] for m in self._transcripts[self._solo_agent] if m["role"] == "tool"]
-            verdict["results"] = all(r in got for r in refs[k][1])
+            view = task.conversation.state_view
+            if view is None:
+                from .state import state_hash
+                verdict["state"] = state_hash(self._world.state()) == refs[k][0]
+            else:  # (the reference's view, kept by ToolEnvSpec._replay_turns)
+                verdict["state"] = bool(view(self._world.state()) == refs[k][0])
+        if "results" in checks:  # each reference result, as often as the reference got it
+            from collections import Counter
+            got = Counter(m["content"] for m in self._transcripts[self._solo_agent] if m["role"] == "tool")
+            verdict["results"] = all(got[r] >= n for r, n in Counter(refs[k][1]).items())
         conv["verdicts"].append(verdict)
 
     def _conversation_ok(self, task: Task) -> bool:
@@ -865,7 +874,7 @@ class Episode(Environment):
             verdicts = conv["verdicts"]
             if len(verdicts) < len(task.conversation.turns):
                 return False  # the conversation was not played to its end
-            for check, part in (("state", "turn_state"), ("results", "turn_results"), ("no_call", "no_call")):
+            for check, part in TURN_COMPONENTS.items():
                 if part in parts and not all(v.get(check, True) for v in verdicts):
                     return False
             if "communicate" in parts:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import enum
 import importlib
 import inspect
@@ -378,3 +379,186 @@ def test_the_default_validation_passes_what_the_class_would_receive_and_strict_s
                         tasks=[ClassTask("t", "Close it.", cfg, gold)])
     out = strict.all_tools["close_ticket"].invoke(strict.start_state(strict.task("t")), {"ticket_id": "ticket_001"})
     assert out.kind == "invalid_arguments"
+
+
+# -- 3. the owner's tool marks --------------------------------------------------------------------------
+class ToolType(str, enum.Enum):
+    """τ²-bench's kinds of tool."""
+
+    READ = "read"
+    WRITE = "write"
+    THINK = "think"
+    GENERIC = "generic"
+
+
+def is_tool(tool_type: ToolType = ToolType.READ) -> Any:
+    """τ²-bench's mark (``tau2.environment.toolkit.is_tool``): two attributes on the function."""
+
+    def mark(func: Any) -> Any:
+        func.__tool__ = True
+        func.__tool_type__ = tool_type
+        return func
+
+    return mark
+
+
+class ToolKitBase:
+    """A toolkit base as τ²-bench's: a ``**kwargs`` dispatcher and helpers that are not tools."""
+
+    def __init__(self, db: dict[str, Any]) -> None:
+        self.db = db
+
+    def use_tool(self, tool_name: str, **kwargs: Any) -> Any:
+        """Call a tool by name."""
+        return getattr(self, tool_name)(**kwargs)
+
+    def update_db(self, update_data: dict[str, Any]) -> None:
+        """Change the database (the harness's, not the agent's)."""
+        self.db.update(update_data)
+
+    def get_statistics(self) -> dict[str, int]:
+        """How many orders."""
+        return {"orders": len(self.db["orders"])}
+
+
+class OrderTools(ToolKitBase):
+    @is_tool(ToolType.READ)
+    def fetch_order(self, order_id: str) -> dict[str, Any]:
+        """An order.
+
+        Args:
+            order_id: The order.
+        """
+        return self.db["orders"][order_id]
+
+    @is_tool(ToolType.WRITE)
+    def get_and_cancel(self, order_id: str) -> str:
+        """Cancel an order (its name reads like a read: its mark says it writes).
+
+        Args:
+            order_id: The order.
+        """
+        self.db["orders"][order_id]["status"] = "cancelled"
+        return "cancelled"
+
+    @is_tool(ToolType.GENERIC)
+    def transfer_to_human_agents(self, summary: str) -> str:
+        """Hand over.
+
+        Args:
+            summary: Why.
+        """
+        return "Transfer successful"
+
+
+ORDERS = {"db": {"orders": {"o1": {"status": "pending"}, "o2": {"status": "pending"}}}}
+
+
+def _orders_spec(cls: Any = OrderTools, **options: Any) -> Any:
+    return from_class(cls, name="Orders-v0", domain="retail", tasks=[
+        ClassTask("t", "Cancel o1.", ORDERS, [call("fetch_order", order_id="o1"), call("get_and_cancel", order_id="o1")])],
+        **options)
+
+
+def test_only_the_methods_the_class_marks_become_tools_and_a_read_mark_pins_read_only():
+    """Before: every public method became a tool, so τ²-bench's ``use_tool(tool_name, **kwargs)``
+    stopped the build (a SpecError) and ``update_db``/``get_statistics`` would have been tools."""
+    for options in ({}, {"read_only": None}):
+        spec = _orders_spec(**options)
+        tools = {t.name: t for t in spec.tools}
+        assert set(tools) == {"fetch_order", "get_and_cancel", "transfer_to_human_agents"}
+        assert tools["fetch_order"].read_only is True  # (READ: pinned, whatever its name)
+        assert tools["get_and_cancel"].read_only is False  # (WRITE: pinned, though named get_)
+        s = spec.start_state(spec.task("t"))
+        assert spec.replay(s, spec.task("t").solution) == []
+    named = _orders_spec(cls=Service(OrderTools, tools_marked="__tool__"))
+    assert {t.name for t in named.tools} == {"fetch_order", "get_and_cancel", "transfer_to_human_agents"}
+    pinned = _orders_spec(cls=Service(OrderTools, read_only=["get_and_cancel"]))  # the Service's word wins
+    assert {t.name: t.read_only for t in pinned.tools}["get_and_cancel"] is True
+    every = _orders_spec(cls=Service(OrderTools, tools_marked=False, exclude=["use_tool"]), read_only=None)
+    assert {"update_db", "get_statistics", "fetch_order"} <= {t.name for t in every.tools}
+    with pytest.raises(SpecError, match="no public method carries the mark '__mine__'"):
+        _orders_spec(cls=Service(OrderTools, tools_marked="__mine__"))
+
+
+# -- 4. every error message names an option that exists ---------------------------------------------------
+def test_the_advice_on_a_kwargs_dispatcher_works_when_followed_literally():
+    """Before: the SpecError said ``exclude it (exclude=['use_tool'])``, a keyword from_class no
+    longer takes (it lives on Service)."""
+    with pytest.raises(SpecError) as info:
+        _orders_spec(cls=Service(OrderTools, tools_marked=False), read_only=None)
+    advice = re.search(r"from_class\((Service\(.*?\]\))", str(info.value))
+    assert advice, str(info.value)
+    service = eval(advice.group(1), {"Service": Service, "OrderTools": OrderTools})  # noqa: S307 (the message's own text)
+    spec = _orders_spec(cls=dataclasses.replace(service, tools_marked=False), read_only=None)
+    assert "use_tool" not in {t.name for t in spec.tools} and "fetch_order" in {t.name for t in spec.tools}
+
+
+_ADVISED = re.compile(r"\b(from_class|Service|Synthesis|ClassTask)\(")
+
+
+def _texts(path: Path) -> list[tuple[int, str, bool]]:
+    """Every string in a module (an f-string's values as ``X``): (line, text, whether it is the
+    message of a raised error or a warning)."""
+    tree = ast.parse(path.read_text())
+    messages: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args:
+            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+            if name and (name.endswith("Error") or name == "warn"):
+                messages |= {id(n) for n in ast.walk(node.args[0])}
+    pieces = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in pieces:  # (a piece of an f-string: read whole, below)
+            continue
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) else "X" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            continue
+        out.append((node.lineno, text, id(node) in messages))
+    return out
+
+
+def _keywords_in_calls(text: str) -> list[tuple[str, str]]:
+    """``(callable, keyword)`` for each ``keyword=`` at the top level of a spelled-out call."""
+    found = []
+    for m in _ADVISED.finditer(text):
+        depth, i, start = 1, m.end(), m.end()
+        while i < len(text) and depth:
+            depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(text[i], 0)
+            i += 1
+        inner, depth, top = text[start:i - 1], 0, []
+        for ch in inner:  # the argument list with nested brackets blanked out
+            depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(ch, 0)
+            top.append(ch if depth == 0 or ch in "([{" else " ")
+        found += [(m.group(1), k) for k in re.findall(r"(?:^|,)\s*([a-z_]\w*)\s*=(?!=)", "".join(top))]
+    return found
+
+
+def test_every_keyword_a_message_of_the_class_factory_suggests_exists():
+    """Each ``name=`` that a message or docstring of from_class and its rooms spells inside
+    ``from_class(...)``, ``Service(...)``, ``Synthesis(...)`` or ``ClassTask(...)`` is a parameter
+    of that callable; a bare ``name=`` in an error message or warning (``pass loader=...``) is
+    one of from_class's own."""
+    params = {n: set(inspect.signature(f).parameters) for n, f in
+              (("from_class", from_class), ("Service", Service), ("Synthesis", Synthesis), ("ClassTask", ClassTask))}
+    factory = Path(__file__).resolve().parents[1] / "envfactory" / "factory"
+    files = [factory / "from_class.py", *sorted((factory / "classes").glob("*.py")),
+             *sorted((factory / "tasks").glob("*.py"))]
+    wrong, checked = [], 0
+    for path in files:
+        for line, text, message in _texts(path):
+            for owner, kw in _keywords_in_calls(text):
+                checked += 1
+                if kw not in params[owner]:
+                    wrong.append(f"{path.name}:{line}: {owner}({kw}=...)")
+            if message:
+                bare = re.sub(r"\b(?:from_class|Service|Synthesis|ClassTask)\([^()]*(?:\([^()]*\)[^()]*)*\)", "", text)
+                for kw in re.findall(r"(?:\(|\bpass |\bwith |\bneeds |\bneed |\bgive |, )([a-z_]\w*)=(?!=)", bare):
+                    checked += 1
+                    if kw not in params["from_class"]:
+                        wrong.append(f"{path.name}:{line}: bare {kw}= (not a from_class parameter)")
+    assert checked > 10 and not wrong, wrong

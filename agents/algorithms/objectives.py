@@ -33,8 +33,10 @@ group is sampled and how a shared prefix is credited:
   not decide at its own origin (its first turn): that point already has its
   ``Z`` siblings; it branches from its later observations like any rollout.
 
-  Where it branches (``branch_after``): as the ARPO reference implementation
-  does, only after a valid tool result (``"valid_tool_result"``, default): the
+  Where it branches (``branch_after``): by default only after a valid tool
+  result (``"valid_tool_result"``, this project's choice; the ARPO reference
+  implementation branches after every tool result, failed ones included,
+  which ``"any"`` reproduces): the
   role's turn before the observation made at least one tool call, none of which
   failed (``Trajectory.tool_errors``) and with no malformed call
   (``parse_errors``). An observation that is an error, or a turn without tool

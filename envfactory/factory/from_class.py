@@ -50,6 +50,7 @@ from __future__ import annotations
 from envfactory.factory import _callable
 
 import copy
+import dataclasses
 import enum
 import functools
 import inspect
@@ -76,7 +77,7 @@ from envfactory.factory.classes.pystate import (PyState, PyStateError, _plain, _
 from envfactory.factory.tasks.synthesis import SynthConfig, synthesize
 
 __all__ = ["from_class", "Service", "ClassTask", "Synthesis", "ReadsCheck", "class_tools", "class_state_type",
-           "observe_read_only"]
+           "observe_read_only", "TOOL_MARKS"]
 
 READ_PREFIXES = ("get", "list", "find", "search", "show", "count", "describe", "check", "read",
                  "lookup", "view", "total", "report", "status", "is_", "has_", "peek")
@@ -109,9 +110,16 @@ class Service:
         loader: ``None`` (``cls(**config)``), a method name (``cls(**init)`` then
             ``instance.<loader>(config)``) or ``loader(instance, config)``.
         init: Constructor arguments when a loader takes the configuration.
-        include: Methods to expose (default: every public method).
+        include: Methods to expose (default: every public method, or the marked ones: ``tools_marked``).
         exclude: Methods to hide.
         read_only: Methods that never change the state (default: by name prefix).
+        tools_marked: How the class marks its tools. ``True`` (default): if any public method
+            carries one of the :data:`TOOL_MARKS` (τ²-bench's ``@is_tool`` sets ``__tool__``),
+            only the marked methods become tools (a ``**kwargs`` dispatcher such as
+            ``use_tool``, or ``update_db``, stays out); a method's mark of kind (``__tool_type__``:
+            ``READ`` or ``THINK``, ``WRITE``; or ``__mutates_state__``) pins whether it only
+            reads, unless ``read_only`` names it. An attribute name: the methods carrying that
+            attribute (a :class:`~envfactory.SpecError` if none does). ``False``: every public method.
     """
 
     cls: type
@@ -122,6 +130,44 @@ class Service:
     include: Iterable[str] | None = None
     exclude: Iterable[str] = ()
     read_only: Iterable[str] | None = None
+    tools_marked: str | bool = True
+
+
+TOOL_MARKS = ("__tool__", "_is_tool", "is_tool")
+"""Function attributes by which a class marks its tools (a true value), looked for when
+``Service(tools_marked=True)`` (the default): τ²-bench's ``@is_tool(ToolType.READ)`` sets ``__tool__``."""
+_TOOL_KINDS = ("__tool_type__", "_tool_type", "tool_type")
+_READ_KINDS = frozenset(("read", "think"))  # (τ²-bench's ToolType: READ, WRITE, THINK, GENERIC)
+
+
+def _marked_tools(cls: type, names: Sequence[str], mark: str | bool) -> tuple[list[str], dict[str, bool]]:
+    """The methods among ``names`` that ``cls`` marks as its tools (all of them when it marks
+    none and ``mark`` is ``True``), and whether each marked one only reads, where its mark says."""
+    if mark is False:
+        return list(names), {}
+    funcs = {n: inspect.getattr_static(cls, n) for n in names}
+    attrs = TOOL_MARKS if mark is True else (mark,)
+    marked = [n for n in names if any(getattr(funcs[n], a, False) for a in attrs)]
+    if not marked:
+        if mark is True:
+            return list(names), {}
+        raise SpecError(f"{cls.__name__}: no public method carries the mark {mark!r} "
+                        f"(Service(cls, tools_marked={mark!r})); its public methods are {list(names)}")
+    reads: dict[str, bool] = {}
+    for n in marked:
+        f = funcs[n]
+        mutates = getattr(f, "__mutates_state__", None)
+        if isinstance(mutates, bool):
+            reads[n] = not mutates
+            continue
+        kind = next((getattr(f, a) for a in _TOOL_KINDS if getattr(f, a, None) is not None), None)
+        kind = getattr(kind, "value", kind)
+        if isinstance(kind, str):
+            if kind.lower() in _READ_KINDS:
+                reads[n] = True
+            elif kind.lower() == "write":
+                reads[n] = False
+    return marked, reads
 
 
 @dataclass
@@ -280,6 +326,7 @@ class _Part:
         self.cls = svc.cls
         self.key = key
         self.loaders = _loader_methods(svc.cls) if svc.loader is None else []  # for the error messages
+        self.marked_reads: dict[str, bool] = {}  # what the class's tool marks say (set by _methods)
 
     def instance(self, config: Any) -> Any:
         svc, cls = self.svc, self.cls
@@ -373,7 +420,9 @@ def _method_tool(cls: type, method: str, *, tool_name: str, read_only: bool, bin
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise SpecError(f"{cls.__name__}.{method}: *args/**kwargs cannot become a tool's schema "
-                            f"({p.name}); exclude it (exclude=[{method!r}])")
+                            f"({p.name}); leave it out: from_class(Service({cls.__name__}, exclude=[{method!r}]), "
+                            f"...) (a class's options go in its Service), or mark the methods that are tools "
+                            f"(Service(cls, tools_marked='<attribute>'))")
     renderer: Callable[[Any], Any] | None
     if render is None:
         renderer = None
@@ -571,7 +620,11 @@ def class_state_type(cls: type, probe: Any, copy_on_write: str = "state") -> tup
 
 
 def _methods(part: _Part, include: Iterable[str] | None, exclude: Iterable[str]) -> list[str]:
+    """The methods that become tools: ``include``, else the public ones (or those the class
+    marks as its tools, :func:`_marked_tools`), less ``exclude``; what the marks say of reading
+    is kept on the part (``part.marked_reads``)."""
     cls = part.cls
+    part.marked_reads = {}
     if include is not None:
         names = list(include)
     else:  # public functions of the class and its (Python) bases, bases first, in definition order
@@ -579,6 +632,7 @@ def _methods(part: _Part, include: Iterable[str] | None, exclude: Iterable[str])
         for k in reversed(cls.__mro__[:-1]):
             names += [n for n, v in vars(k).items() if not n.startswith("_") and inspect.isfunction(v)
                       and n not in names and inspect.isfunction(inspect.getattr_static(cls, n))]
+        names, part.marked_reads = _marked_tools(cls, names, part.svc.tools_marked)
     for n in names:
         if not callable(getattr(cls, n, None)):
             raise SpecError(f"{cls.__name__} has no method {n!r}")
@@ -928,10 +982,9 @@ def from_class(
             raise SpecError(f"from_class takes classes or Service(...), got {svc.cls!r}")
         if many and loader is not None:
             raise SpecError("with several classes, give the loader per class: Service(cls, loader=...)")
-        svc = Service(svc.cls, key=svc.key, prefix=svc.prefix,
-                      loader=svc.loader if svc.loader is not None else loader, init=svc.init,
-                      include=svc.include, exclude=tuple(svc.exclude),
-                      read_only=svc.read_only if svc.read_only is not None else read_only)
+        svc = dataclasses.replace(svc, loader=svc.loader if svc.loader is not None else loader,
+                                  exclude=tuple(svc.exclude),
+                                  read_only=svc.read_only if svc.read_only is not None else read_only)
         services.append(svc)
     parts: list[_Part] = []
     for svc in services:
@@ -1043,9 +1096,8 @@ def from_class(
 
     observe = isinstance(read_only, str) and read_only == "observe"
     if observe:
-        services = [Service(p.svc.cls, key=p.svc.key, prefix=p.svc.prefix, loader=p.svc.loader, init=p.svc.init,
-                            include=p.svc.include, exclude=p.svc.exclude,
-                            read_only=None if p.svc.read_only == "observe" else p.svc.read_only) for p in parts]
+        services = [dataclasses.replace(p.svc, read_only=None if p.svc.read_only == "observe" else p.svc.read_only)
+                    for p in parts]
         for p, svc in zip(parts, services):
             p.svc = svc
     tools: list[Tool] = []
@@ -1063,9 +1115,15 @@ def from_class(
                     f"{m}; give one service a prefix (Service({part.cls.__name__}, prefix="
                     f"'{part.key}_')) or exclude one")
             owner[tname] = f"{part.cls.__name__}.{m}"
-            is_ro = (m in ro or tname in ro) if ro is not None else reads_by_name(m)
-            if ro is not None:
+            marked = part.marked_reads.get(m)
+            if ro is not None:  # the Service's (or from_class's) read_only pins it
+                is_ro = m in ro or tname in ro
                 pinned.add(tname)
+            elif marked is not None:  # so does the class's own mark of kind (@is_tool(ToolType.READ))
+                is_ro = marked
+                pinned.add(tname)
+            else:
+                is_ro = reads_by_name(m)
             tools.append(_method_tool(part.cls, m, tool_name=tname, read_only=is_ro, bind=bind,
                                       validation=validation, render=render, errors=errors))
     if not tools:
