@@ -217,9 +217,10 @@ class ARPO(_Update):
             decisions of a sampling round (the mean ``P`` is then pinned at ``α``).
         scale_ema: The weight of each new round's mean ``ΔH²`` in the running scale (1: the
             round's own RMS only).
-        branch_after: ``"valid_tool_result"`` (default, as the ARPO reference implementation):
-            branch only at an observation answering a turn whose tool calls all succeeded
-            (at least one call, no tool or parse error); ``"any"``: after every observation.
+        branch_after: ``"valid_tool_result"`` (default): branch only at an observation answering
+            a turn whose tool calls all succeeded (at least one call, no tool or parse error);
+            ``"any"``: after every observation, failed calls included (as the ARPO reference
+            implementation does).
     """
 
     name: ClassVar[str] = "ARPO"

@@ -643,13 +643,14 @@ def _methods(part: _Part, include: Iterable[str] | None, exclude: Iterable[str])
 def class_tools(
     cls: type, mapping: dict[str, str], *, include: Iterable[str] | None = None,
     exclude: Iterable[str] = (), read_only: Iterable[str] | None = None, copy_on_write: str = "state",
+    validation: str = "lax",
 ) -> list[Tool]:
     """Tools for the public methods of ``cls`` (in definition order), over a state of attributes
     (:func:`class_state_type`'s, made with the same ``copy_on_write``)."""
     part = _Part(Service(cls), "")
     ro = set(read_only) if read_only is not None else None
     tools = [_method_tool(cls, n, tool_name=n, read_only=(n in ro if ro is not None else reads_by_name(n)),
-                          bind=_attribute_binder(cls, mapping, copy_on_write), validation="strict", render=None,
+                          bind=_attribute_binder(cls, mapping, copy_on_write), validation=validation, render=None,
                           errors="detailed") for n in _methods(part, include, exclude)]
     if not tools:
         raise SpecError(f"{cls.__name__} has no public methods to turn into tools")
