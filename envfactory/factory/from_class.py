@@ -649,7 +649,8 @@ def class_tools(
     (:func:`class_state_type`'s, made with the same ``copy_on_write``)."""
     part = _Part(Service(cls), "")
     ro = set(read_only) if read_only is not None else None
-    tools = [_method_tool(cls, n, tool_name=n, read_only=(n in ro if ro is not None else reads_by_name(n)),
+    tools = [_method_tool(cls, n, tool_name=n, read_only=(n in ro if ro is not None
+                                                          else part.marked_reads.get(n, reads_by_name(n))),
                           bind=_attribute_binder(cls, mapping, copy_on_write), validation=validation, render=None,
                           errors="detailed") for n in _methods(part, include, exclude)]
     if not tools:
