@@ -562,3 +562,137 @@ def test_every_keyword_a_message_of_the_class_factory_suggests_exists():
                     if kw not in params["from_class"]:
                         wrong.append(f"{path.name}:{line}: bare {kw}= (not a from_class parameter)")
     assert checked > 10 and not wrong, wrong
+
+
+# -- 2. a hook after every call, for services that must stay in sync ------------------------------------
+class Carrier:
+    """The agent's side (τ²-bench telecom's database): lines and their status."""
+
+    def __init__(self, lines: dict[str, str]) -> None:
+        self.lines = dict(lines)
+        self.device_roaming: dict[str, bool] = {}  # what the carrier knows of each device (synced)
+
+    def suspend_line(self, line: str) -> str:
+        """Suspend a line.
+
+        Args:
+            line: The line.
+        """
+        if line not in self.lines:
+            raise KeyError(f"no line {line}")
+        self.lines[line] = "suspended"
+        return "suspended"
+
+    def get_line(self, line: str) -> dict[str, Any]:
+        """A line's status and what the carrier knows of its device.
+
+        Args:
+            line: The line.
+        """
+        return {"status": self.lines[line], "roaming": self.device_roaming.get(line)}
+
+
+class Phone:
+    """The user's side (the device): its line's signal, and its own settings."""
+
+    def __init__(self, line: str) -> None:
+        self.line = line
+        self.signal = True
+        self.roaming = False
+
+    def toggle_roaming(self) -> bool:
+        """Turn roaming on or off."""
+        self.roaming = not self.roaming
+        return self.roaming
+
+    def check_signal(self) -> bool:
+        """Whether the phone has a signal."""
+        return self.signal
+
+
+SYNCED: list[str] = []
+
+
+def sync(services: dict[str, Any]) -> None:
+    """What τ²-bench telecom's environment does after every call: the device follows its line,
+    the carrier learns the device's settings."""
+    carrier, phone = services["carrier"], services["phone"]
+    assert type(carrier.lines) is dict  # (the class's own types, here too)
+    phone.signal = carrier.lines.get(phone.line) == "active"
+    carrier.device_roaming[phone.line] = phone.roaming
+    SYNCED.append(phone.line)
+
+
+def _telecom_spec(**options: Any) -> Any:
+    cfg = {"carrier": {"lines": {"L1": "active", "L2": "active"}}, "phone": {"line": "L1"}}
+    tasks = [ClassTask("suspend", "Suspend my line L1.", cfg, [call("suspend_line", line="L1")]),
+             ClassTask("roam", "Turn roaming on.", cfg, [call("toggle_roaming")])]
+    return from_class([Carrier, Phone], name="Telecom-v0", domain="telecom", tasks=tasks, after_call=sync,
+                      read_only=None, **options)
+
+
+def test_after_call_keeps_coupled_services_in_sync_in_replays_forks_and_restores():
+    """Before: nothing ran after a call, so the user's phone kept its signal on a suspended line,
+    and the reference's expected state (the gold replay) had the two services out of sync."""
+    spec = _telecom_spec()
+    task = spec.task("suspend")
+    start = spec.start_state(task)
+    assert start.carrier.device_roaming == {"L1": False}  # built in sync
+    s = spec.start_state(task)
+    assert spec.replay(s, task.solution) == []
+    assert s.phone.signal is False  # the gold replay synced: the expected state has the phone without signal
+    assert start.phone.signal is True  # (the task's own start untouched)
+    ep = Episode(spec)
+    ep.reset("suspend")
+    assert _say(ep, "check_signal") == "true"
+    child = ep.fork()
+    assert _say(child, "suspend_line", line="L1") == "suspended"
+    assert _say(child, "check_signal") == "false" and _say(ep, "check_signal") == "true"
+    assert ep.state.carrier.lines["L1"] == "active"  # the parent's services untouched by the fork's sync
+    assert _say(ep, "toggle_roaming") == "true"
+    assert json.loads(_say(ep, "get_line", line="L1")) == {"status": "active", "roaming": True}
+    again = Episode(spec)
+    again.restore(ep.snapshot())
+    assert _say(again, "toggle_roaming") == "false"
+    assert json.loads(_say(again, "get_line", line="L1")) == {"status": "active", "roaming": False}
+    assert _say(again, "suspend_line", line="L1") == "suspended" and _say(again, "check_signal") == "false"
+    n = len(SYNCED)
+    assert "Error" in _say(again, "suspend_line", line="L9")  # a call that raised is followed by the hook too
+    assert len(SYNCED) == n + 1
+    from envfactory.checks.scripted import OraclePolicy, play
+
+    for t in ("suspend", "roam"):
+        assert play(Episode(spec), OraclePolicy(), t).success
+
+
+class Thermostat:
+    """One class whose hook derives an attribute from the others (a state of attributes)."""
+
+    def __init__(self, target: float) -> None:
+        self.target = target
+        self.mode = "idle"
+
+    def set_target(self, celsius: float) -> str:
+        """Set the target.
+
+        Args:
+            celsius: Degrees.
+        """
+        self.target = celsius
+        return "ok"
+
+
+def test_after_call_on_one_class_of_attributes_persists_what_it_sets():
+    def derive(services: dict[str, Any]) -> None:
+        t = services["thermostat"]
+        t.mode = "heat" if t.target > 20 else "idle"
+
+    spec = from_class(Thermostat, name="Thermo-v0", domain="home", after_call=derive, read_only=None,
+                      tasks=[ClassTask("t", "Warm up.", {"target": 18.0}, [call("set_target", celsius=22.0)])])
+    s = spec.start_state(spec.task("t"))
+    assert s.mode == "idle"
+    spec.all_tools["set_target"].invoke(s, {"celsius": 23.0})
+    assert s.mode == "heat"
+    f = copy_state(s)
+    spec.all_tools["set_target"].invoke(f, {"celsius": 10.0})
+    assert (f.mode, s.mode) == ("idle", "heat")

@@ -488,21 +488,31 @@ def _own_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def _object_binder(key: str) -> Callable[..., Callable[..., Any]]:
-    """Tools over the live instance held in the state's field ``key``."""
+AfterCall = Callable[[dict[str, Any]], Any]
+
+
+def _object_binder(key: str, after_call: AfterCall | None = None, keys: Sequence[str] = (),
+                   ) -> Callable[..., Callable[..., Any]]:
+    """Tools over the live instance held in the state's field ``key``; ``after_call`` gets the
+    instances of the fields ``keys`` after every call of the method (returned or raised)."""
 
     def bind(func: Callable[..., Any], renderer: Any, own_message: bool) -> Callable[..., Any]:
         def call(world: Any, /, **kwargs: Any) -> Any:
             own(world)
-            obj = world.__dict__[key]
+            wd = world.__dict__
+            obj = wd[key]
             kwargs = _own_arguments(kwargs)
-            if not own_message:
-                return _finish_result(func(obj, **kwargs), renderer, world)
             try:
-                result = func(obj, **kwargs)
+                try:
+                    result = func(obj, **kwargs)
+                finally:
+                    if after_call is not None:
+                        after_call({k: wd[k] for k in keys})
             except ToolError:
                 raise
             except Exception as exc:
+                if not own_message:
+                    raise
                 raise ToolError(_message(exc)) from exc
             return _finish_result(result, renderer, world)
 
@@ -512,8 +522,9 @@ def _object_binder(key: str) -> Callable[..., Callable[..., Any]]:
 
 
 def _attribute_binder(cls: type, mapping: dict[str, str], copy_on_write: str = "state",
-                      ) -> Callable[..., Callable[..., Any]]:
-    """Tools over a bare instance bound to the state's fields (one per attribute).
+                      after_call: AfterCall | None = None, key: str = "") -> Callable[..., Callable[..., Any]]:
+    """Tools over a bare instance bound to the state's fields (one per attribute); ``after_call``
+    gets ``{key: the instance}`` after every call of the method (returned or raised).
 
     ``copy_on_write="state"``: the fields are the class's own values (a state shared with a
     fork is copied whole first, :func:`~envfactory.factory.classes.pystate.own`); ``"containers"``:
@@ -534,7 +545,11 @@ def _attribute_binder(cls: type, mapping: dict[str, str], copy_on_write: str = "
                         for attr, fname in pairs:
                             d[attr] = wd[fname]
                         try:
-                            result = func(obj, **kwargs)
+                            try:
+                                result = func(obj, **kwargs)
+                            finally:
+                                if after_call is not None:
+                                    after_call({key: obj})
                         finally:
                             for attr, fname in pairs:  # attributes may have been rebound, not only mutated
                                 wd[fname] = d[attr]
@@ -543,7 +558,11 @@ def _attribute_binder(cls: type, mapping: dict[str, str], copy_on_write: str = "
                     for attr, fname in pairs:
                         d[attr] = wd[fname]
                     try:
-                        result = func(obj, **kwargs)
+                        try:
+                            result = func(obj, **kwargs)
+                        finally:
+                            if after_call is not None:
+                                after_call({key: obj})
                     finally:
                         for attr, fname in pairs:
                             wd[fname] = d[attr]
@@ -901,6 +920,7 @@ def from_class(
     compare: Compare = "auto",
     state: Literal["auto", "attributes", "objects"] = "auto",
     copy_on_write: Literal["state", "containers"] = "state",
+    after_call: AfterCall | None = None,
     trusted_modules: Iterable[str] = (),
     description: str = "",
     max_turns: int = 20,
@@ -966,6 +986,24 @@ def from_class(
             reference disagree on.
         state: ``"attributes"`` (a field per attribute), ``"objects"`` (a field per
             service, holding the live instance, copied as one graph) or ``"auto"``.
+        copy_on_write: How a fork (and a task's start, a copy of its configuration's state)
+            shares the values until a tool changes them. ``"state"`` (default): the first tool call
+            on a shared state copies it whole, as one graph (as ``copy.deepcopy`` of the
+            instances), so the class's code, its renderer and ``after_call`` only ever see the
+            class's own values and types, live, forked or restored (BFCL's execution renders
+            ``type(result) == dict`` results as JSON, anything else with ``str``). ``"containers"``
+            (a state of attributes, for multi-MB databases of dicts): the first call copies only the
+            dicts and lists it reaches, which the class's code then sees as ``CowDict`` /
+            ``CowList`` (subclasses of dict and list: ``isinstance`` holds, an exact ``type(x) is
+            dict`` does not; results reach a renderer as plain values), a restored state holds plain
+            dicts and lists; the quota's measure and the hash reuse what forks share.
+        after_call: ``after_call(instances)``, ``{service key: live instance}`` (for one class,
+            its key alone), run after every call of a method, whether it returned or raised, and
+            on every state built from a configuration (so an initial state starts as every call
+            leaves it): coupled services kept in sync, as τ²-bench's telecom environment syncs
+            the agent's database and the user's device after each tool call. It runs inside the
+            call (its exception is the call's error), so reference replays (the tasks' expected
+            states), forks and restored states all include it.
         trusted_modules: Modules (besides the classes' packages) whose classes a
             snapshot may rebuild (see :mod:`~envfactory.factory.classes.pystate`).
         description: One line about the environment (default: the class docstring's first line).
@@ -1049,6 +1087,8 @@ def from_class(
     state_type.__pystate_trusted__ = trusted
 
     def build_state(instances: list[Any]) -> State:
+        if after_call is not None:  # a configuration's instances start in sync, as every call leaves them
+            after_call({p.key: inst for p, inst in zip(parts, instances)})
         if graph:
             return state_type.model_validate({p.key: inst for p, inst in zip(parts, instances)})
         inst = instances[0]
@@ -1108,7 +1148,8 @@ def from_class(
     for part in parts:
         svc = part.svc
         ro = set(svc.read_only) if svc.read_only is not None else None
-        bind = _object_binder(part.key) if graph else _attribute_binder(part.cls, mapping, copy_on_write)
+        bind = (_object_binder(part.key, after_call, [p.key for p in parts]) if graph
+                else _attribute_binder(part.cls, mapping, copy_on_write, after_call, part.key))
         for m in _methods(part, svc.include, svc.exclude):
             tname = svc.prefix + m
             if tname in owner:
