@@ -32,6 +32,7 @@ SINGLE_AGENT: dict[str, str] = {
     "Helpdesk-v0": "environments.helpdesk",
     "Lights-v0": "environments.lights",
     "RecordsDesk-v0": "environments.records_desk",
+    "ServiceLine-v0": "environments.service_line",
     **{name: _CLASSES for name in (
         "GitRepo-v0", "LabBench-v0", "SmartHome-v0", "Social-v0", "Spreadsheet-v0", "TeamChat-v0",
         "Trading-v0", "Vehicle-v0",
