@@ -7,7 +7,11 @@ one record, and report failure by returning an error dict (as the suite's tools 
 :class:`~envfactory.factory.from_class.ClassTask` share one configuration object (one database),
 a fifth of them read-only with the facts the user must be told.
 
-Run: ``python -m benchmarks.bigdb_import [--users N] [--tasks N]`` (``envfactory bench bigdb``).
+Run: ``python -m benchmarks.bigdb_import [--users N] [--tasks N] [--copy-on-write state]``
+(``envfactory bench bigdb``). It measures ``from_class(copy_on_write="containers")``, the option
+for multi-MB databases of dicts (a call copies only what it reaches), unless told ``state`` (the
+default of ``from_class``: a fork's first call copies the state whole, and the quota's measure
+walks it after each writing call).
 """
 
 from __future__ import annotations
@@ -173,7 +177,8 @@ def _stats(key: str, samples_s: list[float], unit: float = 1e3) -> dict[str, flo
             f"{key}_max": round(max(samples_s) * unit, 3)}
 
 
-def bench_bigdb(users: int = 4200, tasks: int = 60, forks: int = 20) -> dict[str, Any]:
+def bench_bigdb(users: int = 4200, tasks: int = 60, forks: int = 20, copy_on_write: str = "containers",
+                ) -> dict[str, Any]:
     """Build (``from_class`` + every task, the DB and the task list made before it: the fixture,
     timed apart) and fork + first call (a read and a write), each against ``copy.deepcopy`` of
     the database in the same run (ratios), with min/median/max and the load average; then the
@@ -187,6 +192,7 @@ def bench_bigdb(users: int = 4200, tasks: int = 60, forks: int = 20) -> dict[str
     out["bigdb_db_fixture_s"] = round(time.perf_counter() - t0, 3)
     out["bigdb_db_json_mb"] = round(len(json.dumps(db)) / 1e6, 2)
     out["bigdb_tasks"] = tasks
+    out["bigdb_copy_on_write"] = copy_on_write
     deep = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -201,7 +207,7 @@ def bench_bigdb(users: int = 4200, tasks: int = 60, forks: int = 20) -> dict[str
     task_list = retail_tasks(db, tasks)  # the suite's own tasks, as an importer holds them before importing
     out["bigdb_tasks_fixture_s"] = round(time.perf_counter() - t0, 3)
     t0, c0 = time.perf_counter(), time.process_time()
-    spec = from_class(RetailDB, name="BigRetail-v0", domain="retail", tasks=task_list)
+    spec = from_class(RetailDB, name="BigRetail-v0", domain="retail", tasks=task_list, copy_on_write=copy_on_write)
     built = time.perf_counter() - t0
     spec.get_tasks()
     total, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -256,8 +262,9 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=4200)
     parser.add_argument("--tasks", type=int, default=60)
     parser.add_argument("--forks", type=int, default=20)
+    parser.add_argument("--copy-on-write", choices=["containers", "state"], default="containers")
     args = parser.parse_args()
-    print(json.dumps(bench_bigdb(args.users, args.tasks, args.forks), indent=1))
+    print(json.dumps(bench_bigdb(args.users, args.tasks, args.forks, args.copy_on_write), indent=1))
 
 
 if __name__ == "__main__":
