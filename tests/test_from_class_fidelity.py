@@ -67,9 +67,9 @@ def _plain_instance(name: str, config: Any) -> Any:
 
 def bfcl_render(result: Any) -> str:
     """How BFCL's execution (``execute_multi_turn_func_call``) renders a result."""
-    if type(result) == str:  # noqa: E721 (BFCL's own test, on purpose)
+    if type(result) == str:  # (BFCL's own test, on purpose)
         return result
-    if type(result) == dict:  # noqa: E721
+    if type(result) == dict:
         try:
             return json.dumps(result)
         except Exception:
@@ -489,7 +489,7 @@ def test_the_advice_on_a_kwargs_dispatcher_works_when_followed_literally():
         _orders_spec(cls=Service(OrderTools, tools_marked=False), read_only=None)
     advice = re.search(r"from_class\((Service\(.*?\]\))", str(info.value))
     assert advice, str(info.value)
-    service = eval(advice.group(1), {"Service": Service, "OrderTools": OrderTools})  # noqa: S307 (the message's own text)
+    service = eval(advice.group(1), {"Service": Service, "OrderTools": OrderTools})  # (the message's own text)
     spec = _orders_spec(cls=dataclasses.replace(service, tools_marked=False), read_only=None)
     assert "use_tool" not in {t.name for t in spec.tools} and "fetch_order" in {t.name for t in spec.tools}
 
