@@ -55,7 +55,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .task import ToolCall, normalize_answer
+from .calls import ToolCall, fact_in, normalize_answer
 
 __all__ = ["UserTurn", "Conversation", "TurnCheck", "user_reply", "asks", "asked_facts", "COMPONENTS",
            "TURN_COMPONENTS"]
@@ -205,7 +205,5 @@ def user_reply(conversation: Conversation, turn: int, words: str, called: bool,
 
 def communicated(fact: str, messages: list[str]) -> bool:
     """Whether ``fact`` occurs in one of the assistant ``messages`` (normalized, as answer facts)."""
-    from .task import fact_in
-
     f = normalize_answer(fact)
     return any(fact_in(f, normalize_answer(m)) for m in messages)
