@@ -378,7 +378,7 @@ class ToolEnvSpec:
                     if self.roles:
                         raise SpecError(f"{self.name}: task {t.id!r} is a conversation; conversations are "
                                         "played by one agent (a team's tasks are one instruction)")
-                    errs = self._replay_turns(t, s)
+                    errs = self.replay_turns(t, s)
                 else:
                     errs = self.replay(s, t.solution)
                 if errs:
@@ -515,7 +515,7 @@ class ToolEnvSpec:
             cast("MultiState", state).acting = ""
         return errors
 
-    def _replay_turns(self, task: Task, state: State) -> list[str]:
+    def replay_turns(self, task: Task, state: State) -> list[str]:
         """Replay a conversation's reference turn by turn on ``state`` (in place), keeping for each
         turn the state's hash after it (or a copy of ``Conversation.state_view`` of it) and its
         calls' results (``task._turn_refs``), for the per-turn checks; return the error

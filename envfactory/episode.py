@@ -857,7 +857,7 @@ class Episode(Environment):
             if view is None:
                 from .state import state_hash
                 verdict["state"] = state_hash(self._world.state()) == refs[k][0]
-            else:  # (the reference's view, kept by ToolEnvSpec._replay_turns)
+            else:  # (the reference's view, kept by ToolEnvSpec.replay_turns)
                 verdict["state"] = bool(view(self._world.state()) == refs[k][0])
         if "results" in checks:  # each reference result, as often as the reference got it
             from collections import Counter

@@ -838,7 +838,7 @@ def twin_task(task: Task) -> Task:
                                           twin["communicate"], twin["persona"]),
                metadata={k: v for k, v in task.metadata.items() if k != "conversation_twin"})
     state = SPEC.start_state(out)
-    errors = SPEC._replay_turns(out, state)
+    errors = SPEC.replay_turns(out, state)
     if errors:
         raise RuntimeError(f"the twin of {task.id} does not replay: {errors}")
     out.expected_state_hash = state_hash(state)

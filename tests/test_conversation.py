@@ -411,3 +411,24 @@ def test_mcp_and_openenv_faces_carry_the_users_next_message() -> None:
         service.close()
     finally:
         registry._REGISTRY.pop("ConvDeskMCP-v0")
+
+
+def test_verify_fails_a_conversation_twin_that_one_final_state_solves() -> None:
+    from envfactory import register, registry
+
+    def twin(task: Task) -> Task:  # other facts, but the same reference: no asking needed
+        assert task.conversation is not None
+        conv = task.conversation.model_copy(update={"facts": {"account name": "lee", "unlock code": "1234"}})
+        out = Task(id=task.id + "-twin", initial_state=task.initial_state, conversation=conv)
+        spec.replay_turns(out, spec.start_state(out))
+        out.expected_state_hash = task.expected_state_hash
+        return out
+
+    spec = _spec("ConvDeskTwin-v0", metadata={"conversation_twin": twin})
+    spec.task("facts").metadata["conversation_twin"] = True
+    register(spec)
+    try:
+        report = verify_spec(spec, audit=None, api_checks=False)
+    finally:
+        registry._REGISTRY.pop("ConvDeskTwin-v0")
+    assert [(f.check, f.task) for f in report.failures] == [("conversation_user", "facts")]

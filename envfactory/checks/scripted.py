@@ -125,10 +125,13 @@ def _converse(episode: "Episode", task: Task, k: int) -> str:
         if need:
             return "Could you tell me your " + " and your ".join(need) + "?"
         return call.to_hermes()
-    said = " ".join(conv.communicate)
-    if t + 1 == len(conv.turns):
-        return (_answer(task) + " " + said).strip()
-    return ("Done. " + said).strip()
+    transcript = episode.transcript()
+    shown = [(m["content"] or "").lower() for m in transcript if m["role"] == "tool"]
+    said = [(m["content"] or "").lower() for m in transcript if m["role"] == "assistant" and not m.get("tool_calls")]
+    told = [f for f in conv.communicate  # what it has read and not yet told
+            if any(f.lower() in r for r in shown) and not any(f.lower() in a for a in said)]
+    last = t + 1 == len(conv.turns)
+    return " ".join(part for part in (_answer(task).strip() if last else "Done.", *told) if part)
 
 
 class OraclePolicy:

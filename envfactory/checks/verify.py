@@ -177,6 +177,9 @@ def verify_spec(
     if any("user_twin" in t.metadata for t in tasks):
         report.checks.append("user")
         fail.extend(_user_twins(spec, tasks))
+    if any("conversation_twin" in t.metadata for t in tasks):
+        report.checks.append("conversation_user")
+        fail.extend(_conversation_twins(spec, tasks))
 
     team = spec.multi_agent
     agents = spec.agent_ids
@@ -344,6 +347,40 @@ def _user_twins(spec: ToolEnvSpec, tasks: list[Any]) -> list[Failure]:
         if not clash or twin.state_ok(a_final) or t.state_ok(b_final):
             fail.append(Failure("user", "the task and its twin (other user facts) can both be solved by one "
                                 "final state: the task does not need what only the user knows", t.id))
+    return fail
+
+
+def _conversation_twins(spec: ToolEnvSpec, tasks: list[Any]) -> list[Failure]:
+    """A conversation whose user holds facts needs the asking: its twin (``spec.metadata
+    ["conversation_twin"](task)``: the same world and the same user messages, another user's facts
+    and the reference for them) is solved by no final state that solves the task, and the other
+    way round; an agent that never asks sees the same in both, so it solves at most one."""
+    from ..state import state_hash
+
+    build = spec.metadata.get("conversation_twin")
+    fail = []
+    for t in tasks:
+        if "conversation_twin" not in t.metadata:
+            continue
+        conv = t.conversation
+        if conv is None or not conv.facts or not callable(build):
+            fail.append(Failure("conversation_user", "a conversation twin needs a conversation whose user holds facts "
+                                "and spec.metadata['conversation_twin'](task) to build the twin", t.id))
+            continue
+        twin = build(t)
+        tc = twin.conversation
+        if tc is None or tc.facts == conv.facts or [u.message for u in tc.turns] != [u.message for u in conv.turns]:
+            fail.append(Failure("conversation_user", "the twin must have the same user messages and other facts", t.id))
+            continue
+        if state_hash(spec.start_state(twin)) != state_hash(spec.start_state(t)):
+            fail.append(Failure("conversation_user", "the twin must start from the same world", t.id))
+            continue
+        a_final, b_final = spec.start_state(t), spec.start_state(twin)
+        spec.replay(a_final, t.solution)
+        spec.replay(b_final, twin.solution)
+        if twin.state_ok(a_final) or t.state_ok(b_final):
+            fail.append(Failure("conversation_user", "the task and its twin (other user facts) can both be solved by "
+                                "one final state: the task does not need what only the user knows", t.id))
     return fail
 
 
