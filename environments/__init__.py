@@ -11,14 +11,18 @@ nothing from the environment modules.
 Adding a module here means adding its environments to :data:`SINGLE_AGENT`
 or :data:`MULTI_AGENT`, and adding a spec file under ``specs/`` a line to
 :data:`SPEC_FILES` (``tests/test_imports.py`` checks the tables against what
-the modules and files actually register, and names what is missing).
+the modules and files actually register, and names what is missing). A module
+whose environments need a package envfactory does not depend on goes in
+:data:`OPTIONAL`: its environments are announced only where that package is
+installed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
-__all__ = ["SINGLE_AGENT", "MULTI_AGENT", "SPEC_FILES", "register_all", "import_all"]
+__all__ = ["SINGLE_AGENT", "MULTI_AGENT", "SPEC_FILES", "OPTIONAL", "register_all", "import_all"]
 
 _SPEC_FILES = "environments.spec_envs"   # a module per specs/*.yaml (and specs/composed/*.yaml)
 _CLASSES = "environments.class_envs"     # one environment per classes/*.py
@@ -123,6 +127,16 @@ SPEC_FILES: dict[str, tuple[str, ...]] = {
     "composed_travel_desk": ("TravelDesk-v0",),
 }
 SINGLE_AGENT.update({name: f"{_SPEC_FILES}.{suffix}" for suffix, names in SPEC_FILES.items() for name in names})
+
+# module -> (the package its environments are built from, the environments): announced (in
+# SINGLE_AGENT) only where the package is installed; looking for it imports nothing
+OPTIONAL: dict[str, tuple[str, tuple[str, ...]]] = {
+    "environments.bfcl": ("bfcl_eval", ("BFCLMultiTurnBase-v0", "BFCLMultiTurnMissParam-v0",
+                                        "BFCLMultiTurnMissFunc-v0", "BFCLMultiTurnLongContext-v0")),
+}
+for _module, (_package, _names) in OPTIONAL.items():
+    if importlib.util.find_spec(_package) is not None:
+        SINGLE_AGENT.update(dict.fromkeys(_names, _module))
 
 # team environments (no Gymnasium id: they are PettingZoo environments)
 MULTI_AGENT: dict[str, str] = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import json
 import re
 import os
@@ -205,9 +206,15 @@ def test_builtin_table_matches_what_the_modules_register():
     builtin = {n for n, s in registered.items() if (s.module or "").startswith("environments.")}
     assert builtin <= set(table), f"add these to environments/__init__.py: {sorted(builtin - set(table))}"
     modules = {p.stem for p in (ROOT / "environments").glob("*.py") if not p.stem.startswith("_")}
+    # a module whose package is not installed here announces nothing (environments.OPTIONAL)
+    optional = {m.split(".")[1] for m, (package, _) in environments.OPTIONAL.items()
+                if importlib.util.find_spec(package) is None}
     # a spec file's environments are registered by its own module environments.spec_envs.<file>
     announced = {(t if isinstance(t, str) else t["module"]).split(".")[1] for t in table.values()}
-    assert modules == announced, f"modules not in the table: {sorted(modules - announced)}"
+    assert modules - optional == announced, f"modules not in the table: {sorted(modules - optional - announced)}"
+    for module, (package, names) in environments.OPTIONAL.items():
+        installed = importlib.util.find_spec(package) is not None
+        assert all((table.get(n) == module) == installed for n in names), (module, package, installed)
     from environments import spec_envs
 
     files = {spec_envs.module_for(p) for p in spec_envs.files().values()}
