@@ -150,6 +150,12 @@ def _register_gym(name: str, multi_agent: bool) -> None:
         kwargs={"env_name": name},
         disable_env_checker=False,
     )
+    # Gymnasium reads "-vN" as version N of one family and warns that FindLight-v0 is "out of
+    # date" because FindLight-v3 exists; an envfactory name is one environment, its "-vN" part
+    # of the name (FindLight-v0..v3 are four families). Say so in the spec: the whole name, no
+    # version. The id (and gymnasium.make's lookup by it) is unchanged.
+    registered = gymnasium.registry[gym_id]
+    registered.name, registered.version = name, None
 
 
 def _gym_now_available() -> None:
@@ -311,19 +317,21 @@ def specs() -> list[Any]:
 
 
 # -- the listing (``envfactory list``) ------------------------------------------
-_LISTING_FORMAT = 1
+_LISTING_FORMAT = 2
 
 
 def listing_cache_path() -> Path:
     """Where :func:`listing` keeps its rows: ``$ENVFACTORY_CACHE/listing-<key>.json`` (default
-    ``~/.cache/envfactory``), one file per Python, envfactory location and import path (two
-    checkouts, or two virtual environments, never read each other's entries)."""
+    ``~/.cache/envfactory``), one file per Python (its version and prefix: a virtual environment) and
+    envfactory location. The import path is not part of the key (an editable ``pip install`` of
+    another package adds to it): each entry records where its packages were found instead, and is
+    described again when they resolve elsewhere (another checkout first on the path)."""
     import hashlib
     import json
 
     root = os.environ.get("ENVFACTORY_CACHE")
     here = os.path.dirname(os.path.realpath(__file__))
-    key = hashlib.sha256(json.dumps([sys.version, here, sys.path]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([sys.version, here, sys.prefix]).encode()).hexdigest()[:16]
     return (Path(root).expanduser() if root else Path.home() / ".cache" / "envfactory") / f"listing-{key}.json"
 
 
@@ -335,20 +343,153 @@ def _stamp(path: str) -> list[int] | None:
     return [st.st_mtime_ns, st.st_size]
 
 
-def _loaded_sources() -> list[str]:
-    """The files of every loaded module outside the standard library (site-packages included):
-    what a definition built in this process may have depended on."""
-    import sysconfig
+class _Sources:
+    """What one listing entry was built from, found in the process that built it: the files it read
+    (its module, the modules that module imports, transitively, a spec file and the spec files it
+    composes), the engine (every loaded ``envfactory`` module), and the third-party distributions
+    loaded, by version (not by file: reinstalling one, or installing another package, changes nothing).
 
-    paths = sysconfig.get_paths()
-    std = tuple({paths["stdlib"], paths["platstdlib"]})
-    keep = tuple({paths["purelib"], paths["platlib"]})
-    out = set()
-    for m in list(sys.modules.values()):
-        f = getattr(m, "__file__", None)
-        if isinstance(f, str) and (not f.startswith(std) or f.startswith(keep)):
-            out.add(f)
-    return sorted(out)
+    Files are recorded three ways, so that none is missed while the entry's siblings share the
+    process: the modules loaded while it was built, every file opened meanwhile (an audit hook,
+    active only while an entry is built), and the static imports of its module's closure (a module
+    that an earlier entry loaded is imported again for free, so only its source says it is used)."""
+
+    _opened: set[str] | None = None
+    _hooked = False
+    _dists: dict[str, list[str]] | None = None
+    _parsed: dict[str, tuple[str, ...]] = {}
+
+    @classmethod
+    def _audit(cls, event: str, args: tuple[Any, ...]) -> None:
+        opened = cls._opened
+        if opened is not None and event == "open" and args:
+            path = args[0]
+            if isinstance(path, (str, os.PathLike)):
+                opened.add(os.fspath(path))
+
+    @classmethod
+    def start(cls) -> set[str]:
+        if not cls._hooked:
+            sys.addaudithook(cls._audit)  # (hooks cannot be removed: it does nothing outside a build)
+            cls._hooked = True
+        opened: set[str] = set()
+        cls._opened = opened
+        return opened
+
+    @classmethod
+    def stop(cls) -> None:
+        cls._opened = None
+
+    @staticmethod
+    def _places() -> tuple[tuple[str, ...], tuple[str, ...]]:
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        return (tuple({os.path.realpath(paths["stdlib"]), os.path.realpath(paths["platstdlib"])}),
+                tuple({os.path.realpath(paths["purelib"]), os.path.realpath(paths["platlib"])}))
+
+    @classmethod
+    def _imports(cls, module: str, file: str) -> tuple[str, ...]:
+        """The absolute names a module's source imports (anywhere in it: functions' lazy imports too)."""
+        if file not in cls._parsed:
+            import ast
+
+            found: list[str] = []
+            try:
+                tree = ast.parse(Path(file).read_bytes())
+            except (OSError, SyntaxError, ValueError):
+                tree = None
+            package = module if os.path.basename(file).startswith("__init__.") else module.rpartition(".")[0]
+            for node in ast.walk(tree) if tree is not None else ():
+                if isinstance(node, ast.Import):
+                    found += [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    base = node.module or ""
+                    if node.level:
+                        parts = package.split(".")
+                        parts = parts[: len(parts) - node.level + 1] if node.level > 1 else parts
+                        base = ".".join([*parts, base] if base else parts)
+                    found.append(base)
+                    found += [f"{base}.{a.name}" for a in node.names if a.name != "*"]
+            cls._parsed[file] = tuple(n for n in found if n)
+        return cls._parsed[file]
+
+    @classmethod
+    def _dist_of(cls, top: str) -> list[str]:
+        if cls._dists is None:
+            from importlib import metadata
+
+            try:
+                cls._dists = {k: sorted(set(v)) for k, v in metadata.packages_distributions().items()}
+            except Exception:  # noqa: BLE001 - broken metadata: no distribution is known
+                cls._dists = {}
+        return cls._dists.get(top, [])
+
+    @classmethod
+    def of(cls, name: str, module: str | None, before: set[str], opened: set[str]) -> dict[str, Any]:
+        """The sources of the entry ``name`` (announced in ``module``) just built; ``before``: the
+        modules loaded when its build began; ``opened``: the files opened during it."""
+        from importlib import metadata
+
+        std, site = cls._places()
+        engine = os.path.dirname(os.path.realpath(__file__)) + os.sep
+        files: set[str] = set()
+        tops: set[str] = set()      # third-party top-level packages
+        roots: dict[str, str] = {}  # first-party top-level package -> where it was found
+
+        def where(mod_name: str) -> str | None:
+            m = sys.modules.get(mod_name)
+            f = getattr(m, "__file__", None)
+            return os.path.realpath(f) if isinstance(f, str) else None
+
+        def classify(mod_name: str, f: str) -> str:
+            if f.startswith(site):
+                tops.add(mod_name.partition(".")[0])
+                return "site"
+            if f.startswith(std):
+                return "std"
+            files.add(f)
+            top = mod_name.partition(".")[0]
+            if top not in roots:
+                roots[top] = where(top) or f
+            return "own"
+
+        # the engine, everything the build loaded, and every third-party package loaded here (by
+        # version: an upgrade of one of them is rare, and then it is safer to build again)
+        for mod_name in list(sys.modules):
+            f = where(mod_name)
+            if f is None:
+                continue
+            if f.startswith(engine) or f.startswith(site) or mod_name not in before:
+                classify(mod_name, f)
+        # the closure of the announced module's imports (first-party sources only)
+        queue = [module] if module else []
+        seen: set[str] = set()
+        while queue:
+            mod_name = queue.pop()
+            if mod_name in seen:
+                continue
+            seen.add(mod_name)
+            parts = mod_name.split(".")
+            queue += [".".join(parts[:i]) for i in range(1, len(parts))]  # its packages
+            f = where(mod_name)
+            if f is None or classify(mod_name, f) != "own" or f.startswith(engine):
+                continue
+            if f.endswith(".py"):
+                queue += [n for n in cls._imports(mod_name, f) if n in sys.modules]
+        # data files it read (a spec file, the spec files a composed one names)
+        for f in opened:
+            real = os.path.realpath(f)
+            if not real.endswith((".pyc", ".pyo")) and not real.startswith(std + site) and os.path.isfile(real):
+                files.add(real)
+        dists: dict[str, str | None] = {}
+        for top in sorted(tops):
+            for dist in cls._dist_of(top):
+                try:
+                    dists[dist] = metadata.version(dist)
+                except Exception:  # noqa: BLE001
+                    dists[dist] = None
+        return {"files": {f: _stamp(f) for f in sorted(files)}, "dists": dists, "roots": roots}
 
 
 def _read_listing(path: Path) -> dict[str, Any]:
@@ -360,7 +501,8 @@ def _read_listing(path: Path) -> dict[str, Any]:
         return {}
     ok = (isinstance(doc, dict) and doc.get("format") == _LISTING_FORMAT and doc.get("python") == sys.version
           and isinstance(doc.get("envs"), dict) and isinstance(doc.get("depsets"), list)
-          and all(isinstance(d, dict) for d in doc["depsets"]))
+          and all(isinstance(d, dict) and isinstance(d.get("files"), dict) and isinstance(d.get("dists"), dict)
+                  and isinstance(d.get("roots"), dict) for d in doc["depsets"]))
     return doc if ok else {}
 
 
@@ -378,45 +520,92 @@ def _write_listing(path: Path, doc: dict[str, Any]) -> None:
         pass  # a read-only home: the listing is computed every time, never wrong
 
 
-def listing(only: Iterable[str] | None = None, *, cache: bool = True) -> list[dict[str, Any]]:
+class _Checker:
+    """Whether a cached entry's sources are as they were; each file, distribution and package is
+    looked at once per listing."""
+
+    def __init__(self) -> None:
+        self.stamps: dict[str, Any] = {}
+        self.versions: dict[str, Any] = {}
+        self.origins: dict[str, Any] = {}
+
+    def version(self, dist: str) -> str | None:
+        if dist not in self.versions:
+            from importlib import metadata
+
+            try:
+                self.versions[dist] = metadata.version(dist)
+            except Exception:  # noqa: BLE001 - uninstalled
+                self.versions[dist] = None
+        return self.versions[dist]
+
+    def origin(self, top: str) -> str | None:
+        if top not in self.origins:
+            import importlib.util
+
+            try:
+                m = sys.modules.get(top)
+                found = getattr(m, "__file__", None) if m is not None else getattr(
+                    importlib.util.find_spec(top), "origin", None)
+            except (ImportError, ValueError):
+                found = None
+            self.origins[top] = os.path.realpath(found) if isinstance(found, str) else None
+        return self.origins[top]
+
+    def unchanged(self, deps: dict[str, Any]) -> bool:
+        for f, then in deps["files"].items():
+            if f not in self.stamps:
+                self.stamps[f] = _stamp(f)
+            if self.stamps[f] is None or self.stamps[f] != then:
+                return False
+        return all(self.version(d) == v for d, v in deps["dists"].items()) and \
+            all(self.origin(t) == o for t, o in deps["roots"].items())
+
+
+Progress = Any  # Callable[[int, int, str | None], None]: (done, total, the name just built or None)
+
+
+def listing(only: Iterable[str] | None = None, *, cache: bool = True, progress: Progress = None
+            ) -> list[dict[str, Any]]:
     """Every environment's listing entry (``spec.describe()``: name, domain, multi_agent, tasks,
     tools, description), sorted by name: what ``envfactory list`` prints.
 
     Counting an environment's tasks means building them (synthesis and a replay of every reference
     solution: seconds per family), so the entries of announced environments (entry points,
-    :func:`register_lazy`) are kept in :func:`listing_cache_path`, each with the source files its
-    definition was built from (every loaded module outside the standard library, the spec file
-    included) and their modification times and sizes. An entry is used only while every one of those
-    files is unchanged; otherwise that environment is imported and described again. A listing on a
-    warm cache imports no environment module. Environments registered directly (not announced), and
-    those whose tasks are already built in this process, are described afresh.
+    :func:`register_lazy`) are kept in :func:`listing_cache_path`, each with the sources it was
+    really built from (:class:`_Sources`: the files it read, with their modification times and
+    sizes; the ``envfactory`` engine's files; the versions of the third-party distributions
+    involved; where its packages were found). An entry is used only while all of those are
+    unchanged; otherwise that environment alone is imported and described again: editing one spec
+    file rebuilds that file's entries, and installing an unrelated package rebuilds none. A listing
+    on a warm cache imports no environment module. Environments registered directly (not
+    announced), and those whose tasks are already built in this process, are described afresh.
 
     Args:
         only: These environments (default: every known one).
         cache: Read and update the cache (``False``: describe every environment afresh).
+        progress: Called ``progress(done, total, name)`` as entries are built: once with
+            ``(0, total, None)`` before the first (only when some must be built), then after each.
     """
+    import json
+
     discover()
     path = listing_cache_path()
     doc = _read_listing(path) if cache else {}
     envs: dict[str, Any] = doc.get("envs", {})
-    depsets: list[dict[str, Any]] = doc.get("depsets", [])  # each: {source file: [mtime_ns, size]}
-    now: dict[str, Any] = {}  # path -> its stamp in this process (each file is looked at once)
+    depsets: list[dict[str, Any]] = doc.get("depsets", [])
+    check = _Checker()
 
-    def unchanged(entry: Any) -> bool:
+    def fresh(entry: Any) -> bool:
         try:
-            files = depsets[entry["deps"]]
-        except (KeyError, IndexError, TypeError):
+            return check.unchanged(depsets[entry["deps"]])
+        except (KeyError, IndexError, TypeError, AttributeError):
             return False
-        for f, then in files.items():
-            if f not in now:
-                now[f] = _stamp(f)
-            if now[f] is None or now[f] != then:
-                return False
-        return True
 
     rows: dict[str, dict[str, Any]] = {}
-    built: list[str] = []
-    cold: list[str] = []  # announced environments to build: in worker processes when there are many
+    built: dict[str, dict[str, Any]] = {}  # name -> its sources
+    todo: list[str] = []   # described here (already imported)
+    cold: list[str] = []   # announced environments to build: in worker processes when there are many
     for name in (names() if only is None else [n.removeprefix(GYM_NAMESPACE + "/") for n in only]):
         s = _REGISTRY.get(name)
         module = _ANNOUNCED.get(name)
@@ -426,28 +615,31 @@ def listing(only: Iterable[str] | None = None, *, cache: bool = True) -> list[di
             continue
         entry = envs.get(name) if cacheable else None
         if isinstance(entry, dict) and entry.get("module") == module and isinstance(entry.get("row"), dict) \
-                and unchanged(entry):
+                and fresh(entry):
             rows[name] = dict(entry["row"])
             continue
-        if cacheable and s is None:
-            cold.append(name)
-            continue
-        if _record(_describe_one(name, sources=False), rows) and cacheable:
-            built.append(name)
-    sources: set[str] = set()
+        (cold if cacheable and s is None else todo).append(name)
+    total = len(todo) + len(cold)
+    if progress is not None and total:
+        progress(0, total, None)
     workers = _listing_workers(len(cold))
-    found = _describe_elsewhere(cold, workers) if workers > 1 else \
-        (_describe_one(name, sources=False) for name in cold)
-    for result in found:
-        if _record(result, rows):
-            built.append(result[0])
-            sources.update(result[3])
+    found = _describe_elsewhere(cold, workers) if workers > 1 else (_describe_one(n) for n in cold)
+    done = 0
+    for result in _chain((_describe_one(n) for n in todo), found):
+        done += 1
+        if _record(result, rows):  # every one of todo and cold is announced (cacheable)
+            built[result[0]] = result[3]
+        if progress is not None:
+            progress(done, total, result[0])
     if cache and built:
-        sources.update(_loaded_sources())
-        depsets.append({f: _stamp(f) for f in sorted(sources)})
-        for name in built:
-            envs[name] = {"module": _ANNOUNCED[name], "row": rows[name], "deps": len(depsets) - 1}
-        # keep only the dependency sets (and files) that an entry still uses
+        index = {json.dumps(d, sort_keys=True): i for i, d in enumerate(depsets)}
+        for name, deps in built.items():
+            key = json.dumps(deps, sort_keys=True)
+            if key not in index:
+                index[key] = len(depsets)
+                depsets.append(deps)
+            envs[name] = {"module": _ANNOUNCED[name], "row": rows[name], "deps": index[key]}
+        # keep only the dependency sets that an entry still uses
         used = sorted({e["deps"] for e in envs.values() if isinstance(e, dict) and isinstance(e.get("deps"), int)
                        and 0 <= e["deps"] < len(depsets)})
         renumber = {old: new for new, old in enumerate(used)}
@@ -458,7 +650,12 @@ def listing(only: Iterable[str] | None = None, *, cache: bool = True) -> list[di
     return [rows[n] for n in sorted(rows)]
 
 
-def _record(result: tuple[str, dict[str, Any] | None, str | None, list[str]], rows: dict[str, dict[str, Any]]) -> bool:
+def _chain(*parts: Iterable[Any]) -> Iterator[Any]:
+    for part in parts:
+        yield from part
+
+
+def _record(result: tuple[str, dict[str, Any] | None, str | None, Any], rows: dict[str, dict[str, Any]]) -> bool:
     """Put a :func:`_describe_one` row into ``rows``; ``False`` (warned about and skipped, as
     :func:`specs` does) when the environment's module failed to import."""
     name, row, error, _ = result
@@ -485,25 +682,31 @@ def _listing_workers(cold: int) -> int:
     return max(1, min(most, cold // LISTING_MIN_PER_WORKER))
 
 
-def _describe_one(name: str, sources: bool = True) -> tuple[str, dict[str, Any] | None, str | None, list[str]]:
-    """One environment's listing row (or why its module failed to import) and, with
-    ``sources`` (in a worker process), the source files loaded so far: what the row may depend
-    on (the calling process reads its own once, after building)."""
+def _describe_one(name: str) -> tuple[str, dict[str, Any] | None, str | None, dict[str, Any]]:
+    """One environment's listing row (or why its module failed to import) and the sources it was
+    built from (:class:`_Sources`), in this process or a worker's."""
+    before = set(sys.modules)
+    opened = _Sources.start()
     try:
         row = spec(name).describe()
     except SpecError as exc:
-        return name, None, str(exc), []
-    return name, row, None, _loaded_sources() if sources else []
+        return name, None, str(exc), {}
+    finally:
+        _Sources.stop()
+    return name, row, None, _Sources.of(name, _ANNOUNCED.get(name), before, opened)
 
 
-def _describe_elsewhere(names_: list[str], workers: int) -> Iterator[tuple[str, Any, str | None, list[str]]]:
+def _describe_elsewhere(names_: list[str], workers: int) -> Iterator[tuple[str, Any, str | None, Any]]:
     """Build the entries of ``names_`` in ``workers`` fresh processes (task synthesis is CPU-bound:
-    a cold listing of every family takes minutes in one process). Spawned, not forked: the caller
-    may hold threads."""
+    a cold listing of every family takes minutes in one process), each as soon as it is built.
+    Spawned, not forked: the caller may hold threads."""
     from .processes import worker_pool
 
+    from concurrent.futures import as_completed
+
     with worker_pool(workers, "spawn") as pool:
-        yield from pool.map(_describe_one, names_)
+        for future in as_completed([pool.submit(_describe_one, n) for n in names_]):
+            yield future.result()
 
 
 def _world_factory(runtime: str) -> Any:

@@ -108,7 +108,7 @@ def test_a_changed_definition_is_described_again(tmp_path):
 
 def test_list_command_uses_the_listing(monkeypatch):
     rows = [{"name": "A-v0", "domain": "x", "multi_agent": False, "tasks": 4, "tools": 2, "description": "d"}]
-    monkeypatch.setattr(envfactory.registry, "listing", lambda: rows)
+    monkeypatch.setattr(envfactory.registry, "listing", lambda **kw: rows)
     from envfactory.cli.environments import LIST
 
     code, out, text = LIST.run(None)
@@ -127,22 +127,88 @@ def test_a_spec_file_change_invalidates_its_entry(tmp_path):
     doc = json.loads(cached.read_text())
     (files,) = {i["deps"] for i in doc["envs"].values()}
     hotel = str(spec_dir / "hotel.yaml")
-    assert hotel in doc["depsets"][files]  # the YAML file is one of the entry's sources
+    assert hotel in doc["depsets"][files]["files"]  # the YAML file is one of the entry's sources
     # pretend the file changed since (a different stamp): the entry is stale
-    doc["depsets"][files][hotel] = [0, len(yaml_src)]
+    doc["depsets"][files]["files"][hotel] = [0, len(yaml_src)]
     cached.write_text(json.dumps(doc))
     assert _list(cache, ["Hotel-v0"], watch=watch)["imported"] == list(watch)
 
 
+def test_touching_one_spec_file_rebuilds_only_its_entries(tmp_path):
+    """Entries built side by side (in one process, or the same worker) each keep only the sources
+    they read: a spec file, a composed file's services, a module and the tool library it imports.
+    Touching one file describes again only the entries built from it."""
+    names = ["Hotel-v0", "Hotel-v1", "Bank-v0", "Counter-v0", "AnimalCareNetwork-v0", "Library-v0"]
+    cache = tmp_path / "cache"
+    _list(cache, names)
+    (cached,) = cache.glob("listing-*.json")
+    doc = json.loads(cached.read_text())
+    sources = {n: doc["depsets"][e["deps"]]["files"] for n, e in doc["envs"].items()}
+    specs = ROOT / "environments" / "specs"
 
-def test_another_import_path_reads_another_cache(monkeypatch, tmp_path):
-    """Two checkouts (or virtual environments) resolve the same module names to other files: each
-    import path keeps its own cache file, so neither reads entries built from the other's code."""
+    assert str(specs / "hotel.yaml") in sources["Hotel-v0"] and str(specs / "hotel.yaml") in sources["Hotel-v1"]
+    assert str(specs / "hotel.yaml") not in sources["Bank-v0"]
+    assert {str(specs / "shelter.yaml"), str(specs / "vet_clinic.yaml")} <= set(sources["AnimalCareNetwork-v0"])
+    assert str(ROOT / "tools" / "banking.py") in sources["Bank-v0"]
+    assert str(ROOT / "environments" / "counter.py") not in sources["Bank-v0"]
+    for f, n in (("hotel.yaml", "Hotel-v0"), ("library.yaml", "Library-v0")):
+        assert str(specs / f) in sources[n]
+    assert {n for n in names if str(specs / "hotel.yaml") in sources[n]} == {"Hotel-v0", "Hotel-v1"}
+    assert {n for n in names if str(specs / "shelter.yaml") in sources[n]} == {"AnimalCareNetwork-v0"}
+    # and a warm listing after touching hotel.yaml for real rebuilds Hotel's two and nothing else
+    touched = json.loads(cached.read_text())
+    for deps in touched["depsets"]:
+        if str(specs / "hotel.yaml") in deps["files"]:
+            deps["files"][str(specs / "hotel.yaml")] = [1, 1]
+    cached.write_text(json.dumps(touched))
+    watch = tuple(sorted({"environments.spec_envs.hotel", "environments.bank", "environments.counter",
+                          "environments.spec_envs.composed_animal_care_network", "environments.spec_envs.library"}))
+    out = _list(cache, names, watch=watch)
+    assert out["imported"] == ["environments.spec_envs.hotel"]
+    assert _list(cache, names, watch=watch)["imported"] == []
+
+
+def test_installing_a_package_rebuilds_nothing(tmp_path, monkeypatch):
+    """Third-party packages count by distribution and version, and the import path is not part of the
+    cache's key: a new directory on the path (an editable install) or a new distribution leaves every
+    entry as it was; a package that another checkout provides first rebuilds the entries from it."""
+    cache = tmp_path / "cache"
+    names = ["Counter-v0", "Bank-v0"]
+    watch = ("environments.counter", "environments.bank")
+    _list(cache, names, watch=watch)
+    (cached,) = cache.glob("listing-*.json")
+    doc = json.loads(cached.read_text())
+    deps = doc["depsets"][doc["envs"]["Bank-v0"]["deps"]]
+    assert deps["dists"].get("pydantic") and not any("site-packages" in f for f in deps["files"])
+    installed = tmp_path / "site"
+    (installed / "freshly_installed-1.0.dist-info").mkdir(parents=True)
+    (installed / "freshly_installed-1.0.dist-info" / "METADATA").write_text("Name: freshly-installed\nVersion: 1.0\n")
+    (installed / "freshly_installed").mkdir()
+    (installed / "freshly_installed" / "__init__.py").write_text("")
+    assert _list(cache, names, extra=str(installed), watch=watch)["imported"] == []
+    # a checkout whose `tools` package is found first: Bank-v0 (built on tools.banking) again
+    checkout = tmp_path / "checkout"
+    (checkout / "tools").mkdir(parents=True)
+    for f in (ROOT / "tools").glob("*.py"):
+        (checkout / "tools" / f.name).write_text(f.read_text())
+    assert _list(cache, names, extra=str(checkout), watch=watch)["imported"] == ["environments.bank"]
+    # a distribution at another version: rebuilt
+    doc = json.loads(cached.read_text())
+    for d in doc["depsets"]:
+        d["dists"]["pydantic"] = "0.0.1"
+    cached.write_text(json.dumps(doc))
+    assert _list(cache, names, watch=watch)["imported"] == sorted(watch)
+
+
+def test_another_import_path_reads_the_same_cache(monkeypatch, tmp_path):
+    """The import path is not part of the cache file's key (each entry checks where its packages
+    resolve instead); the Python (version and prefix: a virtual environment) is."""
     monkeypatch.setenv("ENVFACTORY_CACHE", str(tmp_path))
     here = listing_cache_path()
     monkeypatch.setattr(sys, "path", ["/elsewhere/checkout", *sys.path])
-    there = listing_cache_path()
-    assert here.parent == there.parent == tmp_path and here != there
+    assert listing_cache_path() == here
+    monkeypatch.setattr(sys, "prefix", "/another/venv")
+    assert listing_cache_path() != here and listing_cache_path().parent == tmp_path
 
 
 def test_the_first_make_builds_only_its_own_tasks():
