@@ -63,7 +63,16 @@ class ToolText(spaces.Text):
 
     A subclass only so that AsyncVectorEnv's shared memory can refuse it: Gymnasium reads a
     ``Text`` batch out of shared memory once, when the vector env is built, and hands back those
-    stale strings on every step (65,536 tabs). :func:`make_vector_env` passes text through pipes."""
+    stale strings on every step (65,536 tabs). :func:`make_vector_env` passes text through pipes.
+
+    Its ``repr`` names the character set instead of spelling its ~63,000 characters out."""
+
+    def __repr__(self) -> str:
+        if self.character_set == TEXT_CHARSET:
+            chars = f"TEXT_CHARSET: tab, newlines and printable BMP, {len(TEXT_CHARSET)} characters"
+        else:
+            chars = f"{len(self.character_set)} characters"
+        return f"ToolText({self.min_length}, {self.max_length}, charset=<{chars}>)"
 
 
 @create_shared_memory.register(ToolText)
