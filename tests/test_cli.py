@@ -82,7 +82,7 @@ def test_list_columns_fit_long_names(monkeypatch, capsys):
         _FakeSpec("AVeryLongEnvironmentNameIndeed-v0", "an-exceptionally-long-domain-name", True, 12345, 7, "long"),
         _FakeSpec("B-v0", "mid-domain", False, 50, 12, "mid"),
     ]
-    monkeypatch.setattr(envfactory.registry, "listing", lambda: [f.describe() for f in fakes])
+    monkeypatch.setattr(envfactory.registry, "listing", lambda **kw: [f.describe() for f in fakes])
     from envfactory.cli.environments import LIST
 
     code, rows, text = LIST.run(None)

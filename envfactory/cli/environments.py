@@ -42,14 +42,32 @@ def _chosen(names: list[str]) -> list[Any]:
 def _list_run(args: argparse.Namespace) -> Result:
     from ..registry import listing
 
-    rows = listing()  # cached per environment, keyed by its source files: no synthesis on a warm cache
-    lines = _table(
+    bar: Any = None
+
+    def progress(done: int, total: int, name: str | None) -> None:
+        nonlocal bar  # a bar only when entries must be built (a warm cache answers at once)
+        if bar is None:
+            bar = progress_bar(total, "list: describing", "env")
+            bar.refresh()
+        if name is not None:
+            _advance(bar, name)
+
+    try:
+        # cached per environment, keyed by the sources it really read: no synthesis on a warm cache
+        rows = listing(progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    return 0, rows, "\n".join(_list_lines(rows))
+
+
+def _list_lines(rows: list[dict[str, Any]]) -> list[str]:
+    return _table(
         ["name", "domain", "agents", "tasks", "tools", "description"],
         [[r["name"], r["domain"], "multi" if r["multi_agent"] else "single", r["tasks"], r["tools"],
           r.get("description", "")] for r in rows],
         right={3, 4},
     )
-    return 0, rows, "\n".join(lines)
 
 
 LIST = Command("list registered environments", lambda p: None, _list_run,
@@ -166,56 +184,92 @@ VERIFY = Command("run the verification suite", _verify_args, _verify_run,
                  "envfactory verify FileSystem-v0 --runtime docker --audit")
 
 
-# -- play: list, verify and play with scripted agents ----------------------------
+# -- play: play, list and verify with scripted agents ----------------------------
 def _play_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--only", nargs="+", default=[], metavar="NAME",
+                   help="play only these environments (default: every registered one)")
     p.add_argument("--episodes", type=int, default=3, help="episodes per environment to play")
+    p.add_argument("--no-verify", action="store_true", help="only play (no listing, no verification)")
 
 
 def _play_run(args: argparse.Namespace) -> Result:
-    """List, verify and play episodes of the built-in environments with scripted agents."""
-    from .. import make, specs
+    """Play episodes of the built-in environments with scripted agents, printing each as it ends;
+    then list and verify them. One environment at a time: its module is imported and its tasks built
+    only when its turn comes, so the first episode is printed within seconds, not after the whole
+    catalogue is built (``--json``: the document at the end, nothing else on stdout)."""
+    from .. import make, spec
+    from ..registry import names as all_names
     from ..checks.scripted import OraclePolicy, RandomPolicy, play
-    from ..checks.verify import verify_many
 
     start = time.perf_counter()
+    streaming = not getattr(args, "json", False)
     out: list[str] = []
-    code, rows, text = _list_run(args)
-    out += ["== environments", text]
-    every = specs()
-    with progress_bar(len(every), "verify", "env") as bar:
-        doc = verify_many(every, on_report=lambda r: bar.update())
-    t = doc["totals"]
-    out += ["== verification", f"{t['verified']}/{t['environments']} environments verified "
-            f"({t['tasks']} tasks) in {t['seconds']:.1f}s"]
-    played = []
-    out.append("== episodes (scripted agents: the reference 'oracle' and a seeded 'random')")
-    for s in every:
+
+    def say(line: str) -> None:  # printed at once (the human form), or kept for nobody (--json)
+        if streaming:
+            try:
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+            except BrokenPipeError:  # `envfactory play | head`
+                pass
+        else:
+            out.append(line)
+
+    chosen = list(args.only) or all_names()
+    if args.only:
+        _chosen(args.only)  # an unknown name: a usage error with the closest names, before any play
+    played: list[dict[str, Any]] = []
+    say("== episodes (scripted agents: the reference 'oracle' and a seeded 'random')")
+    every = []
+    for n, name in enumerate(chosen):
+        try:
+            s = spec(name)
+        except Exception as exc:  # noqa: BLE001 - one broken module must not stop the tour
+            say(f"{name:<16} not loaded: {exc}")
+            continue
+        every.append(s)
         if getattr(s, "multi_agent", False):
             continue
         env = make(s.name)
-        for i, task in enumerate(s.get_tasks()[: args.episodes]):
-            for agent, policy in (("oracle", OraclePolicy()), ("random", RandomPolicy())):
-                res = play(env, policy, task.id, seed=i)
-                played.append({"env": s.name, "task": task.id, "agent": agent, "reward": res.reward,
-                               "turns": res.turns})
-                out.append(f"{s.name:<16} {task.id:<12} {agent:<7} reward={res.reward:.0f} "
-                           f"turns={res.turns}")
-        if s.name == every[0].name:
-            out.append("   transcript of the last episode:")
-            for m in env.transcript()[1:]:
-                out.append(f"   [{m['role']}] {str(m.get('content'))[:110]!r}")
-    summary = {
-        "environments": rows,
-        "verification": t,
+        try:
+            for i, task in enumerate(s.get_tasks()[: args.episodes]):
+                for agent, policy in (("oracle", OraclePolicy()), ("random", RandomPolicy())):
+                    res = play(env, policy, task.id, seed=i)
+                    played.append({"env": s.name, "task": task.id, "agent": agent, "reward": res.reward,
+                                   "turns": res.turns})
+                    say(f"{s.name:<16} {task.id:<12} {agent:<7} reward={res.reward:.0f} turns={res.turns}")
+            if n == 0:
+                say("   transcript of the last episode:")
+                for m in env.transcript()[1:]:
+                    say(f"   [{m['role']}] {str(m.get('content'))[:110]!r}")
+        finally:
+            env.close()
+    summary: dict[str, Any] = {
         "episodes": played,
         "oracle_success": _mean(p["reward"] for p in played if p["agent"] == "oracle"),
         "random_success": _mean(p["reward"] for p in played if p["agent"] == "random"),
-        "seconds": round(time.perf_counter() - start, 2),
     }
-    out.append(f"oracle success {summary['oracle_success']:.2f}, random success "
-               f"{summary['random_success']:.2f}, {summary['seconds']}s")
-    ok = t["verified"] == t["environments"] and summary["oracle_success"] == 1.0
-    return (0 if ok else 1), summary, "\n".join(out)
+    say(f"oracle success {summary['oracle_success']:.2f}, random success {summary['random_success']:.2f}, "
+        f"{time.perf_counter() - start:.1f}s")
+    ok = summary["oracle_success"] == 1.0
+    if not args.no_verify:
+        from ..checks.verify import verify_many
+        from ..registry import listing
+
+        rows = listing([s.name for s in every])  # the played ones are built here: no synthesis again
+        summary["environments"] = rows
+        say("== environments")
+        for line in _list_lines(rows):
+            say(line)
+        with progress_bar(len(every), "verify", "env") as bar:
+            doc = verify_many(every, on_report=lambda r: bar.update())
+        t = doc["totals"]
+        summary["verification"] = t
+        say("== verification")
+        say(f"{t['verified']}/{t['environments']} environments verified ({t['tasks']} tasks) in {t['seconds']:.1f}s")
+        ok = ok and t["verified"] == t["environments"]
+    summary["seconds"] = round(time.perf_counter() - start, 2)
+    return (0 if ok else 1), summary, "\n".join(out) if not streaming else ""
 
 
 def _mean(xs: Any) -> float:
@@ -223,5 +277,7 @@ def _mean(xs: Any) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-PLAY = Command("list, verify and play the built-in environments with scripted agents", _play_args, _play_run,
-               "envfactory play\nenvfactory play --episodes 1 --json")
+PLAY = Command("play the built-in environments with scripted agents (each episode printed as it ends), then "
+               "list and verify them", _play_args, _play_run,
+               "envfactory play\nenvfactory play --only FindLight-v0 Bank-v0 --episodes 1\n"
+               "envfactory play --no-verify\nenvfactory play --episodes 1 --json")
