@@ -7,6 +7,7 @@ import errno
 import importlib
 import os
 import socket
+import sys
 
 from . import Command, CommandError, Result, check_runtime
 
@@ -139,6 +140,12 @@ def _serve_run(args: argparse.Namespace) -> Result:
         extra = "bench" if args.protocol == "openenv" else "mcp"
         raise CommandError(f"--protocol {args.protocol} needs a package that is not installed "
                            f"(pip install 'envfactory[{extra}]'): {exc}") from None
+    if args.protocol == "mcp" and args.transport == "stdio":
+        # the HTTP servers say their URL once they listen; stdio has no URL, and stdout is the protocol
+        print(f"envfactory: serving {args.name} over MCP on stdio: an MCP client that started this process "
+              "talks to it through stdin and stdout (for a network server: --transport streamable-http --port N, "
+              "or --protocol openenv)"
+              + "; Ctrl-C stops it", file=sys.stderr, flush=True)
     return module.serve_run(args)
 
 
