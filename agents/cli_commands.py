@@ -89,6 +89,12 @@ def _eval_run(args: argparse.Namespace) -> Result:
         lines.append(f"{e['name']:<22}{e['episodes']:>9}{e['success_rate']:>9.1%}  "
                      f"{e['ci95'][0]:.2f}-{e['ci95'][1]:.2f}    {e['mean_turns']:>7}{e['mean_tool_calls']:>7}"
                      f"{e['mean_parse_errors']:>10}")
+    for e in doc["environments"]:  # a benchmark's own verdict (spec.metadata["suite_judge"])
+        if "suite" in e:
+            u = e["suite"]
+            lines.append(f"{e['name']}: {u['name']} calls {u['valid']}/{u['episodes']} episodes valid "
+                         f"({u['rate']:.1%}, 95% CI {u['ci95'][0]:.2f}-{u['ci95'][1]:.2f}); "
+                         f"it agrees with envfactory's success on {u['agree']}")
     if args.report:
         from envfactory.evaluation.report import write_report
 

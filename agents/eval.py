@@ -9,6 +9,12 @@ seed)``) play through :func:`envfactory.checks.scripted.play`, exactly as teams 
 models play through the batched token-in/token-out :func:`agents.rollout.rollout`.
 The rows, their summary and the report (:func:`envfactory.evaluation.report.write_report`)
 are the team evaluation's (:mod:`envfactory.evaluation.eval`).
+
+An environment imported from a benchmark may bring the benchmark's own verdict on an episode
+(``spec.metadata["suite_judge"] = (label, judge)``, ``judge(task_id, messages) -> bool`` over the
+episode's transcript): each row then holds ``suite_valid`` and the environment's entry a
+``suite`` summary (how many episodes the benchmark calls valid), besides envfactory's success. The
+BFCL environments bring BFCL's ``multi_turn_checker`` (``environments/bfcl.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +35,23 @@ def _row(t: Trajectory) -> dict[str, Any]:
     return {"env": t.env_name, "task": t.task_id, "success": t.success, "reward": t.reward, "turns": t.turns,
             "tool_calls": t.tool_calls, "tool_errors": t.tool_errors, "parse_errors": t.parse_errors,
             "truncated": t.truncated, "error": t.error, "sampled_tokens": sum(t.loss_mask)}
+
+
+def _suite_judged(row: dict[str, Any], judge: Any, messages: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """``row`` with the benchmark's verdict on the episode (``suite_valid``; ``False`` for an
+    episode that failed before it ended)."""
+    if judge is not None:
+        row["suite_valid"] = bool(not row.get("error") and messages is not None and judge[1](row["task"], messages))
+    return row
+
+
+def _suite_summary(judge: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    from envfactory.evaluation.eval import wilson
+
+    n, k = len(rows), sum(bool(r.get("suite_valid")) for r in rows)
+    return {"suite": {"name": judge[0], "valid": k, "episodes": n, "rate": round(k / n, 4) if n else None,
+                      "ci95": wilson(k, n),
+                      "agree": sum(bool(r.get("suite_valid")) == bool(r["success"]) for r in rows)}}
 
 
 def evaluate(env_names: list[str], policy: str | Any, *, episodes: int, runtime: str = "local",
@@ -70,10 +93,13 @@ def evaluate(env_names: list[str], policy: str | Any, *, episodes: int, runtime:
         for s in specs:
             tasks = pools[s.name]
             chosen = [tasks[i % len(tasks)] for i in range(episodes)]
+            judge = s.metadata.get("suite_judge")
             if scripted:
                 ep = envfactory.make(s.name, runtime=runtime, max_turns=max_turns)
                 try:
-                    rows += [episode_row(ep, agent, t, seed=seed + i) for i, t in enumerate(chosen)]
+                    for i, t in enumerate(chosen):
+                        row = episode_row(ep, agent, t, seed=seed + i)
+                        rows.append(_suite_judged(row, judge, None if row["error"] else ep.transcript()))
                 finally:
                     ep.close()
                 continue
@@ -84,14 +110,18 @@ def evaluate(env_names: list[str], policy: str | Any, *, episodes: int, runtime:
             finally:
                 for e in envs:
                     e.close()
-            rows += [_row(t) for t in trajs]
+            rows += [_suite_judged(_row(t), judge, t.messages) for t in trajs]
             if trajectories_out is not None:
                 trajectories_out.extend(trajs)
     finally:
         if not scripted and isinstance(policy, str):
             agent.close()
-    per_env = [{"name": s.name, "domain": s.domain, **summarize([r for r in rows if r["env"] == s.name])}
-               for s in specs]
+    per_env = []
+    for s in specs:
+        mine = [r for r in rows if r["env"] == s.name]
+        judge = s.metadata.get("suite_judge")
+        per_env.append({"name": s.name, "domain": s.domain, **summarize(mine),
+                        **(_suite_summary(judge, mine) if judge is not None else {})})
     return {"policy": label, "runtime": runtime, "split": split or "all", "episodes_per_env": episodes,
             "temperature": temperature,
             "environments": per_env, "totals": summarize(rows), "episodes": rows,

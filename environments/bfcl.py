@@ -38,8 +38,9 @@ What BFCL does, done the same way:
 
 :func:`decoded_calls` turns an episode into BFCL's decoded model result (per turn, per step, the
 call strings) and :func:`bfcl_valid` judges it with BFCL's own checker, so any agent can be scored
-both ways (``tests/test_bfcl.py`` plays four scripted agents through all 800 entries and asserts
-the two verdicts agree; ``docs/bfcl.md`` has the table).
+both ways (``tests/test_bfcl.py`` plays five scripted agents through all 800 entries and asserts
+the two verdicts agree; ``docs/bfcl.md`` has the table). ``envfactory eval`` reports BFCL's verdict
+beside envfactory's success (``metadata["suite_judge"]``).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from envfactory.tooling import Tool, ToolOutcome
 
 __all__ = ["BFCL_VERSION", "CATEGORIES", "CLASSES", "READ_ONLY", "available", "entries", "ground_truth",
            "bfcl_class", "bfcl_render", "parse_call", "call_string", "bfcl_spec", "decoded_calls", "bfcl_valid",
-           "same_instance", "PublicAttributes"]
+           "same_instance", "PublicAttributes", "judge"]
 
 BFCL_VERSION = "2026.3.23"
 """The ``bfcl-eval`` release these environments were built and measured against."""
@@ -383,7 +384,9 @@ def bfcl_spec(category: str, *, name: str | None = None, irrelevance: bool = Fal
                     "its classes, data and gold, scored as its multi_turn_checker scores",
         max_turns=STEP_LIMIT * most, finish_tool=False,
         metadata={**base.metadata, "bfcl": {"category": category, "irrelevance": irrelevance,
-                                            "version": BFCL_VERSION}})
+                                            "version": BFCL_VERSION},
+                  "suite_judge": ("BFCL multi_turn_checker" + (" + irrelevance" if irrelevance else ""),
+                                  functools.partial(judge, category, irrelevance=irrelevance))})
 
 
 @functools.lru_cache(maxsize=None)
@@ -412,6 +415,12 @@ def decoded_calls(transcript: Sequence[dict[str, Any]]) -> list[list[list[str]]]
 
 
 _RUNS = [0]
+
+
+def judge(category: str, task_id: str, messages: Sequence[dict[str, Any]], *, irrelevance: bool = False) -> bool:
+    """BFCL's verdict on an episode's transcript (:func:`decoded_calls`, :func:`bfcl_valid`): the
+    environments' ``metadata["suite_judge"]``, which ``envfactory eval`` reports beside success."""
+    return bfcl_valid(category, task_id, decoded_calls(messages), irrelevance=irrelevance)[0]
 
 
 def bfcl_valid(category: str, entry_id: str, decoded: list[list[list[str]]], *, irrelevance: bool = False

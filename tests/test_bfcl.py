@@ -20,6 +20,7 @@ calls it):
 from __future__ import annotations
 
 import copy
+import json
 import importlib
 import inspect
 import pickle
@@ -381,3 +382,25 @@ def test_the_environments_verify():
 
     report = verify_spec(envfactory.spec(_name("miss_func")))
     assert report.verified, [(f.check, f.detail) for f in report.failures][:5]
+
+
+def test_eval_reports_bfcls_verdict_beside_success():
+    """``envfactory eval`` on a BFCL environment: how many episodes BFCL's checker calls valid
+    (``suite``), from each episode's transcript, beside envfactory's success."""
+    from agents.eval import evaluate
+
+    bfcl = _bfcl()
+    name = _name("miss_param")
+    for policy, valid in (("oracle", 12), ("noop", 0)):
+        doc = evaluate([name], policy, episodes=12, split=None)
+        suite = doc["environments"][0]["suite"]
+        assert suite["name"] == "BFCL multi_turn_checker" and suite["episodes"] == 12
+        assert suite["valid"] == valid == doc["environments"][0]["successes"] and suite["agree"] == 12
+        assert all(r["suite_valid"] is (valid > 0) for r in doc["episodes"])
+    # a model's transcript carries its calls' arguments as JSON text (OpenAI) or as objects
+    ep = Episode(envfactory.spec(name))
+    play(ep, OraclePolicy(), "multi_turn_miss_param_0")
+    as_text = [{**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.dumps(c["function"]["arguments"])}}
+                                    for c in m["tool_calls"]]} if m.get("tool_calls") else m for m in ep.transcript()]
+    assert bfcl.decoded_calls(as_text) == bfcl.decoded_calls(ep.transcript())
+    assert bfcl.judge("miss_param", "multi_turn_miss_param_0", as_text)
