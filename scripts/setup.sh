@@ -17,6 +17,9 @@ $PY -m pip install -q --disable-pip-version-check "mpmath>=1.3"
 $PY -m pip install -q --disable-pip-version-check --no-deps "bfcl-eval==2026.3.23"
 $PY -c "import bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker" \
   || { echo "setup.sh: bfcl-eval's multi-turn checker does not import" >&2; exit 1; }
+# SkyRL's environment library (envfactory/faces/skyrl.py, tests/test_trainer_adapters.py): without its dependencies,
+# whose omegaconf pin would downgrade antlr4 for other packages; the parts the adapter uses need none of them
+$PY -m pip install -q --disable-pip-version-check --no-deps "skyrl-gym==0.4.0"
 # the dev extra brings pytest, hypothesis and import-linter (tests/test_imports.py runs lint-imports);
 # the editable install registers the entry points (environments, CLI commands, policies, bench sections)
 $PY -c "import importlinter, pytest, hypothesis" || { echo "setup.sh: the dev extra did not install" >&2; exit 1; }
