@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from .calls import ToolCall, _word_pattern, fact_in, normalize_answer, number_rivals  # noqa: F401 - re-exported
-from .conversation import COMPONENTS, Conversation
+from .conversation import COMPONENTS, TURN_COMPONENTS, Conversation
 from .state import State, copy_state, same_state, state_hash
 
 __all__ = ["ToolCall", "Task", "by", "call", "normalize_answer", "number_rivals"]
@@ -129,8 +129,7 @@ class Task(BaseModel):
         conv = self.conversation
         if conv is not None:
             checks = {c for t in conv.turns for c in (t.checks or ())}
-            out += [name for c, name in (("state", "turn_state"), ("results", "turn_results"),
-                                         ("no_call", "no_call")) if c in checks]
+            out += [name for c, name in TURN_COMPONENTS.items() if c in checks]
             if conv.communicate:
                 out.append("communicate")
         if self.assertions:

@@ -432,3 +432,9 @@ def test_verify_fails_a_conversation_twin_that_one_final_state_solves() -> None:
     finally:
         registry._REGISTRY.pop("ConvDeskTwin-v0")
     assert [(f.check, f.task) for f in report.failures] == [("conversation_user", "facts")]
+
+
+def test_a_call_check_is_its_own_component() -> None:
+    conv = Conversation(turns=[UserTurn(message="Add 2.", solution=[call("add", k=2)], checks=("call",))])
+    task = Task(id="c", initial_state=Desk(), conversation=conv)
+    assert task.components() == ("state", "turn_call")
