@@ -49,6 +49,7 @@ import ast
 import copy
 import dataclasses
 import functools
+import importlib.metadata
 import importlib
 import importlib.util
 import inspect
@@ -385,6 +386,8 @@ def bfcl_spec(category: str, *, name: str | None = None, irrelevance: bool = Fal
         max_turns=STEP_LIMIT * most, finish_tool=False,
         metadata={**base.metadata, "bfcl": {"category": category, "irrelevance": irrelevance,
                                             "version": BFCL_VERSION},
+                  # the Docker runtime's image installs these (without their dependencies, as setup.sh does)
+                  "image_requirements": [f"bfcl-eval=={BFCL_VERSION}", f"mpmath=={importlib.metadata.version('mpmath')}"],
                   "suite_judge": ("BFCL multi_turn_checker" + (" + irrelevance" if irrelevance else ""),
                                   functools.partial(judge, category, irrelevance=irrelevance))})
 

@@ -406,3 +406,38 @@ def test_eval_reports_bfcls_verdict_beside_success():
                                     for c in m["tool_calls"]]} if m.get("tool_calls") else m for m in ep.transcript()]
     assert bfcl.decoded_calls(as_text) == bfcl.decoded_calls(ep.transcript())
     assert bfcl.judge("miss_param", "multi_turn_miss_param_0", as_text)
+
+
+@pytest.mark.docker
+def test_the_environments_run_in_docker_as_in_process():
+    """The Docker runtime's image installs bfcl-eval (the spec's ``image_requirements``): the same
+    episodes, the same verdicts, in a container as in-process, for the gold and a no-op on the first
+    entries of each category; fork and snapshot in the container."""
+    from conftest import require_docker
+    from envfactory.checks.scripted import episode_trace
+
+    require_docker()
+    for category in CATEGORIES:
+        name = _name(category)
+        local = envfactory.make(name, split="all")
+        docker = envfactory.make(name, runtime="docker", split="all")
+        try:
+            for task in local.spec.get_tasks()[:3]:
+                for policy in (OraclePolicy(), NoopPolicy()):
+                    a = episode_trace(local, policy, task.id)
+                    view_a = task.conversation.state_view(local.state)
+                    b = episode_trace(docker, policy, task.id)
+                    # the final state's whole dump holds a clock reading (a file's modification time,
+                    # which BFCL never compares): everything else, and what BFCL compares, is equal
+                    assert a[:-1] == b[:-1] and a[-1][:-1] == b[-1][:-1], f"{name} {task.id}: local and docker differ"
+                    assert view_a == task.conversation.state_view(docker.state)
+            docker.reset(task.id)
+            docker.step(OraclePolicy().act(docker, docker.agents[0], 0))
+            child, snap = docker.fork(), docker.snapshot()
+            assert child.state.hash() == docker.state.hash()
+            other = envfactory.make(name, runtime="docker", split="all")
+            other.restore(snap)
+            assert other.state.hash() == docker.state.hash()
+            child.close(), other.close()
+        finally:
+            docker.close()

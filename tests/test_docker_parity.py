@@ -34,7 +34,8 @@ def _docker() -> None:
 def _single_agent_specs() -> list:
     import environments
 
-    # (an environment of environments.OPTIONAL needs a package the image does not install)
+    # (an environment of environments.OPTIONAL is checked where its package is: tests/test_bfcl.py runs
+    # BFCL's in a container, whose image installs bfcl-eval; every task of them here would take minutes)
     return [s for s in envfactory.specs() if not getattr(s, "multi_agent", False)
             and (s.module or "").split(".")[0] in ("environments",) and s.module not in environments.OPTIONAL]
 

@@ -11,7 +11,12 @@ An environment image is the local base image (``scripts/base-image.sh`` makes
    ``agents``), built from the source tree with ``pip wheel``;
 3. environment modules that live outside those packages (test-only or
    user environments): their files are copied into ``/opt/envf-extra``, which
-   is on the image's ``PYTHONPATH``, under their module names.
+   is on the image's ``PYTHONPATH``, under their module names;
+4. what an environment's own code imports beyond envfactory's dependencies
+   (``spec.metadata["image_requirements"]``: ``["bfcl-eval==2026.3.23",
+   ...]``, pinned), installed without their dependencies, in a layer of
+   their own (BFCL's environments bring the ``bfcl-eval`` their classes
+   live in).
 
 The tag is ``envfactory-env:<content hash>``: the hash covers the base image
 id, the pinned dependencies, the project sources and the extra modules, so an
@@ -35,20 +40,20 @@ from pathlib import Path
 from typing import Any, Iterable
 
 __all__ = ["BASE_IMAGE", "IMAGE_REPO", "ImageError", "image_for", "build_images", "runtime_requirements",
-           "project_root", "extra_modules"]
+           "project_root", "extra_modules", "image_requirements"]
 
 BASE_IMAGE = os.environ.get("ENVFACTORY_BASE_IMAGE", "envfactory-base:bookworm")
 IMAGE_REPO = "envfactory-env"
 PROJECT_PACKAGES = ("envfactory", "environments", "tools", "agents")
 WHEEL_CACHE = Path(os.environ.get("ENVFACTORY_WHEEL_CACHE", Path.home() / ".cache" / "envfactory" / "wheels"))
 CONTAINER_GLIBC_MINOR = 36  # glibc 2.36: Debian bookworm, the base image
-RECIPE = 1  # bump when the Dockerfile below changes
+RECIPE = 2  # bump when the Dockerfile below changes
 
 _DOCKERFILE = """\
 FROM {base}
 COPY deps /wheels/deps
 RUN pip install -q --no-index --no-deps /wheels/deps/*.whl
-COPY project /wheels/project
+{requirements}COPY project /wheels/project
 RUN pip install -q --no-index --no-deps /wheels/project/*.whl
 COPY extra /opt/envf-extra
 ENV PYTHONPATH=/opt/envf-extra ENVFACTORY_NO_PLUGINS=1 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
@@ -131,6 +136,18 @@ def extra_modules(specs: Iterable[Any]) -> dict[str, Path]:
     return out
 
 
+def image_requirements(specs: Iterable[Any]) -> list[str]:
+    """What the environments' own code needs in the image beyond envfactory's dependencies: the
+    pinned ``name==version`` of each spec's ``metadata["image_requirements"]``, sorted."""
+    out: set[str] = set()
+    for s in specs:
+        for r in (getattr(s, "metadata", None) or {}).get("image_requirements", ()):
+            if not isinstance(r, str) or "==" not in r:
+                raise ImageError(f"{s.name}: image_requirements holds {r!r}; pin each as 'name==version'")
+            out.add(r)
+    return sorted(out)
+
+
 def _project_files(root: Path) -> list[Path]:
     files = [root / "pyproject.toml"] + ([root / "README.md"] if (root / "README.md").exists() else [])
     for pkg in PROJECT_PACKAGES:
@@ -153,12 +170,15 @@ def _base_image_id(client: Any) -> str:
         ) from None
 
 
-def content_hash(client: Any, extras: dict[str, Path]) -> str:
-    """The tag's hash: base image, pinned dependencies, project sources, extra modules."""
+def content_hash(client: Any, extras: dict[str, Path], requirements: list[str] | None = None) -> str:
+    """The tag's hash: base image, pinned dependencies, the environments' own requirements, project
+    sources, extra modules."""
     root = project_root()
     h = hashlib.sha256()
     h.update(f"recipe={RECIPE}\nbase={_base_image_id(client)}\n".encode())
     h.update("\n".join(runtime_requirements()).encode())
+    if requirements:
+        h.update(("\0requirements:" + "\n".join(requirements)).encode())
     for p in _project_files(root):
         h.update(b"\0" + str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
     for mod in sorted(extras):
@@ -210,18 +230,22 @@ def _build_project_wheel(dest: Path) -> None:
             raise ImageError(f"building the envfactory wheel failed:\n{r.stderr[-2000:]}")
 
 
-def _build(client: Any, tag: str, digest: str, extras: dict[str, Path]) -> None:
+def _build(client: Any, tag: str, digest: str, extras: dict[str, Path], requirements: list[str] | None = None) -> None:
     import docker
 
     with tempfile.TemporaryDirectory(prefix="envf-ctx-") as tmp:
         ctx = Path(tmp)
-        for d in ("deps", "project", "extra"):
+        for d in ("deps", "reqs", "project", "extra"):
             (ctx / d).mkdir()
         _download_deps(ctx / "deps", runtime_requirements())
+        layer = ""
+        if requirements:
+            _download_deps(ctx / "reqs", requirements)
+            layer = "COPY reqs /wheels/reqs\nRUN pip install -q --no-index --no-deps /wheels/reqs/*.whl\n"
         _build_project_wheel(ctx / "project")
         for mod, path in extras.items():
             shutil.copy2(path, ctx / "extra" / f"{mod}.py")
-        (ctx / "Dockerfile").write_text(_DOCKERFILE.format(base=BASE_IMAGE, hash=digest))
+        (ctx / "Dockerfile").write_text(_DOCKERFILE.format(base=BASE_IMAGE, hash=digest, requirements=layer))
         try:
             client.images.build(path=str(ctx), tag=tag, rm=True, forcerm=True, network_mode="none")
         except docker.errors.BuildError as exc:
@@ -241,11 +265,12 @@ def image_for(specs: Iterable[Any], *, client: Any = None, rebuild: bool = False
     specs = list(specs)
     client = client or docker.from_env()
     extras = extra_modules(specs)
-    key = ",".join(sorted(extras))
+    requirements = image_requirements(specs)
+    key = ",".join(sorted(extras)) + "|" + ",".join(requirements)
     with _lock:
         if not rebuild and key in _built:
             return _built[key], False
-        digest = content_hash(client, extras)
+        digest = content_hash(client, extras, requirements)
         tag = f"{IMAGE_REPO}:{digest}"
         built = False
         try:
@@ -253,7 +278,7 @@ def image_for(specs: Iterable[Any], *, client: Any = None, rebuild: bool = False
                 raise docker.errors.ImageNotFound(tag)
             client.images.get(tag)
         except docker.errors.ImageNotFound:
-            _build(client, tag, digest, extras)
+            _build(client, tag, digest, extras, requirements)
             built = True
         _built[key] = tag
         return tag, built
