@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-__all__ = ["Tool", "ToolError", "ToolOutcome", "tool", "FINISH_TOOL_NAME", "finish_tool"]
+__all__ = ["Tool", "ToolError", "ToolOutcome", "tool", "FINISH_TOOL_NAME", "finish_tool", "CallStopped",
+           "stops_the_process", "failed_outcome"]
 
 FINISH_TOOL_NAME = "finish"
 
@@ -42,6 +43,84 @@ class ToolError(Exception):
 
     Its message is shown to the agent as the tool's result; the episode goes on.
     """
+
+
+class CallStopped(BaseException):
+    """Raised into a tool's thread from outside to stop its call (the container server abandons
+    a session's call past its step timeout with a subclass). :meth:`Tool.invoke` lets it through;
+    any other exception a tool raises is the call's error observation."""
+
+
+def _handler_codes() -> set[Any]:
+    """The code objects of the Python-level signal handlers installed now."""
+    import signal
+
+    codes: set[Any] = set()
+    for sig in signal.valid_signals():
+        try:
+            h = signal.getsignal(sig)
+        except (ValueError, OSError):
+            continue
+        while h is not None and not isinstance(h, int):
+            code = getattr(h, "__code__", None)
+            if code is not None:
+                codes.add(code)
+                break
+            h = getattr(h, "__func__", None) or getattr(h, "func", None)  # a bound method, a partial
+    return codes
+
+
+_RAISE_OPS = frozenset(op for name, op in __import__("dis").opmap.items() if name in ("RAISE_VARARGS", "RERAISE"))
+
+
+def stops_the_process(exc: BaseException) -> bool:
+    """Whether ``exc``, raised out of a tool's call, is the process's own stop rather than the
+    tool's fault: a :class:`CallStopped`; an exception raised by a Python signal handler (a
+    ``SIGTERM`` handler calling ``sys.exit``: its frame is in the traceback); a
+    ``KeyboardInterrupt`` that Python's own ``SIGINT`` handler (or ``_thread.interrupt_main``)
+    delivered in the main thread: no ``raise`` statement raised it. Anything else (a tool's
+    ``sys.exit()``, ``raise KeyboardInterrupt``, ``GeneratorExit``, any ``BaseException``
+    subclass) is the tool's, and :meth:`Tool.invoke` answers it as the call's error."""
+    if isinstance(exc, CallStopped):
+        return True
+    if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        return False
+    handlers = _handler_codes()
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code in handlers:
+            return True
+        last, tb = tb, tb.tb_next
+    if isinstance(exc, KeyboardInterrupt):
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return False  # no signal is delivered to another thread
+        if last is None:
+            return True
+        code = last.tb_frame.f_code.co_code
+        at = last.tb_lasti
+        return not (0 <= at < len(code) and code[at] in _RAISE_OPS)
+    return False
+
+
+def _describe(exc: BaseException) -> str:
+    """``"Type: message"`` of an exception, whatever its ``__str__`` does."""
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+    except BaseException as inner:  # noqa: BLE001 - a hostile __str__ (which may raise SystemExit itself)
+        if stops_the_process(inner):
+            raise
+        text = f"<its message could not be read: {type(inner).__name__}>"
+    if not isinstance(text, str):
+        text = "<its message is not a string>"
+    return f"{name}: {text}"
+
+
+def failed_outcome(name: str, exc: BaseException) -> "ToolOutcome":
+    """The error observation of a tool call that raised ``exc`` (not a :class:`ToolError`)."""
+    return ToolOutcome(f"Error: tool '{name}' failed: {_describe(exc)}", False, "exception")
 
 
 @dataclass(slots=True)
@@ -144,11 +223,36 @@ class Tool:
             },
         }
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's own :meth:`invoke` never raises either: what it lets out (anything but
+        the process's own stop, :func:`stops_the_process`) is the call's error observation."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("invoke")
+        if own is None or getattr(own, "__guarded__", False):
+            return
+
+        def invoke(self: Tool, state: Any, arguments: Any) -> ToolOutcome:
+            try:
+                return own(self, state, arguments)
+            except BaseException as exc:  # noqa: BLE001 - one fault, one behaviour (see Tool.invoke)
+                if stops_the_process(exc):
+                    raise
+                return failed_outcome(self.name, exc)
+
+        invoke.__guarded__ = True  # type: ignore[attr-defined]
+        invoke.__doc__, invoke.__wrapped__ = own.__doc__, own  # type: ignore[attr-defined]
+        cls.invoke = invoke  # type: ignore[method-assign]
+
     def invoke(self, state: Any, arguments: Any) -> ToolOutcome:
         """Validate ``arguments`` and run the tool on ``state``. Never raises.
 
         Invalid arguments, :class:`ToolError` and any other exception become an
-        error observation naming the problem.
+        error observation naming the problem: any ``BaseException`` the tool raises
+        (``sys.exit()``, ``raise KeyboardInterrupt``, ``GeneratorExit``), so that one
+        fault is one observation wherever the tool runs (in-process, in a container,
+        in :func:`~envfactory.step_many`, in a reference replay). Only the process's
+        own stop goes through (:func:`stops_the_process`: Ctrl-C, a signal handler's
+        exit, :class:`CallStopped`).
         """
         kwargs = None
         exact = self._exact
@@ -175,13 +279,15 @@ class Tool:
                     return ToolOutcome(self._describe_invalid(exc), False, "invalid_arguments")
         try:
             result = self.fn(state, **kwargs)
+            if result.__class__ is not str:
+                result = _render_result(result)
         except ToolError as exc:
-            return ToolOutcome(f"Error: {exc}", False, "tool_error")
-        except Exception as exc:  # a tool bug must not crash the episode
-            return ToolOutcome(
-                f"Error: tool '{self.name}' failed: {type(exc).__name__}: {exc}", False, "exception"
-            )
-        return ToolOutcome(result if result.__class__ is str else _render_result(result), True)
+            return ToolOutcome(f"Error: {_describe(exc).partition(': ')[2]}", False, "tool_error")
+        except BaseException as exc:  # noqa: BLE001 - a tool bug (or exit) must not crash the episode
+            if stops_the_process(exc):
+                raise
+            return failed_outcome(self.name, exc)
+        return ToolOutcome(result, True)
 
     def _fast_validate(self, simple: dict[str, tuple[tuple[type, ...], Any]],
                        arguments: dict[str, Any]) -> dict[str, Any] | None:
@@ -229,7 +335,7 @@ class Tool:
 
 def _render_result(result: Any) -> str:
     if isinstance(result, str):
-        return result
+        return str.__str__(result)
     if result is None:
         return "OK"
     if isinstance(result, BaseModel):

@@ -103,6 +103,7 @@ from . import wire
 from .wire import (MAGIC, TOKEN_HEADER, FrameDecodeError, FrameEncodeError, FrameError, encode_body, encode_frame,
                    frame_of, recv_frame, send_frame)
 from ..task import ToolCall
+from ..tooling import CallStopped
 from ..world import LocalWorld
 
 __all__ = ["Server", "main"]
@@ -129,10 +130,11 @@ class _Session:
         self.abandoned = False  # closed by the host while an op ran: that op's result goes nowhere
 
 
-class _Abandoned(BaseException):
+class _Abandoned(CallStopped):
     """Raised (asynchronously) in the thread running an op of a session the host abandoned
     (it overran its step timeout): a tool looping in Python stops there. A BaseException, so
-    that a tool's ``except Exception`` does not swallow it."""
+    that a tool's ``except Exception`` does not swallow it, and a :class:`CallStopped`, so that
+    ``Tool.invoke`` (which answers any other ``BaseException`` as the call's error) lets it through."""
 
 
 def _raise_in(thread: int, exc: type[BaseException] | None) -> None:
