@@ -7,8 +7,9 @@ in-process and in a container:
 * :data:`MAX_STATE_BYTES` (default 32 MiB, half a wire frame, so a state at its quota crosses
   between host and container in one reply; ``ENVFACTORY_MAX_STATE_BYTES``): the state's size as
   its dump would write it (:func:`state_size`). A tool call that would take the state past it is
-  that call's error observation (kind ``quota``), and the state is as it was before the call; the
-  other calls of the turn run. Counting what a dump writes, not what Python holds, is what holds
+  that call's error observation (kind ``quota``), and the state is as it was before the call
+  (a copy is taken before every writing call, and kept instead of the state after it when that
+  is over), however much the one call grew it; the other calls of the turn run. Counting what a dump writes, not what Python holds, is what holds
   under copy-on-write sharing: a string copied 255 times costs nothing in memory but is written
   255 times by a snapshot, a fork into a container, or a reply.
 * :data:`MAX_OBSERVATION_CHARS` (default 1 MiB of text; ``ENVFACTORY_MAX_OBSERVATION_CHARS``):
@@ -22,28 +23,28 @@ before import; a container is started with the host's values (at its creation).
 from __future__ import annotations
 
 import os
+import weakref
 from enum import Enum
 from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel
 
-from .state import class_hook, copy_state
-from .tooling import ToolOutcome
+from .state import _copy, class_hook, copy_state
+from .tooling import ToolOutcome, stops_the_process
 
 __all__ = ["MAX_STATE_BYTES", "MAX_OBSERVATION_CHARS", "STATE_QUOTA_PREFIX", "OBSERVATION_CUT", "state_size",
-           "cut_observations", "invoke_within_quota", "cut_outcomes"]
+           "cut_observations", "invoke_within_quota", "cut_outcomes", "track", "track_fork"]
 
 MAX_STATE_BYTES = int(os.environ.get("ENVFACTORY_MAX_STATE_BYTES", 32 << 20))
 MAX_OBSERVATION_CHARS = int(os.environ.get("ENVFACTORY_MAX_OBSERVATION_CHARS", 1 << 20))
-
-BACKUP_FROM = 8
-"""A copy to fall back on is kept before a call once the state is past 1/BACKUP_FROM of the quota."""
 
 STATE_QUOTA_PREFIX = "Error: state quota exceeded"
 OBSERVATION_CUT = ("\n[cut: this turn's tool observations reached their cap of "
                    "envfactory.quotas.MAX_OBSERVATION_CHARS characters (ENVFACTORY_MAX_OBSERVATION_CHARS)]")
 
 _NUMBER = (int, float, bool)
+_BIG = 10 ** 15  # an int within it writes at most 16 characters; one past it, about bit_length * log10(2)
+FLOAT_BYTES = 12  # a float writes at most 24 characters ("-1.2345678901234567e-308"): half of it at most
 _MODELS: set[type] = set()  # classes seen to be pydantic models
 _SIZERS: dict[type, Callable[[Any, int | None], int]] = {}  # state class -> how to measure it
 
@@ -85,11 +86,28 @@ def _model_size(state: Any, limit: int | None) -> int:
         c = x.__class__
         if c is str:
             total += len(k) + 6 + (len(x) if x.isascii() else len(x.encode("utf-16-le", "surrogatepass")) * 3)
-        elif c in _NUMBER or x is None:
+        elif (c is int and -_BIG < x < _BIG) or c is bool or x is None:
             total += len(k) + 12
+        elif c is float:
+            total += len(k) + 4 + FLOAT_BYTES
         else:
             return _walk(state, limit)
     return total
+
+
+def _int_size(v: int) -> int:
+    """What an int past :data:`_BIG` writes (its digits, and a sign), without writing it."""
+    return v.bit_length() * 30103 // 100000 + 3
+
+
+def _key_size(k: Any) -> int:
+    """What a dict key writes (with its quotes and the colon and comma around it)."""
+    c = k.__class__
+    if c is str:
+        return len(k) + 4 if k.isascii() else len(k.encode("utf-16-le", "surrogatepass")) * 3 + 4
+    if c is int and not -_BIG < k < _BIG:
+        return _int_size(k) + 4
+    return 16
 
 
 def _walk(state: Any, limit: int | None) -> int:
@@ -104,7 +122,11 @@ def _walk(state: Any, limit: int | None) -> int:
         c = v.__class__
         if c is str:
             total += len(v) + 2 if v.isascii() else len(v.encode("utf-16-le", "surrogatepass")) * 3 + 2
-        elif c in _NUMBER or v is None:
+        elif c is int:
+            total += 8 if -_BIG < v < _BIG else _int_size(v)
+        elif c is float:
+            total += FLOAT_BYTES
+        elif c is bool or v is None:
             total += 8
         elif c is _Leave:
             path.discard(v.id)
@@ -119,7 +141,7 @@ def _walk(state: Any, limit: int | None) -> int:
                 path.add(i)
                 push(_Leave(i))
                 for k, x in v.items():
-                    total += len(k) + 4 if k.__class__ is str and k.isascii() else 16
+                    total += len(k) + 4 if k.__class__ is str and k.isascii() else _key_size(k)
                     if x.__class__ is str and x.isascii():
                         total += len(x) + 2
                     else:
@@ -146,8 +168,13 @@ def _walk(state: Any, limit: int | None) -> int:
                 for k, x in v.__dict__.items():
                     total += len(k) + 4
                     push(x)
-            elif isinstance(v, (str, bytes, bytearray)):
+            elif isinstance(v, str):  # a subclass: as a string
+                s = str.__str__(v)
+                total += len(s) + 2 if s.isascii() else len(s.encode("utf-16-le", "surrogatepass")) * 3 + 2
+            elif isinstance(v, (bytes, bytearray)):
                 total += len(v) * 2 + 2
+            elif isinstance(v, int):  # a subclass (an IntEnum): as an int
+                total += 16 if -_BIG < v < _BIG else _int_size(int(v))
             elif isinstance(v, (_NUMBER, type, Enum)):
                 total += 16
             elif isinstance(v, dict):  # a subclass: its items, as above
@@ -155,7 +182,7 @@ def _walk(state: Any, limit: int | None) -> int:
                 path.add(i)
                 push(_Leave(i))
                 for k, x in v.items():
-                    total += 16
+                    total += 4
                     push(k)
                     push(x)
             elif isinstance(v, (list, tuple, set, frozenset)):
@@ -187,15 +214,22 @@ class _Leave:
 
 
 def state_quota_error(name: str, size: int, applied: bool = False) -> str:
-    """The error observation of a call that took the state past the quota: rolled back (the
-    usual case), or ``applied`` when no copy was kept (a state under :data:`BACKUP_FROM` of
-    the quota that one call took past all of it), which the message then says."""
-    what = ("it was applied (the state was small enough before it that no copy was kept), so the state is now "
-            "over the quota: until it is back under, every call that changes it and leaves it over is refused "
-            "and undone" if applied else "it was not applied, and the state is as it was before it")
+    """The error observation of a call that took the state past the quota: undone (always, but
+    for a state that cannot be copied: then ``applied``, which the message says)."""
+    what = ("it was applied (the state could not be copied before it, so it could not be undone), so the state is "
+            "now over the quota" if applied else "it was not applied, and the state is as it was before it")
     return (f"{STATE_QUOTA_PREFIX}: this call of '{name}' would make the state more than "
             f"{MAX_STATE_BYTES} bytes as written by a dump (at least {size}); {what}. The quota is "
             "envfactory.quotas.MAX_STATE_BYTES (ENVFACTORY_MAX_STATE_BYTES).")
+
+
+def state_unmeasured_error(name: str, exc: BaseException, applied: bool = False) -> str:
+    """The error observation of a call after which the state could not be measured (a value in
+    it whose ``repr`` or own measure fails): undone, as a call over the quota is."""
+    what = "it was applied (the state could not be copied before it)" if applied else \
+        "it was not applied, and the state is as it was before it"
+    return (f"{STATE_QUOTA_PREFIX}: after this call of '{name}' the state's size could not be measured "
+            f"({type(exc).__name__}); {what}.")
 
 
 def cut_observations(contents: Sequence[str], room: int) -> tuple[list[str] | None, int]:
@@ -216,58 +250,163 @@ def cut_observations(contents: Sequence[str], room: int) -> tuple[list[str] | No
     return out, room
 
 
-_last: tuple[Any, Any] = (None, 0)  # the state last measured after a call, and its size
-# id(original) -> (original, the cap it was measured under, its size): the task states that
-# reset copies, kept while small (at most _FRESH_MAX of them, each under _FRESH_BYTES)
-_FRESH: dict[int, tuple[Any, int, int]] = {}
-_FRESH_MAX = 256
-_FRESH_BYTES = 1 << 16
+# -- undoing a call ---------------------------------------------------------------------------------
+# A plain state (no copier of its own) is copied before each writing call (memoized; cheaper than
+# the measure after it), and the copy kept when the call goes over. A state class that brings its
+# own copier (``__state_copy__``: the factory's copy-on-write states) is not: there a copy would
+# cost a whole copy at the call's first write (a state copied on write copies all it shares), or
+# make every call a fork boundary (per-container copy on write un-shares what a call reaches).
+# Such a state is undone by replay instead: it is tracked from an origin nothing changes (a task's
+# initial state, or a copy taken when it was loaded, forked or last undone) with every call run on
+# it since (its tool, a copy of its arguments, its outcome); a call that takes it over the quota
+# is undone by replaying those calls on a copy of the origin, each checked to answer as it did.
+_REPLAY_CHECKPOINT = 256  # calls journaled before an undo starts a new origin (bounds each replay)
+_OWN_COPIER: dict[type, bool] = {}
+
+
+class _Journal:
+    """What rebuilds a tracked state: its origin and the calls since (see above)."""
+
+    __slots__ = ("origin", "calls", "state")
+
+    def __init__(self, origin: Any, calls: list[tuple[Any, Any, Any]] | None = None) -> None:
+        self.origin = origin
+        self.calls: list[tuple[Any, Any, Any]] = [] if calls is None else calls
+        self.state: Any = None  # a weak reference to the state it rebuilds
+
+
+_JOURNALS: dict[int, _Journal] = {}
+
+
+def _own_copier(cls: type) -> bool:
+    own = _OWN_COPIER.get(cls)
+    if own is None:
+        own = _OWN_COPIER[cls] = class_hook(cls, "__state_copy__") is not None
+    return own
+
+
+def _attach(state: Any, journal: _Journal) -> None:
+    try:
+        journal.state = weakref.ref(state)
+        weakref.finalize(state, _JOURNALS.pop, id(state), None).atexit = False
+    except TypeError:  # not weakly referenceable: undone by a copy instead
+        return
+    _JOURNALS[id(state)] = journal
+
+
+def _journal(state: Any) -> _Journal | None:
+    j = _JOURNALS.get(id(state))
+    if j is not None and j.state() is state:
+        return j
+    return None
+
+
+def track(state: Any, origin: Any = None) -> None:
+    """Start undoing ``state``'s calls by replay, when its class brings its own copier (a
+    copy-on-write state; any other is undone by a copy): from ``origin``, a state equal to it that
+    nothing will change (``None``: a copy taken here, O(fields) for such a state). Worlds call it
+    when they start, load or fork a state; a state never tracked is undone by a copy."""
+    if not _own_copier(state.__class__):
+        return
+    _attach(state, _Journal(copy_state(state) if origin is None else origin))
+
+
+def track_fork(child: Any, parent: Any) -> None:
+    """``child`` is a fresh copy of ``parent``: it is rebuilt from the same origin and calls."""
+    j = _journal(parent) if _own_copier(parent.__class__) else None
+    if j is not None:
+        _attach(child, _Journal(j.origin, list(j.calls)))
+    else:
+        track(child)
 
 
 def fresh_copy(copy: Any, original: Any) -> None:
     """Note that ``copy`` is a fresh copy of ``original`` (a task's initial state, copied by
-    ``reset``), so that the first call on it takes the size measured before it from
-    ``original``'s, measured once (the same dump, so the same size) instead of walking the copy.
-    A wrong figure here could only change whether a backup copy is kept: the measure after
-    every call, which enforces the quota, is always taken."""
-    global _last
-    cap = MAX_STATE_BYTES // BACKUP_FROM
-    hit = _FRESH.get(id(original))
-    if hit is None or hit[0] is not original or hit[1] != cap:
-        sizer = _SIZERS.get(original.__class__) or _sizer_for(original.__class__)
-        hit = (original, cap, sizer(original, cap))
-        if hit[2] < _FRESH_BYTES:
-            if len(_FRESH) >= _FRESH_MAX:
-                _FRESH.clear()
-            _FRESH[id(original)] = hit
-    _last = (copy, hit[2])
+    ``reset``, which nothing changes): a copy-on-write state is then undone by replay from it."""
+    if _own_copier(copy.__class__):
+        _attach(copy, _Journal(original))
+
+
+def _rebuild(journal: _Journal) -> tuple[Any, bool]:
+    """A state rebuilt from ``journal``'s origin and calls, and whether every call answered as it
+    did (when not, a tool that does not answer the same twice: the state is what they gave now)."""
+    state = copy_state(journal.origin)
+    same = True
+    for tool, arguments, was in journal.calls:
+        out = tool.invoke(state, _copy(arguments) if arguments.__class__ is dict else arguments)
+        if _answer(out) != was:
+            same = False
+    return state, same
+
+
+def _answer(out: ToolOutcome) -> tuple[Any, ...]:
+    """What a replayed call must answer again (a long observation by its length and hash, so that
+    the journal holds no more of it)."""
+    c = out.content
+    return (out.ok, out.kind, c if len(c) <= 1024 else (len(c), hash(c)))
+
+
+def _undo_by_replay(journal: _Journal, tool: Any, error: str) -> tuple[ToolOutcome, Any]:
+    state, same = _rebuild(journal)
+    if len(journal.calls) > _REPLAY_CHECKPOINT:
+        journal = _Journal(copy_state(state))
+    _attach(state, journal)
+    if not same:
+        error += (" (It was undone by replaying the episode's earlier calls, which did not all answer as they "
+                  "did: the state is what they gave now.)")
+    return ToolOutcome(error, False, "quota"), state
 
 
 def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any]:
-    """Run ``tool`` on ``state``: ``(outcome, the state to keep)``. After a tool that may change the
-    state (not ``read_only``) the state is measured; over :data:`MAX_STATE_BYTES`, the outcome is
-    the quota error and the state to keep is a copy taken before the call. The copy is taken only
-    when the state is already past :data:`BACKUP_FROM` of the quota (a copy on every call would
-    cost a state's worth per call, and break a copy-on-write state's sharing); a single call that
-    takes a smaller state past the whole quota stays applied, and its error says so (every later
-    call that leaves the state over the quota is then refused and undone: the copy is kept)."""
+    """Run ``tool`` on ``state``: ``(outcome, the state to keep)``, the state checked before it is
+    kept. After a tool that may change the state (not ``read_only``) the state is measured,
+    stopping at :data:`MAX_STATE_BYTES`; over it (however much the one call grew it), or when it
+    cannot be measured, the outcome is the quota error and the state to keep is exactly the state
+    before the call: a copy taken before the call (:func:`~envfactory.state.copy_state`, memoized),
+    or for a copy-on-write state, which is not copied before each call, the state rebuilt by
+    replaying its calls since its origin (see :func:`track`). A state that can be neither copied
+    nor replayed (a value ``copy.deepcopy`` refuses) keeps a call that goes over, which its error
+    says.
+
+    Cost per writing call: the measure and a copy of a plain state (both linear in its size, the
+    copy the cheaper), a copy of the call's arguments for a copy-on-write one; ``read_only`` tools
+    add nothing (they are trusted not to write; on a copy-on-write state they are journaled too)."""
+    journal = _journal(state) if _own_copier(state.__class__) else None
+    if journal is not None:
+        kept = _copy(arguments) if arguments.__class__ is dict else arguments
+        out = tool.invoke(state, arguments)
+        if not tool.read_only:
+            error = _over_quota(tool, state, applied=False)
+            if error is not None:
+                return _undo_by_replay(journal, tool, error)
+        journal.calls.append((tool, kept, _answer(out)))
+        return out, state
     if tool.read_only:
         return tool.invoke(state, arguments), state
-    limit = MAX_STATE_BYTES
-    global _last
-    known, size = _last
-    sizer = _SIZERS.get(state.__class__) or _sizer_for(state.__class__)
-    if known is not state:  # else: measured after the last call (only tools change a state)
-        size = sizer(state, limit // BACKUP_FROM)
-    backup = copy_state(state) if size > limit // BACKUP_FROM else None
+    try:
+        backup = copy_state(state)
+    except BaseException as exc:  # noqa: BLE001 - a value that cannot be copied: the call runs without an undo
+        if stops_the_process(exc):
+            raise
+        backup = None
     out = tool.invoke(state, arguments)
-    size = sizer(state, limit)
-    if size <= limit:
-        _last = (state, size)
+    error = _over_quota(tool, state, applied=backup is None)
+    if error is None:
         return out, state
-    _last = (None, 0)  # measured again before the next call
-    return (ToolOutcome(state_quota_error(tool.name, size, applied=backup is None), False, "quota"),
-            state if backup is None else backup)
+    return ToolOutcome(error, False, "quota"), state if backup is None else backup
+
+
+def _over_quota(tool: Any, state: Any, applied: bool) -> str | None:
+    """The quota error for ``state`` after a call of ``tool``, or ``None`` when within it."""
+    sizer = _SIZERS.get(state.__class__) or _sizer_for(state.__class__)
+    limit = MAX_STATE_BYTES
+    try:
+        size = sizer(state, limit)
+    except BaseException as exc:  # noqa: BLE001 - a value whose repr (or a class's own measure) fails
+        if stops_the_process(exc):
+            raise
+        return state_unmeasured_error(tool.name, exc, applied=applied)
+    return None if size <= limit else state_quota_error(tool.name, size, applied=applied)
 
 
 def cut_outcomes(outcomes: list[ToolOutcome], room: int) -> tuple[list[ToolOutcome], int]:

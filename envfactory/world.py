@@ -141,6 +141,7 @@ class LocalWorld(World):
 
     def start(self, task: Task) -> None:
         self._state = self.spec.start_state(task)
+        quotas.track(self._state)
 
     def run(self, agent: str, round: int, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
         """Run ``calls`` in order within the session's quotas (:mod:`envfactory.quotas`): a call
@@ -169,7 +170,9 @@ class LocalWorld(World):
     def fork(self) -> "LocalWorld":
         new = LocalWorld.__new__(LocalWorld)
         new.spec, new._tools, new._team = self.spec, self._tools, self._team
-        new._state = copy_state(self.state())
+        parent = self.state()
+        new._state = copy_state(parent)
+        quotas.track_fork(new._state, parent)
         return new
 
     def dump(self) -> Any:
@@ -177,3 +180,4 @@ class LocalWorld(World):
 
     def load(self, task: Task, state: Any) -> None:
         self._state = self.spec.state_type.model_validate(state)
+        quotas.track(self._state)

@@ -56,3 +56,19 @@ def test_a_state_class_s_own_measure_is_what_the_quota_checks() -> None:
         assert out.ok and out.content == str(expected)
     out, state = quotas.invoke_within_quota(bump, state, {})  # the measure says it is now over the quota
     assert not out.ok and out.kind == "quota"
+
+
+def test_numbers_and_keys_count_what_a_dump_writes() -> None:
+    """Issue 63: an int of 4,000 digits counted 8 bytes, a non-ASCII key of a million characters
+    16, so a list repeating one such value wrote hundreds of times the quota. Now each counts at
+    least half of what a dump writes (the quota is half a wire frame)."""
+    import json
+
+    big = 10 ** 4000
+    for value in (big, -big, {"é" * 1000: 1}, {big: 1}, 1.2345678901234567e-308, [0.1] * 100, 2 ** 62):
+        state = Flat(a=[value] * 10)
+        written = len(json.dumps(state.model_dump(mode="json"), ensure_ascii=False).encode())
+        assert quotas.state_size(state) * 2 >= written, (str(value)[:20], quotas.state_size(state), written)
+        flat = Flat(a=value) if not isinstance(value, (dict, list)) else None
+        if flat is not None:
+            assert quotas._model_size(flat, None) == quotas._walk(flat, None)

@@ -5,7 +5,9 @@ in memory (copy on write), but a dump writes it again: before the quotas, three 
 ``snapshot()`` 732 MiB (25.8 s) and ending the episode 7.7 s. Now the state is counted as its
 dump would write it (:func:`envfactory.quotas.state_size`), and a call that would take it past
 ``MAX_STATE_BYTES`` is that call's error observation, the state as it was before the call.
-A turn's tool observations together hold at most ``MAX_OBSERVATION_CHARS`` characters.
+A turn's tool observations together hold at most ``MAX_OBSERVATION_CHARS`` characters. One call
+that grows a small state past the whole quota (``rows * 1000``, or ``rows = [rows, rows]`` thirty
+times: issue 63) is undone too: a copy is taken before every writing call.
 The Docker runtime gives the same observations (``test_session_quotas_docker.py``).
 
 Runtime: about 5 s.
@@ -142,25 +144,154 @@ def test_a_world_lost_while_judging_ends_the_episode_instead_of_raising() -> Non
     assert r.reward == 0.0 and env.success is False
 
 
-def test_a_call_that_could_not_be_undone_says_it_was_applied_and_the_next_over_quota_call_is_undone(monkeypatch) -> None:
-    """A state under an eighth of the quota keeps no copy before a call (copy-on-write sharing);
-    one call that takes it past the whole quota stays applied. Its error observation must say so
-    (it said "it was not applied, and the state is as it was before it", which was false); from
-    then on the copy is kept, so a call that leaves the state over the quota is refused and undone,
-    and one that brings it back under is allowed."""
+def test_one_call_that_takes_a_small_state_past_the_whole_quota_is_undone(monkeypatch) -> None:
+    """Issue 63: a state under an eighth of the quota kept no copy before a call, so one call that
+    took it past the whole quota (more than eightfold growth) stayed applied, and every later write
+    was refused. Now a copy is taken before every writing call: the call is undone, and the next
+    write goes through."""
     limit = quotas.state_size(_fresh_state()) * 20
     monkeypatch.setattr(quotas, "MAX_STATE_BYTES", limit)
     env = envfactory.make("FileSystem-v0")
     env.reset(0)
+    before = env.state.model_dump()
     big = "/home/user/huge.txt"
     r = env.step([call("write_file", path=big, content="h" * limit)])
     said = r.messages[0]["content"]
-    assert quotas.STATE_QUOTA_PREFIX in said and "it was applied" in said and "not applied" not in said, said
-    assert env.state.fs.files[big] == "h" * limit  # what the message says is what happened
-    r = env.step([call("write_file", path="/home/user/more.txt", content="m" * 100)])
-    said = r.messages[0]["content"]
     assert quotas.STATE_QUOTA_PREFIX in said and "it was not applied" in said, said
-    assert "/home/user/more.txt" not in env.state.fs.files
-    r = env.step([call("delete_file", path=big)])
+    assert env.state.model_dump() == before and quotas.state_size(env.state) <= limit
+    r = env.step([call("write_file", path="/home/user/more.txt", content="m" * 100)])
     assert quotas.STATE_QUOTA_PREFIX not in r.messages[0]["content"]
-    assert big not in env.state.fs.files and quotas.state_size(env.state) <= limit
+    assert env.state.fs.files["/home/user/more.txt"] == "m" * 100
+
+
+# -- amplification by one call (issue 63): tests/adversarial/amplify_env.py's Amplify-v0 ----------------
+def _amplify():
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    try:
+        import amplify_env
+    finally:
+        sys.path.pop(0)
+    envfactory.registry.register(amplify_env.SPEC, replace=True)
+    return amplify_env
+
+
+def test_one_call_that_multiplies_or_nests_the_state_is_undone_and_the_episode_goes_on() -> None:
+    """``rows * 1000`` and ``rows = [rows, rows]`` thirty times, from a 100 KB state: before, both
+    stayed applied (the state at 100 MB, three times the quota; every later write refused), and
+    after the nesting the next write's copy (no memo) ran past 120 s. Now each is its error
+    observation, the state is exactly as before it (at most the quota), the next write is
+    ordinary, and snapshot and the end of the episode work."""
+    _amplify()
+    env = envfactory.make("Amplify-v0")
+    env.reset("one-row")
+    env.step(call("fill", n=1000, width=100))
+    for attack in (call("multiply", times=1000), call("nest", levels=30),
+                   [call("add", text="a"), call("multiply", times=1000), call("add", text="b")]):
+        before = env.state.model_dump()
+        r = env.step(attack)
+        said = [m["content"] for m in r.messages]
+        refused = [c for c in said if quotas.STATE_QUOTA_PREFIX in c]
+        assert len(refused) == 1 and "it was not applied" in refused[0], said
+        assert quotas.state_size(env.state) <= quotas.MAX_STATE_BYTES
+        if isinstance(attack, list):  # the turn's other calls ran
+            assert env.state.rows == before["rows"] + ["a", "b"]
+        else:
+            assert env.state.model_dump() == before
+    r = env.step(call("add", text="c"))
+    assert r.messages[0]["content"] == "1003 rows" and not r.done
+    snap = env.snapshot()
+    assert len(snap["state"]["rows"]) == 1003
+    end = env.step("done")
+    assert end.done and end.info["ended_by"] == "answer"
+
+
+def test_a_nest_within_the_quota_copies_in_the_time_of_its_containers() -> None:
+    """A state whose lists share children (2**20 paths, 21 lists, within the quota) is copied
+    memoized: a fork and the copy every writing call takes hold the shared lists once (before:
+    2**20 list copies for each)."""
+    from envfactory.state import copy_state
+
+    _amplify()
+    env = envfactory.make("Amplify-v0")
+    env.reset("one-row")
+    r = env.step(call("nest", levels=20))
+    assert r.messages[0]["content"] == "nested"
+    copy = copy_state(env.state)
+    node, orig = copy.rows, env.state.rows
+    for _ in range(20):
+        assert node[0] is node[1] and node is not orig
+        node, orig = node[0], orig[0]
+    assert node == orig == []
+    child = env.fork()
+    child.step(call("add", text="x"))
+    assert env.state.rows[0] is env.state.rows[1]
+
+
+class _Rows:
+    """A table (an imported class)."""
+
+    def __init__(self, n: int = 0) -> None:
+        self.rows = [f"{i:08d}".ljust(100, "r") for i in range(n)]
+
+    def add(self, text: str) -> int:
+        """Add a row.
+
+        Args:
+            text: The row.
+        """
+        self.rows.append(text)
+        return len(self.rows)
+
+    def multiply(self, times: int) -> int:
+        """Repeat the rows.
+
+        Args:
+            times: How many times.
+        """
+        self.rows = self.rows * times
+        return len(self.rows)
+
+    def nest(self, levels: int) -> str:
+        """Nest the rows in pairs of themselves.
+
+        Args:
+            levels: How many times.
+        """
+        for _ in range(levels):
+            self.rows = [self.rows, self.rows]
+        return "nested"
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("copy_on_write", ["state", "containers"])
+def test_an_imported_class_s_amplifying_call_is_undone_by_replay(copy_on_write) -> None:
+    """A copy-on-write state (from_class) is not copied before each call (a copy would cost a whole
+    copy at the call's first write, or make every call a fork boundary); an amplifying call is
+    undone by replaying the episode's calls from its origin, in the episode, its fork and a
+    restored snapshot alike."""
+    from envfactory.factory.from_class import ClassTask, from_class
+
+    spec = from_class(_Rows, name=f"QuotaRows{copy_on_write}-v0", domain="t", copy_on_write=copy_on_write,
+                      tasks=[ClassTask("t", "Add x.", {"n": 1000}, [call("add", text="x")])])
+    ep = envfactory.Episode(spec)
+    ep.reset("t")
+    assert ep.step(call("add", text="a").to_hermes()).messages[0]["content"] == "1001"
+    attacks = [call("multiply", times=1000)] + ([call("nest", levels=30)] if copy_on_write == "state" else [])
+    for episode in (ep, ep.fork()):
+        before = episode.state.model_dump(mode="json")
+        for attack in attacks:
+            said = episode.step(attack.to_hermes()).messages[0]["content"]
+            assert quotas.STATE_QUOTA_PREFIX in said and "it was not applied" in said, said
+            assert episode.state.model_dump(mode="json") == before
+            assert quotas.state_size(episode.state) <= quotas.MAX_STATE_BYTES
+        assert episode.step(call("add", text="b").to_hermes()).messages[0]["content"] == "1002"
+    again = envfactory.Episode(spec)
+    again.restore(ep.snapshot())
+    said = again.step(call("multiply", times=1000).to_hermes()).messages[0]["content"]
+    assert quotas.STATE_QUOTA_PREFIX in said
+    assert again.step(call("add", text="c").to_hermes()).messages[0]["content"] == "1003"

@@ -1,0 +1,91 @@
+"""One call that amplifies the state, on the Docker runtime beside bystanders (issue 63).
+
+Before: ``rows * 1000`` (or ``rows = [rows, rows]`` thirty times) from a 100 KB state stayed
+applied in the container (the state at 100 MB, three times the quota); ``snapshot()`` and the
+final ``step()`` then raised ``ContainerError`` (the 100 MB reply over the 64 MiB frame), and the
+nesting's next write OOM-killed the shared container (its bystanders resumed elsewhere). Now the
+container's world undoes the call as the in-process one does (the same code): the same error
+observation on both runtimes, the state within the quota, no exception out of ``step()`` or
+``snapshot()``, and the bystanders sharing the container never resumed.
+
+Runtime: about 20-40 s on 2 cores once the image exists.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+import envfactory
+from envfactory import call, quotas
+
+from conftest import require_docker
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _docker() -> None:
+    require_docker()
+
+
+@pytest.fixture(scope="module")
+def amplify():
+    sys.path.insert(0, os.path.dirname(__file__))
+    try:
+        import amplify_env
+    finally:
+        sys.path.pop(0)
+    from envfactory import registry
+
+    registry.register(amplify_env.SPEC, replace=True)
+    yield amplify_env
+    registry._REGISTRY.pop(amplify_env.SPEC.name, None)
+
+
+@pytest.fixture(scope="module")
+def pool(amplify):
+    from envfactory.runtime.pool import Pool
+
+    p = Pool(amplify.SPEC, warm=0, sessions_per_container=8)
+    yield p
+    p.shutdown()
+
+
+def test_amplifying_calls_are_undone_alike_and_the_bystanders_never_notice(pool) -> None:
+    attacker = envfactory.make("Amplify-v0", runtime="docker", pool=pool)
+    local = envfactory.make("Amplify-v0")
+    bystanders = [envfactory.make("Amplify-v0", runtime="docker", pool=pool) for _ in range(3)]
+    for e in (attacker, local, *bystanders):
+        e.reset("one-row")
+    assert {b._world.container.id for b in bystanders} == {attacker._world.container.id}  # one shared container
+
+    def both(action):
+        a, b = local.step(action), attacker.step(action)
+        assert b.messages == a.messages
+        return b
+
+    both(call("fill", n=1000, width=100))
+    refused = 0
+    for k, action in enumerate([call("multiply", times=1000), call("nest", levels=30),
+                                [call("add", text="a"), call("multiply", times=1000), call("add", text="b")],
+                                call("nest", levels=30), call("multiply", times=1000)]):
+        r = both(action)
+        refused += sum(quotas.STATE_QUOTA_PREFIX in m["content"] for m in r.messages)
+        assert quotas.state_size(attacker.state) <= quotas.MAX_STATE_BYTES
+        assert attacker.state == local.state
+        for i, b in enumerate(bystanders):
+            assert b.step(call("add", text=f"b{i}-{k}")).messages[0]["content"] == f"{k + 1} rows"
+    assert refused == 5
+    snap = attacker.snapshot()
+    assert len(snap["state"]["rows"]) == len(local.state.rows) == 1002
+    end = attacker.step("done")
+    assert end.done and end.info["ended_by"] == "answer" and not end.info.get("world_lost")
+    for b in bystanders:
+        assert b._world.resumed == 0 and not b.done
+        assert b.step("done").info["ended_by"] == "answer"
+    assert attacker._world.resumed == 0
+    for e in (attacker, *bystanders):
+        e.close()
