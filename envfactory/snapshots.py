@@ -4,9 +4,13 @@ A snapshot (:meth:`envfactory.Episode.snapshot`) is JSON data that leaves the pr
 come back edited. :meth:`~envfactory.Episode.restore` therefore checks, in order:
 
 1. **integrity**: the snapshot carries ``"mac"``, an HMAC-SHA256 over its canonical bytes (every
-   other field, as JSON with sorted keys) under the snapshot key: ``ENVFACTORY_SNAPSHOT_KEY``
-   when set (processes that exchange snapshots set the same one), else a random key made once
-   per process (snapshots restore in the process that made them, and in its forked children).
+   other field, as JSON with sorted keys) under the snapshot key (:func:`key_source` says which):
+   ``ENVFACTORY_SNAPSHOT_KEY`` when set (processes, or hosts, that exchange snapshots set the same
+   one); else the key in a key file, :func:`use_key_file`'s (a run keeps its key beside its
+   snapshots), by default ``$ENVFACTORY_CACHE/snapshot.key`` (``~/.cache/envfactory``), made once
+   (32 random bytes, readable by its owner only), so that a host restarted after a crash restores
+   the snapshots it took before; else, when no key file can be read or made (a read-only home), a
+   random key made once per process, and a refusal says so and how to fix it.
    A snapshot you edit on purpose is sealed again with :func:`sign_snapshot`;
 2. **types** of the referee fields (turn counters, transcripts, the log, the verdict), each
    named when wrong (:func:`check_referee`);
@@ -30,7 +34,7 @@ from typing import Any
 from .env import SnapshotError
 
 __all__ = ["SnapshotError", "KEY_VARIABLE", "MAC_FIELD", "sign_snapshot", "check_seal", "check_referee",
-           "TERMINATED_BY", "TRUNCATED_BY", "WORLD_GONE"]
+           "TERMINATED_BY", "TRUNCATED_BY", "WORLD_GONE", "use_key_file", "key_source", "default_key_file"]
 
 KEY_VARIABLE = "ENVFACTORY_SNAPSHOT_KEY"
 MAC_FIELD = "mac"
@@ -44,9 +48,99 @@ WORLD_GONE = frozenset({"timeout", "world_lost"})
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 
+_KEY_FILE: str | None = None  # use_key_file's path (None: the default key file)
+_FILE_KEYS: dict[str, tuple[bytes, str]] = {}  # key file path -> (its key, or the process's; what it is)
+_KEY_BYTES = 32
+
+
+def default_key_file() -> str:
+    """``$ENVFACTORY_CACHE/snapshot.key`` (``~/.cache/envfactory/snapshot.key``)."""
+    root = os.environ.get("ENVFACTORY_CACHE")
+    base = os.path.expanduser(root) if root else os.path.join(os.path.expanduser("~"), ".cache", "envfactory")
+    return os.path.join(base, "snapshot.key")
+
+
+def use_key_file(path: str | os.PathLike[str] | None) -> str:
+    """Seal and check snapshots under the key in the file ``path`` (made there, readable by its
+    owner only, if it does not exist): a run that keeps its snapshots in a folder keeps its key
+    beside them, and a process restarted on that folder restores them. ``None``: the default
+    key file again. ``ENVFACTORY_SNAPSHOT_KEY``, when set, still wins. Returns the path.
+
+    Raises:
+        OSError: the file can be neither read nor made, or others may read or write it."""
+    global _KEY_FILE
+    if path is None:
+        _KEY_FILE = None
+        return default_key_file()
+    p = os.path.abspath(os.fspath(path))
+    key = _read_or_make(p)  # raises: a run that names its key file wants that one, not a fallback
+    _FILE_KEYS[p] = (key, f"the key file {p}")
+    _KEY_FILE = p
+    return p
+
+
+def _read_or_make(path: str) -> bytes:
+    """The key in ``path``, made first when there is none (atomically: two processes starting
+    together end up with the same key)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, secrets.token_hex(_KEY_BYTES).encode("ascii") + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # fails if another process made it meanwhile: then its key is the key
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        st = os.fstat(fd)
+        if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o077):
+            raise PermissionError(f"the snapshot key file {path} must belong to this user and be readable by "
+                                  f"nobody else (chmod 600 {path}); others could forge snapshots with it")
+        text = os.read(fd, 4096).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) < 16:
+        raise ValueError(f"the snapshot key file {path} does not hold a key (at least 32 hex digits)")
+    return key
+
+
+def _file_key() -> tuple[bytes, str]:
+    path = _KEY_FILE or default_key_file()
+    got = _FILE_KEYS.get(path)
+    if got is None:
+        try:
+            got = (_read_or_make(path), f"the key file {path}")
+        except (OSError, ValueError) as exc:
+            got = (_PROCESS_KEY, f"a random key of this process only (the key file {path} could not be used: "
+                                 f"{type(exc).__name__}: {exc})")
+        _FILE_KEYS[path] = got
+    return got
+
+
+def key_source() -> str:
+    """Which key seals this process's snapshots: ``ENVFACTORY_SNAPSHOT_KEY``, a key file (its path),
+    or a random key of this process only (and why no key file was used)."""
+    if os.environ.get(KEY_VARIABLE):
+        return KEY_VARIABLE
+    return _file_key()[1]
+
+
 def _key() -> bytes:
     shared = os.environ.get(KEY_VARIABLE)
-    return shared.encode("utf-8", "surrogatepass") if shared else _PROCESS_KEY
+    return shared.encode("utf-8", "surrogatepass") if shared else _file_key()[0]
 
 
 def _canonical(snapshot: dict[str, Any]) -> bytes:
@@ -77,8 +171,11 @@ def check_seal(snapshot: dict[str, Any]) -> None:
         raise SnapshotError("snapshot failed its integrity check: it carries no seal ('mac'); take snapshots "
                             "with Episode.snapshot(), or seal an edited one with envfactory.snapshots.sign_snapshot")
     if not hmac.compare_digest(mac.encode("ascii", "replace"), _mac(snapshot).encode("ascii")):
-        raise SnapshotError(f"snapshot failed its integrity check: it was edited, or sealed under another key "
-                            f"(processes that exchange snapshots set the same {KEY_VARIABLE})")
+        raise SnapshotError(f"snapshot failed its integrity check: it was edited, or sealed under another key. "
+                            f"This process checks it under {key_source()}; a snapshot restores under the key it "
+                            f"was sealed with: processes and hosts that exchange snapshots set the same "
+                            f"{KEY_VARIABLE}, or share a key file (envfactory.snapshots.use_key_file(path), "
+                            "by default $ENVFACTORY_CACHE/snapshot.key)")
 
 
 # -- the referee fields -------------------------------------------------------------------------
