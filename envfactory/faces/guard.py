@@ -36,17 +36,18 @@ import socket
 from typing import Any, Awaitable, Callable, Sequence
 
 from ..env import EpisodeError
-from .head_timeout import DEFAULT_HEADER_TIMEOUT
+from .head_timeout import DEFAULT_HEADER_TIMEOUT, DEFAULT_UNAUTHENTICATED, ConnectionGate, authorize
 
 __all__ = ["TOKEN_VARIABLE", "CLIENT_SCOPE", "DEFAULT_MAX_BODY", "DEFAULT_IDLE_TIMEOUT", "DEFAULT_HEADER_TIMEOUT",
-           "CONNECTION_HEADROOM", "SessionExpired", "client_of", "tokens_of", "resolve_token", "is_loopback",
-           "check_exposure", "TokenGuard", "BodyLimit", "LocalOnly", "guard", "uvicorn_config", "scheme"]
+           "CONNECTION_HEADROOM", "DEFAULT_UNAUTHENTICATED", "SessionExpired", "client_of", "tokens_of",
+           "resolve_token", "is_loopback", "check_exposure", "TokenGuard", "BodyLimit", "LocalOnly", "Admit", "guard",
+           "uvicorn_config", "scheme", "per_client_default"]
 
 TOKEN_VARIABLE = "ENVFACTORY_TOKEN"
 DEFAULT_MAX_BODY = 4 << 20
 DEFAULT_IDLE_TIMEOUT = 1800.0
 CLIENT_SCOPE = "envfactory.client"  # the ASGI scope key naming the client (see client_of)
-CONNECTION_HEADROOM = 64  # connections beyond the sessions (plain requests, refusals) before uvicorn's 503
+CONNECTION_HEADROOM = 64  # authorized requests in flight beyond the sessions before a 503 (Admit)
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -78,6 +79,14 @@ def client_of(scope: Scope) -> str | None:
     client)."""
     value = scope.get(CLIENT_SCOPE)
     return value if isinstance(value, str) else None
+
+
+def per_client_default(total: int, token: str | None) -> int:
+    """The sessions one client may hold when ``--max-episodes-per-client`` is not given: an equal
+    share of ``total`` among the clients the tokens name (one token, or none: ``total``, there
+    being no other client to keep room for), so that no client can take every slot."""
+    n = len(tokens_of(token)) if token else 1
+    return max(1, -(-total // n))
 
 
 def is_loopback(host: str) -> bool:
@@ -163,6 +172,7 @@ class TokenGuard:
                 if hmac.compare_digest(got, token):
                     client = name
         if client is not None:
+            authorize(scope)
             await self.app({**scope, CLIENT_SCOPE: client}, receive, send)
             return
         why = "no token" if got is None else "a wrong token"
@@ -284,12 +294,43 @@ class BodyLimit:
                 raise
 
 
-def guard(app: ASGIApp, *, token: str | None, max_body: int | None, local_only: bool = False) -> ASGIApp:
-    """``app`` behind the body cap (when ``max_body``), the token check (when ``token``) and the
-    loopback Host/Origin check (when ``local_only``): a request without the token is refused
-    before its body is read."""
+class Admit:
+    """ASGI middleware, inside the token check: what reaches it is authorized (its connection is
+    marked so: :func:`envfactory.faces.head_timeout.authorize`, it leaves the unauthenticated
+    budget), and at most ``limit`` such requests and WebSocket sessions are served at once; one
+    more is answered 503 with a JSON error. (uvicorn's ``limit_concurrency`` counted every open
+    connection, a crowd's slow heads included: issue 63.)"""
+
+    def __init__(self, app: ASGIApp, limit: int | None) -> None:
+        self.app, self.limit = app, limit
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        authorize(scope)
+        if self.limit is not None and self.in_flight >= self.limit:
+            await _refuse(scope, send, 503, {"error": "server busy",
+                                             "detail": f"{self.in_flight} requests and sessions are being served, "
+                                                       "the server's limit; try again shortly"})
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+
+def guard(app: ASGIApp, *, token: str | None, max_body: int | None, local_only: bool = False,
+          max_in_flight: int | None = None) -> ASGIApp:
+    """``app`` behind the body cap (when ``max_body``), the cap on authorized requests served at
+    once (``max_in_flight``, :class:`Admit`), the token check (when ``token``) and the loopback
+    Host/Origin check (when ``local_only``): a request without the token is refused before its
+    body is read, and counts in no cap but the unauthenticated connections' own."""
     if max_body is not None:
         app = BodyLimit(app, max_body)
+    app = Admit(app, max_in_flight)
     if token is not None:
         app = TokenGuard(app, token)
     if local_only:
@@ -298,12 +339,17 @@ def guard(app: ASGIApp, *, token: str | None, max_body: int | None, local_only: 
 
 
 def uvicorn_config(app: Any, *, max_body: int, max_sessions: int, tls_cert: str | None = None,
-                   tls_key: str | None = None, header_timeout: float = DEFAULT_HEADER_TIMEOUT, **kw: Any) -> Any:
+                   tls_key: str | None = None, header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+                   unauthenticated: int = DEFAULT_UNAUTHENTICATED, **kw: Any) -> Any:
     """uvicorn's config with its own limits set: WebSocket messages over ``max_body`` close that
-    connection (1009, message too big), and connections beyond ``max_sessions`` plus
-    :data:`CONNECTION_HEADROOM` are answered 503; a request whose head has not arrived whole
-    ``header_timeout`` seconds after it began is answered 408 and its connection closed. With
-    ``tls_cert`` (and ``tls_key``, PEM files) uvicorn serves HTTPS / WSS, so the token does not
+    connection (1009, message too big); a request whose head has not arrived whole
+    ``header_timeout`` seconds after it began is answered 408 and its connection closed; the
+    connections that have sent no authorized request yet are kept to ``unauthenticated`` (a
+    :class:`~envfactory.faces.head_timeout.ConnectionGate`: beyond it the oldest is closed), so a
+    crowd without the token cannot keep a client with it out. uvicorn's own ``limit_concurrency``
+    (which counted every connection) is off: the app caps the authorized requests served at once
+    (:class:`Admit`, ``max_sessions`` plus :data:`CONNECTION_HEADROOM` where the faces build it).
+    With ``tls_cert`` (and ``tls_key``, PEM files) uvicorn serves HTTPS / WSS, so the token does not
     travel in the clear."""
     import uvicorn
 
@@ -311,9 +357,12 @@ def uvicorn_config(app: Any, *, max_body: int, max_sessions: int, tls_cert: str 
 
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("TLS needs both a certificate and its key (--tls-cert and --tls-key)")
-    return uvicorn.Config(app, log_level="warning", ws_max_size=max_body, http=head_timeout_protocol(header_timeout),
-                          limit_concurrency=max_sessions + CONNECTION_HEADROOM, ssl_certfile=tls_cert,
-                          ssl_keyfile=tls_key, **kw)
+    gate = ConnectionGate(unauthenticated)
+    config = uvicorn.Config(app, log_level="warning", ws_max_size=max_body,
+                            http=head_timeout_protocol(header_timeout, gate), limit_concurrency=None,
+                            ssl_certfile=tls_cert, ssl_keyfile=tls_key, **kw)
+    config.envfactory_gate = gate  # type: ignore[attr-defined]
+    return config
 
 
 def scheme(tls_cert: str | None) -> str:

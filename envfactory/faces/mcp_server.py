@@ -60,8 +60,9 @@ from ..definition import DEFAULT_SPLIT, DrawSplit, SpecError, served_tasks, spli
 from ..episode import Episode
 from ..env import EpisodeError
 from ..task import ToolCall
-from .guard import (DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY, SessionExpired, check_exposure,
-                    client_of, guard, resolve_token, scheme, uvicorn_config)
+from .guard import (CONNECTION_HEADROOM, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY,
+                    SessionExpired, _refuse, check_exposure, client_of, guard, per_client_default, resolve_token,
+                    scheme, uvicorn_config)
 
 __all__ = ["EpisodeService", "build_server", "build_http_app", "serve_stdio", "serve_http", "serve_run",
            "CONTROL_TOOLS", "EPISODE_META"]
@@ -583,15 +584,109 @@ def serve_stdio(service: EpisodeService) -> None:
     anyio.run(main)
 
 
+class TransportSessions:
+    """ASGI middleware over the MCP SDK's app, inside the token check: an MCP transport session
+    (an opening request, without ``Mcp-Session-Id``) takes no episode slot. The SDK caps its
+    transport sessions in total (``max_sessions``); one client's bare ``initialize`` calls filled
+    that cap and every other client got 503 until the idle timeout (30 min; issue 63). Here a
+    client (a token) holds at most ``per_client`` transport sessions and all of them at most
+    ``cap``: an opening request beyond either first closes the least recently used session that
+    holds no live episode (the client's own first), and is refused (429 per client, 503 in
+    total) only when every one holds a live episode. Episodes themselves are counted by
+    :class:`EpisodeService` (``start_episode``: ``max_episodes``, ``max_episodes_per_client``)."""
+
+    def __init__(self, app: Any, server: Any, service: EpisodeService, cap: int, per_client: int | None) -> None:
+        self.app, self.server, self.service = app, server, service
+        self.cap, self.per_client = cap, per_client
+        self.sessions: OrderedDict[str, str | None] = OrderedDict()  # session id -> its client, least recent first
+        self.closed = 0  # sessions closed to make room (tests)
+
+    def _live(self) -> dict[str, Any]:
+        manager = getattr(self.server, "_session_manager", None)
+        live = getattr(manager, "_server_instances", None)
+        return live if isinstance(live, dict) else {}
+
+    def _holds_episode(self, sid: str) -> bool:
+        svc = self.service
+        with svc._lock:
+            eid = svc._by_key.get("http:" + sid)
+            ep = svc._episodes.get(eid) if eid is not None else None
+            return ep is not None and (not ep.done or bool(svc._busy.get(eid)))
+
+    async def _close_one(self, candidates: list[str]) -> bool:
+        manager = getattr(self.server, "_session_manager", None)
+        live = self._live()
+        for sid in candidates:
+            if self._holds_episode(sid):
+                continue
+            self.sessions.pop(sid, None)
+            transport = live.get(sid)
+            if transport is not None and manager is not None:
+                await manager._discard_session(sid, transport)
+            self.closed += 1
+            return True
+        return False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        sid = None
+        for name, value in scope.get("headers", ()):
+            if name == b"mcp-session-id":
+                sid = value.decode("latin-1")
+        if sid is not None or scope.get("method") != "POST":
+            if sid is not None and sid in self.sessions:
+                self.sessions.move_to_end(sid)
+            await self.app(scope, receive, send)
+            return
+        client = client_of(scope)
+        live = self._live()
+        for old in [k for k in self.sessions if k not in live]:  # closed by the SDK (idle, DELETE)
+            del self.sessions[old]
+        if client is not None and self.per_client is not None:
+            mine = [k for k, c in self.sessions.items() if c == client]
+            if len(mine) >= self.per_client and not await self._close_one(mine):
+                await _refuse(scope, send, 429, {
+                    "error": "too many sessions",
+                    "detail": f"this client holds {len(mine)} MCP sessions with live episodes, the server's limit "
+                              f"per client (--max-episodes-per-client {self.per_client}); end one and try again"})
+                return
+        if len(live) >= self.cap:
+            order = [k for k, c in self.sessions.items() if c == client] + \
+                [k for k, c in self.sessions.items() if c != client]
+            if not await self._close_one(order):
+                await _refuse(scope, send, 503, {"error": "server full",
+                                                 "detail": f"{len(live)} MCP sessions, each with a live episode"})
+                return
+
+        async def noted(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message.get("status", 500) < 400:
+                for name, value in message.get("headers", ()):
+                    if name.lower() == b"mcp-session-id":
+                        self.sessions[value.decode("latin-1")] = client
+            await send(message)
+
+        await self.app(scope, receive, noted)
+
+
 def build_http_app(service: EpisodeService, host: str = "127.0.0.1", *, json_response: bool = False,
                    token: str | None = None, max_body: int = DEFAULT_MAX_BODY) -> Any:
     """The streamable-HTTP ASGI app: the MCP SDK's own (its body cap ``max_body``, session idle
-    timeout ``service.idle_timeout``, at most ``service.max_episodes`` sessions), behind the token
-    when one is given (``token``, else ``$ENVFACTORY_TOKEN``)."""
+    timeout ``service.idle_timeout``), behind :class:`TransportSessions` (transport sessions take
+    no episode slot; each client's are capped), the cap on authorized requests served at once and
+    the token when one is given (``token``, else ``$ENVFACTORY_TOKEN``). Without
+    ``max_episodes_per_client``, a client may hold an equal share of ``max_episodes`` among the
+    tokens (:func:`~envfactory.faces.guard.per_client_default`)."""
+    token = resolve_token(token)
+    if service.max_episodes_per_client is None:
+        service.max_episodes_per_client = per_client_default(service.max_episodes, token)
+    cap = service.max_episodes + CONNECTION_HEADROOM
     server = build_server(service, stdio=False)
     app = server.streamable_http_app(host=host, json_response=json_response, max_request_body_size=max_body,
-                                     session_idle_timeout=service.idle_timeout, max_sessions=service.max_episodes)
-    return guard(app, token=resolve_token(token), max_body=None)
+                                     session_idle_timeout=service.idle_timeout, max_sessions=cap)
+    app = TransportSessions(app, server, service, cap, service.max_episodes_per_client if token else None)
+    return guard(app, token=token, max_body=None, max_in_flight=cap)
 
 
 def serve_http(service: EpisodeService, host: str = "127.0.0.1", port: int = 8000, *,

@@ -58,8 +58,9 @@ from openenv.core.env_server.types import EnvironmentMetadata, Observation, Stat
 
 from ..definition import DEFAULT_SPLIT, DrawSplit, served_tasks, split_members, within_split
 from ..env import EpisodeError
-from .guard import (DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY, SessionExpired, check_exposure,
-                    guard, is_loopback, resolve_token, scheme, uvicorn_config)
+from .guard import (CONNECTION_HEADROOM, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY,
+                    SessionExpired, check_exposure, guard, is_loopback, per_client_default, resolve_token, scheme,
+                    uvicorn_config)
 from .tenants import WebSocketSessions
 
 __all__ = ["EnvfactoryAction", "EnvfactoryObservation", "EnvfactoryEnvironment", "EnvfactoryClient", "build_app",
@@ -297,7 +298,10 @@ def build_app(name: str, *, runtime: str = "local", task: str | None = None, see
     check at its next request: "session expired"), and so is one older than ``max_session_time``
     at its next request (or when it idles), and an expired session's connection is closed after
     it says so (code 1008), releasing its slot; with tokens (``token="A,B"``: each one client) a
-    client holds at most ``max_sessions_per_client`` sessions (beyond: 429); an HTTP body over
+    client holds at most ``max_sessions_per_client`` sessions (beyond: 429; by default an equal
+    share of ``max_sessions`` among the tokens, :func:`~envfactory.faces.guard.per_client_default`);
+    at most ``max_sessions`` plus ``CONNECTION_HEADROOM`` authorized requests and sessions are
+    served at once (beyond: 503); an HTTP body over
     ``max_body`` bytes is 413;
     with ``token`` every request must carry it (``Authorization: Bearer``; else 401); ``local_only``
     (a loopback server) refuses web pages (a foreign ``Host`` or ``Origin``: 403). The
@@ -334,8 +338,11 @@ def build_app(name: str, *, runtime: str = "local", task: str | None = None, see
         except ValueError as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
 
-    return guard(WebSocketSessions(app, max_sessions_per_client), token=resolve_token(token), max_body=max_body,
-                 local_only=local_only)
+    token = resolve_token(token)
+    if max_sessions_per_client is None:
+        max_sessions_per_client = per_client_default(max_sessions, token)
+    return guard(WebSocketSessions(app, max_sessions_per_client), token=token, max_body=max_body,
+                 local_only=local_only, max_in_flight=max_sessions + CONNECTION_HEADROOM)
 
 
 def _listen(host: str, port: int) -> socket.socket:
