@@ -23,14 +23,21 @@ re-tokenized. A request that extends no earlier call is rendered whole (a new ch
 :class:`~agents.rollout.Trajectory` (sampled ids with loss mask 1, inserted ids 0) that
 the trainer trains on.
 
-The server is the standard library's threading HTTP server on loopback; generation runs
-on one worker thread that batches the requests waiting at that moment. Malformed
+The server is the standard library's threading HTTP server on loopback, bounded: at most
+``max_workers`` connections are served at once (more wait in a listen backlog of
+:data:`BACKLOG`, so a burst of clients is queued, not refused), a connection idle for
+:data:`IDLE_TIMEOUT_S` is closed, and a request's head and body must each arrive within
+:data:`READ_TIMEOUT_S`. Generation runs on one worker thread that batches the requests waiting at
+that moment. A prompt too long for the context is refused before it is tokenized when its
+characters alone say so (no token is longer than the tokenizer's longest). Malformed
 requests get a 4xx JSON error in OpenAI's ``{"error": {...}}`` shape.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import socket
 import threading
 import time
 import uuid
@@ -47,6 +54,10 @@ __all__ = ["ChatEndpoint", "Session", "Call", "RequestError", "MAX_BODY"]
 
 MAX_BODY = 4 << 20  # bytes of a request body (the MCP face's limit too)
 GATHER_S = 0.05  # the longest a request waits for others to join its batch
+MAX_WORKERS = 128  # connections served at once (a thread each); more wait in the backlog
+BACKLOG = 1024  # connections the kernel queues while every worker is busy (was 5: a burst of 64 lost some)
+IDLE_TIMEOUT_S = 30.0  # a keep-alive connection with no request for this long is closed (its thread freed)
+READ_TIMEOUT_S = 30.0  # a request's head, and its body, must each arrive within this
 
 
 # -- sampling ------------------------------------------------------------------------
@@ -112,6 +123,58 @@ class _Batcher:
         self._thread.join(timeout=30)
 
 
+# -- the HTTP server ---------------------------------------------------------------------
+class _Server(ThreadingHTTPServer):
+    """A threading HTTP server with at most ``max_workers`` connections served at once (the
+    accept loop waits for a free worker; clients wait in the listen backlog meanwhile)."""
+
+    request_queue_size = BACKLOG
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type, max_workers: int) -> None:
+        self._workers = threading.BoundedSemaphore(max_workers)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        while not self._workers.acquire(timeout=0.5):
+            if getattr(self, "_BaseServer__shutdown_request", False):
+                self.shutdown_request(request)
+                return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._workers.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._workers.release()
+
+
+class _Deadline(io.RawIOBase):
+    """A connection's reads, each bounded by what is left of the current deadline (set per
+    request head and per body), so a client dripping one byte at a time holds no worker for
+    longer than the deadline; between requests the idle timeout applies."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.deadline = sock, None  # type: float | None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self.deadline is None:
+            self.sock.settimeout(IDLE_TIMEOUT_S)
+        else:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request did not arrive in time")
+            self.sock.settimeout(left)
+        return self.sock.recv_into(b)
+
+
 # -- the endpoint ----------------------------------------------------------------------
 class ChatEndpoint:
     """``POST /v1/chat/completions`` and ``GET /v1/models`` over ``policy``, on loopback.
@@ -125,15 +188,21 @@ class ChatEndpoint:
             (a trainer sets them: its loss scores tokens at the temperature they were drawn at);
             ``None``: the request's (OpenAI's defaults, 1.0, when it has none).
         max_context: Prompt + completion tokens a call may use (default: the tokenizer's
-            ``model_max_length`` when it is a real bound); a longer prompt is a 400.
+            ``model_max_length`` when it is a real bound); a longer prompt is a 400 (before it
+            is tokenized when its characters are more than the context's tokens could hold).
         port: ``0`` picks a free one.
+        max_workers: Connections served at once (:data:`MAX_WORKERS`).
 
     Use as a context manager, or :meth:`start` / :meth:`close`.
     """
 
     def __init__(self, policy: Policy, *, model: str = "envfactory-policy", max_tokens: int = 256,
                  temperature: float | None = None, top_p: float | None = None, max_context: int | None = None,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, max_workers: int = MAX_WORKERS) -> None:
+        if max_workers < 1:
+            raise ValueError("max_workers must be at least 1")
+        self.max_workers = max_workers
+        self._token_chars: int | None = None  # the longest token's characters (found when first needed)
         self.policy, self.model = policy, model
         self.max_tokens, self.temperature, self.top_p = int(max_tokens), temperature, top_p
         limit = max_context or getattr(policy.tokenizer, "model_max_length", 0) or 0
@@ -151,8 +220,7 @@ class ChatEndpoint:
     def start(self) -> "ChatEndpoint":
         if self._server is None:
             self._batcher = _Batcher(self.policy)
-            self._server = ThreadingHTTPServer((self.host, self.port), _handler(self))
-            self._server.daemon_threads = True
+            self._server = _Server((self.host, self.port), _handler(self), self.max_workers)
             self.port = self._server.server_address[1]
             threading.Thread(target=self._server.serve_forever, name="chat-endpoint", daemon=True).start()
         return self
@@ -236,6 +304,7 @@ class ChatEndpoint:
             raise RequestError("seed must be an integer", param="seed")
         want_logprobs = bool(body.get("logprobs"))
 
+        self._check_size(msgs, tools, max_new)
         parent, prompt = self._prompt(name, msgs, tools)
         if self.max_context and len(prompt) + max_new > self.max_context:
             raise RequestError(f"the prompt is {len(prompt)} tokens; with max_tokens={max_new} it exceeds the "
@@ -271,6 +340,34 @@ class ChatEndpoint:
                 "envfactory": {"session": name, "parent": parent.id if parent else None,
                                "prompt_token_ids": prompt, "completion_token_ids": ids,
                                "logprobs": list(gen.logprobs), "temperature": float(temperature)}}
+
+    def _longest_token(self) -> int:
+        """The most characters one token stands for (its vocabulary's longest entry; byte-level
+        entries count bytes, never fewer than the characters they decode to)."""
+        if self._token_chars is None:
+            longest = 0
+            try:
+                vocab = self.policy.tokenizer.get_vocab()
+                longest = max((len(k) for k in vocab), default=0)
+            except Exception:  # noqa: BLE001 - a tokenizer without a vocabulary to read: no early refusal
+                longest = 0
+            self._token_chars = longest
+        return self._token_chars
+
+    def _check_size(self, msgs: list[dict[str, Any]], tools: list[dict[str, Any]], max_new: int) -> None:
+        """Refuse, before tokenizing, a request whose text alone is longer than the context could
+        hold (a 3 MiB prompt took 28 s to tokenize before it was refused as too long)."""
+        if not self.max_context:
+            return
+        longest = self._longest_token()
+        if longest <= 0:
+            return
+        chars = sum(len(m["content"]) if isinstance(m.get("content"), str) else 0 for m in msgs)
+        room = (self.max_context - max_new) * longest
+        if chars > room:
+            raise RequestError(f"the messages hold {chars} characters: more than {self.max_context - max_new} tokens "
+                               f"(the context of {self.max_context} less max_tokens={max_new}) whatever the "
+                               "tokenizer makes of them", param="messages")
 
     def _prompt(self, name: str, msgs: list[dict[str, Any]], tools: list[dict[str, Any]]
                 ) -> tuple[Call | None, list[int]]:
@@ -309,11 +406,31 @@ def _handler(endpoint: ChatEndpoint) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as the openai SDK's httpx client expects
 
+        def setup(self) -> None:
+            super().setup()
+            self._raw = _Deadline(self.connection)
+            self.rfile = io.BufferedReader(self._raw, 65536)  # type: ignore[assignment]
+
+        def handle_one_request(self) -> None:
+            self._raw.deadline = None  # idle until a request's first byte
+            if not self.rfile.peek(1):  # the client closed (or the idle timeout: TimeoutError below)
+                self.close_connection = True
+                return
+            self._raw.deadline = time.monotonic() + READ_TIMEOUT_S
+            super().handle_one_request()
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except (TimeoutError, OSError):  # idle too long, a request too slow, or a client gone
+                self.close_connection = True
+
         def log_message(self, format: str, *args: Any) -> None:  # quiet: no line per request on stderr
             pass
 
         def _send(self, status: int, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()
+            self.connection.settimeout(READ_TIMEOUT_S)  # (not what a read's deadline left)
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -355,7 +472,11 @@ def _handler(endpoint: ChatEndpoint) -> type[BaseHTTPRequestHandler]:
                     self.close_connection = True  # the unread body must not be taken for the next request
                     raise RequestError(f"the request body is {length} bytes; at most {MAX_BODY} are read",
                                        status=413)
+                self._raw.deadline = time.monotonic() + READ_TIMEOUT_S
                 raw = self.rfile.read(length) if length > 0 else b""
+                if len(raw) < length:
+                    self.close_connection = True
+                    raise RequestError(f"the request body ended after {len(raw)} of {length} bytes")
                 if path != "/chat/completions":
                     raise RequestError(f"no route POST {self.path}: this endpoint serves /v1/chat/completions",
                                        status=404)
