@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import itertools
 import re
+import unicodedata
 from collections import Counter, defaultdict
 from functools import lru_cache
 
 import pytest
 
 import envfactory
+from envfactory.factory.tasks.arguments import FRESH_WORDS
 from envfactory.factory.tasks.realize import FRAMES, Measure, Selection, Owner, a, amount, compare, is_plural
 
 GOAL_KINDS = ("lookup", "conditional", "policy", "answer", "user", "multi_service",
@@ -46,6 +48,15 @@ def tells(instruction: str, op_names: list[str]) -> list[str]:
     for name, rx in checks.items():
         if re.search(rx, t, flags=re.IGNORECASE if name not in ("python literal", "lowercase start", "lowercase I") else 0):
             found.append(name)
+    # issue 59: raw placeholders, slot phrases glued into a formatted value, filler notes
+    if any(unicodedata.category(c) == "Cc" and c not in "\n\t" for c in instruction):
+        found.append("control character")
+    if re.search(r"\$(?:the|that)\b|\byou found(?::|\d|-)|\{[A-Za-z_]\w*\}|'the [a-z ]+ you found'|"
+                 r"\byou found (?:days?|nights?|months?|hours?|minutes?|packs?|points?|units?|dollars)\b",
+                 instruction if "you found" in instruction else t):
+        found.append("slot glue")
+    if re.search("'(?:" + "|".join(FRESH_WORDS) + ")'", instruction):
+        found.append("filler note")
     for w1, w2 in re.findall(r"\b([A-Za-z]+) ([A-Za-z]+)\b", t):
         if w1 == w2 and w1.lower() not in ("that", "had"):
             found.append(f"doubled word {w1!r}")
@@ -120,6 +131,14 @@ def test_the_tells_test_finds_the_old_machine_text():
         "Update the value (value 2) of every deal.": "parenthesized dump",
         "If there are more than 1 of them, approve each of them.": "more than 1 of",
         "For every member: if they have 3 credits, set the plan of them to plus.": "the ... of it",
+        # issue 59
+        "I need you to assign all devices that are in stock to employee \x00assigned to\x00.": "control character",
+        "Look up borrower Bruno and note the annual income. Then counter buyer Gideon's offers at "
+        "$the annual income you found.": "slot glue",
+        "Using the capacity of event Film Club, move the meetings of room Boreal to wed at the capacity "
+        "you found:00.": "slot glue",
+        "Then change all rentals for customer Ivan that are active to the open cases you found days.": "slot glue",
+        "Please put payslip PS-3 on hold with the reason 'juniper'.": "filler note",
     }
     for text, tell in old.items():
         assert tell in tells(text, ["send_to_repair"]), (text, tells(text, []))

@@ -30,7 +30,7 @@ from envfactory.definition import DEFAULT_SYSTEM_PROMPT
 from envfactory.users import unconfirmed, user_tool
 from envfactory.factory.spec_file import ComposedFile, EntitySpec, EnvFile, FieldSpec, OperationSpec, TaskRules
 from envfactory.factory.yaml_budget import load_yaml
-from envfactory.factory.tasks.words import default_policies, is_person, policy_text, with_finders
+from envfactory.factory.tasks.words import default_policies, free_text, is_person, policy_text, with_finders
 from envfactory.factory.tasks.draft import GOAL_MAX_TURNS
 from envfactory.factory.tasks.kinds import KindSynth
 from envfactory.factory.tasks.synthesis import (BANNED_ANSWERS, SynthConfig, _anchored, _blindly_reachable, _change_task,
@@ -358,7 +358,12 @@ def _sources(env: EnvFile, paged: bool = False) -> dict[str, Any]:
             elif f.type in ("enum", "bool"):
                 continue
             elif f.type == "str":
-                out[key] = list(gen.choice) if gen is not None and gen.choice else list(FRESH_WORDS)
+                if gen is not None and gen.choice:
+                    out[key] = list(gen.choice)
+                elif paged:  # a goal-level family's walks write notes, not filler words (issue 59)
+                    out[key] = f.examples or free_text(p, f.description, FRESH_WORDS)
+                else:  # the step-only families keep their published tasks (the tokenizer's corpus)
+                    out[key] = list(FRESH_WORDS)
             else:
                 lo, hi = gen.range if gen is not None and gen.range else (f.min or 1, f.max or 10)
                 lo, hi = int(lo), int(hi)

@@ -65,6 +65,10 @@ class FieldSpec(_Strict):
     description: str = ""
     min: float | None = None
     max: float | None = None
+    # values a goal-level task may ask to write into this free-text field ("with the note 'customer
+    # called back'"); never seeded, so the sampled worlds stay as they are (issue 59: without them a
+    # task wrote a filler word, "with the note 'falcon'")
+    examples: list[str] | None = None
 
     @model_validator(mode="after")
     def _kind(self) -> "FieldSpec":
@@ -72,6 +76,8 @@ class FieldSpec(_Strict):
             raise ValueError("an enum field needs 'values'")
         if self.type == "ref" and not self.entity:
             raise ValueError("a ref field needs 'entity' (the table it points to)")
+        if self.examples is not None and (self.type != "str" or not self.examples):
+            raise ValueError("'examples' lists values of a str field (at least one)")
         return self
 
     @property

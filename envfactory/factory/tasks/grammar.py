@@ -283,11 +283,17 @@ def _part_words(k: "KindSynth", tables: dict, plan: Plan, rng: random.Random) ->
 
     def act_text(act: Plan, target: str) -> str:
         op = k._ops[act["op"]]
-        marks = {p: f"\x00{p}\x00" for p, v in act["args"].items() if isinstance(v, dict)}
+        # a placeholder per picked argument, replaced by the pick's words once the act is phrased: letters
+        # only, since phrasing rewrites a value's underscores ("\x00assigned_to\x00" came back as
+        # "\x00assigned to\x00" and was never replaced; issue 59)
+        marks = {p: f"\x00slot{chr(ord('a') + i)}\x00"
+                 for i, p in enumerate(p for p, v in act["args"].items() if isinstance(v, dict))}
         text = phrase(env, op, target, {**act["args"], **marks})
         for p, mark in marks.items():
             tlabel = label(env, env.entities[op.entity].fields[p].target)
             text = text.replace(f"{tlabel} {mark}", mark).replace(mark, pick_text(act["args"][p]["pick"]))
+        if "\x00" in text:
+            raise ValueError(f"an unfilled placeholder in {text!r}")
         return text
 
     st = plan["set"]
@@ -315,6 +321,8 @@ def _part_words(k: "KindSynth", tables: dict, plan: Plan, rng: random.Random) ->
             for f, v in ex["filters"].items():
                 if env.entities[e].fields[f].type == "ref":
                     parts.append("of " + k._ref_text(tables, env.entities[e].fields[f].target, v)[0])
+                elif isinstance(v, bool):  # "those that are read", never "those whose read is True"
+                    parts.append(f"that are {'' if v else 'not '}{f.replace('_', ' ')}")
                 else:
                     parts.append(f"whose {f.replace('_', ' ')} is {value(v)}")
             but = "those " + " and ".join(parts)
@@ -511,6 +519,8 @@ def _exception(k: "KindSynth", tables: dict, d: int, rng: random.Random) -> Plan
                         if v is not None and 0 < len(drop) < len(keys) - 1:
                             if fs.type == "ref" and not k._ref_text(tables, fs.target, v)[1]:
                                 continue  # the excepted row is named in words, found by its finder
+                            if k._numbered(tables, e, f, v):
+                                continue  # never "except those of event Film Club 5"
                             options.append({"filters": {f: v}})
                 for m in _measures(k, e):
                     for most in (True, False):

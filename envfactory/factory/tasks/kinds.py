@@ -49,9 +49,12 @@ from envfactory.factory.tasks.draft import GOAL_MAX_TURNS, Draft as _Draft
 from envfactory.factory.tasks.user_goals import irreversible, misspell, persona
 from envfactory.factory.tasks.realize import Measure, Owner, Selection, a as _a, compare, frame
 from envfactory.factory.tasks.words import (fill_params as _fills, finder as _finder, is_person as _person, label as _label,
-                         number_text as _num, numeric_fields as _numeric, phrase, policy_text, violates as _violates)
+                         number_text as _num, numeric_fields as _numeric, phrase, policy_text, violates as _violates,
+                         Slot, sensible as _sensible, transferable as _transferable)
 
 __all__ = ["KindSynth"]
+
+_NUMBERED = re.compile(r"\w \d+$")  # "Film Club 5", "Invoice 42 6", "visit note 46" (not "R-2", "FL-12")
 
 
 
@@ -287,6 +290,23 @@ class KindSynth:
             return f"{_label(self.env, entity)} {name}", [ToolCall(finder.name, {"name": name})]
         return f"{_label(self.env, entity)} {key}", []
 
+    def _numbered(self, tables: dict, entity: str, f: str, v: Any) -> bool:
+        """Whether a task that filters ``entity`` by ``f`` = ``v`` would name a row or a value by a
+        numbered name: one a deep world made when its list of unique names ran out ("Film Club 5",
+        "Mochi 2"), or a field's description numbered where it has no seed rule ("visit note 46").
+        Tasks leave such rows unnamed (issue 59: 4.2% of goal-level tasks named one); they stay
+        in the tables as distractors."""
+        fs = self.env.entities[entity].fields[f]
+        if fs.type == "ref":
+            target = self.env.entities[fs.target]
+            row = tables.get(fs.target, {}).get(v)
+            return "name" in target.fields and row is not None and self._numbered(tables, fs.target, "name",
+                                                                                  row.get("name"))
+        if not isinstance(v, str) or not _NUMBERED.search(v):
+            return False
+        gen = self.env.entities[entity].seed.fields.get(f)
+        return not (gen is not None and gen.choice and v in gen.choice)
+
     def _measure(self, entity: str, g: str) -> Measure:
         """How the number field ``g`` of ``entity`` is spoken of."""
         return Measure.of(g, self.env.entities[entity].fields[g].description or "")
@@ -312,7 +332,14 @@ class KindSynth:
                 for combo in itertools.combinations(params, size):
                     if need_ref and not any(ent.fields[p].type == "ref" for p in combo):
                         continue
-                    for pivot in rng.sample(order, min(len(rows), 4)):
+                    # the pivots: rows whose values a task may name (no numbered names; all rows of a
+                    # world without them, so its draws are as they were)
+                    said = ("said", entity, combo, id(rows))
+                    if said not in self._memo:
+                        self._memo[said] = [k for k in order if not any(
+                            self._numbered(tables, entity, p, rows[k][p]) for p in combo)]
+                    pivots = self._memo[said]
+                    for pivot in rng.sample(pivots, min(len(pivots), 4)):
                         filt = {p: rows[pivot][p] for p in combo}
                         if any(v is None for v in filt.values()):
                             continue
@@ -354,9 +381,10 @@ class KindSynth:
         return [op for op in self.env.operations if op.entity == entity and op.kind == "update"]
 
     def _applies(self, tables: dict, op: OperationSpec, key: str, args: dict[str, Any]) -> bool:
-        """Whether ``op`` succeeds on row ``key`` and changes it (tried on a copy)."""
+        """Whether ``op`` succeeds on row ``key`` and changes it (tried on a copy), in the direction
+        its words say ("extend" never shortens: :func:`~envfactory.factory.tasks.words.sensible`)."""
         ok, changed = self._probe(tables, op.name, op.entity, key, args)
-        return ok and changed
+        return ok and changed and _sensible(op, tables[op.entity][key], args)
 
     def _probe(self, tables: dict, op: str, entity: str, key: str, args: dict[str, Any]) -> tuple[bool, bool]:
         """Whether tool ``op`` accepts row ``key`` of ``entity`` with ``args``, and whether it
@@ -472,7 +500,12 @@ class KindSynth:
             args = _fills(self.env, op, rng)
             if args is None:
                 continue
-            sel = self._selection(tables, e, max(3, d), rng, ok=lambda k, r: self._applies(tables, op, k, args))
+            # a row the policy protects is left as it is: it need only be one the request covers
+            # (the tool takes it and it would change), not one its words fit ("extend the stays to
+            # 4 nights" over a 6-night stay the policy keeps)
+            sel = self._selection(tables, e, max(3, d), rng, ok=lambda k, r: (
+                self._applies(tables, op, k, args) if not _violates(rule, op.name, r)
+                else all(self._probe(tables, op.name, e, k, args))))
             if sel is None:
                 continue
             keys = sel["keys"]
@@ -671,7 +704,10 @@ class KindSynth:
         rng.shuffle(sources)
         for src in sources:
             home = self.services.get(src)
-            key = rng.choice(sorted(tables[src]))
+            keys = [k for k in sorted(tables[src]) if not self._numbered(tables, src, "name", tables[src][k].get("name"))]
+            if not keys:
+                continue
+            key = rng.choice(keys)
             name_text, found = self._ref_text(tables, src, key)
             if not found:
                 continue
@@ -690,7 +726,8 @@ class KindSynth:
             for p in op.params:
                 f = self.env.entities[e].fields[p]
                 picks = [g for g, gs in self.env.entities[src].fields.items()
-                         if g != "name" and gs.type == f.type and f.type in ("str", "int") and row.get(g) is not None]
+                         if g != "name" and gs.type == f.type and f.type in ("str", "int") and row.get(g) is not None
+                         and _transferable(self.env, src, g, e, p)]
                 if not picks:
                     continue
                 g = rng.choice(picks)
@@ -704,7 +741,7 @@ class KindSynth:
                     continue
                 words, calls, qargs = self._words(tables, e, sel["filters"])
                 m = g.replace("_", " ")
-                shown = {**args, p: f"the {m} you found"}
+                shown = {**args, p: Slot(f"the {m} you found")}
                 calls = [*found, *calls, ToolCall(sel["op"].name, qargs)]
                 calls += [ToolCall(op.name, {f"{e}_id": k, **args}) for k in sel["keys"]]
                 instruction, i = frame("transfer", rng, src=self.services[src].replace("_", " "),

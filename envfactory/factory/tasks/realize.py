@@ -163,7 +163,9 @@ def compare(m: Measure, whose: str, op: str, value: Any, rng: random.Random | No
     pick: Callable[[list[str]], str] = (lambda xs: rng.choice(xs)) if rng is not None else (lambda xs: xs[0])
     if m.count:
         n = amount(m, value)
-        has = "has" if whose == "it" or (whose != "they" and not is_plural(whose)) else "have"
+        # a named row is one thing whatever its name ends in ("guest Bo Evans has", not "have")
+        has = "has" if whose == "it" or (whose != "they" and (not is_plural(whose) or re.search(r"[A-Z]", whose))) \
+            else "have"
         return f"{whose} {has} " + pick(counts).format(n=n)
     poss = {"it": "its", "they": "their"}.get(whose, f"{whose}'s")
     verb = "are" if m.plural else "is"

@@ -14,7 +14,7 @@ from envfactory.factory.tasks.arguments import FRESH_WORDS
 from envfactory.factory.spec_file import EnvFile, OperationSpec, PolicyRule
 
 __all__ = ["phrase", "with_finders", "default_policies", "policy_text", "violates", "label", "finder",
-           "is_person", "numeric_fields", "fill_params", "number_text"]
+           "is_person", "numeric_fields", "fill_params", "number_text", "Slot", "transferable", "sensible"]
 
 
 def label(env: EnvFile, e: str) -> str:
@@ -65,7 +65,8 @@ def fill_params(env: EnvFile, op: OperationSpec, rng: random.Random) -> dict[str
         elif f.type == "bool":
             args[p] = rng.random() < 0.5
         elif f.type == "str":
-            args[p] = rng.choice(list(gen.choice) if gen is not None and gen.choice else FRESH_WORDS[:10])
+            args[p] = rng.choice(list(gen.choice) if gen is not None and gen.choice else
+                                 f.examples or free_text(p, f.description))
         else:
             lo, hi = gen.range if gen is not None and gen.range else (f.min or 1, f.max or 10)
             v = rng.randint(int(lo), int(hi))
@@ -73,7 +74,128 @@ def fill_params(env: EnvFile, op: OperationSpec, rng: random.Random) -> dict[str
     return args
 
 
+# what a task writes into a free-text field that neither seeds nor lists examples, by the field's
+# words: a short note a person would write, never a filler word ("with the reason 'juniper'")
+_FREE_TEXT: dict[str, list[str]] = {
+    "reason": ["waiting on paperwork", "requested by the customer", "duplicate entry", "details still missing",
+               "under review by the manager", "amount looks wrong"],
+    "resolution": ["fixed after a restart", "settings corrected", "replaced the faulty part",
+                   "resolved on the phone", "duplicate of an earlier report", "patched and redeployed"],
+    "note": ["customer called to confirm", "follow up next week", "checked by the supervisor",
+             "waiting for a reply", "handled at the front desk", "discussed on the phone"],
+    "comment": ["looks good", "please double-check the dates", "approved after review", "needs a second look"],
+    "summary": ["short call about next steps", "agreed on a follow-up meeting", "sent the updated quote"],
+    "message": ["your request has been received", "please get in touch with us", "thanks for your patience"],
+}
+
+
+def free_text(p: str, description: str = "", fallback: list[str] | None = None) -> list[str]:
+    """Values for a free-text parameter with no seeded choices or ``examples``: plausible short
+    notes by the parameter's words (a reason, a resolution, a note, ...), else ``fallback`` (the
+    first fresh words)."""
+    words = set(re.findall(r"[a-z]+", f"{p.replace('_', ' ')} {description}".lower()))
+    for key, values in _FREE_TEXT.items():
+        if key in words or key + "s" in words:
+            return list(values)
+    return list(FRESH_WORDS[:10] if fallback is None else fallback)
+
+
 _POSS = {"it": "its", "them": "their"}  # a pronoun target's possessive
+
+
+class Slot(str):
+    """Words standing for a value the agent finds first ("the balance due you found"). They are said
+    on their own, never inside a template's formatting of a value: "$the annual income you found",
+    "at the capacity you found:00", "the open cases you found days" (issue 59)."""
+
+
+# words that may follow a value in a template without belonging to it ("rate it {rating} out of 5")
+_FREE_AFTER = frozenset("in on at for to from with by and or of as out into then".split())
+
+
+def _slot_fits(template: str, p: str) -> bool:
+    """Whether every ``{p}`` of ``template`` stands on its own: no currency sign, quote, hyphen or
+    time format glued to it, and no unit word after it."""
+    spots = list(re.finditer(r"\{" + re.escape(p) + r"\}", template))
+    for m in spots:
+        before, after = template[:m.start()], template[m.end():]
+        if before and not before[-1].isspace():
+            return False
+        nxt = re.match(r"(?:$|[,.;:!?](?:\s|$)|\s+([A-Za-z][\w()'-]*))", after)
+        if nxt is None or (nxt.group(1) is not None and nxt.group(1) not in _FREE_AFTER):
+            return False
+    return bool(spots)
+
+
+def _fit_slot(template: str, p: str) -> str | None:
+    """``template`` with the formatting around ``{p}`` undone so that a :class:`Slot` stands on its
+    own there ("a ${credit} credit" -> "a credit of {credit}", "${fee}" -> "{fee}", "'{note}'" ->
+    "{note}", "{hour}:00" -> "{hour}", "{nights} nights" -> "{nights}"); ``None`` where it cannot."""
+    f = re.escape("{" + p + "}")
+    t = re.sub(rf"\ba \$?{f} ([a-z]+)\b(?! of\b)", rf"a \1 of {{{p}}}", template)
+    t = re.sub(rf"\${f}|'{f}'", "{" + p + "}", t)
+    t = re.sub(rf"{f}:00\b", "{" + p + "}", t)
+
+    def unit(m: re.Match) -> str:
+        word = m.group(1)
+        plural = word.endswith("(s)") or word.endswith("s") and not word.endswith("ss")
+        return m.group(0) if word in _FREE_AFTER or not (plural or word in _UNIT_WORDS) else "{" + p + "}"
+
+    t = re.sub(rf"{f} ([a-z]+(?:\(s\))?)(?![\w-])", unit, t)
+    return t if _slot_fits(t, p) else None
+
+
+_UNIT_WORDS = frozenset("kg g ml km dollars".split())
+
+
+_UP = frozenset("extend increase raise lengthen boost".split())
+_DOWN = frozenset("reduce decrease lower shorten cut trim".split())
+
+
+def sensible(op: OperationSpec, row: dict[str, Any], args: dict[str, Any]) -> bool:
+    """Whether the words that say ``op`` fit what it does to ``row``: an act said with "extend",
+    "raise", ... sets its number field above the row's value, one said with "reduce", "lower", ...
+    below it ("extend the stay ... to 1 night" shortened a 3-night stay; issue 59). The verb is the
+    instruction template's first word, else the operation name's."""
+    verb = (op.instruction.split() or [""])[0].lower() if op.instruction else op.name.split("_")[0]
+    if verb not in _UP and verb not in _DOWN:
+        return True
+    for p, v in args.items():
+        now = row.get(p)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or isinstance(now, bool) \
+                or not isinstance(now, (int, float)) or any(e.field == p for e in op.effects):
+            continue
+        if (verb in _UP and v <= now) or (verb in _DOWN and v >= now):
+            return False
+    return True
+
+
+_MONEYISH = frozenset("cost price fee fare amount total budget income balance rent charge payment salary "
+                      "gross wage deductible premium fine estimate value".split())
+
+
+def transferable(env: EnvFile, src: str, g: str, dst: str, p: str) -> bool:
+    """Whether the value of field ``g`` of ``src`` makes sense as parameter ``p`` of ``dst``: the
+    same kind of thing (money for money, days for days, a street for an address), not just the same
+    type ("set the stock of each drug to the slots you found"; issue 59)."""
+    from envfactory.factory.tasks.realize import Measure
+
+    fg, fp = env.entities[src].fields[g], env.entities[dst].fields[p]
+    if fg.type != fp.type:
+        return False
+    gw, pw = set(g.split("_")), set(p.split("_"))
+    if fg.type == "str":
+        return bool(gw & pw)
+    mg, mp = Measure.of(g, fg.description or ""), Measure.of(p, fp.description or "")
+
+    def money(m: Measure, words: set[str]) -> bool:
+        return m.is_money or bool(words & _MONEYISH) and not m.unit and not m.count
+
+    if money(mg, gw) or money(mp, pw):
+        return money(mg, gw) and money(mp, pw)
+    if mg.unit or mp.unit:
+        return mg.unit == mp.unit
+    return mg.noun.split()[-1] == mp.noun.split()[-1]
 
 
 def phrase(env: EnvFile, op: OperationSpec, target: str, args: dict[str, Any]) -> str:
@@ -84,10 +206,13 @@ def phrase(env: EnvFile, op: OperationSpec, target: str, args: dict[str, Any]) -
     noun = label(env, op.entity)
     idp = "{" + f"{op.entity}_id" + "}"
     values = {k: ("none" if v is None else v.replace("_", " ") if isinstance(v, str) else v) for k, v in args.items()}
-    if op.instruction and idp in op.instruction:
+    template = op.instruction
+    for k in [k for k, v in args.items() if isinstance(v, Slot)]:
+        template = template and _fit_slot(template, k)  # a value found first, said on its own
+    if template and idp in template:
         # the template's name for the row goes with its id ("leave request {leave_id}" of a leave)
         text = re.sub(rf"(?:\b{re.escape(noun)}(?:\s+[a-z]+)?\s+|\b{re.escape(op.entity)}\s+)?{re.escape(idp)}",
-                      target.replace("\\", "\\\\"), op.instruction)
+                      target.replace("\\", "\\\\"), template)
         try:
             text = text.format(**values)
         except (KeyError, IndexError, ValueError):
@@ -149,8 +274,10 @@ def _from_name(env: EnvFile, op: OperationSpec, target: str, args: dict[str, Any
         out = f"make {target} {' '.join(rest)}"
     elif rest[:1] == ["to"]:                            # send_to_repair
         out = f"{verb} {target} to {' '.join(rest[1:])}"
-    elif rest in (["in"], ["out"], ["up"], ["off"]):    # check_in: "check <t> in"
-        out = f"{verb} {target} {rest[0]}"
+    elif rest in (["in"], ["out"], ["up"], ["off"]):    # check_in: "check it in", "check in every ticket ..."
+        # (a long object goes after the particle: "check every ticket of event Food Fair in" met a
+        # frame's "in the events records" as "Food Fair in in the events records")
+        out = f"{verb} {target} {rest[0]}" if target in _POSS else f"{verb} {rest[0]} {target}"
     elif len(left) == 1 and rest[-len(next(iter(left)).split("_")):] == next(iter(left)).split("_"):
         # change_cabin(cabin), set_driver_status(status): "change its cabin to business"
         p = next(iter(left))
