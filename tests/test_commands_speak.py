@@ -68,6 +68,10 @@ def test_a_cold_list_shows_progress_before_building(monkeypatch, tmp_path, capsy
     monkeypatch.setenv("ENVFACTORY_CACHE", str(tmp_path))
     monkeypatch.setenv("ENVFACTORY_LIST_WORKERS", "1")
     monkeypatch.setattr(registry, "names", lambda: list(names))
+    for name in names:  # built by an earlier test of this process: described afresh all the same
+        built = registry._REGISTRY.get(name)
+        if built is not None:
+            monkeypatch.setattr(built, "_tasks", None)
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     shown_at_first_build: list[str] = []
