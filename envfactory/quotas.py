@@ -23,6 +23,7 @@ before import; a container is started with the host's values (at its creation).
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from enum import Enum
 from typing import Any, Callable, Sequence
@@ -251,28 +252,37 @@ def cut_observations(contents: Sequence[str], room: int) -> tuple[list[str] | No
 
 
 # -- undoing a call ---------------------------------------------------------------------------------
-# A plain state (no copier of its own) is copied before each writing call (memoized; cheaper than
-# the measure after it), and the copy kept when the call goes over. A state class that brings its
-# own copier (``__state_copy__``: the factory's copy-on-write states) is not: there a copy would
-# cost a whole copy at the call's first write (a state copied on write copies all it shares), or
-# make every call a fork boundary (per-container copy on write un-shares what a call reaches).
-# Such a state is undone by replay instead: it is tracked from an origin nothing changes (a task's
-# initial state, or a copy taken when it was loaded, forked or last undone) with every call run on
-# it since (its tool, a copy of its arguments, its outcome); a call that takes it over the quota
-# is undone by replaying those calls on a copy of the origin, each checked to answer as it did.
-_REPLAY_CHECKPOINT = 256  # calls journaled before an undo starts a new origin (bounds each replay)
+# A call over the quota is undone, whatever it did. A state a world tracks (:func:`track`: every
+# sole agent's state the worlds start, load or fork) is undone by replay: it keeps an origin that
+# nothing changes (a task's initial state, or a copy taken when it was loaded, forked or last
+# checkpointed) and every call run on it since (its tool, a copy of its arguments, what it
+# answered); a call that takes it over the quota is undone by replaying those calls on a copy of
+# the origin, each checked to answer as it did. So a call costs a copy of its arguments, not of
+# the state, and a copy-on-write state (a class's own ``__state_copy__``) keeps its sharing: a
+# copy before each call would cost it a whole copy at the call's first write, or make every call
+# a fork boundary. A plain state starts a new origin (a copy) once its journal holds
+# :data:`_CHECKPOINT_CALLS` calls, :data:`_CHECKPOINT_BYTES` of arguments or
+# :data:`_CHECKPOINT_SECONDS` of tool time, so a replay stays short (a copy-on-write state only
+# after an undo: a new origin is a fork boundary for it). An untracked state (a team's) is copied
+# before each writing call instead (memoized), and the copy kept when the call goes over.
+_CHECKPOINT_CALLS = 256
+_CHECKPOINT_BYTES = 1 << 20
+_CHECKPOINT_SECONDS = 0.05
 _OWN_COPIER: dict[type, bool] = {}
 
 
 class _Journal:
     """What rebuilds a tracked state: its origin and the calls since (see above)."""
 
-    __slots__ = ("origin", "calls", "state")
+    __slots__ = ("origin", "calls", "state", "bytes", "seconds", "own")
 
     def __init__(self, origin: Any, calls: list[tuple[Any, Any, Any]] | None = None) -> None:
         self.origin = origin
         self.calls: list[tuple[Any, Any, Any]] = [] if calls is None else calls
         self.state: Any = None  # a weak reference to the state it rebuilds
+        self.bytes = 0  # the journaled arguments' size (as the quota measures)
+        self.seconds = 0.0  # the journaled calls' time: what a replay costs
+        self.own = _own_copier(origin.__class__)
 
 
 _JOURNALS: dict[int, _Journal] = {}
@@ -285,13 +295,19 @@ def _own_copier(cls: type) -> bool:
     return own
 
 
+def _forget(ref: Any, i: int) -> None:
+    j = _JOURNALS.get(i)
+    if j is not None and j.state is ref:
+        del _JOURNALS[i]
+
+
 def _attach(state: Any, journal: _Journal) -> None:
+    i = id(state)
     try:
-        journal.state = weakref.ref(state)
-        weakref.finalize(state, _JOURNALS.pop, id(state), None).atexit = False
+        journal.state = weakref.ref(state, lambda ref: _forget(ref, i))
     except TypeError:  # not weakly referenceable: undone by a copy instead
         return
-    _JOURNALS[id(state)] = journal
+    _JOURNALS[i] = journal
 
 
 def _journal(state: Any) -> _Journal | None:
@@ -302,29 +318,27 @@ def _journal(state: Any) -> _Journal | None:
 
 
 def track(state: Any, origin: Any = None) -> None:
-    """Start undoing ``state``'s calls by replay, when its class brings its own copier (a
-    copy-on-write state; any other is undone by a copy): from ``origin``, a state equal to it that
-    nothing will change (``None``: a copy taken here, O(fields) for such a state). Worlds call it
-    when they start, load or fork a state; a state never tracked is undone by a copy."""
-    if not _own_copier(state.__class__):
-        return
+    """Undo ``state``'s calls by replay (see above), from ``origin``: a state equal to it that
+    nothing will change (``None``: a copy taken here). Worlds call it when they start, load or fork
+    a sole agent's state; a state never tracked is copied before each writing call instead."""
     _attach(state, _Journal(copy_state(state) if origin is None else origin))
 
 
 def track_fork(child: Any, parent: Any) -> None:
     """``child`` is a fresh copy of ``parent``: it is rebuilt from the same origin and calls."""
-    j = _journal(parent) if _own_copier(parent.__class__) else None
+    j = _journal(parent)
     if j is not None:
-        _attach(child, _Journal(j.origin, list(j.calls)))
+        new = _Journal(j.origin, list(j.calls))
+        new.bytes, new.seconds = j.bytes, j.seconds
+        _attach(child, new)
     else:
         track(child)
 
 
 def fresh_copy(copy: Any, original: Any) -> None:
     """Note that ``copy`` is a fresh copy of ``original`` (a task's initial state, copied by
-    ``reset``, which nothing changes): a copy-on-write state is then undone by replay from it."""
-    if _own_copier(copy.__class__):
-        _attach(copy, _Journal(original))
+    ``reset``, which nothing changes): the calls on it are undone by replay from ``original``."""
+    _attach(copy, _Journal(original))
 
 
 def _rebuild(journal: _Journal) -> tuple[Any, bool]:
@@ -348,8 +362,8 @@ def _answer(out: ToolOutcome) -> tuple[Any, ...]:
 
 def _undo_by_replay(journal: _Journal, tool: Any, error: str) -> tuple[ToolOutcome, Any]:
     state, same = _rebuild(journal)
-    if len(journal.calls) > _REPLAY_CHECKPOINT:
-        journal = _Journal(copy_state(state))
+    if len(journal.calls) > _CHECKPOINT_CALLS or journal.seconds > _CHECKPOINT_SECONDS:
+        journal = _Journal(copy_state(state))  # (the next undo replays nothing of this)
     _attach(state, journal)
     if not same:
         error += (" (It was undone by replaying the episode's earlier calls, which did not all answer as they "
@@ -362,24 +376,48 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
     kept. After a tool that may change the state (not ``read_only``) the state is measured,
     stopping at :data:`MAX_STATE_BYTES`; over it (however much the one call grew it), or when it
     cannot be measured, the outcome is the quota error and the state to keep is exactly the state
-    before the call: a copy taken before the call (:func:`~envfactory.state.copy_state`, memoized),
-    or for a copy-on-write state, which is not copied before each call, the state rebuilt by
-    replaying its calls since its origin (see :func:`track`). A state that can be neither copied
-    nor replayed (a value ``copy.deepcopy`` refuses) keeps a call that goes over, which its error
-    says.
+    before the call: for a tracked state (:func:`track`) the state rebuilt by replaying its calls
+    since its origin, else a copy taken before the call (:func:`~envfactory.state.copy_state`,
+    memoized). A state that can be neither copied nor replayed (a value ``copy.deepcopy`` refuses)
+    keeps a call that goes over, which its error says.
 
-    Cost per writing call: the measure and a copy of a plain state (both linear in its size, the
-    copy the cheaper), a copy of the call's arguments for a copy-on-write one; ``read_only`` tools
-    add nothing (they are trusted not to write; on a copy-on-write state they are journaled too)."""
-    journal = _journal(state) if _own_copier(state.__class__) else None
-    if journal is not None:
-        kept = _copy(arguments) if arguments.__class__ is dict else arguments
+    Cost per writing call: the measure (linear in the state's size) and, for a tracked state, a
+    copy of the call's arguments (a copy of the state every so many calls); for an untracked one a
+    copy of the state. ``read_only`` tools add nothing (they are trusted not to write; on a
+    copy-on-write state they are journaled too: the results a state records are replayed)."""
+    j = _JOURNALS.get(id(state))
+    if j is not None and j.state() is state:
+        size, kept = 0, arguments
+        if arguments.__class__ is dict:
+            for v in arguments.values():  # the usual arguments (strings and numbers): a shallow copy
+                c = v.__class__
+                if c is str:
+                    size += len(v) + 8
+                elif c in _NUMBER or v is None:
+                    size += 16
+                else:
+                    kept = _copy(arguments)
+                    size = _walk(kept, _CHECKPOINT_BYTES)
+                    break
+            else:
+                kept = arguments.copy()
+        began = time.perf_counter()
         out = tool.invoke(state, arguments)
+        took = time.perf_counter() - began
         if not tool.read_only:
             error = _over_quota(tool, state, applied=False)
             if error is not None:
-                return _undo_by_replay(journal, tool, error)
-        journal.calls.append((tool, kept, _answer(out)))
+                return _undo_by_replay(j, tool, error)
+        elif not j.own:  # a plain state's reads change nothing: no need to replay them
+            return out, state
+        if out.kind == "invalid_arguments":  # (it ran nothing)
+            return out, state
+        j.calls.append((tool, kept, _answer(out)))
+        j.seconds += took
+        j.bytes += size
+        if not j.own and (len(j.calls) >= _CHECKPOINT_CALLS or j.bytes >= _CHECKPOINT_BYTES
+                          or j.seconds >= _CHECKPOINT_SECONDS):
+            _attach(state, _Journal(copy_state(state)))
         return out, state
     if tool.read_only:
         return tool.invoke(state, arguments), state

@@ -141,7 +141,8 @@ class LocalWorld(World):
 
     def start(self, task: Task) -> None:
         self._state = self.spec.start_state(task)
-        quotas.track(self._state)
+        if not self._team:  # (a team's state is copied before each writing call instead)
+            quotas.track(self._state, task.initial_state)
 
     def run(self, agent: str, round: int, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
         """Run ``calls`` in order within the session's quotas (:mod:`envfactory.quotas`): a call
@@ -172,7 +173,8 @@ class LocalWorld(World):
         new.spec, new._tools, new._team = self.spec, self._tools, self._team
         parent = self.state()
         new._state = copy_state(parent)
-        quotas.track_fork(new._state, parent)
+        if not self._team:
+            quotas.track_fork(new._state, parent)
         return new
 
     def dump(self) -> Any:
@@ -180,4 +182,5 @@ class LocalWorld(World):
 
     def load(self, task: Task, state: Any) -> None:
         self._state = self.spec.state_type.model_validate(state)
-        quotas.track(self._state)
+        if not self._team:
+            quotas.track(self._state)

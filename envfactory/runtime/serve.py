@@ -383,7 +383,9 @@ class Server:
             reply = self._run_op(s, req)
         except (KeyError, ValueError, TypeError) as exc:
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": type(exc).__name__}
-        except Exception as exc:
+        except _Abandoned:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - (a dump's SystemExit): this request's error, the channel goes on
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": "internal"}
         try:
             body = encode_body(reply)
