@@ -61,7 +61,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="live episodes (sessions) at once; beyond it a new one is refused with an error (a "
                         "finished one may be released for it; another client's live one never is)")
     p.add_argument("--max-episodes-per-client", type=positive_int, default=None,
-                   help="live episodes (sessions) one client may hold at once (default: --max-episodes); a "
+                   help="live episodes (sessions) one client may hold at once (default: an equal share of "
+                        "--max-episodes among the tokens; all of it with one token or none); a "
                         "client is a token of --token (give each client its own), else one transport session")
     p.add_argument("--token", default=None,
                    help="streamable-http and openenv: every request must carry it ('Authorization: Bearer "
