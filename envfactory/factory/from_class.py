@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from envfactory.factory import _callable
 
+import contextlib
 import copy
 import dataclasses
 import enum
@@ -540,21 +541,10 @@ def _attribute_binder(cls: type, mapping: dict[str, str], copy_on_write: str = "
             d = obj.__dict__
             wd = world.__dict__
             try:
-                if containers:
-                    with armed(world):  # copy on write: what the call reaches becomes this state's own
-                        for attr, fname in pairs:
-                            d[attr] = wd[fname]
-                        try:
-                            try:
-                                result = func(obj, **kwargs)
-                            finally:
-                                if after_call is not None:
-                                    after_call({key: obj})
-                        finally:
-                            for attr, fname in pairs:  # attributes may have been rebound, not only mutated
-                                wd[fname] = d[attr]
-                else:
+                if not containers:
                     own(world)  # shared with a fork: this state's own copy first (the class's own types)
+                # copy on write per container: what the call reaches becomes this state's own
+                with armed(world) if containers else contextlib.nullcontext():
                     for attr, fname in pairs:
                         d[attr] = wd[fname]
                     try:
@@ -564,7 +554,7 @@ def _attribute_binder(cls: type, mapping: dict[str, str], copy_on_write: str = "
                             if after_call is not None:
                                 after_call({key: obj})
                     finally:
-                        for attr, fname in pairs:
+                        for attr, fname in pairs:  # attributes may have been rebound, not only mutated
                             wd[fname] = d[attr]
             except ToolError:
                 raise
