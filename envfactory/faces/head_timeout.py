@@ -22,7 +22,7 @@ requests only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import time
 from collections import OrderedDict
@@ -207,7 +207,7 @@ def head_timeout_protocol(seconds: float, gate: ConnectionGate | None = None) ->
             super().on_message_begin()
             self._arm_head()
             if self._conn is not None:
-                self.scope[CONNECTION_SCOPE] = self._conn  # type: ignore[typeddict-unknown-key]
+                cast(dict, self.scope)[CONNECTION_SCOPE] = self._conn  # (an extra key of the ASGI scope)
 
         def on_headers_complete(self) -> None:
             self._disarm_head()

@@ -611,7 +611,7 @@ class TransportSessions:
         with svc._lock:
             eid = svc._by_key.get("http:" + sid)
             ep = svc._episodes.get(eid) if eid is not None else None
-            return ep is not None and (not ep.done or bool(svc._busy.get(eid)))
+            return ep is not None and eid is not None and (not ep.done or bool(svc._busy.get(eid)))
 
     async def _close_one(self, candidates: list[str]) -> bool:
         manager = getattr(self.server, "_session_manager", None)
