@@ -15,7 +15,9 @@ rollout's decode batch and at a prefill-sized batch, on the policy's thread coun
 ``rollout_hf_mfu`` is the FLOPs of every position the model computed (prompt parts
 not served from its prefix cache, and the sampled ids fed back; attention over the real
 keys each attended to: :func:`work_flops`) per second, against the prefill-shaped (best)
-matmul rate. The HF rollout is also run with
+matmul rate; ``rollout_hf_mfu_vs_fixed_peak`` is the same work against a denominator that does not
+move between runs, the CPU's documented FP32 peak (:func:`cpu_peak_flops`: cores x clock x the
+FLOPs its vector units retire a cycle). The HF rollout is also run with
 transformers' own forward and SDPA attention in place of :mod:`agents.policies.decode.lean_decode` and
 :mod:`agents.policies.decode.decode_attention` (``*_sdpa_baseline_*``), the
 two interleaved ``repeats`` times (min/median/max, and the machine's load at the
@@ -104,6 +106,40 @@ def work_flops(model: Any, m: dict[str, float]) -> float:
     if m.get("positions"):
         return linear * m["positions"] + per_key * m["keys"]
     return (m["tokens"] + m["prefill"]) * flops_per_token(model, m["mean_context"])
+
+
+# FP32 FLOPs a core retires per cycle at most (fused multiply-adds: 2 FLOPs a lane), by vector unit:
+# AVX-512 with two 512-bit FMA units (Intel server cores) 64; AVX2 + FMA with two 256-bit FMA units
+# (Intel since Haswell; AMD Zen 1-4, whose AVX-512 is two 256-bit halves on Zen 4) 32; AVX without
+# FMA 16; SSE 8. Zen 1 has two 128-bit FMA units (16): it is told by its family (23, model < 0x30).
+def cpu_peak_flops(cpuinfo: str | None = None, cores: int | None = None) -> dict[str, Any]:
+    """The machine's fixed FP32 peak, from its CPU's documented vector units, not from a run:
+    ``cores x GHz (cpuinfo's MHz, the nominal clock a VM reports) x FLOPs a cycle`` (the table
+    above). A denominator that does not move with the load, beside the same-run matmul rate
+    (which swung 42-70 GFLOP/s across three runs of one machine): ``{"flops", "ghz", "cores",
+    "flops_per_cycle", "isa"}``."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = ""
+    first = cpuinfo.split("\n\n", 1)[0]
+    field = dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in first.splitlines()) if v)
+    flags = set(field.get("flags", "").split())
+    amd = field.get("vendor_id") == "AuthenticAMD"
+    family, model = int(field.get("cpu family", "0") or 0), int(field.get("model", "0") or 0)
+    if "avx512f" in flags and not amd:
+        isa, per = "avx512", 64
+    elif "avx2" in flags and "fma" in flags:
+        isa, per = "avx2+fma", 16 if (amd and family == 23 and model < 0x30) else 32
+    elif "avx" in flags:
+        isa, per = "avx", 16
+    else:
+        isa, per = "sse", 8
+    ghz = float(field.get("cpu MHz", "0") or 0) / 1000
+    n = cores or os.cpu_count() or 1
+    return {"flops": n * ghz * 1e9 * per, "ghz": round(ghz, 3), "cores": n, "flops_per_cycle": per, "isa": isa}
 
 
 def matmul_flops_per_s(model: Any, batch: int, threads: int, repeats: int = 30) -> float:
@@ -215,7 +251,13 @@ def _report(prefix: str, policy: Any, on: dict, off: dict, ratios: list[float], 
     peak = matmul_flops_per_s(policy.model, 512, threads)
     bound = decode / fpt
     tps = on["tokens"] / on["s"]
-    return {f"{prefix}_s": round(on["s"], 3), f"{prefix}_generated_tokens": on["tokens"],
+    fixed = cpu_peak_flops(cores=threads or None)
+    return {f"{prefix}_mfu_vs_fixed_peak": round(work_flops(policy.model, on) / on["s"] / fixed["flops"], 3) if fixed["flops"] else None,
+            f"{prefix}_fixed_peak_gflops_per_s": round(fixed["flops"] / 1e9, 1),
+            f"{prefix}_fixed_peak": f"{fixed['cores']} cores x {fixed['ghz']} GHz x {fixed['flops_per_cycle']} "
+                                    f"FP32 FLOPs a cycle ({fixed['isa']})",
+            f"{prefix}_matmul_prefill_vs_fixed_peak_ratio": round(peak / fixed["flops"], 3) if fixed["flops"] else None,
+            f"{prefix}_s": round(on["s"], 3), f"{prefix}_generated_tokens": on["tokens"],
             f"{prefix}_tokens_per_s": round(tps, 1),
             f"{prefix}_tokens_per_s_min_median_max": on["tokens_per_s_spread"],
             f"{prefix}_episodes_per_s": round(on["episodes"] / on["s"], 3),
