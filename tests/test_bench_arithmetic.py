@@ -1,5 +1,6 @@
-"""The rollout benchmark's fixed peak: the CPU's documented FP32 FLOPs a cycle, read from cpuinfo
-(a denominator for the MFU that does not move with the machine's load)."""
+"""Benchmarks' own arithmetic: the rollout benchmark's fixed peak (the CPU's documented FP32 FLOPs a
+cycle, a denominator for the MFU that does not move with the machine's load), and the fitted growth
+of a step's cost against the sessions held."""
 
 from benchmarks.rollout import cpu_peak_flops
 
@@ -29,3 +30,21 @@ def test_zen1_and_older_vector_units() -> None:
 
 def test_no_cpuinfo_gives_no_peak_rather_than_a_wrong_one() -> None:
     assert cpu_peak_flops("", cores=2)["flops"] == 0
+
+
+def test_the_growth_exponent_reads_flat_linear_and_quadratic() -> None:
+    from benchmarks.sessions_growth import growth_exponent
+
+    xs = [100.0, 250.0, 500.0, 1000.0, 2000.0]
+    assert abs(growth_exponent(xs, [7.0] * 5)) < 1e-9
+    assert abs(growth_exponent(xs, [x * 3 for x in xs]) - 1) < 1e-9
+    assert abs(growth_exponent(xs, [x * x for x in xs]) - 2) < 1e-9
+
+
+def test_sessions_growth_holds_every_session_and_reports_each_level() -> None:
+    from benchmarks.sessions_growth import bench_sessions
+
+    out = bench_sessions(levels=(4, 16), rounds=2)
+    assert set(out["sessions_local_step_us"]) == {"4", "16"}
+    assert out["sessions_local_step_many_us_vs_4_ratio"]["4"] == 1.0
+    assert isinstance(out["sessions_local_step_us_growth_exponent"], float)
