@@ -182,8 +182,7 @@ def asks(words: str) -> bool:
     return "?" in words or _ASKING.search(words.lower()) is not None
 
 
-def user_reply(conversation: Conversation, turn: int, words: str, called: bool,
-               told: list[str]) -> tuple[str | None, list[str]]:
+def user_reply(conversation: Conversation, turn: int, words: str, called: bool) -> tuple[str | None, list[str]]:
     """The scripted user's answer to the agent's ``words`` (an answer without a tool call) while
     ``turn`` is open.
 

@@ -810,7 +810,7 @@ class Episode(Environment):
         assert conv is not None and task.conversation is not None
         k = conv["turn"]
         called = any(e[2] is not None for e in self._log[conv["start"]:])
-        reply, asked = user_reply(task.conversation, k, words, called, conv["told"])
+        reply, asked = user_reply(task.conversation, k, words, called)
         if reply is not None and asked and self._user is not None:
             profile = {"persona": task.conversation.persona, "goal": task.conversation.turns[k].message,
                        **task.conversation.facts}
