@@ -710,7 +710,10 @@ def _shop(plan: _Plan, rng: random.Random) -> tuple[ShopState, dict[str, Any], d
         c = _new_customer(names)
         customers[c.id] = c
         extra = rng.sample(plan.extras, 3)
-        target = _order_of(names, c.id, plan.status, [plan.item] + extra[:rng.randint(0, 1)], c.address,
+        more = rng.randint(0, 1)
+        if plan.kind == "cancel" or "cancel_instead" in plan.turns:
+            more = 0  # "cancel my bath mat order" is the whole order only where the bath mat is all of it
+        target = _order_of(names, c.id, plan.status, [plan.item] + extra[:more], c.address,
                            *plan.dates["target"])
         other = _order_of(names, c.id, "delivered", [plan.item2] + extra[1:1 + rng.randint(0, 1)], c.address,
                           *plan.dates["other"])

@@ -94,6 +94,20 @@ def test_the_family_is_registered_with_enough_conversations(tasks):
     assert sum(bool(changes & set(t.metadata["turns"])) for t in tasks) >= 20
 
 
+def test_an_order_cancelled_by_its_item_holds_that_item_alone(tasks):
+    """The user asks to cancel "my bath mat order" (or "the desk lamp altogether"): the reference
+    cancels the whole order, so that order holds nothing the user did not name."""
+    cancelled = 0
+    for t in tasks:
+        orders = t.initial_state.orders
+        for turn in t.conversation.turns:
+            for c in turn.solution:
+                if c.name == "cancel_order":
+                    cancelled += 1
+                    assert len(orders[c.arguments["order_number"]].items) == 1, (t.id, turn.message)
+    assert cancelled >= 20
+
+
 def test_messages_hold_no_fact_no_placeholder_and_vary(tasks):
     for t in tasks:
         facts = t.conversation.facts
