@@ -25,7 +25,7 @@ import statistics
 import time
 from typing import Any
 
-__all__ = ["RetailDB", "retail_db", "retail_tasks", "retail_spec", "bench_bigdb"]
+__all__ = ["RetailDB", "retail_db", "retail_tasks", "retail_spec", "bench_bigdb", "bench_repeated_writes"]
 
 
 class RetailDB:
@@ -257,13 +257,64 @@ def bench_bigdb(users: int = 4200, tasks: int = 60, forks: int = 20, copy_on_wri
     return out
 
 
+def bench_repeated_writes(sizes: tuple[int, ...] = (1000, 4000), writes: int = 40, rounds: int = 7,
+                          copy_on_write: str = "containers") -> dict[str, Any]:
+    """Repeated writing calls (not only a fork's first) on the imported class at several database
+    sizes, interleaved in one run: each size's episode wrote once, was forked, and both its sides
+    then write ``writes`` times a round (the state quota measures each call). Medians of the
+    per-step time (µs) per size, their min-max over ``rounds`` rounds, and each size's ratio to
+    the smallest (what grows with the database rather than with the change)."""
+    from envfactory.episode import Episode
+    from envfactory.factory.from_class import from_class
+    from envfactory.task import call
+
+    out: dict[str, Any] = {"writes_loadavg_before": [round(x, 2) for x in os.getloadavg()]}
+    sides: dict[int, list[Any]] = {}
+    for n in sizes:
+        db = retail_db(n)
+        spec = from_class(RetailDB, name="BigRetail-v0", domain="retail", tasks=retail_tasks(db, 10),
+                          copy_on_write=copy_on_write, read_only=None, max_turns=10 ** 6)
+        ep = Episode(spec)
+        ep.reset(spec.get_tasks()[1].id)
+        ep.step(call("modify_user_address", user_id="user_00003", address1="1 Elm", city="Tulsa",
+                     zip="74101").to_hermes())
+        sides[n] = [ep, ep.fork()]
+        out[f"writes_db_json_mb_{n}"] = round(len(json.dumps(db)) / 1e6, 2)
+    calls = [call("modify_user_address", user_id=f"user_{(k * 37) % min(sizes):05d}", address1=f"{k} Oak",
+                  city="Reno", zip="89501").to_hermes() for k in range(writes)]
+    per: dict[int, list[float]] = {n: [] for n in sizes}
+    for r in range(rounds):
+        for n in (sizes if r % 2 == 0 else tuple(reversed(sizes))):  # (interleaved, order alternated)
+            times = []
+            for k, c in enumerate(calls):
+                e = sides[n][k % 2]
+                t0 = time.perf_counter()
+                e.step(c)
+                times.append(time.perf_counter() - t0)
+            per[n].append(statistics.median(times))
+    base = statistics.median(per[sizes[0]])
+    for n in sizes:
+        out.update(_stats(f"write_step_us_{n}", per[n], 1e6))
+        out[f"write_step_vs_{sizes[0]}_ratio_{n}"] = round(statistics.median(per[n]) / base, 2)
+    for pair in sides.values():
+        for e in pair:
+            e.close()
+    out["writes_loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--users", type=int, default=4200)
     parser.add_argument("--tasks", type=int, default=60)
     parser.add_argument("--forks", type=int, default=20)
     parser.add_argument("--copy-on-write", choices=["containers", "state"], default="containers")
+    parser.add_argument("--writes", action="store_true",
+                        help="time repeated writes at 1,000 and 4,000 users instead (bench_repeated_writes)")
     args = parser.parse_args()
+    if args.writes:
+        print(json.dumps(bench_repeated_writes(copy_on_write=args.copy_on_write), indent=1))
+        return
     print(json.dumps(bench_bigdb(args.users, args.tasks, args.forks, args.copy_on_write), indent=1))
 
 

@@ -196,6 +196,41 @@ def test_first_write_of_an_episode_measures_only_what_it_changed(monkeypatch):
     assert walked and len(walked) < 100, len(walked)  # a table and a record, not 400 users' 1,200 orders
 
 
+@pytest.mark.parametrize("side", ["child", "parent"])
+def test_writes_after_a_fork_of_a_state_that_wrote_measure_only_what_they_changed(monkeypatch, side):
+    """Before: once a state had written, a fork of it made every later write on either side walk
+    the whole users table for the quota's measure (the table's source forgotten by the first
+    copy: 4,007 walks a step at 4,000 users, 1.6 ms, against 7); now each write measures the
+    table and record it changed, and the measure is still the engine's count."""
+    from benchmarks.bigdb_import import RetailDB, retail_db, retail_tasks
+    from envfactory import quotas
+    from envfactory.factory.classes import cow
+
+    db = retail_db(400)
+    spec = from_class(RetailDB, name="R-v0", domain="r", tasks=retail_tasks(db, 10), copy_on_write="containers",
+                      max_turns=50)
+    ep = Episode(spec)
+    ep.reset(spec.get_tasks()[1].id)
+    _do(ep, "modify_user_address", user_id="user_00003", address1="1 Elm", city="Tulsa", zip="74101")
+    child = ep.fork()
+    e = child if side == "child" else ep
+    walked = []
+    size = cow._size
+    monkeypatch.setattr(cow, "_size", lambda *a: walked.append(1) or size(*a))
+    for k in range(6):
+        del walked[:]
+        _do(e, "modify_user_address", user_id=f"user_{k * 7:05d}", address1=f"{k} Oak", city="Reno", zip="89501")
+        assert walked and len(walked) < 40, (k, len(walked))  # a table and a record, not 400 users
+
+    class Plain:
+        def __init__(self, d):
+            self.__dict__ = d
+
+    for s in (child.state, ep.state):
+        plain = json.loads(json.dumps(dict(s.__dict__)))
+        assert quotas.state_size(s) == quotas.state_size(Plain(plain)) - 16
+
+
 def test_the_build_hashes_no_expected_state_and_the_first_judgment_of_a_task_does(monkeypatch):
     """Before: the build serialized and hashed every task's expected final state (48 hashes of
     about 46 ms on a 5 MB database, a quarter of the build), tasks never played included. Now a

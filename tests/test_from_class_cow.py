@@ -296,7 +296,8 @@ class Table:
 
         Args:
             how: set (a's value), one / two (a's value the number), swap (a's and b's records), readd (a taken out and put back last),
-                drop (a taken out), same (a's record put back as it is), alias (b holds a's record).
+                drop (a taken out), same (a's record put back as it is), alias (b holds a's record), del (del of a),
+                popitem (the last taken out), setdefault (a, if missing), update (a and b), clear (all, once a few are out).
             a: A key.
             b: Another key.
         """
@@ -315,6 +316,16 @@ class Table:
             rows[a] = rows[a]
         elif how == "alias" and a in rows:
             rows[b] = rows[a]
+        elif how == "del" and a in rows:
+            del rows[a]
+        elif how == "popitem" and rows:
+            rows.popitem()
+        elif how == "setdefault":
+            rows.setdefault(a, {"v": -1})
+        elif how == "update":
+            rows.update({a: {"u": 1}, b: 2})
+        elif how == "clear" and len(rows) < 78:
+            rows.clear()
         return str(len(rows))
 
 
@@ -338,7 +349,8 @@ def test_a_table_changed_every_way_hashes_and_measures_as_the_engine_does():
     spec = from_class(Table, name="CowTable-v0", domain="t", read_only=[], copy_on_write="containers",
                       tasks=[ClassTask("t", "Set k01.", {"rows": rows}, [call("change", how="set", a="k01", b="k02")])])
     keys = st.sampled_from([f"k{i:02d}" for i in (0, 1, 2, 40, 79)] + ["new1", "new2"])
-    op = st.tuples(st.sampled_from(["set", "one", "two", "swap", "readd", "drop", "same", "alias"]), keys, keys)
+    op = st.tuples(st.sampled_from(["set", "one", "two", "swap", "readd", "drop", "same", "alias", "del", "popitem",
+                                      "setdefault", "update", "clear"]), keys, keys)
 
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(st.lists(st.tuples(op, st.booleans()), min_size=1, max_size=8))

@@ -49,8 +49,17 @@ def _cow_copy(v: Any, tok: Any) -> Any:
         new: Any = CowDict()
         dict.update(new, dict.items(v))  # (C-level: no call per item)
         new._src = v
-        if v.__class__ is CowDict:
-            v._src = None  # (one source at a time: a chain of old versions is not kept alive)
+        new._dirty = set()
+        if v.__class__ is CowDict and v._src is not None:
+            # One source at a time: a chain of old versions is not kept alive. ``v`` (a state's
+            # own table until a fork froze it) is measured from its source first, while that is
+            # still known, so its copies (the fork's two sides) are measured from it in turn,
+            # by what they changed, not walked whole (the cost of a write after a fork of a
+            # state that had written).
+            if v._tok is not tok and v._tok is not None:
+                _remember_size(v)
+            v._src = None
+            v._dirty = None
     else:
         new = CowList(list.__iter__(v))
     new._tok = tok
@@ -86,17 +95,22 @@ def _live(c: Any) -> bool:
 class CowDict(dict[Any, Any]):
     """A dict whose children are copied when a tool of its state first reaches them."""
 
-    __slots__ = ("_tok", "_mine", "_src", "__weakref__")
+    __slots__ = ("_tok", "_mine", "_src", "_dirty", "__weakref__")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         dict.__init__(self, *args, **kwargs)
         self._tok: Any = None
         self._mine: set[int] = set()
         self._src: Any = None  # the dict this one was copied from
+        # The keys whose entry may differ from the source's (set, replaced by a copy, taken
+        # out): every other key holds the very value it holds in ``_src``. (None: no source.)
+        self._dirty: set[Any] | None = None
 
     def _get(self, k: Any, v: Any) -> Any:
         v2, copied = _take(self, v)
         if copied:
+            if self._dirty is not None:
+                self._dirty.add(k)
             dict.__setitem__(self, k, v2)
         return v2
 
@@ -116,7 +130,19 @@ class CowDict(dict[Any, Any]):
     def __setitem__(self, k: Any, v: Any) -> None:
         if _live(self):  # what a tool stores is its own
             self._mine.add(id(v))
+        if self._dirty is not None:
+            self._dirty.add(k)
         dict.__setitem__(self, k, v)
+
+    def __delitem__(self, k: Any) -> None:
+        if self._dirty is not None:
+            self._dirty.add(k)
+        dict.__delitem__(self, k)
+
+    def clear(self) -> None:
+        if self._dirty is not None:
+            self._dirty.update(dict.keys(self))
+        dict.clear(self)
 
     def setdefault(self, k: Any, default: Any = None) -> Any:
         if dict.__contains__(self, k):
@@ -125,14 +151,20 @@ class CowDict(dict[Any, Any]):
         return default
 
     def pop(self, k: Any, *default: Any) -> Any:
-        if dict.__contains__(self, k) and _live(self):
-            self[k]  # noqa: B018 (the popped value is the state's own copy)
+        if dict.__contains__(self, k):
+            if _live(self):
+                self[k]  # noqa: B018 (the popped value is the state's own copy)
+            if self._dirty is not None:
+                self._dirty.add(k)
         return dict.pop(self, k, *default)
 
     def popitem(self) -> tuple[Any, Any]:
-        if _live(self) and self:
+        if self:
             k = next(reversed(dict.keys(self)))
-            self[k]  # noqa: B018
+            if _live(self):
+                self[k]  # noqa: B018
+            if self._dirty is not None:
+                self._dirty.add(k)
         return dict.popitem(self)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
@@ -333,6 +365,19 @@ _SIZES: dict[int, tuple[Any, int]] = {}  # id -> (a container no state changes a
 _SIZES_CAP = 1 << 19
 
 
+def _room(cache: dict[int, Any], cap: int) -> None:
+    """Make room in a full cache: the entries of containers gone (dropped forks' tables) out
+    first; only when the live ones alone fill most of it is it emptied (so a long run of forks
+    does not, every so many calls, forget the shared database's measure and walk it again)."""
+    if len(cache) < cap:
+        return
+    ref = weakref.ReferenceType
+    for k in [k for k, e in cache.items() if e[0].__class__ is ref and e[0]() is None]:
+        del cache[k]
+    if len(cache) >= cap * 3 // 4:
+        cache.clear()
+
+
 def cow_state_size(state: Any, limit: int | None = None) -> int:
     """:func:`envfactory.quotas.state_size` of a copy-on-write state, the same count, without
     walking again what no state can change any more: containers shared between states (copy on
@@ -370,8 +415,21 @@ def _size_from(v: Any, src: Any, size: int, frozen: bool, tok: Any, leaf: Any, p
     i = id(v)
     path.add(i)
     mine = v._mine if not frozen else ()
-    same = 0
     get = dict.get
+    dirty = v._dirty
+    if dirty is not None and len(dirty) < len(v):  # only the keys changed since the copy
+        for k in dirty:
+            x = get(v, k, _MISSING)
+            old = get(src, k, _MISSING)
+            if x is old:
+                continue
+            if x is not _MISSING:
+                size += _entry_size(k, x, frozen or id(x) not in mine, tok, leaf, path)
+            if old is not _MISSING:
+                size -= _entry_size(k, old, True, tok, leaf, path)
+        path.discard(i)
+        return size
+    same = 0
     for k, x in dict.items(v):
         old = get(src, k, _MISSING)
         if old is x:
@@ -387,6 +445,21 @@ def _size_from(v: Any, src: Any, size: int, frozen: bool, tok: Any, leaf: Any, p
                 size -= _entry_size(k, old, True, tok, leaf, path)
     path.discard(i)
     return size
+
+
+def _remember_size(v: Any) -> None:
+    """Remember the size of ``v``, a dict no state changes any more that is about to forget its
+    source, if its source's is remembered (so it costs what ``v`` changed, not the table)."""
+    src = v._src
+    got = _SIZES.get(id(src))
+    if got is None or not _is(got[0], src):
+        return
+    from envfactory.quotas import state_size
+
+    try:
+        _size(v, True, None, state_size, set())
+    except RecursionError:
+        pass
 
 
 class _Plain:
@@ -420,6 +493,7 @@ def _size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
         if got is not None and _is(got[0], src):
             total = _size_from(v, src, got[1], frozen, tok, leaf, path)
             if frozen:
+                _room(_SIZES, _SIZES_CAP)
                 _SIZES[i] = (_hold(v), total)
             return total
     path.add(i)
@@ -441,8 +515,7 @@ def _size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
                 total += _size(x, frozen or (is_cow and id(x) not in mine), tok, leaf, path)
     path.discard(i)
     if frozen:
-        if len(_SIZES) >= _SIZES_CAP:
-            _SIZES.clear()
+        _room(_SIZES, _SIZES_CAP)
         _SIZES[i] = (_hold(v), total)
     return total
 
@@ -565,8 +638,7 @@ def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozense
             made = _json_from(v, got, frozen, tok, seen)
             if made is not None:
                 if frozen:
-                    if len(_JSONS) >= _JSONS_CAP:
-                        _JSONS.clear()
+                    _room(_JSONS, _JSONS_CAP)
                     _JSONS[i] = (_hold(v), *made)
                 return made[0], made[1]
     seen.add(i)
@@ -600,8 +672,7 @@ def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozense
     if not frozen:  # (a state's own container: never remembered, so its parent needs no ids from it)
         return out, None
     ids_out = frozenset(inner)
-    if len(_JSONS) >= _JSONS_CAP:
-        _JSONS.clear()
+    _room(_JSONS, _JSONS_CAP)
     _JSONS[i] = (_hold(v), out, ids_out, entries)
     return out, ids_out
 
