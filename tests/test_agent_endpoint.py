@@ -170,7 +170,8 @@ def test_the_environment_reward_scores_a_run(hf: HFPolicy) -> None:
     (json.dumps({"model": "m", "messages": ["hi"]}).encode(), 400),
     (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": -3}).encode(), 400),
     (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}).encode(), 400),
-    (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}).encode(), 400),
+    (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True, "n": 2}).encode(),
+     400),  # a streamed request that cannot be served: a JSON error, not an event stream
     (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": "all"}).encode(), 400),
     (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{"name": 1}]}).encode(), 400),
     (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}).encode(), 400),

@@ -1,4 +1,5 @@
-"""An OpenAI-compatible chat endpoint over a policy being trained, recording what it sampled.
+"""An OpenAI-compatible chat endpoint over a policy being trained, recording what it sampled
+(chat completions and the Responses API, streamed or not).
 
 Any agent loop that talks to a chat endpoint (the plain ``openai`` SDK:
 ``client.chat.completions.create(model=..., messages=..., tools=...)``) can be trained
@@ -38,6 +39,7 @@ from __future__ import annotations
 import io
 import json
 import socket
+from collections import OrderedDict
 import threading
 import time
 import uuid
@@ -47,6 +49,8 @@ from typing import Any
 
 from agents.harness.chat_calls import (Call, RequestError, Session, assistant_message, chain_key, message_as_template,
                          template_messages)
+from agents.harness.responses import (STORED, chat_as_response, chat_stream_events, response_stream_events,
+                                      responses_request_as_chat, sse)
 from agents.policies.policy import Generation, Policy, default_stop_ids
 from agents.rollout import _split, renderer_for
 
@@ -177,7 +181,9 @@ class _Deadline(io.RawIOBase):
 
 # -- the endpoint ----------------------------------------------------------------------
 class ChatEndpoint:
-    """``POST /v1/chat/completions`` and ``GET /v1/models`` over ``policy``, on loopback.
+    """``POST /v1/chat/completions``, ``POST /v1/responses`` (OpenAI's Responses API, the OpenAI
+    Agents SDK's default: :mod:`agents.harness.responses`) and ``GET /v1/models`` over ``policy``,
+    on loopback; either POST streams (Server-Sent Events) with ``stream: true``.
 
     Args:
         policy: A :class:`~agents.policies.policy.Policy` that returns the ids it sampled (HF, vLLM,
@@ -215,6 +221,7 @@ class ChatEndpoint:
         self._server: ThreadingHTTPServer | None = None
         self._batcher: _Batcher | None = None
         self.latencies_s: list[float] = []  # wall time of each served completion, for measurements
+        self._stored: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()  # response id -> its conversation
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> "ChatEndpoint":
@@ -273,7 +280,7 @@ class ChatEndpoint:
         if not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object")
         if body.get("stream"):
-            raise RequestError("stream=true is not supported by this endpoint; call without streaming",
+            raise RequestError("complete() returns a whole completion; stream=true is served over HTTP",
                                param="stream")
         if body.get("n", 1) != 1:
             raise RequestError("n must be 1 (call once per sample)", param="n")
@@ -340,6 +347,35 @@ class ChatEndpoint:
                 "envfactory": {"session": name, "parent": parent.id if parent else None,
                                "prompt_token_ids": prompt, "completion_token_ids": ids,
                                "logprobs": list(gen.logprobs), "temperature": float(temperature)}}
+
+    def respond(self, body: Any, session: str | None = None) -> dict[str, Any]:
+        """Serve one ``/v1/responses`` request body (as the chat completion it stands for, recorded
+        alike); the Response body. ``previous_response_id`` continues a stored response.
+
+        Raises:
+            RequestError: the request is malformed or asks for what is not supported.
+        """
+        history = None
+        if isinstance(body, dict) and body.get("previous_response_id") is not None:
+            with self._lock:
+                history = self._stored.get(body["previous_response_id"])
+            if history is None:
+                raise RequestError(f"no stored response {body['previous_response_id']!r} (the endpoint keeps the "
+                                   f"last {STORED}, and none made with store=false)", status=404,
+                                   param="previous_response_id")
+        chat = responses_request_as_chat(body, history)
+        completion = self.complete(chat, session)
+        response = chat_as_response(completion, body)
+        if body.get("store", True) is not False:
+            answer = dict(completion["choices"][0]["message"])
+            answer["content"] = answer.get("content") or ""
+            # (instructions are not carried over to a continuation, as OpenAI's are not)
+            kept = chat["messages"][1 if body.get("instructions") is not None else 0:] + [answer]
+            with self._lock:
+                self._stored[response["id"]] = kept
+                while len(self._stored) > STORED:
+                    self._stored.popitem(last=False)
+        return response
 
     def _longest_token(self) -> int:
         """The most characters one token stands for (its vocabulary's longest entry; byte-level
@@ -437,6 +473,15 @@ def _handler(endpoint: ChatEndpoint) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _send_events(self, data: bytes) -> None:
+            self.connection.settimeout(READ_TIMEOUT_S)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def _route(self) -> tuple[str | None, str]:
             """(session from the path or None, the path under /v1)."""
             path = self.path.split("?", 1)[0].rstrip("/")
@@ -477,14 +522,30 @@ def _handler(endpoint: ChatEndpoint) -> type[BaseHTTPRequestHandler]:
                 if len(raw) < length:
                     self.close_connection = True
                     raise RequestError(f"the request body ended after {len(raw)} of {length} bytes")
-                if path != "/chat/completions":
-                    raise RequestError(f"no route POST {self.path}: this endpoint serves /v1/chat/completions",
-                                       status=404)
+                if path not in ("/chat/completions", "/responses"):
+                    raise RequestError(f"no route POST {self.path}: this endpoint serves /v1/chat/completions "
+                                       "and /v1/responses", status=404)
                 try:
                     body = json.loads(raw)
                 except (ValueError, RecursionError) as exc:
                     raise RequestError(f"the request body is not valid JSON ({exc})") from None
-                self._send(200, endpoint.complete(body, session))
+                stream, opts = isinstance(body, dict) and bool(body.get("stream")), None
+                if stream:
+                    opts = body.get("stream_options")
+                    body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+                if path == "/responses":
+                    answer = endpoint.respond(body, session)
+                    if stream:
+                        self._send_events(sse(response_stream_events(answer), named=True))
+                    else:
+                        self._send(200, answer)
+                    return
+                answer = endpoint.complete(body, session)
+                if stream:
+                    usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+                    self._send_events(sse(chat_stream_events(answer, usage), named=False))
+                else:
+                    self._send(200, answer)
             except RequestError as exc:
                 self._send(exc.status, exc.body())
             except Exception as exc:  # a backend failure: the client gets a JSON 500, the server goes on
