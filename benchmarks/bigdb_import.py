@@ -7,11 +7,18 @@ one record, and report failure by returning an error dict (as the suite's tools 
 :class:`~envfactory.factory.from_class.ClassTask` share one configuration object (one database),
 a fifth of them read-only with the facts the user must be told.
 
-Run: ``python -m benchmarks.bigdb_import [--users N] [--tasks N] [--copy-on-write state]``
+``--shape pydantic`` imports a τ²-shaped class instead (:class:`RetailTools`, as τ²-bench's
+retail toolkit): its database one pydantic model (:class:`RetailModelDB`) of tables of nested
+pydantic records held in one attribute, tools that change records in place, return them and
+raise on failure (``--users 2400 --tasks 114``: about 5.5 MB, τ²-retail's 114 tasks).
+``--writes`` times repeated writing calls at 1,000 and 4,000 users, interleaved
+(:func:`bench_repeated_writes`).
+
+Run: ``python -m benchmarks.bigdb_import [--users N] [--tasks N] [--copy-on-write state] [--shape pydantic]``
 (``envfactory bench bigdb``). It measures ``from_class(copy_on_write="containers")``, the option
-for multi-MB databases of dicts (a call copies only what it reaches), unless told ``state`` (the
-default of ``from_class``: a fork's first call copies the state whole, and the quota's measure
-walks it after each writing call).
+for multi-MB databases of dicts or pydantic models (a call copies only what it reaches), unless told
+``state`` (the default of ``from_class``: a fork's first call copies the state whole, and the quota's
+measure walks it after each writing call).
 """
 
 from __future__ import annotations
@@ -25,7 +32,10 @@ import statistics
 import time
 from typing import Any
 
-__all__ = ["RetailDB", "retail_db", "retail_tasks", "retail_spec", "bench_bigdb", "bench_repeated_writes"]
+from pydantic import BaseModel
+
+__all__ = ["RetailDB", "retail_db", "retail_tasks", "retail_spec", "bench_bigdb", "bench_repeated_writes",
+           "RetailModelDB", "RetailTools", "retail_model_db", "retail_model_tasks"]
 
 
 class RetailDB:
@@ -171,6 +181,269 @@ def retail_spec(users: int = 4000, tasks: int = 60, **options: Any) -> Any:
     return from_class(RetailDB, name="BigRetail-v0", domain="retail", tasks=retail_tasks(db, tasks), **options)
 
 
+# -- a τ²-shaped class: the database one pydantic model of pydantic records ---------------------------
+class Address(BaseModel):
+    address1: str
+    address2: str
+    city: str
+    country: str
+    state: str
+    zip: str
+
+
+class UserName(BaseModel):
+    first_name: str
+    last_name: str
+
+
+class PaymentMethod(BaseModel):
+    source: str
+    id: str
+    brand: str | None = None
+    last_four: str | None = None
+    balance: float | None = None
+
+
+class User(BaseModel):
+    user_id: str
+    name: UserName
+    address: Address
+    email: str
+    payment_methods: dict[str, PaymentMethod]
+    orders: list[str]
+
+
+class Variant(BaseModel):
+    item_id: str
+    options: dict[str, str]
+    available: bool
+    price: float
+
+
+class Product(BaseModel):
+    name: str
+    product_id: str
+    variants: dict[str, Variant]
+
+
+class OrderItem(BaseModel):
+    name: str
+    product_id: str
+    item_id: str
+    price: float
+    options: dict[str, str]
+
+
+class OrderPayment(BaseModel):
+    transaction_type: str
+    amount: float
+    payment_method_id: str
+
+
+class Order(BaseModel):
+    order_id: str
+    user_id: str
+    address: Address
+    items: list[OrderItem]
+    status: str
+    payment_history: list[OrderPayment]
+    cancel_reason: str | None = None
+
+
+class RetailModelDB(BaseModel):
+    """τ²-bench retail's database shape: one model of tables of nested models."""
+
+    products: dict[str, Product]
+    users: dict[str, User]
+    orders: dict[str, Order]
+
+
+class RetailTools:
+    """A retail store's tools over one pydantic database (``self.db``), as τ²-bench's toolkits
+    are: they read and change its records in place, return records, and raise on failure."""
+
+    def __init__(self, db: RetailModelDB) -> None:
+        self.db = db
+
+    def _user(self, user_id: str) -> User:
+        if user_id not in self.db.users:
+            raise ValueError("User not found")
+        return self.db.users[user_id]
+
+    def _order(self, order_id: str) -> Order:
+        if order_id not in self.db.orders:
+            raise ValueError("Order not found")
+        return self.db.orders[order_id]
+
+    def get_user_details(self, user_id: str) -> User:
+        """A user's profile, payment methods and order ids.
+
+        Args:
+            user_id: The user.
+        """
+        return self._user(user_id)
+
+    def get_order_details(self, order_id: str) -> Order:
+        """An order.
+
+        Args:
+            order_id: The order, like '#W0000001'.
+        """
+        return self._order(order_id)
+
+    def get_product_details(self, product_id: str) -> Product:
+        """A product and its variants.
+
+        Args:
+            product_id: The product.
+        """
+        if product_id not in self.db.products:
+            raise ValueError("Product not found")
+        return self.db.products[product_id]
+
+    def cancel_pending_order(self, order_id: str, reason: str) -> Order:
+        """Cancel an order that has not shipped; its payment is refunded (a gift card at once).
+
+        Args:
+            order_id: The order.
+            reason: 'no longer needed' or 'ordered by mistake'.
+        """
+        order = self._order(order_id)
+        if order.status != "pending":
+            raise ValueError("Non-pending order cannot be cancelled")
+        if reason not in ("no longer needed", "ordered by mistake"):
+            raise ValueError("Invalid reason")
+        refunds = []
+        for payment in order.payment_history:
+            refunds.append(OrderPayment(transaction_type="refund", amount=payment.amount,
+                                        payment_method_id=payment.payment_method_id))
+            method = self._user(order.user_id).payment_methods[payment.payment_method_id]
+            if method.source == "gift_card" and method.balance is not None:
+                method.balance = round(method.balance + payment.amount, 2)
+        order.payment_history.extend(refunds)
+        order.status = "cancelled"
+        order.cancel_reason = reason
+        return order
+
+    def modify_user_address(self, user_id: str, address1: str, address2: str, city: str, state: str,
+                            country: str, zip: str) -> User:
+        """Change a user's default address.
+
+        Args:
+            user_id: The user.
+            address1: Street and number.
+            address2: Apartment or suite.
+            city: City.
+            state: State.
+            country: Country.
+            zip: Postal code.
+        """
+        user = self._user(user_id)
+        user.address = Address(address1=address1, address2=address2, city=city, state=state, country=country,
+                               zip=zip)
+        return user
+
+    def modify_pending_order_address(self, order_id: str, address1: str, address2: str, city: str, state: str,
+                                     country: str, zip: str) -> Order:
+        """Change where a pending order ships.
+
+        Args:
+            order_id: The order.
+            address1: Street and number.
+            address2: Apartment or suite.
+            city: City.
+            state: State.
+            country: Country.
+            zip: Postal code.
+        """
+        order = self._order(order_id)
+        if order.status != "pending":
+            raise ValueError("Non-pending order cannot be modified")
+        order.address = Address(address1=address1, address2=address2, city=city, state=state, country=country,
+                                zip=zip)
+        return order
+
+
+def retail_model_db(users: int = 4000, seed: int = 0) -> RetailModelDB:
+    """A :class:`RetailModelDB` of ``users`` users (two payment methods, three orders each) and
+    ``users // 8`` products (about 1.55 KB of JSON per user: 4000 users are about 6.2 MB)."""
+    rng = random.Random(seed)
+    products: dict[str, Product] = {}
+    for p in range(max(1, users // 8)):
+        pid = f"P{p:05d}"
+        products[pid] = Product(name=f"product {p}", product_id=pid, variants={
+            f"{pid}-{v}": Variant(item_id=f"{pid}-{v}", options={"color": rng.choice(["red", "blue", "black"]),
+                                                                 "size": rng.choice("SML")},
+                                  available=rng.random() < 0.8, price=round(rng.uniform(5, 500), 2))
+            for v in range(4)})
+    pids = list(products)
+    users_t: dict[str, User] = {}
+    orders_t: dict[str, Order] = {}
+    n = 0
+    for u in range(users):
+        uid = f"user_{u:05d}"
+        address = Address(address1=f"{rng.randint(1, 999)} Main St", address2=f"Suite {rng.randint(1, 99)}",
+                          city=rng.choice(_CITIES), country="USA", state="TX", zip=f"{rng.randint(10000, 99999)}")
+        methods = {f"credit_card_{u}": PaymentMethod(source="credit_card", id=f"credit_card_{u}", brand="visa",
+                                                     last_four=f"{rng.randint(0, 9999):04d}"),
+                   f"gift_card_{u}": PaymentMethod(source="gift_card", id=f"gift_card_{u}",
+                                                   balance=round(rng.uniform(0, 200), 2))}
+        oids = []
+        for _ in range(3):
+            n += 1
+            oid = f"#W{n:07d}"
+            items = []
+            for _ in range(rng.randint(1, 3)):
+                pid = rng.choice(pids)
+                variant = products[pid].variants[rng.choice(list(products[pid].variants))]
+                items.append(OrderItem(name=products[pid].name, product_id=pid, item_id=variant.item_id,
+                                       price=variant.price, options=dict(variant.options)))
+            method = rng.choice(list(methods))
+            orders_t[oid] = Order(order_id=oid, user_id=uid, address=address.model_copy(), items=items,
+                                  status=rng.choice(["pending", "pending", "delivered", "processed"]),
+                                  payment_history=[OrderPayment(transaction_type="payment",
+                                                                amount=round(sum(i.price for i in items), 2),
+                                                                payment_method_id=method)])
+            oids.append(oid)
+        users_t[uid] = User(user_id=uid, name=UserName(first_name=f"First{u}", last_name=f"Last{u}"), address=address,
+                            email=f"user{u}@example.com", payment_methods=methods, orders=oids)
+    return RetailModelDB(products=products, users=users_t, orders=orders_t)
+
+
+def retail_model_tasks(db: RetailModelDB, n: int = 114) -> list[Any]:
+    """``n`` tasks on one :class:`RetailModelDB` (one configuration object): cancel a pending
+    order, move a user, re-address a pending order, and (one in five) read-only questions."""
+    from envfactory.factory.from_class import ClassTask
+    from envfactory.task import call
+
+    config = {"db": db}
+    pending = [o for o, v in db.orders.items() if v.status == "pending"]
+    where = {"address1": "1 Elm St", "address2": "Apt 2", "city": "Tulsa", "state": "OK", "country": "USA",
+             "zip": "74101"}
+    out = []
+    for i in range(n):
+        oid = pending[i]
+        if i % 5 == 4:
+            order = db.orders[oid]
+            out.append(ClassTask(f"ask-{i}", f"What did I pay for order {oid}?", config,
+                                 [call("get_order_details", order_id=oid)],
+                                 answer_facts=[f"{order.payment_history[0].amount:.2f}".rstrip("0").rstrip(".")]))
+        elif i % 3 == 0:
+            out.append(ClassTask(f"cancel-{i}", f"Cancel my order {oid}: I ordered it by mistake.", config,
+                                 [call("get_order_details", order_id=oid),
+                                  call("cancel_pending_order", order_id=oid, reason="ordered by mistake")]))
+        elif i % 3 == 1:
+            uid = db.orders[oid].user_id
+            out.append(ClassTask(f"move-{i}", f"I am {uid}; my address is now 1 Elm St, Apt 2, Tulsa OK 74101.", config,
+                                 [call("get_user_details", user_id=uid),
+                                  call("modify_user_address", user_id=uid, **where)]))
+        else:
+            out.append(ClassTask(f"ship-{i}", f"Ship my order {oid} to 1 Elm St, Apt 2, Tulsa OK 74101.", config,
+                                 [call("get_order_details", order_id=oid),
+                                  call("modify_pending_order_address", order_id=oid, **where)]))
+    return out
+
+
 def _stats(key: str, samples_s: list[float], unit: float = 1e3) -> dict[str, float]:
     """``key_min``, ``key_median``, ``key_max`` (a flat section, as ``envfactory bench`` prints them)."""
     return {f"{key}_min": round(min(samples_s) * unit, 3), f"{key}_median": round(statistics.median(samples_s) * unit, 3),
@@ -178,19 +451,23 @@ def _stats(key: str, samples_s: list[float], unit: float = 1e3) -> dict[str, flo
 
 
 def bench_bigdb(users: int = 4200, tasks: int = 60, forks: int = 20, copy_on_write: str = "containers",
-                ) -> dict[str, Any]:
+                shape: str = "dict") -> dict[str, Any]:
     """Build (``from_class`` + every task, the DB and the task list made before it: the fixture,
     timed apart) and fork + first call (a read and a write), each against ``copy.deepcopy`` of
     the database in the same run (ratios), with min/median/max and the load average; then the
-    first judgment of six tasks (where their expected states are hashed)."""
+    first judgment of six tasks (where their expected states are hashed).
+
+    ``shape="pydantic"``: the τ²-shaped class instead (:class:`RetailTools`: one
+    :class:`RetailModelDB` model of nested models, tools that raise on failure), read-only
+    observation on as for the other."""
     from envfactory.episode import Episode
     from envfactory.task import call
 
-    out: dict[str, Any] = {"bigdb_loadavg_before": [round(x, 2) for x in os.getloadavg()]}
+    out: dict[str, Any] = {"bigdb_loadavg_before": [round(x, 2) for x in os.getloadavg()], "bigdb_shape": shape}
     t0 = time.perf_counter()
-    db = retail_db(users)
+    db: Any = retail_db(users) if shape == "dict" else retail_model_db(users)
     out["bigdb_db_fixture_s"] = round(time.perf_counter() - t0, 3)
-    out["bigdb_db_json_mb"] = round(len(json.dumps(db)) / 1e6, 2)
+    out["bigdb_db_json_mb"] = round((len(json.dumps(db)) if shape == "dict" else len(db.model_dump_json())) / 1e6, 2)
     out["bigdb_tasks"] = tasks
     out["bigdb_copy_on_write"] = copy_on_write
     deep = []
@@ -204,10 +481,12 @@ def bench_bigdb(users: int = 4200, tasks: int = 60, forks: int = 20, copy_on_wri
     from envfactory.factory.from_class import from_class
 
     t0 = time.perf_counter()
-    task_list = retail_tasks(db, tasks)  # the suite's own tasks, as an importer holds them before importing
+    # the suite's own tasks, as an importer holds them before importing
+    task_list = retail_tasks(db, tasks) if shape == "dict" else retail_model_tasks(db, tasks)
     out["bigdb_tasks_fixture_s"] = round(time.perf_counter() - t0, 3)
     t0, c0 = time.perf_counter(), time.process_time()
-    spec = from_class(RetailDB, name="BigRetail-v0", domain="retail", tasks=task_list, copy_on_write=copy_on_write)
+    spec = from_class(RetailDB if shape == "dict" else RetailTools, name="BigRetail-v0", domain="retail",
+                      tasks=task_list, copy_on_write=copy_on_write)  # type: ignore[arg-type]
     built = time.perf_counter() - t0
     spec.get_tasks()
     total, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -221,8 +500,13 @@ def bench_bigdb(users: int = 4200, tasks: int = 60, forks: int = 20, copy_on_wri
     ep.reset(task.id)
     ep.step(task.solution[0].to_hermes())
     first = call("get_user_details", user_id="user_00007").to_hermes()
-    write = call("modify_user_address", user_id="user_00009", address1="2 Oak", city="Reno", zip="89501").to_hermes()
-    fork_s, read_s, write_s = [], [], []
+    where: dict[str, Any] = {"address1": "2 Oak", "city": "Reno", "zip": "89501"}
+    if shape != "dict":
+        where.update(address2="", state="NV", country="USA")
+    write = call("modify_user_address", user_id="user_00009", **where).to_hermes()
+    fork_s: list[float] = []
+    read_s: list[float] = []
+    write_s: list[float] = []
     for k in range(forks):
         t0 = time.perf_counter()
         child = ep.fork()
@@ -309,13 +593,16 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=60)
     parser.add_argument("--forks", type=int, default=20)
     parser.add_argument("--copy-on-write", choices=["containers", "state"], default="containers")
+    parser.add_argument("--shape", choices=["dict", "pydantic"], default="dict",
+                        help="the database as dicts of dict records (RetailDB) or as one pydantic model of "
+                             "pydantic records (RetailTools, τ²-bench's shape)")
     parser.add_argument("--writes", action="store_true",
                         help="time repeated writes at 1,000 and 4,000 users instead (bench_repeated_writes)")
     args = parser.parse_args()
     if args.writes:
         print(json.dumps(bench_repeated_writes(copy_on_write=args.copy_on_write), indent=1))
         return
-    print(json.dumps(bench_bigdb(args.users, args.tasks, args.forks, args.copy_on_write), indent=1))
+    print(json.dumps(bench_bigdb(args.users, args.tasks, args.forks, args.copy_on_write, args.shape), indent=1))
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ from envfactory.tooling import _REQUIRED, Tool, ToolError, _render_result, make_
 from envfactory.factory.tasks.arguments import ArgSource
 from envfactory.factory.tasks.success import ChangeCheck
 from envfactory.factory.classes.compare import Compare, Comparison, MatchesReference
-from envfactory.factory.classes.cow import CowDict, CowList, armed, cow_canonical_json, cow_state_size
+from envfactory.factory.classes.cow import CowDict, CowList, armed, cow_canonical_json, cow_model, cow_state_size
 from envfactory.factory.classes.pystate import (PyState, PyStateError, _plain, _plain_class, cow_state_copy, decode, encode, graph_copy,
                       lazy_state_copy, note_result, own, record_results, result_digest, seen_results, trusted_for)
 from envfactory.factory.tasks.synthesis import SynthConfig, synthesize
@@ -813,6 +813,9 @@ def _differs(a: Any, b: Any, pairs: dict[int, int] | None = None, back: dict[int
     once; ``pairs``/``back`` pair up the containers met so far on the two sides."""
     if a is b:
         return False
+    cls = a.__class__
+    if cls is b.__class__ and cls not in _SCALARS and (_MODEL_KINDS.get(cls) or cow_model(cls)):
+        return _model_differs(a, b, pairs, back)
     try:
         if bool(a == b):
             return False
@@ -851,6 +854,34 @@ def _differs(a: Any, b: Any, pairs: dict[int, int] | None = None, back: dict[int
     if (cls is set or cls is frozenset) and {e.__class__ for e in a} | {e.__class__ for e in b} <= {str, int}:
         return True  # unequal sets of strings and numbers
     return None  # unequal by an owner's equality: that says nothing of what the snapshot writes
+
+
+_MODEL_KINDS: dict[type, bool] = {}
+
+
+def _model_differs(a: Any, b: Any, pairs: dict[int, int] | None, back: dict[int, int] | None) -> bool | None:
+    """:func:`_differs` of two models of one class (:func:`~envfactory.factory.classes.cow.cow_model`),
+    field by field, as a snapshot writes them: their fields' values, which fields were set,
+    their extra and private values (a τ²-shaped database, one model of nested models, compared
+    along what a call changed, without serializing either side)."""
+    _MODEL_KINDS[a.__class__] = True
+    if a.__pydantic_fields_set__ != b.__pydantic_fields_set__:
+        return True
+    if pairs is None or back is None:
+        pairs, back = {}, {}
+    ia, ib = id(a), id(b)
+    if ia in pairs or ib in back:  # met before (see _differs)
+        return False if pairs.get(ia) == ib and back.get(ib) == ia else None
+    pairs[ia], back[ib] = ib, ia
+    unsure = False
+    for x, y in ((a.__pydantic_extra__, b.__pydantic_extra__), (a.__pydantic_private__, b.__pydantic_private__)):
+        if x is not y:
+            d = _differs(x, y, pairs, back)
+            if d:
+                return True
+            unsure = unsure or d is None
+    d = _differs(a.__dict__, b.__dict__, pairs, back)
+    return d if d or not unsure else None
 
 
 def _state_differs(a: State, b: State) -> bool | None:

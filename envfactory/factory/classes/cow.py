@@ -22,7 +22,9 @@ import threading
 import weakref
 from typing import Any, Iterator, SupportsIndex
 
-__all__ = ["CowDict", "CowList", "armed", "new_token", "COW_TYPES"]
+from pydantic import BaseModel
+
+__all__ = ["CowDict", "CowList", "armed", "new_token", "COW_TYPES", "cow_model"]
 
 _IMM = frozenset((str, int, float, bool, type(None), bytes, complex, range, frozenset))
 _local = threading.local()
@@ -66,6 +68,62 @@ def _cow_copy(v: Any, tok: Any) -> Any:
     return new
 
 
+_MODELS: dict[type, bool] = {}
+_BM = BaseModel
+
+
+def cow_model(cls: type) -> bool:
+    """Whether instances of ``cls`` are pydantic models copied on write per model (a database
+    held in one model of nested models, as τ²-bench's toolkits hold theirs): copied, when a
+    call first reaches one, as :func:`envfactory.state.copy_state`'s copier copies a model (a new
+    instance, its fields set, extra and private values), but shallowly: its dict and list
+    fields become the state's copy-on-write containers, its nested models copied alike, so a
+    call that changes one record of a multi-MB database copies that record, not the database.
+    Models with a copier, pickling or equality of their own are copied whole, as before."""
+    ok = _MODELS.get(cls)
+    if ok is None:
+        ok = (issubclass(cls, _BM) and getattr(cls, "__state_copy__", None) is None
+              and all(getattr(cls, n) is getattr(_BM, n) for n in (
+                  "__copy__", "__deepcopy__", "__getstate__", "__setstate__", "__reduce__", "__reduce_ex__",
+                  "__eq__", "__getattr__", "__setattr__", "__delattr__")))
+        _MODELS[cls] = ok
+    return ok
+
+
+def _own_value(x: Any, tok: Any) -> Any:
+    """What a model copied for the state of ``tok`` holds in place of ``x``, one of its values."""
+    c = x.__class__
+    if c in _IMM:
+        return x
+    if c is CowDict or c is CowList:
+        return x if x._tok is tok else _cow_copy(x, tok)
+    if c is dict or c is list:
+        return _cow_copy(x, tok)
+    ok = _MODELS.get(c)
+    if ok or (ok is None and cow_model(c)):
+        return _model_copy(x, tok)
+    from envfactory.state import _copy
+
+    return _copy(x)
+
+
+def _model_copy(v: Any, tok: Any) -> Any:
+    """The state of ``tok``'s own copy of the model ``v`` (:func:`cow_model`)."""
+    new = object.__new__(v.__class__)
+    osa = object.__setattr__
+    osa(new, "__dict__", {k: (x if x.__class__ in _IMM else _own_value(x, tok)) for k, x in v.__dict__.items()})
+    osa(new, "__pydantic_fields_set__", set(v.__pydantic_fields_set__))
+    extra = v.__pydantic_extra__
+    osa(new, "__pydantic_extra__", None if extra is None else {k: _own_value(x, tok) for k, x in extra.items()})
+    private = v.__pydantic_private__
+    if private is not None:
+        from envfactory.state import _copy
+
+        private = _copy(private)
+    osa(new, "__pydantic_private__", private)
+    return new
+
+
 def _take(parent: Any, v: Any) -> tuple[Any, bool]:
     """``v`` as the armed state may change it: ``(value, copied)``."""
     cls = v.__class__
@@ -76,6 +134,8 @@ def _take(parent: Any, v: Any) -> tuple[Any, bool]:
         return v, False
     if cls is dict or cls is CowDict or cls is list or cls is CowList:
         new: Any = _cow_copy(v, tok)
+    elif _MODELS.get(cls) or cow_model(cls):
+        new = _model_copy(v, tok)
     else:
         from envfactory.state import _copy
 
@@ -335,6 +395,8 @@ class armed:
                 continue
             if cls is dict or cls is CowDict or cls is list or cls is CowList:
                 d[k] = _cow_copy(v, tok)
+            elif _MODELS.get(cls) or cow_model(cls):
+                d[k] = _model_copy(v, tok)  # (a database in one model: its records copied as reached)
             else:
                 from envfactory.state import _copy
 
@@ -354,7 +416,15 @@ class armed:
 def _hold(v: Any) -> Any:
     """What a cache keeps of ``v``: a state's container weakly (a dropped fork's tables are not
     kept alive by being remembered), a plain one (a configuration's, shared) as itself."""
-    return weakref.ref(v) if v.__class__ is CowDict or v.__class__ is CowList else v
+    c = v.__class__
+    if c is CowDict or c is CowList:
+        return weakref.ref(v)
+    if c is not dict and c is not list:  # a model (a state's own copy, or a configuration's)
+        try:
+            return weakref.ref(v)
+        except TypeError:
+            return v
+    return v
 
 
 def _is(held: Any, v: Any) -> bool:
@@ -462,6 +532,33 @@ def _remember_size(v: Any) -> None:
         pass
 
 
+def _model_size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
+    """The size of a model (:func:`cow_model`), counted as the engine's walk counts one (its
+    fields' values), remembered when no state changes it any more. A state's own model was
+    copied for it with its nested models (:func:`_model_copy`): what it holds is the state's
+    own too, but for the copy-on-write containers, which say so themselves."""
+    i = id(v)
+    if frozen:
+        got = _SIZES.get(i)
+        if got is not None and _is(got[0], v):
+            return got[1]
+    if i in path:
+        return 16
+    path.add(i)
+    total = 2
+    for k, x in v.__dict__.items():
+        total += len(k) + 4
+        if x.__class__ is str and x.isascii():
+            total += len(x) + 2
+        else:
+            total += _size(x, frozen, tok, leaf, path)
+    path.discard(i)
+    if frozen:
+        _room(_SIZES, _SIZES_CAP)
+        _SIZES[i] = (_hold(v), total)
+    return total
+
+
 class _Plain:
     """A state's fields as a plain object, for the engine's walk."""
 
@@ -477,6 +574,8 @@ def _size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
         return len(v) + 2 if v.isascii() else len(v.encode("utf-16-le", "surrogatepass")) * 3 + 2
     is_cow = cls is CowDict or cls is CowList
     if not (is_cow or cls is dict or cls is list):
+        if _MODELS.get(cls) or (cls not in _IMM and cow_model(cls)):
+            return _model_size(v, frozen, tok, leaf, path)
         return leaf(v)
     i = id(v)
     if is_cow:
