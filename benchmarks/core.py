@@ -299,18 +299,25 @@ def bench_step(n: int = 20000, repeats: int = 5) -> dict[str, Any]:
     return out
 
 
-def bench_fork(n: int = 2000) -> dict[str, Any]:
+def bench_fork(n: int = 2000, n_write: int = 200) -> dict[str, Any]:
     """Median ``fork()`` time on each built-in environment, mid-way through its
-    longest reference solution (so the state carries the episode's changes)."""
+    longest reference solution (so the state carries the episode's changes).
+
+    A fork is copy-on-write (:class:`envfactory.world.LocalWorld`): the state is copied by the
+    first writing call on a side, so ``fork_<env>_first_write_us`` times a fork and the child's
+    next writing step together (the next writing call of the reference solution the agent to move
+    may make), and ``fork_first_write_max_us`` is their max: what a branch that writes costs."""
     from envfactory.registry import make, specs
 
     out: dict[str, Any] = {}
-    worst = 0.0
+    worst = worst_write = 0.0
+    over = 0
     for s in specs():
         env = make(s.name)
         task = max(s.get_tasks(), key=lambda t: len(t.solution))
         env.reset(task.id)
-        for c in task.solution[: max(1, len(task.solution) // 2)]:
+        half = max(1, len(task.solution) // 2)
+        for c in task.solution[:half]:
             while env.status.next_agent not in (c.agent, None) and c.agent is not None:
                 env.act(env.status.next_agent, "")  # the others pass until it is this call's agent's turn
             env.act(env.status.next_agent, c.to_hermes())
@@ -322,13 +329,29 @@ def bench_fork(n: int = 2000) -> dict[str, Any]:
             samples.append(clock() - t0)
         us = _median_us(samples)
         worst = max(worst, us)
+        over += us > 100
         out[f"fork_{s.name}_us"] = round(us, 2)
+        who = env.status.next_agent
+        tools = s.all_tools
+        write = next((c for c in task.solution[half:] + task.solution[:half]
+                      if c.agent in (None, who) and c.name in tools and not tools[c.name].read_only), None)
+        if who is not None and write is not None:
+            action, wsamples = write.to_hermes(), []
+            for _ in range(n_write):
+                t0 = clock()
+                env.fork().act(who, action)
+                wsamples.append(clock() - t0)
+            wus = _median_us(wsamples)
+            worst_write = max(worst_write, wus)
+            out[f"fork_{s.name}_first_write_us"] = round(wus, 2)
         t0 = clock()
         for _ in range(200):
             s.state_type.model_validate(env.state.model_dump())
         baseline = (clock() - t0) / 200 / 1000
         out[f"fork_{s.name}_vs_pydantic_roundtrip_ratio"] = round(us / baseline, 3)
     out["fork_max_us"] = round(worst, 2)
+    out["fork_envs_over_100us"] = over
+    out["fork_first_write_max_us"] = round(worst_write, 2)
     return out
 
 

@@ -237,8 +237,10 @@ class Episode(Environment):
             self._tasks_built = True
         if not self._team:  # the sole agent: the same fields, written out
             if self._in_process:  # LocalWorld.start, inlined (a sole agent's state needs no team)
-                init = t.initial_state
-                state = self._world._state = copy_state(init)  # type: ignore[attr-defined]
+                init, w = t.initial_state, cast(LocalWorld, self._world)
+                if w._box is not None:  # (it held a state shared with forks: it lets it go)
+                    w._leave()
+                state = w._state = copy_state(init)
                 quotas.fresh_copy(state, init)
             else:
                 self._world.start(t)
@@ -435,9 +437,10 @@ class Episode(Environment):
             if pre is not None:  # step_many's second half
                 o = pre if pre.__class__ is ToolOutcome else self._world_gone(cast(WorldGone, pre), 1)[0]
             elif self._in_process:  # what LocalWorld.run does for one call
-                # _in_process: self._world is a LocalWorld (checked in __init__)
-                o, self._world._state = quotas.invoke_within_quota(  # type: ignore[attr-defined]
-                    t, self._world._state, args)  # type: ignore[attr-defined]
+                w = cast(LocalWorld, self._world)  # (_in_process: checked in __init__)
+                if w._box is not None and not t.read_only:  # type: ignore[union-attr]  # shared with a fork: copy it first
+                    w._own()
+                o, w._state = quotas.invoke_within_quota(t, w._state, args)
             else:
                 try:  # _run_batch, inlined
                     outs = self._world.run(agent, rnd, calls or [ToolCall(name, args)])
@@ -490,7 +493,7 @@ class Episode(Environment):
             if timed_out:
                 self._end(self._gone, terminated=False, success=False)
                 info[self._gone] = True
-            elif terminal is not None and terminal(self._world.state()):
+            elif terminal is not None and terminal(self._world.view()):
                 self._end("terminal", terminated=True)
             elif rnd >= self._max_turns:
                 self._end("max_turns", terminated=False)
@@ -523,7 +526,7 @@ class Episode(Environment):
         self._pos += 1
         terminal = self._terminal
         try:
-            if terminal is not None and terminal(self._world.state()):
+            if terminal is not None and terminal(self._world.view()):
                 self._end("terminal", terminated=True)
             elif self._conv is not None and self._converse(agent, parsed.answer, new):
                 self._last_tool[agent] = new
@@ -555,7 +558,7 @@ class Episode(Environment):
 
     def _mail(self) -> Mailbox:
         """The team's mailbox (a team's state is a :class:`MultiState`)."""
-        return cast(MultiState, self._world.state()).mail
+        return cast(MultiState, self._world.view()).mail
 
     def _turn(self, agent: str, action: Any, mail_limit: int, *, preparsed: bool = False) -> StepResult:
         """``preparsed``: ``action`` is this episode's own parse of the action (from :meth:`_solo_turn`);
@@ -598,7 +601,7 @@ class Episode(Environment):
                 info[self._gone] = True
             elif finished:
                 self._end("finish", terminated=True, answer=answer)
-            elif self.spec.terminal is not None and self.spec.terminal(self._world.state()):
+            elif self.spec.terminal is not None and self.spec.terminal(self._world.view()):
                 self._end("terminal", terminated=True)
             elif self._pos == len(self.agents):
                 if (len(self._passed) == len(self.agents) and self._conv is not None
@@ -742,7 +745,7 @@ class Episode(Environment):
     def _judge(self, answer: str | None = None) -> tuple[str, bool, dict[str, float]]:
         if answer is None:
             answer = "\n".join(self._last_words[a] for a in self.agents if self._last_words.get(a))
-        state = self._world.state()
+        state = self._world.view()
         task = self._require_task()
         success = task.success(state, answer)
         if success and task.answer_facts and "answer" in task.components() and not self._facts_shown(task):
@@ -856,9 +859,9 @@ class Episode(Environment):
             view = task.conversation.state_view
             if view is None:
                 from .state import state_hash
-                verdict["state"] = state_hash(self._world.state()) == refs[k][0]
+                verdict["state"] = state_hash(self._world.view()) == refs[k][0]
             else:  # (the reference's view, kept by ToolEnvSpec.replay_turns)
-                verdict["state"] = bool(view(self._world.state()) == refs[k][0])
+                verdict["state"] = bool(view(self._world.view()) == refs[k][0])
         if "results" in checks:  # each reference result, as often as the reference got it
             from collections import Counter
             got = Counter(m["content"] for m in self._transcripts[self._solo_agent] if m["role"] == "tool")
@@ -986,7 +989,7 @@ class Episode(Environment):
         if self._task is None:
             raise EpisodeError(f"{self.spec.name}: nothing to snapshot; call reset() first")
         state = self._world.dump()
-        if not (type(self._world) is LocalWorld and type(self._world.state()).__json_dump_is_fresh__):
+        if not (type(self._world) is LocalWorld and type(self._world.view()).__json_dump_is_fresh__):
             state = json.loads(json.dumps(state))  # a state that dumps fresh JSON data is not copied again
         referee = json.loads(json.dumps({k: getattr(self, "_" + k) for k in self._FIELDS}))  # lists, not tuples
         snap = {"format": SNAPSHOT_FORMAT, "env": self.spec.name, "task_id": self._task.id,

@@ -16,11 +16,11 @@ with :func:`envfactory.registry.make`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence, cast
 
 from . import quotas
 from .mail import MultiState
-from .state import State, copy_state
+from .state import State, class_hook, copy_state
 from .task import Task, ToolCall
 from .tooling import ToolOutcome
 
@@ -65,6 +65,11 @@ class World(ABC):
     @abstractmethod
     def state(self) -> State:
         """The current state (for a remote world, a validated copy)."""
+
+    def view(self) -> State:
+        """The current state, to read and never to change (the referee's checks): :meth:`state`
+        unless a world can give it without a copy (:class:`LocalWorld`)."""
+        return self.state()
 
     @abstractmethod
     def fork(self) -> "World":
@@ -130,16 +135,64 @@ class RunBatch:
             channel.release()
 
 
+_OWN_COPY: dict[type, bool] = {}  # state class -> whether it brings its own (copy-on-write) copier
+
+
+def _copies_itself(cls: type) -> bool:
+    own = _OWN_COPY.get(cls)
+    if own is None:
+        own = _OWN_COPY[cls] = class_hook(cls, "__state_copy__") is not None
+    return own
+
+
+class _Shared:
+    """The box of a state that several :class:`LocalWorld` s hold since a fork: the ``id`` of each
+    holder (``set.add``/``set.discard`` are atomic, so threads stepping the holders lose no
+    update; a world not in the set, a shallow copy of a holder, is taken for one more holder).
+    A copied or pickled box is a box of unknown holders: every one of them copies."""
+
+    __slots__ = ("holders",)
+
+    def __init__(self, holders: set[int]) -> None:
+        self.holders = holders
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _Shared, ({-1, -2},)  # (never an id: nobody is ever its last holder)
+
+
 class LocalWorld(World):
-    """The state in this process; tool calls are function calls."""
+    """The state in this process; tool calls are function calls.
+
+    A fork is copy-on-write at the state's granularity: the child holds the parent's state object,
+    both in one :class:`_Shared` box, and the first call that may write (a tool not ``read_only``,
+    any call of a team, a caller given the state by :meth:`state`) on either side copies the state
+    for that side first (:meth:`_own`), which leaves the box; the last holder writes in place.
+    Reads (read-only tools, the referee's judgment and checks, :meth:`view`, :meth:`dump`,
+    snapshots, hashes) never copy. A state given to a caller by :meth:`state` may be changed by them
+    at any time, so a fork of it copies at once (as every fork did before), for the child."""
 
     def __init__(self, spec: "ToolEnvSpec") -> None:
         self.spec = spec
         self._state: State | None = None
         self._tools = spec.all_tools
         self._team = spec.multi_agent
+        self._box: _Shared | None = None  # set while the state is shared with forks
+        self._handed = 0  # id() of the state last given to a caller by state() (0: none)
+
+    _lazy_fork: ClassVar[bool] = True  # whether fork() shares the state (see the class)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # a subclass (an MCP server's world, whose reads are told apart by name) forks by a copy,
+        # as before, unless it says otherwise; one with its own state() is read through it
+        super().__init_subclass__(**kwargs)
+        if "_lazy_fork" not in cls.__dict__:
+            cls._lazy_fork = False
+        if cls.state is not LocalWorld.state and cls.view is LocalWorld.view:
+            cls.view = World.view  # type: ignore[method-assign]
 
     def start(self, task: Task) -> None:
+        if self._box is not None:
+            self._leave()
         self._state = self.spec.start_state(task)
         if not self._team:  # (a team's state is copied before each writing call instead)
             quotas.track(self._state, task.initial_state)
@@ -148,14 +201,19 @@ class LocalWorld(World):
         """Run ``calls`` in order within the session's quotas (:mod:`envfactory.quotas`): a call
         that would take the state past ``MAX_STATE_BYTES`` is its error and leaves the state as it
         was; the batch's observations are cut at ``MAX_OBSERVATION_CHARS``."""
-        state, tools = self.state(), self._tools
+        state, tools = self.view(), self._tools
         if self._team:
+            if self._box is not None:  # (every batch of a team writes who is acting)
+                state = self._own()
             team = cast(MultiState, state)  # a team's state is a MultiState
             team.acting, team.round = agent, round
         outs = []
         try:
             for c in calls:
-                out, state = quotas.invoke_within_quota(tools[c.name], state, c.arguments)
+                t = tools[c.name]
+                if self._box is not None and not t.read_only:
+                    state = self._own()
+                out, state = quotas.invoke_within_quota(t, state, c.arguments)
                 outs.append(out)
         finally:
             self._state = state
@@ -164,23 +222,78 @@ class LocalWorld(World):
         return quotas.cut_outcomes(outs, quotas.MAX_OBSERVATION_CHARS)[0]
 
     def state(self) -> State:
-        if self._state is None:
+        """The current state, the world's own object: a caller may change it (so a state shared
+        with a fork is copied for this world first, and a later fork copies it at once)."""
+        s = self._state
+        if s is None:
             raise RuntimeError(f"{self.spec.name}: the world has no state yet; start(task) first")
-        return self._state
+        if self._box is not None:
+            s = self._own()
+        self._handed = id(s)
+        return s
+
+    def view(self) -> State:
+        """The current state to read, never to change (it may be shared with forks): no copy."""
+        s = self._state
+        if s is None:
+            raise RuntimeError(f"{self.spec.name}: the world has no state yet; start(task) first")
+        return s
 
     def fork(self) -> "LocalWorld":
+        """O(1) in the state: the child shares the state until either side writes (see the class)."""
+        parent = self.view()
         new = LocalWorld.__new__(LocalWorld)
-        new.spec, new._tools, new._team = self.spec, self._tools, self._team
-        parent = self.state()
-        new._state = copy_state(parent)
-        if not self._team:
-            quotas.track_fork(new._state, parent)
+        new.spec, new._tools, new._team, new._handed = self.spec, self._tools, self._team, 0
+        # copied now: a state a caller holds (they may change it), one with its own copier (a
+        # copy-on-write class's copy is cheap already, and its read-only calls may record results),
+        # or a subclass's (see _lazy_fork)
+        if self._handed == id(parent) or not self._lazy_fork or _copies_itself(parent.__class__):
+            new._state, new._box = copy_state(parent), None
+            if not self._team:
+                quotas.track_fork(new._state, parent)
+            return new
+        box = self._box
+        if box is None:
+            box = self._box = _Shared({id(self), id(new)})
+        else:
+            box.holders.add(id(new))
+        new._state, new._box = parent, box
         return new
 
+    def _own(self) -> State:
+        """Make the shared state this world's own before a write: a copy while another world holds
+        it too (its undo journal follows: :func:`~envfactory.quotas.track_fork`), the state itself
+        for the last holder. Leaves the box."""
+        box, shared, me = self._box, self._state, id(self)
+        assert box is not None and shared is not None
+        holders = box.holders
+        if len(holders) > 1 or me not in holders:
+            mine = copy_state(shared)  # (copied before this world leaves: no other holder writes meanwhile)
+            if not self._team:
+                quotas.track_fork(mine, shared)
+            self._state = mine
+        self._box = None
+        holders.discard(me)
+        return self._state  # type: ignore[return-value]
+
+    def _leave(self) -> None:
+        """Give up a shared state without copying it (the state is replaced, or the world closed)."""
+        box, self._box = self._box, None
+        if box is not None:
+            box.holders.discard(id(self))
+
+    def __del__(self) -> None:  # a dropped fork lets the others' last holder write in place
+        box = self.__dict__.get("_box")
+        if box is not None:
+            box.holders.discard(id(self))
+
     def dump(self) -> Any:
-        return self.state().model_dump(mode="json")
+        return self.view().model_dump(mode="json")
 
     def load(self, task: Task, state: Any) -> None:
-        self._state = self.spec.state_type.model_validate(state)
+        new = self.spec.state_type.model_validate(state)
+        if self._box is not None:
+            self._leave()
+        self._state = new
         if not self._team:
             quotas.track(self._state)
