@@ -55,7 +55,9 @@ import dataclasses
 import enum
 import functools
 import inspect
+import itertools
 import json
+import operator
 import random
 import re
 import typing
@@ -72,7 +74,8 @@ from envfactory.tooling import _REQUIRED, Tool, ToolError, _render_result, make_
 from envfactory.factory.tasks.arguments import ArgSource
 from envfactory.factory.tasks.success import ChangeCheck
 from envfactory.factory.classes.compare import Compare, Comparison, MatchesReference
-from envfactory.factory.classes.cow import CowDict, CowList, armed, cow_canonical_json, cow_model, cow_state_size
+from envfactory.factory.classes.cow import (CowDict, CowList, armed, cow_canonical_json, cow_model, cow_state_size,
+                                           _MODELS as _COW_MODELS)
 from envfactory.factory.classes.pystate import (PyState, PyStateError, _plain, _plain_class, cow_state_copy, decode, encode, graph_copy,
                       lazy_state_copy, note_result, own, record_results, result_digest, seen_results, trusted_for)
 from envfactory.factory.tasks.synthesis import SynthConfig, synthesize
@@ -814,8 +817,14 @@ def _differs(a: Any, b: Any, pairs: dict[int, int] | None = None, back: dict[int
     if a is b:
         return False
     cls = a.__class__
-    if cls is b.__class__ and cls not in _SCALARS and (_MODEL_KINDS.get(cls) or cow_model(cls)):
-        return _model_differs(a, b, pairs, back)
+    if cls is b.__class__ and cls not in _SCALARS:
+        model = _COW_MODELS.get(cls)
+        if model or (model is None and cow_model(cls)):
+            return _model_differs(a, b, pairs, back)
+    if cls is CowDict or cls is CowList or b.__class__ is CowDict or b.__class__ is CowList:
+        cow = _cow_differs(a, b, pairs, back)
+        if cow is not _UNLIKE:
+            return cow
     try:
         if bool(a == b):
             return False
@@ -856,23 +865,35 @@ def _differs(a: Any, b: Any, pairs: dict[int, int] | None = None, back: dict[int
     return None  # unequal by an owner's equality: that says nothing of what the snapshot writes
 
 
-_MODEL_KINDS: dict[type, bool] = {}
+_UNLIKE = object()
+
+
+def _pair(a: Any, b: Any, pairs: dict[int, int], back: dict[int, int]) -> Any:
+    """Pair up ``a`` and ``b`` (see :func:`_differs`): ``None`` when newly paired, else whether
+    they differ as they were met before."""
+    ia, ib = id(a), id(b)
+    if ia in pairs or ib in back:  # met before: compared there (or shared differently: the hash decides)
+        return False if pairs.get(ia) == ib and back.get(ib) == ia else None
+    pairs[ia], back[ib] = ib, ia
+    return _UNLIKE
 
 
 def _model_differs(a: Any, b: Any, pairs: dict[int, int] | None, back: dict[int, int] | None) -> bool | None:
     """:func:`_differs` of two models of one class (:func:`~envfactory.factory.classes.cow.cow_model`),
-    field by field, as a snapshot writes them: their fields' values, which fields were set,
-    their extra and private values (a τ²-shaped database, one model of nested models, compared
-    along what a call changed, without serializing either side)."""
-    _MODEL_KINDS[a.__class__] = True
+    field by field, as a snapshot writes them: which fields were set, their extra and private
+    values, their fields' values (each compared apart, not by the model's ``==``, which leaves
+    out which fields were set). A τ²-shaped database, one model of nested models, is so
+    compared along what a call changed, without serializing either side."""
     if a.__pydantic_fields_set__ != b.__pydantic_fields_set__:
         return True
     if pairs is None or back is None:
         pairs, back = {}, {}
-    ia, ib = id(a), id(b)
-    if ia in pairs or ib in back:  # met before (see _differs)
-        return False if pairs.get(ia) == ib and back.get(ib) == ia else None
-    pairs[ia], back[ib] = ib, ia
+    met = _pair(a, b, pairs, back)
+    if met is not _UNLIKE:
+        return met
+    da, db = a.__dict__, b.__dict__
+    if len(da) != len(db) or da.keys() != db.keys():
+        return True
     unsure = False
     for x, y in ((a.__pydantic_extra__, b.__pydantic_extra__), (a.__pydantic_private__, b.__pydantic_private__)):
         if x is not y:
@@ -880,13 +901,76 @@ def _model_differs(a: Any, b: Any, pairs: dict[int, int] | None, back: dict[int,
             if d:
                 return True
             unsure = unsure or d is None
-    d = _differs(a.__dict__, b.__dict__, pairs, back)
-    return d if d or not unsure else None
+    for k, x in da.items():
+        y = db[k]
+        if x is not y:
+            d = _differs(x, y, pairs, back)
+            if d:
+                return True
+            unsure = unsure or d is None
+    return None if unsure else False
+
+
+def _cow_differs(a: Any, b: Any, pairs: dict[int, int] | None, back: dict[int, int] | None) -> Any:
+    """:func:`_differs` of two dicts or two lists of which one at least is a copy-on-write
+    container (a copy of the other, or of what the other was copied from): the entries that
+    are not the very same objects are found at C speed and compared one by one (not by the
+    containers' ``==``, which would compare the models in them by theirs). ``_UNLIKE`` when
+    they are not two dicts or two lists."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if len(a) != len(b) or dict.keys(a) != dict.keys(b):
+            return True
+        if pairs is None or back is None:
+            pairs, back = {}, {}
+        met = _pair(a, b, pairs, back)
+        if met is not _UNLIKE:
+            return met
+        keys = list(dict.keys(a))
+        if keys == list(dict.keys(b)):
+            changed: Any = itertools.compress(keys, map(operator.is_not, dict.values(a), dict.values(b)))
+        else:
+            changed = [k for k in keys if dict.__getitem__(a, k) is not dict.__getitem__(b, k)]
+        unsure = False
+        for k in changed:
+            d = _differs(dict.__getitem__(a, k), dict.__getitem__(b, k), pairs, back)
+            if d:
+                return True
+            unsure = unsure or d is None
+        return None if unsure else False
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return True
+        if pairs is None or back is None:
+            pairs, back = {}, {}
+        met = _pair(a, b, pairs, back)
+        if met is not _UNLIKE:
+            return met
+        unsure = False
+        for x, y in zip(list.__iter__(a), list.__iter__(b)):
+            if x is not y:
+                d = _differs(x, y, pairs, back)
+                if d:
+                    return True
+                unsure = unsure or d is None
+        return None if unsure else False
+    return _UNLIKE
 
 
 def _state_differs(a: State, b: State) -> bool | None:
-    """:func:`_differs` over two states' fields."""
-    return _differs(a.__dict__, b.__dict__)
+    """:func:`_differs` over two states' fields (each compared apart: a field holding a model
+    database is compared along what differs, not by the model's ``==``)."""
+    da, db = a.__dict__, b.__dict__
+    if da.keys() != db.keys():
+        return True
+    pairs: dict[int, int] = {}
+    back: dict[int, int] = {}
+    unsure = False
+    for k, x in da.items():
+        d = _differs(x, db[k], pairs, back)
+        if d:
+            return True
+        unsure = unsure or d is None
+    return None if unsure else False
 
 
 def _same_fields(a: State, b: State) -> bool:
