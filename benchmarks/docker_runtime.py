@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["bench_docker", "bench_shared_sessions", "bench_sessions_drivers"]
+__all__ = ["bench_docker", "bench_shared_sessions", "bench_sessions_drivers", "bench_step_floor", "FLOOR_SERVER"]
 
 ACTION = '<tool_call>{"name": "increment", "arguments": {"by": 1}}</tool_call>'
 
@@ -32,10 +32,12 @@ def _pct(samples: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(len(s) * q))] / 1000.0
 
 
-def _timed(step: Any, action: Any, n: int) -> list[int]:
-    """The times (ns) of ``n`` calls ``step(action)``."""
-    clock, out = time.perf_counter_ns, []
+def _timed(step: Any, action: Any, n: int, gap: float = 0.0) -> list[int]:
+    """The times (ns) of ``n`` calls ``step(action)`` (``gap``: seconds slept before each)."""
+    clock, out, sleep = time.perf_counter_ns, [], time.sleep
     for _ in range(n):
+        if gap:
+            sleep(gap)
         t0 = clock()
         step(action)
         out.append(clock() - t0)
@@ -235,6 +237,138 @@ def bench_sessions_drivers(pairs: int = 3, seconds: float = 8.0, sessions: int =
             "sessions_drivers_load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
 
 
+FLOOR_SERVER = r"""
+import os, socket, struct, threading
+path = os.environ.get("ENVFACTORY_SOCKET", "/run/envf/s")
+reply = bytes.fromhex(REPLY_HEX)
+magic = b"ENVF"
+
+def serve(c):
+    buf = b""
+    try:
+        while True:
+            d = c.recv(65536)
+            if not d:
+                return
+            buf += d
+            if buf.startswith(magic):
+                buf = buf[4:]
+            while len(buf) >= 4:
+                n = struct.unpack_from(">I", buf)[0]
+                if len(buf) < 4 + n:
+                    break
+                buf = buf[4 + n:]
+                c.sendall(reply)
+    finally:
+        c.close()
+
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(path + ".tmp")
+s.listen(64)
+os.rename(path + ".tmp", path)
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+"""The transport floor's server (:func:`bench_step_floor`): a bare echo in Python, a thread per
+connection like the real server, that answers each whole frame with one fixed reply frame (the
+bytes of the real server's reply to the same step) and does nothing else: no JSON, no world."""
+
+
+def _spread(v: list[float]) -> list[float]:
+    s = sorted(v)
+    return [round(s[0], 2), round(s[len(s) // 2], 2), round(s[-1], 2)]
+
+
+def bench_step_floor(n: int = 4000, repeats: int = 3, env: str = "Counter-v0", gap_us: int = 0) -> dict[str, Any]:
+    """The Docker step against its transport floor, same run, interleaved in rounds of 50:
+
+    * ``docker_step``: ``env.step(ACTION)`` of a Docker episode (the referee on the host, one
+      ``run`` request to the container's world);
+    * ``server_rt``: that same ``run`` request sent straight on a second session's channel
+      (:meth:`SessionLink.request`, no referee): the container's side and the transport;
+    * ``floor_rt``: the same request bytes, the same client code (:meth:`SessionLink.request`), to
+      :data:`FLOOR_SERVER` in a container of the same image, limits and hardening (a
+      :class:`~envfactory.runtime.container.Container` that runs it instead of the server),
+      answering the real reply's bytes;
+    * ``local_step``: the same step on the local runtime (the host's own share of a step).
+
+    ``repeats`` runs of ``n`` steps each; per run the p50 / p99 of each and the ratios
+    ``docker_step / floor_rt``; reported as [min, median, max] over the runs, with the load."""
+    import os
+
+    from envfactory.registry import make, spec
+    from envfactory.runtime import wire
+    from envfactory.runtime.container import Container
+    from envfactory.runtime.docker_session import SessionLink
+    from envfactory.runtime.pool import Pool
+
+    s = spec(env)
+    pool = Pool(s, sessions_per_container=16)
+    load0 = os.getloadavg()
+    floor = None
+    envs: list[Any] = []
+    try:
+        dock = make(env, runtime="docker", pool=pool, max_turns=10**9)
+        local = make(env, max_turns=10**9)
+        raw = make(env, runtime="docker", pool=pool, max_turns=10**9)
+        envs += [dock, local, raw]
+        for e in envs:
+            e.reset(0)
+        link: SessionLink = raw._world._link  # type: ignore[attr-defined]
+        req = raw._world._run_request("agent_0", 1, [_action_call(raw)])  # type: ignore[attr-defined]
+        req.pop("state", None)
+        reply = link.request(req)
+        reply_frame = wire.encode_frame(reply)
+        floor = Container(pool.client, s, pool.image, max_sessions=1, limits=pool.limits,
+                          command=["python3", "-c", f"REPLY_HEX = {reply_frame.hex()!r}\n" + FLOOR_SERVER])
+        flink = SessionLink(pool, f"{env} (floor)", 30.0)
+        flink.attach(floor, "floor")
+
+        def rt(lk: SessionLink) -> Any:
+            return lambda _a: lk.request(req)
+
+        cases = {"docker_step": dock.step, "server_rt": rt(link), "floor_rt": rt(flink), "local_step": local.step}
+        runs: dict[str, list[list[float]]] = {k: [[], []] for k in cases}
+        ratios: dict[str, list[float]] = {"docker_step_vs_floor_p50": [], "server_rt_vs_floor_p50": [],
+                                          "docker_step_vs_floor_p99": []}
+        for k, f in cases.items():
+            _timed(f, ACTION, 200)
+        for _ in range(repeats):
+            t: dict[str, list[int]] = {k: [] for k in cases}
+            for _ in range(n // 50):
+                for k, f in cases.items():
+                    t[k] += _timed(f, ACTION, 50, gap_us / 1e6)
+            for k in cases:
+                runs[k][0].append(_pct(t[k], 0.5))
+                runs[k][1].append(_pct(t[k], 0.99))
+            ratios["docker_step_vs_floor_p50"].append(_pct(t["docker_step"], 0.5) / _pct(t["floor_rt"], 0.5))
+            ratios["server_rt_vs_floor_p50"].append(_pct(t["server_rt"], 0.5) / _pct(t["floor_rt"], 0.5))
+            ratios["docker_step_vs_floor_p99"].append(_pct(t["docker_step"], 0.99) / _pct(t["floor_rt"], 0.99))
+        out: dict[str, Any] = {"floor_steps_per_run": n, "floor_runs": repeats, "floor_gap_us": gap_us,
+                               "floor_request_bytes": link.sent_bytes, "floor_reply_bytes": len(reply_frame)}
+        for k, (p50, p99) in runs.items():
+            out[f"{k}_p50_us"] = _spread(p50)
+            out[f"{k}_p99_us"] = _spread(p99)
+        out.update({k: _spread(v) for k, v in ratios.items()})
+        out["floor_load"] = [round(load0[0], 2), round(os.getloadavg()[0], 2)]
+        return out
+    finally:
+        for e in envs:
+            e.close()
+        if floor is not None:
+            floor.remove()
+        pool.shutdown()
+
+
+def _action_call(ep: Any) -> Any:
+    """The tool call :data:`ACTION` parses to."""
+    from envfactory.task import ToolCall
+
+    call = json.loads(ACTION.removeprefix("<tool_call>").removesuffix("</tool_call>"))
+    return ToolCall(call["name"], call["arguments"])
+
+
 def bench_docker(n: int = 4000) -> dict[str, Any]:
     from envfactory.registry import make, spec
     from envfactory.runtime.pool import Pool
@@ -374,7 +508,10 @@ def bench_work_snapshots(n: int = 200, files_kb: int = 64, n_writing: int = 60,
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if args[:1] == ["snapshots"]:
+    if args[:1] == ["floor"]:
+        kw = dict(a.split("=", 1) for a in args[1:])
+        print(json.dumps(bench_step_floor(**{k: (v if k == "env" else int(v)) for k, v in kw.items()}), indent=1))
+    elif args[:1] == ["snapshots"]:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
         kw = dict(a.split("=", 1) for a in args[1:])
         print(json.dumps(bench_work_snapshots(**{k: int(v) for k, v in kw.items()}), indent=1))

@@ -191,11 +191,14 @@ class Container:
         control_timeout: Seconds allowed for each control call.
         start_timeout: Seconds allowed for the server to come up.
         engine: The Docker engine's URL when it is not the default one (for messages).
+        command: What the container runs instead of the image's server (``None``: the server).
+            The benchmarks' transport floor (:mod:`benchmarks.docker_runtime`) runs a bare echo
+            server this way, under the very same hardening, limits and socket.
     """
 
     def __init__(self, client: Any, spec: ToolEnvSpec, image: str, *, max_sessions: int,
                  limits: Limits, control_timeout: float = 30.0, start_timeout: float = 60.0,
-                 engine: str | None = None) -> None:
+                 engine: str | None = None, command: list[str] | None = None) -> None:
         self.spec = spec
         self.engine = engine
         self.client = client
@@ -235,6 +238,7 @@ class Container:
         try:
             self._c = client.containers.run(
                 image,
+                command=command,
                 name=self.name,
                 detach=True,
                 init=True,

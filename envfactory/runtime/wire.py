@@ -60,8 +60,44 @@ MAGIC = b"ENVF"
 TOKEN_HEADER = "X-Envf-Token"
 MAX_FRAME = 64 << 20
 _LEN = struct.Struct(">I")
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_loads = json.loads
+
+
+def _default(o: Any) -> Any:
+    raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
+
+
+def _encoder() -> Any:
+    """``json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode``, without building its
+    C encoder anew for every object (half of a small frame's encoding time): one C encoder, made
+    once, with no table of the containers being encoded (a cycle, which that table would name, is a
+    ``RecursionError`` instead, as deep nesting already is: :func:`encode_body` answers both alike)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: json's own
+        return json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    chunks = make(None, _default, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+    join = "".join
+
+    def dumps(obj: Any) -> str:
+        return join(chunks(obj, 0))
+
+    return dumps
+
+
+_dumps = _encoder()
+# the C scanner behind json.loads, without its wrappers (as envfactory.parsing does)
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _loads(text: str) -> Any:
+    """``json.loads(text)``: the scanner called directly when it takes the whole text (what the
+    encoders here send: no whitespace around it), else ``json.loads`` itself (its value, its error)."""
+    try:
+        obj, end = _scan(text, 0)
+    except (StopIteration, ValueError):
+        return json.loads(text)
+    if end != len(text):
+        return json.loads(text)
+    return obj
 
 
 class FrameError(ConnectionError):
@@ -153,6 +189,9 @@ def recv_frame(sock: socket.socket, deadline: float | None = None, *, armed: boo
     if deadline is not None and not armed:
         _arm(sock, deadline)
     data = sock.recv(65536)
+    got = len(data)
+    if got > 4 and _LEN.unpack_from(data)[0] == got - 4:  # the usual: one recv, one whole frame
+        return _decode(data[4:])
     if not data:
         raise FrameError("the peer closed the connection")
     buf = bytearray(data)
