@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel
 
+from .sizes import MISSING as _MISSING, TDict, TList, TSet
 from .state import _copy, class_hook, copy_state
 from .tooling import ToolOutcome, stops_the_process
 
@@ -137,7 +138,7 @@ def _walk(state: Any, limit: int | None) -> int:
             if i in path:
                 total += 16
                 continue
-            if c is dict:
+            if c is dict or c is TDict:
                 total += 2
                 path.add(i)
                 push(_Leave(i))
@@ -147,7 +148,7 @@ def _walk(state: Any, limit: int | None) -> int:
                         total += len(x) + 2
                     else:
                         push(x)
-            elif c is list or c is tuple or c is set or c is frozenset:
+            elif c is list or c is tuple or c is set or c is frozenset or c is TList or c is TSet:
                 total += 2 + len(v)
                 rest = None
                 for x in v:  # strings inline (the common leaves): no trip through the stack
@@ -251,6 +252,416 @@ def cut_observations(contents: Sequence[str], room: int) -> tuple[list[str] | No
     return out, room
 
 
+# -- the measure kept per container (a large tracked state) ---------------------------------------
+# A tracked state (:func:`track`) whose full measure finds it at least :data:`LEDGER_BYTES`
+# (``ENVFACTORY_LEDGER_BYTES``) is, at its next writing call, adopted by a ledger (:mod:`envfactory.sizes`): its containers report every mutation while a
+# writing call runs, and the measure after the call is the last one plus what the call removed
+# (each removed part at its size before the call, kept per container) and what it added (walked
+# after the call): proportional to the change, not the state. Whatever the ledger cannot vouch for
+# falls back to the full measure for that call and drops the ledger (at most
+# :data:`_ADOPTIONS` adoptions per journal): a mutation outside a writing call (a read-only tool
+# that writes, a caller's own change between steps), a part put in two places (sharing, a cycle),
+# a value of a type it does not know (any object but plain data and plain pydantic models), and a
+# verdict over the quota, which the full measure confirms. A C-level write that skips the
+# containers' methods (``dict.__setitem__(d, k, v)``) is what a tool may do and the ledger cannot
+# see: each checkpoint of the journal (every so many calls, when it copies the state anyway) also
+# measures the whole state and drops a ledger that disagrees.
+LEDGER_BYTES = int(os.environ.get("ENVFACTORY_LEDGER_BYTES", 4 << 10))  # (0: every tracked state written twice)
+_ADOPTIONS = 2
+_LEAF_CLASSES = frozenset({str, int, float, bool, type(None)})
+_NODE_CLASSES = frozenset({dict, list, set, TDict, TList, TSet})
+_ADOPTABLE: dict[type, bool] = {}
+
+
+class _Refuse(Exception):
+    """The ledger cannot vouch for the state (a part in two places, an unknown value)."""
+
+
+class _Over(Exception):
+    """What a call added takes the state past the quota (the full measure confirms)."""
+
+
+def _leaf(v: Any) -> int:
+    """What an immutable value writes (as :func:`_walk` counts it), or -1 for a container, a model
+    or anything that could change in place."""
+    c = v.__class__
+    if c is str:
+        return len(v) + 2 if v.isascii() else len(v.encode("utf-16-le", "surrogatepass")) * 3 + 2
+    if c is int:
+        return 8 if -_BIG < v < _BIG else _int_size(v)
+    if c is float:
+        return FLOAT_BYTES
+    if c is bool or v is None:
+        return 8
+    if c in _NODE_CLASSES or c in _MODELS:
+        return -1
+    if c is tuple or c is frozenset:
+        for x in v:
+            if x.__class__ not in _LEAF_CLASSES and _leaf(x) < 0:
+                return -1
+        return _walk(v, None)
+    if isinstance(v, (dict, list, set, bytearray, BaseModel)):
+        return -1
+    if isinstance(v, (str, bytes, int, float, Enum, type)):
+        return _walk(v, None)
+    return -1
+
+
+def _adoptable(cls: type) -> bool:
+    """Whether a model class writes its fields only through ``model.__dict__[name] = value``
+    (pydantic's own ``__setattr__``, no validated assignment, no extra fields) and brings no
+    measure or copier of its own."""
+    ok = _ADOPTABLE.get(cls)
+    if ok is None:
+        cfg = getattr(cls, "model_config", {})
+        ok = _ADOPTABLE[cls] = (
+            issubclass(cls, BaseModel) and cls.__setattr__ is BaseModel.__setattr__
+            and cls.__delattr__ is BaseModel.__delattr__ and not cfg.get("validate_assignment")
+            and cfg.get("extra") != "allow"
+            and all(class_hook(cls, h) is None for h in ("__state_size__", "__state_copy__", "__canonical_json__")))
+    return ok
+
+
+class _Ledger:
+    """A tracked state's size kept per container (see above)."""
+
+    __slots__ = ("root", "total", "active", "stale", "dirty", "dead")
+
+    def __init__(self) -> None:
+        self.root: Any = None  # the state's __dict__ (a TDict)
+        self.total = 0
+        self.active = False  # a writing call runs
+        self.stale = False  # something changed that the ledger cannot vouch for
+        self.dirty: list[Any] = []  # the nodes changed in this call
+        self.dead = False
+
+    # what the containers report (sizes.TDict / TList / TSet) ---------------------------------
+    def put(self, node: Any, key: Any, old: Any, new: Any) -> None:
+        """A dict's (or a model's) slot ``key`` goes from ``old`` to ``new`` (_MISSING: none)."""
+        if not self.active:
+            self.stale = True
+            return
+        if node._dd is None:
+            node._dd = 0
+            self.dirty.append(node)
+        ks = len(key) + 4 if node._km else (len(key) + 4 if key.__class__ is str and key.isascii() else _key_size(key))
+        d = 0
+        pending = node._new
+        if old is not _MISSING:
+            if pending is not None and key in pending:  # put there in this call: not counted yet
+                if pending.pop(key) is not old:
+                    self.stale = True
+                    return
+                d -= ks
+            else:
+                s = self._out(old)
+                if s < 0:
+                    self.stale = True
+                    return
+                d -= ks + s
+        if new is not _MISSING:
+            s = _leaf(new)
+            if s >= 0:
+                d += ks + s
+            else:
+                d += ks
+                if pending is None:
+                    pending = node._new = {}
+                pending[key] = new
+        node._dd += d
+
+    def swap(self, node: Any, removed: Any, added: Any) -> None:
+        """A list lost ``removed`` and gained ``added`` (its items, in any order)."""
+        if not self.active:
+            self.stale = True
+            return
+        if node._dd is None:
+            node._dd = 0
+            self.dirty.append(node)
+        d = 0
+        pending = node._new
+        for e in removed:
+            got = None if pending is None else pending.get(id(e))
+            if got is not None:  # one of those put in this call (or the same object: the same size)
+                got[1] -= 1
+                if not got[1]:
+                    del pending[id(e)]
+                d -= 1
+            else:
+                s = self._out(e)
+                if s < 0:
+                    self.stale = True
+                    return
+                d -= 1 + s
+        for e in added:
+            s = _leaf(e)
+            if s >= 0:
+                d += 1 + s
+            else:
+                d += 1
+                if pending is None:
+                    pending = node._new = {}
+                got = pending.get(id(e))
+                if got is None:
+                    pending[id(e)] = [e, 1]
+                else:
+                    got[1] += 1
+        node._dd += d
+
+    def grow(self, node: Any, value: Any, sign: int, exact: bool = False) -> None:
+        """A set gained (1) or lost (-1) ``value`` (``exact``: that very member)."""
+        if not self.active:
+            self.stale = True
+            return
+        if node._dd is None:
+            node._dd = 0
+            self.dirty.append(node)
+        s = _leaf(value) if value.__class__ is str or exact else -1
+        if s < 0:
+            node._new = True  # (1 == 1.0 == True: measured again after the call)
+        else:
+            node._dd += sign * (1 + s)
+
+    def again(self, node: Any) -> None:
+        """A set changed in bulk: measured again after the call."""
+        if not self.active:
+            self.stale = True
+            return
+        if node._dd is None:
+            node._dd = 0
+            self.dirty.append(node)
+        node._new = True
+
+    # removing and adding parts --------------------------------------------------------------------
+    def _out(self, v: Any) -> int:
+        """The size ``v`` had before the call (it leaves the state: its nodes leave the ledger), or
+        -1 when it is not a part the ledger counted."""
+        s = _leaf(v)
+        if s >= 0:
+            return s
+        c = v.__class__
+        node = v if c is TDict or c is TList or c is TSet else getattr(v, "__dict__", None)
+        if node is None or node.__class__ is not TDict and c is not TList and c is not TSet or node._lg is not self:
+            return -1
+        s = node._sz
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if n._lg is not self:
+                continue
+            pending = n._new
+            n._lg = n._up = n._dd = n._new = None
+            if n.__class__ is TSet:
+                continue
+            if n.__class__ is TDict:
+                items: Any = dict.items(n) if not pending else [(k, x) for k, x in dict.items(n) if k not in pending]
+                for _, x in items:
+                    c = x.__class__
+                    if c is TDict or c is TList or c is TSet:
+                        stack.append(x)
+                    elif c not in _LEAF_CLASSES and isinstance(x, BaseModel):
+                        stack.append(x.__dict__)
+            else:
+                for x in n:
+                    c = x.__class__
+                    if pending and id(x) in pending:
+                        continue
+                    if c is TDict or c is TList or c is TSet:
+                        stack.append(x)
+                    elif c not in _LEAF_CLASSES and isinstance(x, BaseModel):
+                        stack.append(x.__dict__)
+        return int(s)
+
+    def _scan(self, v: Any, seen: set[int], cap: int) -> int:
+        """The size of a part to adopt, without changing anything; raises :class:`_Refuse` for a part
+        held twice (``seen``), held by the state already, or unknown, :class:`_Over` past ``cap``."""
+        s = _leaf(v)
+        if s >= 0:
+            return s
+        c = v.__class__
+        i = id(v)
+        if i in seen:
+            raise _Refuse
+        seen.add(i)
+        scan = self._scan
+        if c is dict or c is TDict:
+            if c is TDict and v._lg is self:
+                raise _Refuse
+            total = 2
+            for k, x in dict.items(v):
+                total += (len(k) + 4 if k.__class__ is str and k.isascii() else _key_size(k)) + scan(x, seen, cap)
+                if total > cap:
+                    raise _Over
+            return total
+        if c is list or c is TList:
+            if c is TList and v._lg is self:
+                raise _Refuse
+            total = 2 + len(v)
+            for x in v:
+                total += scan(x, seen, cap)
+                if total > cap:
+                    raise _Over
+            return total
+        if c is set or c is TSet:
+            if c is TSet and v._lg is self:
+                raise _Refuse
+            total = 2 + len(v)
+            for x in v:
+                s = _leaf(x)
+                if s < 0:
+                    raise _Refuse
+                total += s
+                if total > cap:
+                    raise _Over
+            return total
+        if (c in _MODELS or isinstance(v, BaseModel)) and _adoptable(c):
+            _MODELS.add(c)
+            d = v.__dict__
+            if d.__class__ is TDict and d._lg is self:
+                raise _Refuse
+            if id(d) in seen:
+                raise _Refuse
+            seen.add(id(d))
+            total = 2
+            for k, x in dict.items(d):
+                total += len(k) + 4 + scan(x, seen, cap)
+                if total > cap:
+                    raise _Over
+            return total
+        raise _Refuse
+
+    def _adopt(self, v: Any, up: Any) -> tuple[int, Any]:
+        """``v`` (scanned) joins the ledger under node ``up``: its size, and what the parent holds
+        in its place (a plain container becomes a tracked one; a model keeps its identity)."""
+        s = _leaf(v)
+        if s >= 0:
+            return s, v
+        c = v.__class__
+        adopt = self._adopt
+        if c is list or c is TList:
+            node: Any = v if c is TList else TList(v)
+            total = 2 + len(node)
+            for i, x in enumerate(node):
+                s, y = adopt(x, node)
+                if y is not x:
+                    list.__setitem__(node, i, y)
+                total += s
+        elif c is set or c is TSet:
+            node = v if c is TSet else TSet(v)
+            total = 2 + len(node)
+            for x in node:
+                total += _leaf(x)
+        else:
+            km = c is not dict and c is not TDict
+            d = v.__dict__ if km else v
+            node = d if d.__class__ is TDict else TDict(d)
+            if km and node is not d:
+                object.__setattr__(v, "__dict__", node)
+            total = 2
+            changed = None
+            for k, x in dict.items(node):
+                s, y = adopt(x, node)
+                if y is not x:
+                    if changed is None:
+                        changed = []
+                    changed.append((k, y))
+                total += s + (len(k) + 4 if km or k.__class__ is str and k.isascii() else _key_size(k))
+            if changed:
+                for k, y in changed:
+                    dict.__setitem__(node, k, y)
+            node._km = km
+            node._lg, node._up, node._dd, node._new, node._sz = self, up, None, None, total
+            return total, (v if km else node)
+        node._lg, node._up, node._dd, node._new, node._sz = self, up, None, None, total
+        return total, node
+
+    def adopt(self, state: Any, cap: int) -> int:
+        """Take ``state`` on (its size); raises :class:`_Refuse` or :class:`_Over` (nothing changed)."""
+        if not _adoptable(state.__class__):
+            raise _Refuse
+        try:
+            self._scan(state, set(), cap)
+            total, _ = self._adopt(state, None)
+        except RecursionError:
+            raise _Refuse from None
+        self.root = state.__dict__
+        self.total = total
+        return total
+
+    def settle(self, limit: int) -> int | None:
+        """The state's size after a writing call (its changes counted), or ``None``: the ledger
+        cannot vouch for it (then it is dead: measure the whole state). Raises :class:`_Over`."""
+        dirty, self.dirty = self.dirty, []
+        if self.stale or self.root._lg is not self:
+            self.dead = True
+            return None
+        try:
+            work = []
+            freed = 0
+            for node in dirty:
+                d = node._dd
+                if d is None or node._lg is not self:
+                    continue
+                node._dd = None
+                if d < 0:
+                    freed -= d
+                work.append((node, d, node._new))
+                node._new = None
+            cap = limit - self.total + freed
+            seen: set[int] = set()
+            for node, d, pending in work:  # everything added is scanned before anything changes
+                if pending and node.__class__ is not TSet:
+                    for x in (pending.values() if node.__class__ is TDict else (e for e, n in pending.values())):
+                        cap -= self._scan(x, seen, cap)
+                        if cap < 0:
+                            raise _Over
+                    if node.__class__ is TList and any(n != 1 for _, n in pending.values()):
+                        raise _Refuse
+            for node, d, pending in work:
+                c = node.__class__
+                if pending:
+                    if c is TSet:
+                        d = 2 + len(node) - node._sz
+                        for x in node:
+                            s = _leaf(x)
+                            if s < 0:
+                                raise _Refuse
+                            d += s
+                    elif c is TDict:
+                        for k, x in pending.items():
+                            s, y = self._adopt(x, node)
+                            if y is not x:
+                                dict.__setitem__(node, k, y)
+                            d += s
+                    else:
+                        for x, _ in pending.values():
+                            s, y = self._adopt(x, node)
+                            if y is not x:
+                                for i in range(len(node) - 1, -1, -1):
+                                    if list.__getitem__(node, i) is x:
+                                        list.__setitem__(node, i, y)
+                                        break
+                            d += s
+                if d:
+                    n = node
+                    while n is not None:
+                        n._sz += d
+                        n = n._up
+        except (_Refuse, RecursionError):
+            self.dead = True
+            return None
+        except _Over:
+            self.dead = True
+            raise
+        self.total = self.root._sz
+        return self.total
+
+    def kill(self) -> None:
+        self.dead = True
+        self.active = False
+        self.stale = True
+
+
 # -- undoing a call ---------------------------------------------------------------------------------
 # A call over the quota is undone, whatever it did. A state a world tracks (:func:`track`: every
 # sole agent's state the worlds start, load or fork) is undone by replay: it keeps an origin that
@@ -274,7 +685,7 @@ _OWN_COPIER: dict[type, bool] = {}
 class _Journal:
     """What rebuilds a tracked state: its origin and the calls since (see above)."""
 
-    __slots__ = ("origin", "calls", "state", "bytes", "seconds", "own")
+    __slots__ = ("origin", "calls", "state", "bytes", "seconds", "own", "ledger", "adopts", "big")
 
     def __init__(self, origin: Any, calls: list[tuple[Any, Any, Any]] | None = None) -> None:
         self.origin = origin
@@ -283,6 +694,9 @@ class _Journal:
         self.bytes = 0  # the journaled arguments' size (as the quota measures)
         self.seconds = 0.0  # the journaled calls' time: what a replay costs
         self.own = _own_copier(origin.__class__)
+        self.ledger: _Ledger | None = None  # the state's size kept per container (a large state)
+        self.adopts = 0  # the ledgers this journal's state was given
+        self.big = False  # a writing call found the state past LEDGER_BYTES (the next one adopts it)
 
 
 _JOURNALS: dict[int, _Journal] = {}
@@ -402,10 +816,18 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
             else:
                 kept = arguments.copy()
         began = time.perf_counter()
-        out = tool.invoke(state, arguments)
+        lg = j.ledger
+        if lg is not None and not tool.read_only:
+            lg.active = True
+            try:
+                out = tool.invoke(state, arguments)
+            finally:
+                lg.active = False
+        else:
+            out = tool.invoke(state, arguments)
         took = time.perf_counter() - began
         if not tool.read_only:
-            error = _over_quota(tool, state, applied=False)
+            error = _check_tracked(j, tool, state)
             if error is not None:
                 return _undo_by_replay(j, tool, error)
         elif not j.own:  # a plain state's reads change nothing: no need to replay them
@@ -417,7 +839,15 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
         j.bytes += size
         if not j.own and (len(j.calls) >= _CHECKPOINT_CALLS or j.bytes >= _CHECKPOINT_BYTES
                           or j.seconds >= _CHECKPOINT_SECONDS):
-            _attach(state, _Journal(copy_state(state)))
+            new = _Journal(copy_state(state))
+            new.big = j.big
+            lg = j.ledger
+            if lg is not None:  # the copy is O(state) anyway: the ledger is checked against the full measure
+                if not lg.dead and _walk(state, None) == lg.total:
+                    new.ledger = lg
+                else:
+                    lg.kill()
+            _attach(state, new)
         return out, state
     if tool.read_only:
         return tool.invoke(state, arguments), state
@@ -436,6 +866,11 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
 
 def _over_quota(tool: Any, state: Any, applied: bool) -> str | None:
     """The quota error for ``state`` after a call of ``tool``, or ``None`` when within it."""
+    return _measured(tool, state, applied)[1]
+
+
+def _measured(tool: Any, state: Any, applied: bool) -> tuple[int, str | None]:
+    """``(the state's size, the quota error or None)`` by the full measure (stopping past the quota)."""
     sizer = _SIZERS.get(state.__class__) or _sizer_for(state.__class__)
     limit = MAX_STATE_BYTES
     try:
@@ -443,8 +878,39 @@ def _over_quota(tool: Any, state: Any, applied: bool) -> str | None:
     except BaseException as exc:  # noqa: BLE001 - a value whose repr (or a class's own measure) fails
         if stops_the_process(exc):
             raise
-        return state_unmeasured_error(tool.name, exc, applied=applied)
-    return None if size <= limit else state_quota_error(tool.name, size, applied=applied)
+        return -1, state_unmeasured_error(tool.name, exc, applied=applied)
+    return size, None if size <= limit else state_quota_error(tool.name, size, applied=applied)
+
+
+def _check_tracked(j: _Journal, tool: Any, state: Any) -> str | None:
+    """The quota error after a writing call on a tracked state, or ``None``: by its ledger when it
+    has one that vouches for the call and finds it within the quota, else by the full measure
+    (a state found past :data:`LEDGER_BYTES` is adopted by a ledger at its next writing call: a
+    fork written once pays no adoption)."""
+    lg = j.ledger
+    if lg is not None:
+        try:
+            size: int | None = lg.settle(MAX_STATE_BYTES)
+        except _Over:
+            size = None
+        if size is not None and size <= MAX_STATE_BYTES:
+            return None
+        j.ledger = None  # (over the quota, or not vouched for: the full measure decides)
+        lg.kill()
+    elif j.big and j.adopts < _ADOPTIONS and not j.own and _adoptable(state.__class__):
+        # a second writing call on a large state: adopted (its measure is the adoption's own walk)
+        j.adopts += 1
+        lg = _Ledger()
+        try:
+            lg.adopt(state, MAX_STATE_BYTES)
+            j.ledger = lg
+            return None
+        except (_Refuse, _Over):  # (nothing changed: the full measure decides)
+            lg.kill()
+    size, error = _measured(tool, state, applied=False)
+    if error is None and size >= LEDGER_BYTES:
+        j.big = True
+    return error
 
 
 def cut_outcomes(outcomes: list[ToolOutcome], room: int) -> tuple[list[ToolOutcome], int]:

@@ -18,6 +18,8 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from .sizes import PLAIN_OF, TDict, TList, TSet
+
 __all__ = ["State", "canonical_json", "copy_state", "state_hash", "state_to_json", "ABSENT", "flatten",
            "state_leaves", "diff_leaves", "leaf_at", "same_state", "live_leaf", "plain_model", "UNSURE"]
 
@@ -84,12 +86,16 @@ def _copy(value: Any, memo: dict[int, Any] | None = None) -> Any:
         new: Any = {k: (v if v.__class__ in _IMMUTABLE_SET else _copy(v, memo)) for k, v in value.items()}
     elif cls is list:
         new = [v if v.__class__ in _IMMUTABLE_SET else _copy(v, memo) for v in value]
+    elif cls is TDict:  # (a large tracked state's containers, envfactory.sizes: copied as plain ones)
+        new = {k: (v if v.__class__ in _IMMUTABLE_SET else _copy(v, memo)) for k, v in value.items()}
+    elif cls is TList:
+        new = [v if v.__class__ in _IMMUTABLE_SET else _copy(v, memo) for v in value]
     elif isinstance(value, BaseModel):
         copier = _COPIERS.get(cls)
         if copier is None:
             copier = _COPIERS[cls] = _compile_copier(cls)
         new = copier(value, memo)
-    elif cls is set:
+    elif cls is set or cls is TSet:
         new = set(value)  # set elements are hashable, hence treated as immutable
     elif cls is tuple:
         new = tuple([_copy(v, memo) for v in value])
@@ -347,7 +353,11 @@ def _identical(a: Any, b: Any) -> bool:
         return True
     c = a.__class__
     if c is not b.__class__:
-        return False
+        c = PLAIN_OF.get(c, c)  # (a tracked container, envfactory.sizes, is its plain class)
+        if c is not PLAIN_OF.get(b.__class__, b.__class__):
+            return False
+    elif c is TDict or c is TList or c is TSet:
+        c = PLAIN_OF[c]
     if c in _SCALAR_CLASSES:
         return a == b
     if c is float:
@@ -416,7 +426,7 @@ def live_leaf(state: BaseModel, path: LeafPath) -> Any:
     node: Any = state
     for key in path:
         c = node.__class__
-        if c is dict:
+        if c is dict or c is TDict:
             v = node.get(key, _MISSING)
             if v is _MISSING:
                 return ABSENT if all(k.__class__ is str for k in node) else UNSURE
@@ -427,15 +437,16 @@ def live_leaf(state: BaseModel, path: LeafPath) -> Any:
             if v is _MISSING or node.__pydantic_extra__:
                 return UNSURE
             node = v
-        elif c in _SCALAR_CLASSES or c is float or c is list or c is tuple or c is set or c is frozenset:
+        elif c in _SCALAR_CLASSES or c is float or c is list or c is tuple or c is set or c is frozenset \
+                or c is TList or c is TSet:
             return ABSENT  # not a dict in the canonical form: nothing below it
         else:
             return UNSURE
     c = node.__class__
     if c in _SCALAR_CLASSES or c is float:
         return node
-    if (c is list or c is tuple) and all(x.__class__ in _SCALAR_CLASSES for x in node):
+    if (c is list or c is tuple or c is TList) and all(x.__class__ in _SCALAR_CLASSES for x in node):
         return list(node)
-    if c is dict and not node:
+    if (c is dict or c is TDict) and not node:
         return {}
     return UNSURE

@@ -123,7 +123,7 @@ def test_the_engine_sits_alone_at_the_root():
     """envfactory/ holds the engine's modules and the rooms; no benchmark inside the library."""
     root = {p.stem for p in (ROOT / "envfactory").glob("*.py")} - {"__init__"}
     assert root == {"registry", "episode", "world", "users", "mail", "definition", "parsing", "tooling", "task",
-                    "conversation", "calls", "state", "env", "snapshots", "quotas", "processes"}, root
+                    "conversation", "calls", "state", "env", "snapshots", "quotas", "processes", "sizes"}, root
     rooms = {p.name for p in (ROOT / "envfactory").iterdir() if (p / "__init__.py").is_file()}
     assert rooms == {"cli", "faces", "checks", "evaluation", "factory", "runtime"}, rooms
     benchy = [str(p.relative_to(ROOT)) for p in (ROOT / "envfactory").rglob("*.py")
