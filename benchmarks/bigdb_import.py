@@ -542,7 +542,7 @@ def bench_bigdb(users: int = 4200, tasks: int = 60, forks: int = 20, copy_on_wri
 
 
 def bench_repeated_writes(sizes: tuple[int, ...] = (1000, 4000), writes: int = 40, rounds: int = 7,
-                          copy_on_write: str = "containers") -> dict[str, Any]:
+                          copy_on_write: str = "containers", shape: str = "dict") -> dict[str, Any]:
     """Repeated writing calls (not only a fork's first) on the imported class at several database
     sizes, interleaved in one run: each size's episode wrote once, was forked, and both its sides
     then write ``writes`` times a round (the state quota measures each call). Medians of the
@@ -552,20 +552,23 @@ def bench_repeated_writes(sizes: tuple[int, ...] = (1000, 4000), writes: int = 4
     from envfactory.factory.from_class import from_class
     from envfactory.task import call
 
-    out: dict[str, Any] = {"writes_loadavg_before": [round(x, 2) for x in os.getloadavg()]}
+    out: dict[str, Any] = {"writes_loadavg_before": [round(x, 2) for x in os.getloadavg()], "writes_shape": shape}
     sides: dict[int, list[Any]] = {}
+    more = {} if shape == "dict" else {"address2": "", "state": "OK", "country": "USA"}
     for n in sizes:
-        db = retail_db(n)
-        spec = from_class(RetailDB, name="BigRetail-v0", domain="retail", tasks=retail_tasks(db, 10),
-                          copy_on_write=copy_on_write, read_only=None, max_turns=10 ** 6)
+        db: Any = retail_db(n) if shape == "dict" else retail_model_db(n)
+        spec = from_class(RetailDB if shape == "dict" else RetailTools, name="BigRetail-v0",  # type: ignore[arg-type]
+                          domain="retail", tasks=retail_tasks(db, 10) if shape == "dict" else retail_model_tasks(db, 10),
+                          copy_on_write=copy_on_write, read_only=None, max_turns=10 ** 6)  # type: ignore[arg-type]
         ep = Episode(spec)
         ep.reset(spec.get_tasks()[1].id)
         ep.step(call("modify_user_address", user_id="user_00003", address1="1 Elm", city="Tulsa",
-                     zip="74101").to_hermes())
+                     zip="74101", **more).to_hermes())
         sides[n] = [ep, ep.fork()]
-        out[f"writes_db_json_mb_{n}"] = round(len(json.dumps(db)) / 1e6, 2)
+        out[f"writes_db_json_mb_{n}"] = round((len(json.dumps(db)) if shape == "dict" else len(db.model_dump_json()))
+                                              / 1e6, 2)
     calls = [call("modify_user_address", user_id=f"user_{(k * 37) % min(sizes):05d}", address1=f"{k} Oak",
-                  city="Reno", zip="89501").to_hermes() for k in range(writes)]
+                  city="Reno", zip="89501", **more).to_hermes() for k in range(writes)]
     per: dict[int, list[float]] = {n: [] for n in sizes}
     for r in range(rounds):
         for n in (sizes if r % 2 == 0 else tuple(reversed(sizes))):  # (interleaved, order alternated)
@@ -600,7 +603,7 @@ def main() -> None:
                         help="time repeated writes at 1,000 and 4,000 users instead (bench_repeated_writes)")
     args = parser.parse_args()
     if args.writes:
-        print(json.dumps(bench_repeated_writes(copy_on_write=args.copy_on_write), indent=1))
+        print(json.dumps(bench_repeated_writes(copy_on_write=args.copy_on_write, shape=args.shape), indent=1))
         return
     print(json.dumps(bench_bigdb(args.users, args.tasks, args.forks, args.copy_on_write, args.shape), indent=1))
 

@@ -107,6 +107,30 @@ def test_hash_and_measure_are_the_engines_through_forks_and_writes():
         assert quotas.state_size(ep.state) == _walked(ep.state), (i, tool)
 
 
+def test_a_judgment_hashes_a_model_database_without_the_engines_serialization(monkeypatch):
+    """Before: hashing a state holding a model database serialized it whole through the snapshot
+    encoder (7-8 s a first judgment at 5.5 MB); now its text is the copy-on-write writer's, the
+    shared records' JSON remembered, the same text as the engine's."""
+    from envfactory.factory.classes import pystate
+    from envfactory.factory.classes.cow import cow_canonical_json
+
+    spec = _spec(30)
+    ep = Episode(spec)
+    ep.reset(spec.get_tasks()[0].id)
+    oid = _pending(spec.get_tasks()[0].initial_state.db, 2)[1]
+    state_hash(ep.state)  # (the shared database written once)
+    _step(ep, "modify_user_address", user_id="user_00004", **WHERE)
+    child = ep.fork()
+    _step(child, "cancel_pending_order", order_id=oid, reason="no longer needed")
+    encoded: list[int] = []
+    real = pystate.encode
+    monkeypatch.setattr(pystate, "encode", lambda *a, **k: encoded.append(1) or real(*a, **k))
+    texts = [cow_canonical_json(e.state) for e in (ep, child)]
+    assert encoded == []
+    monkeypatch.undo()
+    assert texts == [_engine_json(ep.state), _engine_json(child.state)]
+
+
 def test_the_quota_measure_of_a_write_does_not_walk_the_database(monkeypatch):
     """Before: every writing call measured the database model with the engine's walk (the whole
     5 MB of it at every step); now the models a call copied are counted, the shared ones

@@ -643,6 +643,7 @@ def cow_canonical_json(state: Any) -> str | None:
     mine = priv.get("_mine", ()) if priv else ()
     seen: set[int] = set()
     items = [("$pystate", "1")]
+    _local.trusted = getattr(state.__class__, "__pystate_trusted__", ())
     try:
         for k, v in state.__dict__.items():
             if k.__class__ is not str or k[:1] == "$":
@@ -651,7 +652,11 @@ def cow_canonical_json(state: Any) -> str | None:
     except (_NotPlain, RecursionError):
         return None
     items.sort(key=lambda kv: kv[0])
-    return "{" + ",".join(_STR(k) + ":" + t for k, t in items) + "}"
+    parts = ["{"]
+    for n, (k, t) in enumerate(items):  # (one copy of a multi-MB text, not one per piece)
+        parts += ["," if n else "", _STR(k), ":", t]
+    parts.append("}")
+    return "".join(parts)
 
 
 _ENCODE = _json_mod.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
@@ -713,6 +718,8 @@ def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozense
         raise _NotPlain
     is_cow = cls is CowDict or cls is CowList
     if not (is_cow or cls is dict or cls is list):
+        if _MODELS.get(cls) or cow_model(cls):
+            return _model_json(v, frozen, tok, seen)
         raise _NotPlain
     i = id(v)
     if is_cow:
@@ -773,6 +780,89 @@ def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozense
     ids_out = frozenset(inner)
     _room(_JSONS, _JSONS_CAP)
     _JSONS[i] = (_hold(v), out, ids_out, entries)
+    return out, ids_out
+
+
+_REFS: dict[tuple[type, tuple[str, ...]], str | None] = {}
+
+
+def _class_ref(cls: type) -> str:
+    """What a snapshot names a model's class by (``"module:Qualname"``), checked as the encoder
+    checks it (importable by that name, trusted); :class:`_NotPlain` when it refuses it (the
+    engine's serialization then says why)."""
+    trusted = getattr(_local, "trusted", ())
+    key = (cls, trusted)
+    if key not in _REFS:
+        from envfactory.factory.classes.pystate import PyStateError, _Encoder
+
+        try:
+            _REFS[key] = _Encoder(trusted).global_ref(cls, "", call=True)
+        except PyStateError:
+            _REFS[key] = None
+    ref = _REFS[key]
+    if ref is None:
+        raise _NotPlain
+    return ref
+
+
+def _model_json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozenset[int] | None]:
+    """A model's canonical JSON (:func:`cow_model`), the text the snapshot encoder's document of
+    it gives (``{"$class": ..., "__dict__": {fields}, "__pydantic_extra__": ...,
+    "__pydantic_fields_set__": {"$set": [...]}, "__pydantic_private__": null}``, as
+    pickling's state), remembered when no state changes it any more; a model with private
+    values is left to the engine."""
+    i = id(v)
+    if frozen:
+        got = _JSONS.get(i)
+        if got is not None and _is(got[0], v):
+            if not seen.isdisjoint(got[2]):
+                raise _NotPlain
+            seen.update(got[2])
+            return got[1], got[2]
+    d = v.__dict__
+    if i in seen or id(d) in seen or v.__pydantic_private__ is not None:
+        raise _NotPlain
+    ref = _class_ref(v.__class__)
+    fields_set = v.__pydantic_fields_set__
+    if id(fields_set) in seen:
+        raise _NotPlain
+    seen.add(i)
+    seen.add(id(d))
+    seen.add(id(fields_set))
+    inner: set[int] = {i, id(d), id(fields_set)}
+    items = []
+    for k, x in d.items():
+        if k.__class__ is not str or k[:1] == "$":
+            raise _NotPlain
+        if x.__class__ is str:
+            items.append((k, _STR(x)))
+            continue
+        text, ids = _json(x, frozen, tok, seen)
+        if ids is not None and frozen:
+            inner |= ids
+        items.append((k, text))
+    items.sort(key=lambda kv: kv[0])
+    parts = ['{"$class":', _STR(ref), ',"__dict__":{']
+    for n, (k, t) in enumerate(items):
+        parts += ["," if n else "", _STR(k), ":", t]
+    extra = v.__pydantic_extra__
+    if extra is None:
+        extra_text = "null"
+    else:
+        extra_text, ids = _json(extra, frozen, tok, seen)
+        if ids is not None and frozen:
+            inner |= ids
+    names = sorted(fields_set, key=_json_mod.dumps) if all(n.__class__ is str for n in fields_set) else None
+    if names is None:
+        raise _NotPlain
+    parts += ['},"__pydantic_extra__":', extra_text, ',"__pydantic_fields_set__":{"$set":[',
+              ",".join(map(_STR, names)), ']},"__pydantic_private__":null}']
+    out = "".join(parts)  # (one copy of a multi-MB text, not one per piece)
+    if not frozen:
+        return out, None
+    ids_out = frozenset(inner)
+    _room(_JSONS, _JSONS_CAP)
+    _JSONS[i] = (_hold(v), out, ids_out, None)
     return out, ids_out
 
 
@@ -863,4 +953,9 @@ def _forget(old: Any, gone: set[int]) -> bool:
             gone.add(id(old))
         else:
             return False
+    elif c not in _IMM and (_MODELS.get(c) or cow_model(c)):
+        got = _JSONS.get(id(old))
+        if got is None or not _is(got[0], old):
+            return False
+        gone |= got[2]
     return True
