@@ -784,6 +784,10 @@ def _json(v: Any, frozen: bool, tok: Any, seen: set[int]) -> tuple[str, frozense
 
 
 _REFS: dict[tuple[type, tuple[str, ...]], str | None] = {}
+CLASS_REF: Any = None
+"""``f(cls, trusted) -> "module:Qualname" | None``: how the snapshot encoder names a class, or
+``None`` where it refuses it (set by :mod:`~envfactory.factory.classes.pystate`, which imports this
+module)."""
 
 
 def _class_ref(cls: type) -> str:
@@ -793,12 +797,9 @@ def _class_ref(cls: type) -> str:
     trusted = getattr(_local, "trusted", ())
     key = (cls, trusted)
     if key not in _REFS:
-        from envfactory.factory.classes.pystate import PyStateError, _Encoder
-
-        try:
-            _REFS[key] = _Encoder(trusted).global_ref(cls, "", call=True)
-        except PyStateError:
-            _REFS[key] = None
+        if CLASS_REF is None:
+            raise _NotPlain
+        _REFS[key] = CLASS_REF(cls, trusted)
     ref = _REFS[key]
     if ref is None:
         raise _NotPlain

@@ -67,6 +67,7 @@ from typing import Any, Callable, ClassVar, Container, Iterable
 from pydantic import BaseModel, ConfigDict, SerializationInfo, model_serializer, model_validator
 
 from envfactory.state import State
+from envfactory.factory.classes import cow as _cow_mod
 from envfactory.factory.classes.cow import CowDict, CowList
 
 __all__ = ["PyState", "PyStateError", "FORMAT_KEY", "FORMAT_VERSION", "SEEN_KEY", "STDLIB", "encode", "decode",
@@ -308,6 +309,17 @@ class _Encoder:
         return {"$dict": [[self.enc(k, f"{path}/$dict/{i}/0"), self.enc(x, f"{path}/$dict/{i}/1")]
                           for i, (k, x) in enumerate(d.items())]}
 
+
+def _class_ref(cls: type, trusted: tuple[str, ...]) -> str | None:
+    """How a document names ``cls`` (its ``$class``), ``None`` where the encoder refuses it (for
+    :mod:`~envfactory.factory.classes.cow`'s canonical JSON of models)."""
+    try:
+        return _Encoder(trusted).global_ref(cls, "", call=True)
+    except PyStateError:
+        return None
+
+
+_cow_mod.CLASS_REF = _class_ref
 
 _NEWOBJ = copyreg.__newobj__  # type: ignore[attr-defined]  # typeshed lacks it; CPython has it
 _BY_REDUCE, _BY_DICT, _BY_GETSTATE = 0, 1, 2
