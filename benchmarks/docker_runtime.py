@@ -2,7 +2,10 @@
 
 Every episode is ``envfactory.make("Counter-v0", runtime=...)``: the same referee
 over a local or a container world. Reports step round trip p50/p99 and their
-ratio to the local runtime (steps interleaved in rounds so drift hits both), warm acquire+reset (shared and
+ratio to the local runtime (steps interleaved in rounds so drift hits both), the step against its
+transport floor (:func:`bench_step_floor`: a bare echo server in a container of the same image, the
+same request and reply bytes, the same client code; also ``python -m benchmarks.docker_runtime floor
+[n=] [repeats=] [gap_us=]``), warm acquire+reset (shared and
 per-session containers), cold start, throughput of 32 concurrent sessions
 (against 32 local sessions), 1,000 sessions held at once in shared containers
 with 16 threads stepping them (step latency p50/p99, throughput; see
@@ -294,7 +297,15 @@ def bench_step_floor(n: int = 4000, repeats: int = 3, env: str = "Counter-v0", g
     * ``local_step``: the same step on the local runtime (the host's own share of a step).
 
     ``repeats`` runs of ``n`` steps each; per run the p50 / p99 of each and the ratios
-    ``docker_step / floor_rt``; reported as [min, median, max] over the runs, with the load."""
+    ``docker_step / floor_rt``; reported as [min, median, max] over the runs, with the load.
+    ``gap_us``: a pause before each step (``1000``: as a rollout steps, a model's turn apart, when
+    both ends have gone idle and their caches cold; ``0``: back to back).
+
+    Where a step's time goes on a 2-core VM: the round trip's two thread wake-ups cost the most when
+    the server thread and the host's thread sit on different cores (a halted vCPU woken, its caches
+    cold: 2-3x the same-core round trip, for the floor and the server alike). Which core the kernel
+    wakes a thread on is its choice, per thread and from one round to the next: compare the step and
+    the floor of the same run, and look at min and max."""
     import os
 
     from envfactory.registry import make, spec
@@ -316,7 +327,7 @@ def bench_step_floor(n: int = 4000, repeats: int = 3, env: str = "Counter-v0", g
         for e in envs:
             e.reset(0)
         link: SessionLink = raw._world._link  # type: ignore[attr-defined]
-        req = raw._world._run_request("agent_0", 1, [_action_call(raw)])  # type: ignore[attr-defined]
+        req = raw._world._run_request("agent_0", 1, [_action_call()])  # type: ignore[attr-defined]
         req.pop("state", None)
         reply = link.request(req)
         reply_frame = wire.encode_frame(reply)
@@ -361,7 +372,7 @@ def bench_step_floor(n: int = 4000, repeats: int = 3, env: str = "Counter-v0", g
         pool.shutdown()
 
 
-def _action_call(ep: Any) -> Any:
+def _action_call() -> Any:
     """The tool call :data:`ACTION` parses to."""
     from envfactory.task import ToolCall
 
@@ -447,6 +458,8 @@ def bench_docker(n: int = 4000) -> dict[str, Any]:
     finally:
         per.shutdown()
 
+    # the step against its transport floor (an echo server in a container of the same image), same run
+    out.update(bench_step_floor(n=2000, repeats=3))
     out.update(bench_shared_sessions())
     out.update(bench_sessions_drivers())
 
