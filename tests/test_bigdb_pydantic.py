@@ -88,6 +88,25 @@ def test_a_write_lands_only_in_its_side_of_a_fork_and_copies_only_what_it_reache
     assert c.model_dump() == fork.db.model_dump() and p.model_dump() == truth.db.model_dump()
 
 
+def test_a_snapshot_restored_then_forked_stays_exact():
+    spec = _spec(30)
+    ep = Episode(spec)
+    ep.reset(spec.get_tasks()[0].id)
+    o1, o2 = _pending(spec.get_tasks()[0].initial_state.db, 2)
+    _step(ep, "cancel_pending_order", order_id=o1, reason="no longer needed")
+    snap = ep.snapshot()
+    h = state_hash(ep.state)
+    _step(ep, "modify_user_address", user_id="user_00001", **WHERE)
+    ep.restore(snap)
+    assert state_hash(ep.state) == h
+    assert type(ep.state.db.orders[o1]) is Order and ep.state.db.orders[o1].status == "cancelled"
+    child = ep.fork()
+    _step(child, "cancel_pending_order", order_id=o2, reason="no longer needed")
+    assert state_hash(ep.state) == h and child.state.db.orders[o2].status == "cancelled"
+    assert canonical_json(child.state) == _engine_json(child.state)
+    assert quotas.state_size(child.state) == _walked(child.state)
+
+
 def test_hash_and_measure_are_the_engines_through_forks_and_writes():
     spec = _spec(30)
     ep = Episode(spec)
@@ -306,3 +325,14 @@ def test_an_order_model_is_still_its_class_for_the_tools_and_the_renderer():
     assert out == json.loads(spec.get_tasks()[0].initial_state.db.orders[oid].model_dump_json())
     assert type(ep.state.db.orders[oid]) is Order
     assert _step(ep, "get_order_details", order_id="#nope").startswith("Error: Order not found")
+
+
+def test_a_renderer_gets_a_model_with_plain_dicts_and_lists():
+    """A renderer is given results as plain values (an exact ``type(x) is dict`` holds), a
+    model's copy-on-write containers included."""
+    spec = _spec(12, render=lambda r: f"{type(r).__name__} {type(r.payment_methods).__name__} "
+                                      f"{type(r.orders).__name__}")
+    ep = Episode(spec)
+    ep.reset(spec.get_tasks()[0].id)
+    assert _step(ep, "modify_user_address", user_id="user_00001", **WHERE) == "User dict list"
+    assert ep.state.db.users["user_00001"].address.city == "Reno"

@@ -598,7 +598,7 @@ def _holds_cow(v: Any, seen: set[int]) -> bool:
         return any(_holds_cow(x, seen) for x in v.values())
     if cls is list or cls is tuple or cls is set or cls is frozenset:
         return any(_holds_cow(x, seen) for x in v)
-    if _plain_class(cls):
+    if _plain_class(cls) or cow_model(cls):  # (a model copied on write holds copy-on-write containers)
         return _holds_cow(v.__dict__, seen)
     return False
 
