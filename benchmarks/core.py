@@ -306,11 +306,14 @@ def bench_fork(n: int = 2000, n_write: int = 200) -> dict[str, Any]:
     A fork is copy-on-write (:class:`envfactory.world.LocalWorld`): the state is copied by the
     first writing call on a side, so ``fork_<env>_first_write_us`` times a fork and the child's
     next writing step together (the next writing call of the reference solution the agent to move
-    may make), and ``fork_first_write_max_us`` is their max: what a branch that writes costs."""
+    may make), and ``fork_first_write_max_us`` is their max: what a branch that writes costs;
+    ``fork_<env>_write_alone_us`` is the same step on a fork whose state is already its own (the
+    same run's baseline), so ``fork_copy_moved_to_first_write_max_us`` (the largest difference) is
+    the copy a fork once took, now taken by the first write."""
     from envfactory.registry import make, specs
 
     out: dict[str, Any] = {}
-    worst = worst_write = 0.0
+    worst = worst_write = worst_moved = 0.0
     over = 0
     for s in specs():
         env = make(s.name)
@@ -336,14 +339,21 @@ def bench_fork(n: int = 2000, n_write: int = 200) -> dict[str, Any]:
         write = next((c for c in task.solution[half:] + task.solution[:half]
                       if c.agent in (None, who) and c.name in tools and not tools[c.name].read_only), None)
         if who is not None and write is not None:
-            action, wsamples = write.to_hermes(), []
+            action, wsamples, alone = write.to_hermes(), [], []
             for _ in range(n_write):
                 t0 = clock()
                 env.fork().act(who, action)
                 wsamples.append(clock() - t0)
-            wus = _median_us(wsamples)
+                child = env.fork()
+                child.state  # noqa: B018 - a caller given the state: the child's own copy, taken now
+                t0 = clock()
+                child.act(who, action)  # the same step, the state already its own: the baseline
+                alone.append(clock() - t0)
+            wus, aus = _median_us(wsamples), _median_us(alone)
             worst_write = max(worst_write, wus)
             out[f"fork_{s.name}_first_write_us"] = round(wus, 2)
+            out[f"fork_{s.name}_write_alone_us"] = round(aus, 2)
+            worst_moved = max(worst_moved, wus - aus)
         t0 = clock()
         for _ in range(200):
             s.state_type.model_validate(env.state.model_dump())
@@ -352,6 +362,7 @@ def bench_fork(n: int = 2000, n_write: int = 200) -> dict[str, Any]:
     out["fork_max_us"] = round(worst, 2)
     out["fork_envs_over_100us"] = over
     out["fork_first_write_max_us"] = round(worst_write, 2)
+    out["fork_copy_moved_to_first_write_max_us"] = round(worst_moved, 2)  # first write less the step alone
     return out
 
 
