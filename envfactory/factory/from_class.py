@@ -1101,7 +1101,10 @@ def from_class(
             dicts and lists it reaches, which the class's code then sees as ``CowDict`` /
             ``CowList`` (subclasses of dict and list: ``isinstance`` holds, an exact ``type(x) is
             dict`` does not; results reach a renderer as plain values), a restored state holds plain
-            dicts and lists; the quota's measure and the hash reuse what forks share.
+            dicts and lists; the quota's measure and the hash reuse what forks share. A database
+            held in one pydantic model (τ²-bench's ``self.db``) is copied per model alike: a model
+            a call reaches is copied (its class kept), its dicts and lists as above
+            (:func:`~envfactory.factory.classes.cow.cow_model`).
         after_call: ``after_call(instances)``, ``{service key: live instance}`` (for one class,
             its key alone), run after every call of a method, whether it returned or raised, and
             on every state built from a configuration (so an initial state starts as every call

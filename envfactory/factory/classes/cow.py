@@ -9,6 +9,12 @@ shallow copy of the child, stamped alike and stored in place, so a write lands i
 copy and never in a container another state still holds. A fork gives both sides new tokens:
 everything either side holds becomes shared again, and each copies what its next calls reach.
 
+A pydantic model (:func:`cow_model`: a database held in one model of nested models, as
+τ²-bench's toolkits hold theirs) is copied like a container when first reached: a new instance
+of its class whose dicts and lists are the state's copy-on-write containers and whose nested
+models are copied alike (attribute reads cannot be intercepted, so a model's own values are made
+the state's when the model is).
+
 Semantics are those of copying each field as a tree (:func:`envfactory.state.copy_state`'s plain
 copier, what these states used before): values that are not dicts or lists (objects, sets) are
 deep-copied when first reached. Outside a tool call the containers read as the dicts and lists
