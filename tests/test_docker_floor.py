@@ -168,3 +168,68 @@ def test_the_floor_is_measured_with_the_steps_own_request_and_reply() -> None:
         assert 0 < lo <= mid <= hi
     assert out["docker_step_vs_floor_p50"][1] == pytest.approx(
         out["docker_step_p50_us"][1] / out["floor_rt_p50_us"][1], rel=0.02)
+
+
+# -- the journal's record of a batch's outcomes (checked when a world is replayed) -----------------
+def test_the_journal_keeps_short_outcomes_as_they_are_and_long_ones_as_a_digest() -> None:
+    from envfactory.runtime.docker import SHORT_OUTCOMES, _digest, _record
+
+    outs = [{"content": "1", "ok": True, "kind": "ok"}, {"content": "Error: no", "ok": False, "kind": "tool_error"}]
+    assert _record(outs) == (("1", True, "ok"), ("Error: no", False, "tool_error"))
+    assert _record(outs) == _record(json.loads(json.dumps(outs)))  # what a replay's reply decodes to
+    for other in ([{**outs[0], "content": "2"}, outs[1]], outs[:1], [outs[0], {**outs[1], "ok": 0}],
+                  [outs[0], {**outs[1], "extra": 1}], [outs[1], outs[0]], None, [1, 2]):
+        assert _record(other) != _record(outs)
+    long = [{"content": "x" * SHORT_OUTCOMES, "ok": True, "kind": "ok"}]
+    assert _record(long) == _digest(long) and _record(long) != _record([{**long[0], "content": "y" * SHORT_OUTCOMES}])
+
+
+class _ReplayLink:
+    """A session link whose fresh session answers a replay with ``outcomes``."""
+
+    def __init__(self, outcomes: list[dict[str, object]]) -> None:
+        self.outcomes, self.sent, self.dropped = outcomes, [], False
+
+    def ensure(self) -> None:
+        pass
+
+    def request(self, req: dict[str, object]) -> dict[str, object]:
+        self.sent.append(req)
+        return {"ok": True, "outcomes": self.outcomes} if req["op"] == "run" else {"ok": True}
+
+    def untrustworthy(self, what: str) -> Exception:
+        from envfactory.runtime.container import ContainerError
+
+        return ContainerError(what)
+
+    def drop(self, *, remove: bool = False) -> None:
+        self.dropped = remove
+
+    def where(self) -> str:
+        return "a fresh session"
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_a_replay_must_give_the_outcomes_the_batch_gave(same: bool) -> None:
+    from envfactory.registry import spec
+    from envfactory.runtime.container import ContainerLost
+    from envfactory.runtime.docker import ContainerWorld, _record
+    from envfactory.runtime.docker_session import ContainerDied
+
+    s = spec("Counter-v0")
+    first = [{"content": "1", "ok": True, "kind": "ok"}]
+    world = ContainerWorld.__new__(ContainerWorld)  # no pool: the link is the fake above
+    world.spec, world.resumed, world._state = s, 0, None
+    world._task, world._origin, world._origin_files, world._unresumable = s.get_tasks()[0], None, None, None
+    run = {"op": "run", "agent": "agent_0", "round": 1, "calls": [{"name": "increment", "arguments": {"by": 1}}]}
+    world._journal, world._journal_bytes = [(run, _record(first))], 100
+    link = _ReplayLink(first if same else [{"content": "7", "ok": True, "kind": "ok"}])
+    world._link = link  # type: ignore[assignment]
+    died = ContainerDied("its container died")
+    if same:
+        world._resume_after(died)
+        assert world.resumed == 1 and [r["op"] for r in link.sent] == ["start", "run"]
+    else:
+        with pytest.raises(ContainerLost, match="gave other outcomes"):
+            world._resume_after(died)
+        assert link.dropped and world.resumed == 0
