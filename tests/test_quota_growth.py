@@ -442,7 +442,9 @@ def test_a_fork_of_an_adopted_state_is_independent() -> None:
         child.run("agent", 0, [call("write", key="r2", text=f"c{i}")])
     assert canonical_json(world.view()) == before
     world.run("agent", 0, [call("write", key="r3", text="parent")])
-    assert child.view().rows["r3"].name == "row 3" and world.view().rows["r3"].name == "parent"
+    mine, theirs = child.view(), world.view()
+    assert isinstance(mine, Table) and isinstance(theirs, Table)
+    assert mine.rows["r3"].name == "row 3" and theirs.rows["r3"].name == "parent"
     for w in (world, child):
         lg = _ledger(w.view())
         assert lg is None or lg.total == quotas._walk(w.view(), None)
