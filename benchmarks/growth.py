@@ -12,7 +12,8 @@ timed through ``LocalWorld.run`` (the tool call within the session's quotas):
 
 The sizes are interleaved (each round times every size in turn), each figure is the median over the
 rounds of the median per call in a round (``calls`` calls a round up to 1k rows, fewer above) (the mean per call is printed too: the quota's journal
-copies the state every so many calls, which the median does not show). Printed per table and
+copies the state every so many calls, which the median does not show: the mean is over every
+timed call). Printed per table and
 figure: the microseconds per size, the ratio to the smallest size and the fitted growth exponent
 (the log-log slope: 0 flat, 1 linear), with the load average before and after.
 
@@ -205,7 +206,7 @@ def bench_growth(sizes: tuple[int, ...] = (10, 100, 1000, 10_000, 100_000), roun
                         ts = _per_call(w, cs[f], k if f != "read" else calls)
                         samples[f][n].append(statistics.median(ts))
                         if f in means:
-                            means[f][n].append(statistics.fmean(ts))
+                            means[f][n].extend(ts)
                     forks, fw = [], []
                     reps = 5 if n >= 10_000 else 20
                     for _ in range(reps):
@@ -230,7 +231,7 @@ def bench_growth(sizes: tuple[int, ...] = (10, 100, 1000, 10_000, 100_000), roun
             out[f"{key}_vs_{sizes[0]}_ratio"] = {str(n): round(u / us[0], 3) for n, u in zip(sizes, us)}
             out[f"{key}_growth_exponent"] = round(growth_exponent([float(n) for n in sizes], us), 3)
         for f, per in means.items():
-            out[f"growth_{kind}_{f}_mean_us"] = {str(n): round(statistics.median(per[n]) * 1e6, 2) for n in sizes}
+            out[f"growth_{kind}_{f}_mean_us"] = {str(n): round(statistics.fmean(per[n]) * 1e6, 2) for n in sizes}
         del worlds
     out["growth_loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     return out

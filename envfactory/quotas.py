@@ -674,18 +674,23 @@ class _Ledger:
 # a fork boundary. A plain state starts a new origin (a copy) once its journal holds
 # :data:`_CHECKPOINT_CALLS` calls, :data:`_CHECKPOINT_BYTES` of arguments or
 # :data:`_CHECKPOINT_SECONDS` of tool time, so a replay stays short (a copy-on-write state only
-# after an undo: a new origin is a fork boundary for it). An untracked state (a team's) is copied
+# after an undo: a new origin is a fork boundary for it). A state whose checkpoint (its copy, and
+# its ledger's check) took longer keeps its journal longer, in proportion (a call per
+# :data:`_CHECKPOINT_CALL_SECONDS` of it, its time in tool time, 16 times the bytes at most): so
+# a large state's checkpoint costs each call a constant share, not one proportional to the state,
+# and an undo replays about what a checkpoint costs. An untracked state (a team's) is copied
 # before each writing call instead (memoized), and the copy kept when the call goes over.
 _CHECKPOINT_CALLS = 256
 _CHECKPOINT_BYTES = 1 << 20
 _CHECKPOINT_SECONDS = 0.05
+_CHECKPOINT_CALL_SECONDS = 4e-6
 _OWN_COPIER: dict[type, bool] = {}
 
 
 class _Journal:
     """What rebuilds a tracked state: its origin and the calls since (see above)."""
 
-    __slots__ = ("origin", "calls", "state", "bytes", "seconds", "own", "ledger", "adopts", "big")
+    __slots__ = ("origin", "calls", "state", "bytes", "seconds", "own", "ledger", "adopts", "big", "limits")
 
     def __init__(self, origin: Any, calls: list[tuple[Any, Any, Any]] | None = None) -> None:
         self.origin = origin
@@ -697,9 +702,18 @@ class _Journal:
         self.ledger: _Ledger | None = None  # the state's size kept per container (a large state)
         self.adopts = 0  # the ledgers this journal's state was given
         self.big = False  # a writing call found the state past LEDGER_BYTES (the next one adopts it)
+        self.limits = (_CHECKPOINT_CALLS, _CHECKPOINT_BYTES, _CHECKPOINT_SECONDS)  # before the next checkpoint
 
 
 _JOURNALS: dict[int, _Journal] = {}
+
+
+def _limits(cost: float) -> tuple[int, int, float]:
+    """A journal's checkpoint limits after a checkpoint that took ``cost`` seconds (see above)."""
+    if cost <= _CHECKPOINT_SECONDS:
+        return (_CHECKPOINT_CALLS, _CHECKPOINT_BYTES, _CHECKPOINT_SECONDS)
+    return (max(_CHECKPOINT_CALLS, int(cost / _CHECKPOINT_CALL_SECONDS)),
+            int(_CHECKPOINT_BYTES * min(16.0, cost / _CHECKPOINT_SECONDS)), cost)
 
 
 def _own_copier(cls: type) -> bool:
@@ -837,8 +851,9 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
         j.calls.append((tool, kept, _answer(out)))
         j.seconds += took
         j.bytes += size
-        if not j.own and (len(j.calls) >= _CHECKPOINT_CALLS or j.bytes >= _CHECKPOINT_BYTES
-                          or j.seconds >= _CHECKPOINT_SECONDS):
+        calls, nbytes, seconds = j.limits
+        if not j.own and (len(j.calls) >= calls or j.bytes >= nbytes or j.seconds >= seconds):
+            began = time.perf_counter()
             new = _Journal(copy_state(state))
             new.big = j.big
             lg = j.ledger
@@ -847,6 +862,7 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
                     new.ledger = lg
                 else:
                     lg.kill()
+            new.limits = _limits(time.perf_counter() - began)
             _attach(state, new)
         return out, state
     if tool.read_only:

@@ -498,3 +498,29 @@ def test_built_in_reference_plays_dump_and_hash_alike_with_the_ledger(monkeypatc
         played += 1
         adopted += seen
     assert played >= 15 and adopted >= 8, (played, adopted)
+
+
+def test_a_state_whose_checkpoint_is_slow_keeps_its_journal_longer(monkeypatch) -> None:
+    """The journal's checkpoint copies the state (and checks the ledger): every 256 calls, that
+    was a cost proportional to the state on every call (amortized). Now a checkpoint that took
+    longer is taken again after proportionally more calls (and as much tool time)."""
+    state = _adopted()
+    copies: list[int] = []
+    real = quotas.copy_state
+
+    def slow_copy(s: Any) -> Any:
+        if s is state:
+            copies.append(1)
+            import time
+
+            time.sleep(0.06)  # (the copy of a large state)
+        return real(s)
+
+    monkeypatch.setattr(quotas, "copy_state", slow_copy)
+    for i in range(700):
+        out, state = quotas.invoke_within_quota(write, state, {"key": "r1", "text": str(i % 10)})
+        assert out.ok
+    assert len(copies) == 1, copies  # (at call 256; the next one after 0.06 s / 4 us = 15,000 calls)
+    calls, nbytes, seconds = quotas._journal(state).limits
+    assert calls >= 15_000 and seconds >= 0.06 and nbytes > quotas._CHECKPOINT_BYTES
+    assert quotas._limits(0.001) == (quotas._CHECKPOINT_CALLS, quotas._CHECKPOINT_BYTES, quotas._CHECKPOINT_SECONDS)
