@@ -892,29 +892,47 @@ def _json_from(v: Any, got: Any, frozen: bool, tok: Any, seen: set[int]) -> Any:
     gone: set[int] = {id(src)}  # the source's containers that ``v`` no longer holds
     new_keys = False
     changed: list[tuple[Any, Any]] = []
-    same = 0
-    get = dict.get
-    for k, x in dict.items(v):
-        old = get(src, k, _MISSING)
-        if old is x:
-            same += 1
-            continue
-        if old is _MISSING:
-            if k.__class__ is not str or k[:1] == "$":
-                raise _NotPlain
-            new_keys = True
-        else:
-            same += 1
-            if not _forget(old, gone):
-                return None
-        changed.append((k, x))
     removed: list[Any] = []
-    if same != len(src):
-        for k, old in dict.items(src):
-            if not dict.__contains__(v, k):
+    get = dict.get
+    dirty = v._dirty
+    if dirty is not None and len(dirty) < len(v):  # only the keys changed since the copy
+        for k in dirty:
+            x = get(v, k, _MISSING)
+            old = get(src, k, _MISSING)
+            if old is x:
+                continue
+            if old is not _MISSING and not _forget(old, gone):
+                return None
+            if x is _MISSING:
                 removed.append(k)
+                continue
+            if old is _MISSING:
+                if k.__class__ is not str or k[:1] == "$":
+                    raise _NotPlain
+                new_keys = True
+            changed.append((k, x))
+    else:
+        same = 0
+        for k, x in dict.items(v):
+            old = get(src, k, _MISSING)
+            if old is x:
+                same += 1
+                continue
+            if old is _MISSING:
+                if k.__class__ is not str or k[:1] == "$":
+                    raise _NotPlain
+                new_keys = True
+            else:
+                same += 1
                 if not _forget(old, gone):
                     return None
+            changed.append((k, x))
+        if same != len(src):
+            for k, old in dict.items(src):
+                if not dict.__contains__(v, k):
+                    removed.append(k)
+                    if not _forget(old, gone):
+                        return None
     kept = src_ids - gone  # (a changed record's copy still holds its unchanged parts: they are not gone)
     seen.add(id(v))
     inner: set[int] = {id(v)}
