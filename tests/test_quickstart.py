@@ -13,7 +13,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import envfactory  # noqa: E402
-from agents.quickstart.experiment import QuickstartConfig, _finished, check_splits, run_quickstart  # noqa: E402
+from agents.quickstart.experiment import (RECORDED_HOST, QuickstartConfig, _finished, check_splits, host,  # noqa: E402
+                                         host_line, recorded_host, run_quickstart)
 
 
 @pytest.mark.slow
@@ -45,8 +46,10 @@ def test_quickstart_measures_every_arm_on_evaluation_tasks_only(tmp_path) -> Non
     # started again, the finished seeds of this recipe are kept; another recipe runs them again
     said: list[str] = []
     again = run_quickstart(cfg, log=said.append)
-    assert said == ["seed 0: kept from " + str(tmp_path / "out" / "seed-0.json"),
-                    "seed 1: kept from " + str(tmp_path / "out" / "seed-1.json")]
+    assert said[1:] == ["seed 0: kept from " + str(tmp_path / "out" / "seed-0.json"),
+                        "seed 1: kept from " + str(tmp_path / "out" / "seed-1.json")]
+    assert said[0] == host_line(host(), recorded_host())  # first: whether the recorded figures apply here
+    assert s["host"] == host() and host_line(host(), recorded_host()) in (tmp_path / "out" / "report.md").read_text()
     assert again["success"] == s["success"]
     assert _finished(dataclasses.replace(cfg, rl_steps=2), 0) is None and _finished(cfg, 0) is not None
     assert _finished(dataclasses.replace(cfg, resume=False), 0) is not None  # a --fresh run's seeds are kept later
@@ -65,7 +68,7 @@ def test_units_of_work_on_two_workers_give_what_one_process_gives(tmp_path) -> N
     said: list[str] = []
     two = run_quickstart(QuickstartConfig(seeds=[0, 1, 2], workers=2, output_dir=str(tmp_path / "two"), **base),
                          log=said.append)
-    assert two["seeds"] == [0, 1, 2] and said == []  # worker progress goes to stderr
+    assert two["seeds"] == [0, 1, 2] and said == [host_line(host(), recorded_host())]  # worker progress: stderr
     assert two["success"] == one["success"] and two["compare"] == one["compare"]
     for a, b in zip(one["per_seed"], two["per_seed"]):
         assert list(b["stages"]) == ["before", "sft", "arpo", "rft"] and list(b["arms"]) == ["arpo", "rft"]
@@ -251,3 +254,19 @@ def test_a_seed_whose_reader_sft_did_not_take_is_named_in_the_figures_and_the_re
     edge = copy.deepcopy(fine)  # exactly a random room's success is no better than it
     edge["per_seed"][1]["stages"]["sft"]["unseen"]["success"] = edge["blind"]["unseen"]["random"]
     assert f"seed {edge['per_seed'][1]['seed']} " in figures_block(edge)
+
+
+def test_the_host_line_says_when_a_run_departs_from_the_recorded_one(tmp_path) -> None:
+    here = {"cpu": "Some CPU", "cores": 2, "kernels": "AVX512", "torch": "2.13.0"}
+    assert "as the recorded run's" in host_line(here, dict(here, cpu="Other CPU", cores=8))
+    for other in ({"kernels": "AVX2"}, {"torch": "2.14.0"}):
+        line = host_line(dict(here, **other), here)
+        assert "departs from it" in line and "second round" in line
+    # the recorded host is the shown results file's own, when it names one
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps({"host": dict(here, kernels="AVX2")}))
+    page = tmp_path / "RESULTS.md"
+    page.write_text(f"x\n<!-- quickstart-figures: {results} -->\nblock\n<!-- /quickstart-figures -->\n")
+    assert recorded_host(page)["kernels"] == "AVX2"
+    page.write_text(f"x\n<!-- quickstart-figures: {tmp_path / 'gone.json'} -->\nb\n<!-- /quickstart-figures -->\n")
+    assert recorded_host(page) == RECORDED_HOST

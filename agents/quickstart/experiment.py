@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import statistics
 import sys
 import time
@@ -381,12 +382,62 @@ def _unit_worker(cfg_dict: dict[str, Any], seed: int, arm: str | None) -> Any:
     return seed_start(cfg, seed, say) if arm is None else seed_arm(cfg, seed, arm, say)
 
 
+RECORDED_HOST: dict[str, Any] = {"cpu": "AMD EPYC", "cores": 2, "kernels": "AVX512", "torch": "2.13.0"}
+"""The host of the run RESULTS.md shows (2026-12-03: a Zen 4 VM, where torch's CPU kernels run their AVX-512
+code), for a results file written before summaries named their host (later ones carry ``host``)."""
+
+
+def host() -> dict[str, Any]:
+    """What this machine is for the quickstart's figures: the CPU, its cores, torch, and the vector
+    code torch's CPU kernels dispatch to (``torch.backends.cpu.get_cpu_capability()``: AVX512, AVX2,
+    ...). The kernels round floats differently per code path, so the weights a seed's training gives,
+    and with them the figures, depend on it."""
+    import torch
+
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    try:
+        kernels = str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError):
+        kernels = "unknown"
+    return {"cpu": cpu or platform.processor() or platform.machine(), "cores": os.cpu_count() or 1,
+            "kernels": kernels, "torch": torch.__version__.split("+")[0]}
+
+
+def recorded_host(page: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The host of the run ``page`` (RESULTS.md) shows: its results file's ``host``, else
+    :data:`RECORDED_HOST`."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        results, _ = page_figures(page or root / FIGURES_PAGE)
+        return dict(json.loads((root / results).read_text()).get("host") or RECORDED_HOST)
+    except (OSError, ValueError):
+        return dict(RECORDED_HOST)
+
+
+def host_line(here: dict[str, Any], recorded: dict[str, Any]) -> str:
+    """Whether this run can be compared figure for figure with the recorded one, and why not."""
+    what = f"{here['cpu']}, {here['cores']} cores, torch {here['torch']}, kernels {here['kernels']}"
+    if here["kernels"] == recorded["kernels"] and here["torch"] == recorded["torch"]:
+        return f"Host: {what}: as the recorded run's (RESULTS.md), so its figures are those to compare with."
+    return (f"Host: {what}; the recorded run (RESULTS.md) ran torch {recorded['torch']} with kernels "
+            f"{recorded['kernels']}. This run departs from it: torch's kernels round floats differently per code "
+            "path, so a seed's weights differ, a reader may need more rounds of SFT before it copies names "
+            "(on a fresh AVX2 host, seeds 0 and 1 took a second round), and the figures can differ from "
+            "RESULTS.md's beyond their intervals.")
+
+
 def run_quickstart(cfg: QuickstartConfig | None = None, *, log: Any = None) -> dict[str, Any]:
     """Run every seed and arm; write ``seed-<n>.json``, ``summary.json``, ``report.md`` and the
     learning curves; return the summary (see the module docstring)."""
     cfg = cfg or QuickstartConfig()
     say = log or (lambda msg: None)
     started = time.perf_counter()
+    say(host_line(host(), recorded_host()))
     commit = _commit()  # the code that runs: a commit made while the run goes on is not what it measured
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -535,7 +586,7 @@ def _summarize(cfg: QuickstartConfig, rows: list[dict[str, Any]], seconds: float
         "tasks": {h: [t.id for t in ts] for h, ts in halves.items()},
         "seconds": round(seconds, 1), "seed_seconds": {r["seed"]: r["seconds"] for r in rows},
         "per_seed": rows, "config": asdict(cfg), "recipe": _recipe(cfg),
-        "commit": commit,
+        "commit": commit, "host": host(),
     }
     summary["readers_not_taken"] = _readers_not_taken(summary)
     # one line an arm, the mean over seeds (a line per seed and arm made 50 lines and a legend that
@@ -600,6 +651,7 @@ def _report(s: dict[str, Any], png: str) -> str:
         f"(M={c['M']}, {c['rl_steps']} steps x {c['tasks_per_step']} tasks, lr {c['rl_lr']}, KL {c['kl_coef']}). "
         f"Evaluation: {c['eval_samples']} sampled episodes (temperature {c['eval_temperature']}) of each "
         "evaluation-split task, paired by seed and task.", "",
+        host_line(s["host"], recorded_host()) if s.get("host") else "Host: not recorded.", "",
     ]
     for half, succ in s["success"].items():
         b = s["blind"][half]
