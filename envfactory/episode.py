@@ -437,9 +437,9 @@ class Episode(Environment):
             if pre is not None:  # step_many's second half
                 o = pre if pre.__class__ is ToolOutcome else self._world_gone(cast(WorldGone, pre), 1)[0]
             elif self._in_process:  # what LocalWorld.run does for one call
-                w = cast(LocalWorld, self._world)  # (_in_process: checked in __init__)
-                if w._box is not None and not t.read_only:  # type: ignore[union-attr]  # shared with a fork: copy it first
-                    w._own()
+                w: Any = self._world  # a LocalWorld (_in_process: checked in __init__)
+                if w._box is not None and not t.read_only:  # type: ignore[union-attr]  # shared with a fork
+                    w._own()  # (its own copy first)
                 o, w._state = quotas.invoke_within_quota(t, w._state, args)
             else:
                 try:  # _run_batch, inlined
