@@ -233,3 +233,43 @@ def test_a_replay_must_give_the_outcomes_the_batch_gave(same: bool) -> None:
         with pytest.raises(ContainerLost, match="gave other outcomes"):
             world._resume_after(died)
         assert link.dropped and world.resumed == 0
+
+
+# -- the server's plain run reply, written directly -------------------------------------------------
+_texts = st.text() | st.just("\ud800") | st.just("a\udfff\ud800\"\\\n\x00\u2028é😀")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_texts, st.booleans(), _texts), max_size=6))
+def test_a_plain_run_reply_is_byte_for_byte_what_the_frame_encoder_writes(outs: list[tuple[str, bool, str]]) -> None:
+    from envfactory.runtime.serve import _plain_run_body
+    from envfactory.tooling import ToolOutcome
+
+    outcomes = [ToolOutcome(c, ok, k) for c, ok, k in outs]
+    generic = wire.encode_body({"ok": True, "outcomes": [{"content": o.content, "ok": o.ok, "kind": o.kind}
+                                                         for o in outcomes]})
+    assert _plain_run_body(outcomes) == generic
+
+
+def test_a_run_reply_the_direct_writer_cannot_hold_is_built_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (the state asked for, a snapshot, an outcome of other types, a body over the cap)
+    from envfactory.registry import spec
+    from envfactory.runtime import serve
+    from envfactory.tooling import ToolOutcome
+    from envfactory.world import LocalWorld
+
+    assert serve._plain_run_body([ToolOutcome("1", 1, "ok")]) is None  # type: ignore[arg-type]  # 1 is not true
+    assert serve._plain_run_body([ToolOutcome(b"1", True, "ok")]) is None  # type: ignore[arg-type]
+    s = spec("Counter-v0")
+    srv = serve.Server(s, "t", 4)
+    sid = srv._add(LocalWorld(s))
+    srv._answer(sid, {"op": "start", "task": s.get_tasks()[0].id})
+    run = {"op": "run", "agent": "agent_0", "round": 1, "calls": [{"name": "increment", "arguments": {"by": 1}}]}
+    assert json.loads(srv._answer(sid, run)) == {"ok": True, "outcomes": [{"content": "1", "ok": True, "kind": "ok"}]}
+    with_state = json.loads(srv._answer(sid, {**run, "state": True}))  # asked for the state: the dict path
+    assert with_state["outcomes"][0]["content"] == "2" and "state" in with_state
+    # over the frame cap: the reply is built as before, whose observations are then cut to fit
+    # (test_hostile_wire.py::test_a_reply_over_the_frame_cap_is_capped_not_a_dropped_channel)
+    monkeypatch.setattr(wire, "MAX_FRAME", 100)
+    assert serve._plain_run_body([ToolOutcome("x" * 60, True, "ok")]) is None
+    assert len(serve._plain_run_body([ToolOutcome("x" * 39, True, "ok")]) or b"") == 100
