@@ -702,16 +702,17 @@ class _Journal:
         self.ledger: _Ledger | None = None  # the state's size kept per container (a large state)
         self.adopts = 0  # the ledgers this journal's state was given
         self.big = False  # a writing call found the state past LEDGER_BYTES (the next one adopts it)
-        self.limits = (_CHECKPOINT_CALLS, _CHECKPOINT_BYTES, _CHECKPOINT_SECONDS)  # before the next checkpoint
+        self.limits: tuple[int, int, float] | None = None  # before the next checkpoint (None: the defaults)
 
 
 _JOURNALS: dict[int, _Journal] = {}
 
 
-def _limits(cost: float) -> tuple[int, int, float]:
-    """A journal's checkpoint limits after a checkpoint that took ``cost`` seconds (see above)."""
+def _limits(cost: float) -> tuple[int, int, float] | None:
+    """A journal's checkpoint limits after a checkpoint that took ``cost`` seconds (see above;
+    ``None``: the defaults)."""
     if cost <= _CHECKPOINT_SECONDS:
-        return (_CHECKPOINT_CALLS, _CHECKPOINT_BYTES, _CHECKPOINT_SECONDS)
+        return None
     return (max(_CHECKPOINT_CALLS, int(cost / _CHECKPOINT_CALL_SECONDS)),
             int(_CHECKPOINT_BYTES * min(16.0, cost / _CHECKPOINT_SECONDS)), cost)
 
@@ -841,9 +842,22 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
             out = tool.invoke(state, arguments)
         took = time.perf_counter() - began
         if not tool.read_only:
-            error = _check_tracked(j, tool, state)
-            if error is not None:
-                return _undo_by_replay(j, tool, error)
+            if lg is None and not j.big:  # (a small state, as before: one full measure, stopping past the quota)
+                sizer = _SIZERS.get(state.__class__) or _sizer_for(state.__class__)
+                try:
+                    size = sizer(state, MAX_STATE_BYTES)
+                except BaseException as exc:  # noqa: BLE001 - a value whose repr (or a class's own measure) fails
+                    if stops_the_process(exc):
+                        raise
+                    return _undo_by_replay(j, tool, state_unmeasured_error(tool.name, exc))
+                if size > MAX_STATE_BYTES:
+                    return _undo_by_replay(j, tool, state_quota_error(tool.name, size))
+                if size >= LEDGER_BYTES:
+                    j.big = True
+            else:
+                error = _check_tracked(j, tool, state)
+                if error is not None:
+                    return _undo_by_replay(j, tool, error)
         elif not j.own:  # a plain state's reads change nothing: no need to replay them
             return out, state
         if out.kind == "invalid_arguments":  # (it ran nothing)
@@ -851,8 +865,10 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
         j.calls.append((tool, kept, _answer(out)))
         j.seconds += took
         j.bytes += size
-        calls, nbytes, seconds = j.limits
-        if not j.own and (len(j.calls) >= calls or j.bytes >= nbytes or j.seconds >= seconds):
+        lim = j.limits
+        if not j.own and ((len(j.calls) >= _CHECKPOINT_CALLS or j.bytes >= _CHECKPOINT_BYTES
+                           or j.seconds >= _CHECKPOINT_SECONDS) if lim is None else
+                          (len(j.calls) >= lim[0] or j.bytes >= lim[1] or j.seconds >= lim[2])):
             began = time.perf_counter()
             new = _Journal(copy_state(state))
             new.big = j.big

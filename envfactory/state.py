@@ -86,15 +86,15 @@ def _copy(value: Any, memo: dict[int, Any] | None = None) -> Any:
         new: Any = {k: (v if v.__class__ in _IMMUTABLE_SET else _copy(v, memo)) for k, v in value.items()}
     elif cls is list:
         new = [v if v.__class__ in _IMMUTABLE_SET else _copy(v, memo) for v in value]
-    elif cls is TDict:  # (a large tracked state's containers, envfactory.sizes: copied as plain ones)
-        new = {k: (v if v.__class__ in _IMMUTABLE_SET else _copy(v, memo)) for k, v in value.items()}
-    elif cls is TList:
-        new = [v if v.__class__ in _IMMUTABLE_SET else _copy(v, memo) for v in value]
     elif isinstance(value, BaseModel):
         copier = _COPIERS.get(cls)
         if copier is None:
             copier = _COPIERS[cls] = _compile_copier(cls)
         new = copier(value, memo)
+    elif cls is TDict:  # (a large tracked state's containers, envfactory.sizes: copied as plain ones)
+        new = {k: (v if v.__class__ in _IMMUTABLE_SET else _copy(v, memo)) for k, v in value.items()}
+    elif cls is TList:
+        new = [v if v.__class__ in _IMMUTABLE_SET else _copy(v, memo) for v in value]
     elif cls is set or cls is TSet:
         new = set(value)  # set elements are hashable, hence treated as immutable
     elif cls is tuple:
@@ -356,13 +356,11 @@ def _identical(a: Any, b: Any) -> bool:
         c = PLAIN_OF.get(c, c)  # (a tracked container, envfactory.sizes, is its plain class)
         if c is not PLAIN_OF.get(b.__class__, b.__class__):
             return False
-    elif c is TDict or c is TList or c is TSet:
-        c = PLAIN_OF[c]
     if c in _SCALAR_CLASSES:
         return a == b
     if c is float:
         return repr(a) == repr(b)  # -0.0 and 0.0 serialize apart; NaN and NaN together
-    if c is dict:
+    if c is dict or c is TDict:
         if len(a) != len(b):
             return False
         if a == b:  # equal (C speed); identical when every key is a string and the values one scalar class
@@ -380,7 +378,7 @@ def _identical(a: Any, b: Any) -> bool:
             if w is _MISSING or not (v is w or _identical(v, w)):
                 return False
         return True
-    if c is list or c is tuple:
+    if c is list or c is tuple or c is TList:
         if len(a) != len(b):
             return False
         if a == b:
@@ -388,7 +386,7 @@ def _identical(a: Any, b: Any) -> bool:
             if len(kinds) == 1 and kinds <= _SCALAR_CLASSES and kinds == set(map(type, b)):
                 return True
         return all(map(_identical, a, b))
-    if c is set or c is frozenset:  # sets of strings: equal sets serialize alike
+    if c is set or c is frozenset or c is TSet:  # sets of strings: equal sets serialize alike
         return a == b and set(map(type, a)) <= _STR  # b's members equal strings: strings (or str enums)
     if _PLAIN.get(c) or (isinstance(a, BaseModel) and plain_model(c)):
         if a.__pydantic_extra__ or b.__pydantic_extra__:
