@@ -253,8 +253,11 @@ def cut_observations(contents: Sequence[str], room: int) -> tuple[list[str] | No
 
 
 # -- the measure kept per container (a large tracked state) ---------------------------------------
-# A tracked state (:func:`track`) whose full measure finds it at least :data:`LEDGER_BYTES`
-# (``ENVFACTORY_LEDGER_BYTES``) is, at its next writing call, adopted by a ledger (:mod:`envfactory.sizes`): its containers report every mutation while a
+# A tracked state (:func:`track`) that :data:`ADOPT_AFTER` full measures after writing calls found
+# at least :data:`LEDGER_BYTES` (``ENVFACTORY_LEDGER_BYTES``, ``ENVFACTORY_ADOPT_AFTER``) is, at
+# its next writing call, adopted by a ledger (:mod:`envfactory.sizes`; the adoption costs about
+# three full measures, so waiting for three first bounds what an episode too short to earn it back
+# loses, and a fork written once pays none): its containers report every mutation while a
 # writing call runs, and the measure after the call is the last one plus what the call removed
 # (each removed part at its size before the call, kept per container) and what it added (walked
 # after the call): proportional to the change, not the state. Whatever the ledger cannot vouch for
@@ -266,7 +269,8 @@ def cut_observations(contents: Sequence[str], room: int) -> tuple[list[str] | No
 # containers' methods (``dict.__setitem__(d, k, v)``) is what a tool may do and the ledger cannot
 # see: each checkpoint of the journal (every so many calls, when it copies the state anyway) also
 # measures the whole state and drops a ledger that disagrees.
-LEDGER_BYTES = int(os.environ.get("ENVFACTORY_LEDGER_BYTES", 4 << 10))  # (0: every tracked state written twice)
+LEDGER_BYTES = int(os.environ.get("ENVFACTORY_LEDGER_BYTES", 512))
+ADOPT_AFTER = int(os.environ.get("ENVFACTORY_ADOPT_AFTER", 3))  # full measures of a large state before its adoption
 _ADOPTIONS = 2
 _LEAF_CLASSES = frozenset({str, int, float, bool, type(None)})
 _NODE_CLASSES = frozenset({dict, list, set, TDict, TList, TSet})
@@ -701,7 +705,7 @@ class _Journal:
         self.own = _own_copier(origin.__class__)
         self.ledger: _Ledger | None = None  # the state's size kept per container (a large state)
         self.adopts = 0  # the ledgers this journal's state was given
-        self.big = False  # a writing call found the state past LEDGER_BYTES (the next one adopts it)
+        self.big = 0  # the writing calls that found the state past LEDGER_BYTES (ADOPT_AFTER: the next one adopts it)
         self.limits: tuple[int, int, float] | None = None  # before the next checkpoint (None: the defaults)
 
 
@@ -842,7 +846,7 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
             out = tool.invoke(state, arguments)
         took = time.perf_counter() - began
         if not tool.read_only:
-            if lg is None and not j.big:  # (a small state, as before: one full measure, stopping past the quota)
+            if lg is None and j.big < ADOPT_AFTER:  # (as before: one full measure, stopping past the quota)
                 sizer = _SIZERS.get(state.__class__) or _sizer_for(state.__class__)
                 try:
                     size = sizer(state, MAX_STATE_BYTES)
@@ -853,7 +857,7 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
                 if size > MAX_STATE_BYTES:
                     return _undo_by_replay(j, tool, state_quota_error(tool.name, size))
                 if size >= LEDGER_BYTES:
-                    j.big = True
+                    j.big += 1
             else:
                 error = _check_tracked(j, tool, state)
                 if error is not None:
@@ -917,8 +921,8 @@ def _measured(tool: Any, state: Any, applied: bool) -> tuple[int, str | None]:
 def _check_tracked(j: _Journal, tool: Any, state: Any) -> str | None:
     """The quota error after a writing call on a tracked state, or ``None``: by its ledger when it
     has one that vouches for the call and finds it within the quota, else by the full measure
-    (a state found past :data:`LEDGER_BYTES` is adopted by a ledger at its next writing call: a
-    fork written once pays no adoption)."""
+    (a state found past :data:`LEDGER_BYTES` :data:`ADOPT_AFTER` times is adopted by a ledger at its
+    next writing call)."""
     lg = j.ledger
     if lg is not None:
         try:
@@ -929,8 +933,8 @@ def _check_tracked(j: _Journal, tool: Any, state: Any) -> str | None:
             return None
         j.ledger = None  # (over the quota, or not vouched for: the full measure decides)
         lg.kill()
-    elif j.big and j.adopts < _ADOPTIONS and not j.own and _adoptable(state.__class__):
-        # a second writing call on a large state: adopted (its measure is the adoption's own walk)
+    elif j.adopts < _ADOPTIONS and not j.own and _adoptable(state.__class__):
+        # a state found large by ADOPT_AFTER writing calls: adopted (its measure is the adoption's own walk)
         j.adopts += 1
         lg = _Ledger()
         try:
@@ -941,7 +945,7 @@ def _check_tracked(j: _Journal, tool: Any, state: Any) -> str | None:
             lg.kill()
     size, error = _measured(tool, state, applied=False)
     if error is None and size >= LEDGER_BYTES:
-        j.big = True
+        j.big += 1
     return error
 
 

@@ -242,7 +242,7 @@ def sneaky_read(state: Table, key: str) -> str:
 def _adopted(n: int = 200) -> Table:
     state = _table(n)
     quotas.track(state)
-    for i in range(2):  # the first writing call finds it large, the second adopts it
+    for i in range(quotas.ADOPT_AFTER + 1):  # the first writing calls find it large, the next adopts it
         out, state = quotas.invoke_within_quota(write, state, {"key": "r0", "text": f"w{i}"})
         assert out.ok
     assert _ledger(state) is not None and _ledger(state).total == quotas._walk(state, None)
@@ -432,7 +432,7 @@ def test_a_fork_of_an_adopted_state_is_independent() -> None:
                        tools=[write, mutate], tasks=[task], max_turns=1000)
     world = LocalWorld(spec)
     world.start(task)
-    for i in range(3):
+    for i in range(quotas.ADOPT_AFTER + 1):
         world.run("agent", 0, [call("write", key="r1", text=f"p{i}")])
     assert _ledger(world.view()) is not None
     child = world.fork()
@@ -464,7 +464,7 @@ def _adoptable_specs(every: int = 1) -> list[Any]:
 def test_built_in_reference_plays_dump_and_hash_alike_with_the_ledger(monkeypatch) -> None:
     """Built-in single-agent environments whose state the ledger takes (a plain pydantic one; every
     fifth by name here: building their tasks is what costs; all 106 passed the same), each its first
-    task's reference played twice, the ledger on every state (adopted at the second
+    task's reference played twice, the ledger on every state (adopted at the first
     writing call) and off: the same outcomes, canonical JSON, dump and hash after every call, and
     the ledger's count the full measure's."""
     from envfactory.world import LocalWorld
@@ -476,6 +476,7 @@ def test_built_in_reference_plays_dump_and_hash_alike_with_the_ledger(monkeypatc
         if task is None:
             continue
         worlds = []
+        monkeypatch.setattr(quotas, "ADOPT_AFTER", 0)  # (adopted at the first writing call)
         for on in (True, False):
             monkeypatch.setattr(quotas, "LEDGER_BYTES", 0 if on else 1 << 60)
             w = LocalWorld(spec)
@@ -528,3 +529,22 @@ def test_a_state_whose_checkpoint_is_slow_keeps_its_journal_longer(monkeypatch) 
     calls, nbytes, seconds = limits
     assert calls >= 15_000 and seconds >= 0.06 and nbytes > quotas._CHECKPOINT_BYTES
     assert quotas._limits(0.001) is None  # (a quick checkpoint: the defaults)
+
+
+def test_a_state_is_adopted_after_adopt_after_full_measures_and_a_small_one_never() -> None:
+    """The adoption costs about three full measures: a large state is measured in full by its
+    first ADOPT_AFTER writing calls (a short episode pays nothing more than before), adopted at the
+    next; a state under LEDGER_BYTES is never adopted."""
+    state = _table(50)
+    quotas.track(state)
+    for i in range(quotas.ADOPT_AFTER):
+        out, state = quotas.invoke_within_quota(write, state, {"key": "r0", "text": str(i)})
+        assert out.ok and _ledger(state) is None and type(state.rows) is dict
+    out, state = quotas.invoke_within_quota(write, state, {"key": "r0", "text": "adopted"})
+    assert out.ok and _ledger(state) is not None and type(state.rows) is TDict
+    small = Table(note="tiny")
+    assert quotas._walk(small, None) < quotas.LEDGER_BYTES
+    quotas.track(small)
+    for _ in range(10):
+        out, small = quotas.invoke_within_quota(mutate, small, {"op": "note", "seed": 0})
+    assert _ledger(small) is None
