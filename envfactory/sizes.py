@@ -1,15 +1,15 @@
 """Containers that report their mutations, so the state quota's measure costs what a call changed.
 
-A large state that a world tracks (:func:`envfactory.quotas.track`) is *adopted* by a ledger
-(:class:`envfactory.quotas._Ledger`) once the full measure finds it past
-``quotas.LEDGER_BYTES``: its dicts, lists and sets become :class:`TDict`, :class:`TList` and
+A state that a world tracks (:func:`envfactory.quotas.track`) is *adopted* by a ledger
+(:class:`envfactory.quotas._Ledger`) once full measures after ``quotas.ADOPT_AFTER`` writing calls
+found it past ``quotas.LEDGER_BYTES``: its dicts, lists and sets become :class:`TDict`, :class:`TList` and
 :class:`TSet` (the same items), and each pydantic model in it keeps its identity with its
 ``__dict__`` a :class:`TDict`. Each such container (a *node*) holds the size its subtree adds to
 the state's dump (``_sz``), its parent node (``_up``) and its ledger (``_lg``). Every mutator
 (``d[k] = v``, ``del``, ``pop``, ``update``, ``append``, ``extend``, slice assignment, ``add``,
 ``discard``..., and a model's field assignment, which pydantic writes as ``model.__dict__[name] =
-value``) tells the ledger what it removed and what it added, before it runs; the ledger settles
-the sizes after the call. A node whose ``_lg`` is ``None`` (a state that is not adopted, a part
+value``) tells the ledger what it removed and what it added; the ledger settles the sizes after
+the call. A node whose ``_lg`` is ``None`` (a state that is not adopted, a part
 removed from one) reports nothing: it is a plain dict, list or set with a few more slots.
 
 They dump, copy, pickle, compare and hash as the plain containers do: ``copy()``, ``copy.copy``,
@@ -17,8 +17,8 @@ They dump, copy, pickle, compare and hash as the plain containers do: ``copy()``
 serializes them as it serializes a dict, list or set, and the engine's ``cls is dict`` tests
 (:func:`envfactory.state._copy`, ``_identical``, ``live_leaf``, the quota's walk) count them as
 the plain class. What they cannot see (a C-level write that skips the subclass's method,
-``dict.__setitem__(d, k, v)`` or ``object.__setattr__(model, name, v)``) is what the ledger's
-periodic full measure catches (see :mod:`envfactory.quotas`).
+``dict.__setitem__(d, k, v)``, ``object.__setattr__(model, name, v)``, ``del model.field``) is what
+the journal's checkpoint, which measures the whole state, catches (see :mod:`envfactory.quotas`).
 """
 
 from __future__ import annotations
