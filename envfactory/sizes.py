@@ -274,22 +274,26 @@ class TSet(set):
 
     def __ior__(self, other: Any) -> "TSet":  # type: ignore[misc]
         self._again()
-        set.__ior__(self, other)
+        if set.__ior__(self, other) is NotImplemented:  # (not a set: the operator raises TypeError, as a set's)
+            return NotImplemented
         return self
 
     def __iand__(self, other: Any) -> "TSet":  # type: ignore[misc]
         self._again()
-        set.__iand__(self, other)
+        if set.__iand__(self, other) is NotImplemented:  # (not a set: the operator raises TypeError, as a set's)
+            return NotImplemented
         return self
 
     def __isub__(self, other: Any) -> "TSet":  # type: ignore[misc]
         self._again()
-        set.__isub__(self, other)
+        if set.__isub__(self, other) is NotImplemented:  # (not a set: the operator raises TypeError, as a set's)
+            return NotImplemented
         return self
 
     def __ixor__(self, other: Any) -> "TSet":  # type: ignore[misc]
         self._again()
-        set.__ixor__(self, other)
+        if set.__ixor__(self, other) is NotImplemented:  # (not a set: the operator raises TypeError, as a set's)
+            return NotImplemented
         return self
 
 

@@ -548,3 +548,42 @@ def test_a_state_is_adopted_after_adopt_after_full_measures_and_a_small_one_neve
     for _ in range(10):
         out, small = quotas.invoke_within_quota(mutate, small, {"op": "note", "seed": 0})
     assert _ledger(small) is None
+
+
+def test_tracked_containers_answer_every_operation_as_plain_ones() -> None:
+    """Outside a ledger (and inside one) a tracked container is its plain class: the same results,
+    the same errors."""
+    ops: list[Any] = [
+        lambda d: d.update({"a": 1}, b=2), lambda d: d.setdefault("c", []), lambda d: d.pop("a"),
+        lambda d: d.pop("zz", 0), lambda d: d.popitem(), lambda d: d.__ior__({"x": 1}), lambda d: d.pop("nope"),
+        lambda d: d.__delitem__("nope"), lambda d: d.fromkeys("ab"), lambda d: d | {"y": 2}, lambda d: d.clear(),
+    ]
+    lops: list[Any] = [
+        lambda x: x.append(1), lambda x: x.extend((2, 3)), lambda x: x.insert(0, 9), lambda x: x.__setitem__(slice(0, 2), [7]),
+        lambda x: x.__delitem__(slice(None, None, 2)), lambda x: x.remove(3), lambda x: x.remove(99), lambda x: x.pop(),
+        lambda x: x.pop(50), lambda x: x.__iadd__([4, 5]), lambda x: x.__imul__(2), lambda x: x.__setitem__(slice(0, 4, 2), [1]),
+        lambda x: x + [1], lambda x: x[1:], lambda x: x.clear(),
+    ]
+    sops: list[Any] = [
+        lambda s: s.add("q"), lambda s: s.discard("q"), lambda s: s.remove("nope"), lambda s: s.update("xy"),
+        lambda s: s.__ior__({"z"}), lambda s: s.__ior__(["no"]), lambda s: s.__isub__({"x"}), lambda s: s.__iand__({"y", "z"}),
+        lambda s: s.__ixor__({"w"}), lambda s: s.pop(), lambda s: s | {"k"}, lambda s: s.clear(),
+    ]
+
+    def run(obj: Any, fs: list[Any]) -> list[Any]:
+        got = []
+        for f in fs:
+            try:
+                r = f(obj)
+                got.append(("ok", r if not isinstance(r, (dict, list, set)) or r is obj else (type(r).__name__, r)))
+            except Exception as exc:  # noqa: BLE001
+                got.append(("raised", type(exc).__name__))
+            got.append(sorted(obj) if isinstance(obj, set) else (list(obj.items()) if isinstance(obj, dict) else list(obj)))
+        return got
+
+    def norm(got: list[Any]) -> str:
+        return repr(got).replace("TDict", "dict").replace("TList", "list").replace("TSet", "set")
+
+    assert norm(run(TDict({"a": 0, "k": 1}), ops)) == norm(run({"a": 0, "k": 1}, ops))
+    assert norm(run(TList([1, 2, 3]), lops)) == norm(run([1, 2, 3], lops))
+    assert norm(run(TSet({"x", "y"}), sops)) == norm(run({"x", "y"}, sops))
