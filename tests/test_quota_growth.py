@@ -571,7 +571,7 @@ def test_tracked_containers_answer_every_operation_as_plain_ones() -> None:
     ]
 
     def run(obj: Any, fs: list[Any]) -> list[Any]:
-        got = []
+        got: list[Any] = []
         for f in fs:
             try:
                 r = f(obj)
