@@ -197,7 +197,7 @@ def test_a_closed_fork_that_plays_on_still_copies_before_writing(copies):
     assert len(copies) == 1 and "/tmp/x.txt" not in _files(env)
 
 
-def test_subclasses_and_own_copiers_fork_by_a_copy_as_before(copies):
+def test_subclasses_fork_by_a_copy_unless_they_opt_in(copies):
     """A LocalWorld subclass (an MCP server's world) forks by a copy unless it opts in."""
     from envfactory.world import LocalWorld
 
