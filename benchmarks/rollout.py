@@ -117,7 +117,8 @@ def cpu_peak_flops(cpuinfo: str | None = None, cores: int | None = None) -> dict
     ``cores x GHz (cpuinfo's MHz, the nominal clock a VM reports) x FLOPs a cycle`` (the table
     above). A denominator that does not move with the load, beside the same-run matmul rate
     (which swung 42-70 GFLOP/s across three runs of one machine): ``{"flops", "ghz", "cores",
-    "flops_per_cycle", "isa"}``."""
+    "flops_per_cycle", "isa"}``. The clock is the nominal one; a core boosting past it can exceed
+    this peak a little (the same-run matmul reached 1.01x it on one core of a Zen 4 VM)."""
     if cpuinfo is None:
         try:
             with open("/proc/cpuinfo") as f:
