@@ -763,6 +763,7 @@ def track_fork(child: Any, parent: Any) -> None:
     if j is not None:
         new = _Journal(j.origin, list(j.calls))
         new.bytes, new.seconds = j.bytes, j.seconds
+        new.limits = j.limits  # (the parent's checkpoint limits: a journal past the defaults is not copied at once)
         _attach(child, new)
     else:
         track(child)

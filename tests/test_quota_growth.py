@@ -587,3 +587,21 @@ def test_tracked_containers_answer_every_operation_as_plain_ones() -> None:
     assert norm(run(TDict({"a": 0, "k": 1}), ops)) == norm(run({"a": 0, "k": 1}, ops))
     assert norm(run(TList([1, 2, 3]), lops)) == norm(run([1, 2, 3], lops))
     assert norm(run(TSet({"x", "y"}), sops)) == norm(run({"x", "y"}, sops))
+
+
+def test_a_fork_keeps_its_parent_s_checkpoint_limits(monkeypatch) -> None:
+    """A journal kept longer (a slow checkpoint) is forked with its limits: the child's first
+    write does not take a checkpoint copy because the journal it inherited is past the defaults."""
+    state = _adopted()
+    j = quotas._journal(state)
+    assert j is not None
+    j.limits = (10_000, 1 << 30, 100.0)
+    for i in range(300):
+        out, state = quotas.invoke_within_quota(write, state, {"key": "r1", "text": str(i % 7)})
+    child = copy_state(state)
+    quotas.track_fork(child, state)
+    copies: list[int] = []
+    real = quotas.copy_state
+    monkeypatch.setattr(quotas, "copy_state", lambda s: copies.append(1) or real(s))
+    out, child = quotas.invoke_within_quota(write, child, {"key": "r2", "text": "child"})
+    assert out.ok and not copies
