@@ -602,6 +602,11 @@ def test_a_fork_keeps_its_parent_s_checkpoint_limits(monkeypatch) -> None:
     quotas.track_fork(child, state)
     copies: list[int] = []
     real = quotas.copy_state
-    monkeypatch.setattr(quotas, "copy_state", lambda s: copies.append(1) or real(s))
+
+    def counted(s: Any) -> Any:
+        copies.append(1)
+        return real(s)
+
+    monkeypatch.setattr(quotas, "copy_state", counted)
     out, child = quotas.invoke_within_quota(write, child, {"key": "r2", "text": "child"})
     assert out.ok and not copies
