@@ -493,7 +493,14 @@ class _Ledger:
                 raise _Refuse
             total = 2
             for k, x in dict.items(v):
-                total += (len(k) + 4 if k.__class__ is str and k.isascii() else _key_size(k)) + scan(x, seen, cap)
+                total += len(k) + 4 if k.__class__ is str and k.isascii() else _key_size(k)
+                xc = x.__class__  # (the usual leaves inline: no call)
+                if xc is str:
+                    total += len(x) + 2 if x.isascii() else len(x.encode("utf-16-le", "surrogatepass")) * 3 + 2
+                elif (xc is int and -_BIG < x < _BIG) or xc is bool or x is None:
+                    total += 8
+                else:
+                    total += scan(x, seen, cap)
                 if total > cap:
                     raise _Over
             return total
@@ -502,7 +509,10 @@ class _Ledger:
                 raise _Refuse
             total = 2 + len(v)
             for x in v:
-                total += scan(x, seen, cap)
+                if x.__class__ is str and x.isascii():
+                    total += len(x) + 2
+                else:
+                    total += scan(x, seen, cap)
                 if total > cap:
                     raise _Over
             return total
@@ -528,7 +538,15 @@ class _Ledger:
             seen.add(id(d))
             total = 2
             for k, x in dict.items(d):
-                total += len(k) + 4 + scan(x, seen, cap)
+                xc = x.__class__  # (the usual leaves inline: no call)
+                if xc is str:
+                    total += len(k) + 6 + (len(x) if x.isascii() else len(x.encode("utf-16-le", "surrogatepass")) * 3)
+                elif (xc is int and -_BIG < x < _BIG) or xc is bool or x is None:
+                    total += len(k) + 12
+                elif xc is float:
+                    total += len(k) + 4 + FLOAT_BYTES
+                else:
+                    total += len(k) + 4 + scan(x, seen, cap)
                 if total > cap:
                     raise _Over
             return total
@@ -546,6 +564,9 @@ class _Ledger:
             node: Any = v if c is TList else TList(v)
             total = 2 + len(node)
             for i, x in enumerate(node):
+                if x.__class__ is str and x.isascii():
+                    total += len(x) + 2
+                    continue
                 s, y = adopt(x, node)
                 if y is not x:
                     list.__setitem__(node, i, y)
@@ -564,12 +585,21 @@ class _Ledger:
             total = 2
             changed = None
             for k, x in dict.items(node):
-                s, y = adopt(x, node)
-                if y is not x:
-                    if changed is None:
-                        changed = []
-                    changed.append((k, y))
-                total += s + (len(k) + 4 if km or k.__class__ is str and k.isascii() else _key_size(k))
+                total += len(k) + 4 if km or k.__class__ is str and k.isascii() else _key_size(k)
+                xc = x.__class__  # (the usual leaves inline: no call)
+                if xc is str:
+                    total += len(x) + 2 if x.isascii() else len(x.encode("utf-16-le", "surrogatepass")) * 3 + 2
+                elif (xc is int and -_BIG < x < _BIG) or xc is bool or x is None:
+                    total += 8
+                elif xc is float:
+                    total += FLOAT_BYTES
+                else:
+                    s, y = adopt(x, node)
+                    if y is not x:
+                        if changed is None:
+                            changed = []
+                        changed.append((k, y))
+                    total += s
             if changed:
                 for k, y in changed:
                     dict.__setitem__(node, k, y)
@@ -584,7 +614,8 @@ class _Ledger:
         if not _adoptable(state.__class__):
             raise _Refuse
         try:
-            self._scan(state, set(), cap)
+            if self._scan(state, set(), cap) > cap:
+                raise _Over
             total, _ = self._adopt(state, None)
         except RecursionError:
             raise _Refuse from None

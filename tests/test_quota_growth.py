@@ -610,3 +610,22 @@ def test_a_fork_keeps_its_parent_s_checkpoint_limits(monkeypatch) -> None:
     monkeypatch.setattr(quotas, "copy_state", counted)
     out, child = quotas.invoke_within_quota(write, child, {"key": "r2", "text": "child"})
     assert out.ok and not copies
+
+
+def test_an_adoption_past_the_quota_adopts_nothing(monkeypatch) -> None:
+    """A state past the quota (its strings alone) is not adopted: the full measure decides, and the
+    call that took it there is that call's error."""
+    lg = quotas._Ledger()
+    big = Table(note="x" * 100, index={str(i): [] for i in range(10)}, blob={str(i): "y" * 1000 for i in range(100)})
+    with pytest.raises(quotas._Over):
+        lg.adopt(big, 50_000)
+    assert type(big.blob) is dict  # (nothing converted)
+    state = _table(50)
+    quotas.track(state)
+    monkeypatch.setattr(quotas, "ADOPT_AFTER", 0)
+    monkeypatch.setattr(quotas, "MAX_STATE_BYTES", quotas._walk(state, None) + 1000)
+    out, state = quotas.invoke_within_quota(mutate, state, {"op": "note", "seed": 3})  # within: adopted
+    assert out.ok and _ledger(state) is not None
+    before = canonical_json(state)
+    out, state = quotas.invoke_within_quota(grow, state, {"n": 5000})
+    assert not out.ok and out.kind == "quota" and canonical_json(state) == before
