@@ -881,14 +881,14 @@ def invoke_within_quota(tool: Any, state: Any, arguments: Any) -> tuple[Any, Any
             if lg is None and j.big < ADOPT_AFTER:  # (as before: one full measure, stopping past the quota)
                 sizer = _SIZERS.get(state.__class__) or _sizer_for(state.__class__)
                 try:
-                    size = sizer(state, MAX_STATE_BYTES)
+                    measured = sizer(state, MAX_STATE_BYTES)
                 except BaseException as exc:  # noqa: BLE001 - a value whose repr (or a class's own measure) fails
                     if stops_the_process(exc):
                         raise
                     return _undo_by_replay(j, tool, state_unmeasured_error(tool.name, exc))
-                if size > MAX_STATE_BYTES:
-                    return _undo_by_replay(j, tool, state_quota_error(tool.name, size))
-                if size >= LEDGER_BYTES:
+                if measured > MAX_STATE_BYTES:
+                    return _undo_by_replay(j, tool, state_quota_error(tool.name, measured))
+                if measured >= LEDGER_BYTES:
                     j.big += 1
             else:
                 error = _check_tracked(j, tool, state)

@@ -629,3 +629,16 @@ def test_an_adoption_past_the_quota_adopts_nothing(monkeypatch) -> None:
     before = canonical_json(state)
     out, state = quotas.invoke_within_quota(grow, state, {"n": 5000})
     assert not out.ok and out.kind == "quota" and canonical_json(state) == before
+
+
+def test_the_journal_counts_the_arguments_bytes_not_the_state_s() -> None:
+    """The journal's bytes are its calls' arguments (what a replay copies), whatever the state's size:
+    a large state's full measure must not be counted there (it made every call a checkpoint)."""
+    state = _table(2000)
+    quotas.track(state)
+    for i in range(quotas.ADOPT_AFTER + 3):
+        out, state = quotas.invoke_within_quota(write, state, {"key": "r1", "text": "t"})
+        assert out.ok
+    j = quotas._journal(state)
+    assert j is not None and len(j.calls) == quotas.ADOPT_AFTER + 3
+    assert j.bytes < 1000, j.bytes
