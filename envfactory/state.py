@@ -3,7 +3,8 @@
 A :class:`State` holds the whole truth of an episode. It must stay plain data
 (models, dicts, lists, sets, strings, numbers, booleans, ``None``) so that it is
 JSON-serializable, canonically hashable and cheap to copy. ``fork()`` of a live
-environment copies its state with :func:`copy_state`, which is why that function
+environment shares its state until either side writes, then copies it with
+:func:`copy_state` (:class:`~envfactory.world.LocalWorld`), which is why that function
 is written for speed rather than generality. A model class may bring its own
 copier (``__state_copy__``): the factory's
 :class:`~envfactory.factory.classes.pystate.PyState`, which holds arbitrary Python objects
