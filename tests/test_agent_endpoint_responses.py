@@ -190,3 +190,11 @@ def test_store_false_is_not_kept_and_the_store_is_bounded(hf: HFPolicy, monkeypa
         for rid, code in ((kept[0], 404), (gone, 404), (kept[2], 200)):
             r = httpx.post(ep.base_url + "/responses", json={"input": "more", "previous_response_id": rid}, timeout=30)
             assert r.status_code == code, r.text
+
+
+def test_a_continuation_keeps_the_stored_conversation_and_takes_only_its_own_instructions() -> None:
+    stored = [{"role": "system", "content": "A developer note."}, {"role": "user", "content": "Add one."},
+              {"role": "assistant", "content": "Done."}]
+    chat = responses_request_as_chat({"instructions": "New rules.", "input": "And again."}, stored)
+    assert chat["messages"] == [{"role": "system", "content": "New rules."}, *stored,
+                                {"role": "user", "content": "And again."}]

@@ -142,8 +142,8 @@ def responses_request_as_chat(body: Any, history: list[dict[str, Any]] | None = 
         if not isinstance(instructions, str):
             raise RequestError("instructions must be a string", param="instructions")
         messages.append({"role": "system", "content": instructions})
-    if history:
-        messages += [m for m in history if not (instructions is not None and m["role"] == "system")]
+    if history:  # (a stored conversation holds no instructions: they are not carried over, as OpenAI's are not)
+        messages += history
     messages += _input_messages(body.get("input"))
     chat: dict[str, Any] = {"model": body.get("model", ""), "messages": messages,
                             "tools": _chat_tools(body.get("tools"))}
