@@ -465,19 +465,17 @@ def _handler(endpoint: ChatEndpoint) -> type[BaseHTTPRequestHandler]:
             pass
 
         def _send(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.connection.settimeout(READ_TIMEOUT_S)  # (not what a read's deadline left)
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self._write(status, json.dumps(body).encode(), "application/json")
 
         def _send_events(self, data: bytes) -> None:
-            self.connection.settimeout(READ_TIMEOUT_S)
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
+            self._write(200, data, "text/event-stream", {"Cache-Control": "no-cache"})
+
+        def _write(self, status: int, data: bytes, kind: str, headers: dict[str, str] | None = None) -> None:
+            self.connection.settimeout(READ_TIMEOUT_S)  # (not what a read's deadline left)
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
