@@ -22,7 +22,11 @@ variables ``ENVFACTORY_MAX_ACTION_CHARS`` / ``ENVFACTORY_MAX_CALLS_PER_TURN`` at
 * :data:`MAX_ACTION_CHARS` (default 1 MiB of text): a longer action is rejected
   whole, unscanned, as one error (it runs no call and does not end the episode);
 * :data:`MAX_CALLS_PER_TURN` (default 256): an action with more calls runs none
-  of them and is one error.
+  of them and is one error;
+* :data:`MAX_ARGUMENT_DEPTH` (default 100, ``ENVFACTORY_MAX_ARGUMENT_DEPTH``): a call whose
+  arguments nest deeper (the arguments object is level 1) is that call's error: it runs nothing,
+  where the copies and checks behind a call (each recursive) would otherwise exceed Python's
+  recursion limit.
 """
 
 from __future__ import annotations
@@ -35,12 +39,14 @@ from typing import Any
 from .task import ToolCall
 
 __all__ = ["ParsedAction", "parse_action", "parse_text", "ActionTypeError", "MAX_ACTION_CHARS",
-           "MAX_CALLS_PER_TURN"]
+           "MAX_CALLS_PER_TURN", "MAX_ARGUMENT_DEPTH"]
 
 MAX_ACTION_CHARS = int(os.environ.get("ENVFACTORY_MAX_ACTION_CHARS", 1 << 20))
 """The longest action (characters of text) that is parsed; a longer one is one error."""
 MAX_CALLS_PER_TURN = int(os.environ.get("ENVFACTORY_MAX_CALLS_PER_TURN", 256))
 """The most tool calls one action may make; an action with more runs none of them."""
+MAX_ARGUMENT_DEPTH = int(os.environ.get("ENVFACTORY_MAX_ARGUMENT_DEPTH", 100))
+"""The deepest nesting of a call's arguments (the object itself is level 1); deeper is that call's error."""
 
 _OPEN = "<tool_call>"
 _CLOSE = "</tool_call>"
@@ -103,6 +109,35 @@ def _capped(parsed: ParsedAction) -> ParsedAction:
 _check_json = json.JSONEncoder(separators=(",", ":")).encode  # what snapshot() and the wire must encode
 
 
+def _too_deep(args: dict[str, Any]) -> bool:
+    """Whether ``args`` nests deeper than :data:`MAX_ARGUMENT_DEPTH` (each container counted
+    once, so shared or cyclic ones end). The usual flat arguments cost one pass over the values."""
+    for v in args.values():
+        c = v.__class__
+        if c is dict or c is list or isinstance(v, (dict, list, tuple)):
+            break
+    else:
+        return False
+    limit, seen = MAX_ARGUMENT_DEPTH, set()
+    stack: list[tuple[Any, int]] = [(args, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        for child in (value.values() if isinstance(value, dict) else value):
+            if isinstance(child, (dict, list, tuple)):
+                stack.append((child, depth + 1))
+    return False
+
+
+def _deep_error(name: str, where: str) -> str:
+    return (f"{where}: 'arguments' of '{name}' nest deeper than {MAX_ARGUMENT_DEPTH} levels; "
+            "no tool takes arguments that deep.")
+
+
 def _bad_call(call: Any, where: str) -> str | None:
     """Why a call given as an object (not parsed from text) cannot run, or ``None``."""
     name = call.name
@@ -115,6 +150,8 @@ def _bad_call(call: Any, where: str) -> str | None:
         _check_json(args)
     except (TypeError, ValueError, RecursionError) as exc:
         return f"{where}: 'arguments' of '{name}' cannot be encoded as JSON ({type(exc).__name__}: {str(exc)[:200]})."
+    if _too_deep(args):
+        return _deep_error(name, where)
     if call.id is not None and not isinstance(call.id, str):
         return f"{where}: the call 'id' must be a string, got {type(call.id).__name__}."
     return None
@@ -146,6 +183,8 @@ def _call_from_obj(obj: Any, where: str) -> tuple[ToolCall | None, str | None]:
         return None, (
             f"{where}: 'arguments' of '{name}' must be a JSON object, got {type(args).__name__}."
         )
+    if _too_deep(args):
+        return None, _deep_error(name, where)
     call_id = obj.get("id")
     return ToolCall(name, args, call_id if isinstance(call_id, str) else None), None
 
@@ -193,7 +232,7 @@ def one_call(text: str) -> tuple[str, dict[str, Any]] | None:
     if end == len(body) and obj.__class__ is dict and len(obj) == 2:
         name = obj.get("name")
         args = obj.get("arguments")
-        if name.__class__ is str and name and args.__class__ is dict:
+        if name.__class__ is str and name and args.__class__ is dict and not _too_deep(args):
             return name, args
     return None
 
@@ -219,7 +258,7 @@ def parse_text(text: str) -> ParsedAction:
             if obj.__class__ is dict and len(obj) == 2:  # fast path: {"name": str, "arguments": dict}
                 name = obj.get("name")
                 args = obj.get("arguments")
-                if name.__class__ is str and name and args.__class__ is dict:
+                if name.__class__ is str and name and args.__class__ is dict and not _too_deep(args):
                     calls.append(ToolCall(name, args))
                     continue
             call, err = _call_from_obj(obj, f"tool call #{i}")

@@ -146,3 +146,41 @@ def test_a_parsed_action_from_a_caller_is_refused_before_anything_changes():
             play(forged)
         assert env.snapshot() == before
     assert env.step(INC).messages[0]["content"] == "1"
+
+
+def _deep(levels: int) -> object:
+    """A value nested so that ``{"by": value}`` is ``levels`` deep."""
+    value: object = 1
+    for i in range(levels - 1):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("form", ["text", "openai", "toolcall"])
+def test_arguments_nested_past_the_depth_limit_are_an_error_observation(form, monkeypatch) -> None:
+    """600 levels of arguments raised RecursionError out of step() (the argument copy behind the
+    state quota recursed; the 10**6-output fuzz found it on both runtimes): now the call's error."""
+    env = _counter()
+    args = {"by": _deep(600)}
+    if form == "text":
+        action: object = "<tool_call>" + json.dumps({"name": "increment", "arguments": args}) + "</tool_call>"
+    elif form == "openai":
+        action = {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "increment", "arguments": args}}]}
+    else:
+        action = ToolCall("increment", args)
+    r = env.step(action)
+    assert not r.done and len(r.messages) == 1 and r.messages[0]["name"] == "invalid_tool_call"
+    assert "deeper than 100 levels" in r.messages[0]["content"]
+    _assert_consistent(env, 0, 1)
+    r = env.step(INC)  # the episode goes on
+    _assert_consistent(env, 1, 2)
+    # at the limit a call is parsed (and its tool refuses the value as it would any wrong type)
+    assert parse_action(ToolCall("increment", {"by": _deep(100)})).calls  # (the object is level 1)
+    assert parse_action(ToolCall("increment", {"by": _deep(101)})).errors
+    monkeypatch.setattr(parsing, "MAX_ARGUMENT_DEPTH", 5)
+    assert parse_action(ToolCall("increment", {"by": _deep(5)})).calls
+    assert "deeper than 5" in parse_action(ToolCall("increment", {"by": _deep(6)})).errors[0]
+    cyclic: dict = {}
+    cyclic["self"] = cyclic  # (refused as not JSON before the depth is looked at)
+    assert parse_action(ToolCall("increment", {"by": cyclic})).errors
