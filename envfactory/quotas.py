@@ -26,6 +26,7 @@ import os
 import time
 import weakref
 from enum import Enum
+from json.encoder import encode_basestring_ascii as _ascii_dump
 from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel
@@ -48,13 +49,18 @@ _NUMBER = (int, float, bool)
 _BIG = 10 ** 15  # an int within it writes at most 16 characters; one past it, about bit_length * log10(2)
 FLOAT_BYTES = 12  # a float writes at most 24 characters ("-1.2345678901234567e-308"): half of it at most
 _MODELS: set[type] = set()  # classes seen to be pydantic models
+_LONG = 256  # a string longer than this is first checked for a character a dump escapes (_str_size)
+_ESCAPED = bytes(range(32)) + b'"\\\x7f'  # the ASCII characters an ASCII dump escapes (\u0000..\u001f, \", \\, \u007f)
 _SIZERS: dict[type, Callable[[Any, int | None], int]] = {}  # state class -> how to measure it
 
 
 def state_size(state: Any, limit: int | None = None) -> int:
     """The bytes a JSON dump of ``state`` would write (a close estimate, computed without
-    writing it): every string counted each time it occurs, as the dump writes it, ASCII at one
-    byte a character, any other character at its ``\\uXXXX`` escape. Stops counting once past
+    writing it): every string counted each time it occurs, exactly as an ASCII dump (the
+    container's replies) writes it (:func:`_str_size`): a printable ASCII character at one byte, a
+    control character, ``"`` and ``\\`` at their escapes (``\\u0000``, ``\\n``, ``\\"``), any other
+    character at its ``\\uXXXX`` escape (so never less than the UTF-8 of the canonical dump, which
+    writes such a character as itself). Stops counting once past
     ``limit`` (then returns a number over it), so a check costs at most ``limit`` worth of walking.
     A cycle (only a Python-object state can hold one; its dump writes a reference) counts once.
     A state class may bring its own measure of the same count (``__state_size__(state, limit)``:
@@ -87,7 +93,7 @@ def _model_size(state: Any, limit: int | None) -> int:
     for k, x in state.__dict__.items():
         c = x.__class__
         if c is str:
-            total += len(k) + 6 + (len(x) if x.isascii() else len(x.encode("utf-16-le", "surrogatepass")) * 3)
+            total += len(k) + 4 + (len(_ascii_dump(x)) if len(x) <= _LONG else _str_size(x))
         elif (c is int and -_BIG < x < _BIG) or c is bool or x is None:
             total += len(k) + 12
         elif c is float:
@@ -95,6 +101,21 @@ def _model_size(state: Any, limit: int | None) -> int:
         else:
             return _walk(state, limit)
     return total
+
+
+def _str_size(s: str) -> int:
+    """What a string writes in a dump, its quotes included: exactly what an ASCII dump
+    (``ensure_ascii``: the container's replies) writes, ``len(encode_basestring_ascii(s))``; the
+    canonical dump (``ensure_ascii=False``) writes no more bytes (a character past ASCII as its
+    UTF-8, 2 to 4 bytes, not its 6- or 12-byte escape; ``\\x7f`` as itself). The measure's one
+    count of a string: the walk, the ledger and the copy-on-write measure inline it for a string
+    of at most :data:`_LONG` characters (the C encoder, one call); a longer ASCII string is
+    first checked for a character the dump escapes (a third of the encoder's time)."""
+    if len(s) > _LONG and s.isascii():
+        b = s.encode()
+        if len(b.translate(None, _ESCAPED)) == len(b):
+            return len(b) + 2
+    return len(_ascii_dump(s))
 
 
 def _int_size(v: int) -> int:
@@ -106,7 +127,7 @@ def _key_size(k: Any) -> int:
     """What a dict key writes (with its quotes and the colon and comma around it)."""
     c = k.__class__
     if c is str:
-        return len(k) + 4 if k.isascii() else len(k.encode("utf-16-le", "surrogatepass")) * 3 + 4
+        return _str_size(k) + 2
     if c is int and not -_BIG < k < _BIG:
         return _int_size(k) + 4
     return 16
@@ -115,6 +136,7 @@ def _key_size(k: Any) -> int:
 def _walk(state: Any, limit: int | None) -> int:
     """:func:`state_size` by walking the state (see there)."""
     cap = limit if limit is not None else 1 << 62
+    esc = _ascii_dump
     total = 0
     stack: list[Any] = [state]
     path: set[int] = set()  # the containers being walked (a cycle is a reference in the dump)
@@ -123,7 +145,7 @@ def _walk(state: Any, limit: int | None) -> int:
         v = pop()
         c = v.__class__
         if c is str:
-            total += len(v) + 2 if v.isascii() else len(v.encode("utf-16-le", "surrogatepass")) * 3 + 2
+            total += len(esc(v)) if len(v) <= _LONG else _str_size(v)
         elif c is int:
             total += 8 if -_BIG < v < _BIG else _int_size(v)
         elif c is float:
@@ -142,18 +164,18 @@ def _walk(state: Any, limit: int | None) -> int:
                 total += 2
                 path.add(i)
                 push(_Leave(i))
-                for k, x in v.items():
-                    total += len(k) + 4 if k.__class__ is str and k.isascii() else _key_size(k)
-                    if x.__class__ is str and x.isascii():
-                        total += len(x) + 2
+                for k, x in v.items():  # strings inline (the _str_size of one within _LONG)
+                    total += len(esc(k)) + 2 if k.__class__ is str and len(k) <= _LONG else _key_size(k)
+                    if x.__class__ is str and len(x) <= _LONG:
+                        total += len(esc(x))
                     else:
                         push(x)
             elif c is list or c is tuple or c is set or c is frozenset or c is TList or c is TSet:
                 total += 2 + len(v)
                 rest = None
                 for x in v:  # strings inline (the common leaves): no trip through the stack
-                    if x.__class__ is str and x.isascii():
-                        total += len(x) + 2
+                    if x.__class__ is str and len(x) <= _LONG:
+                        total += len(esc(x))
                     elif rest is None:
                         rest = [x]
                     else:
@@ -171,8 +193,7 @@ def _walk(state: Any, limit: int | None) -> int:
                     total += len(k) + 4
                     push(x)
             elif isinstance(v, str):  # a subclass: as a string
-                s = str.__str__(v)
-                total += len(s) + 2 if s.isascii() else len(s.encode("utf-16-le", "surrogatepass")) * 3 + 2
+                total += _str_size(str.__str__(v))
             elif isinstance(v, (bytes, bytearray)):
                 total += len(v) * 2 + 2
             elif isinstance(v, int):  # a subclass (an IntEnum): as an int
@@ -290,7 +311,7 @@ def _leaf(v: Any) -> int:
     or anything that could change in place."""
     c = v.__class__
     if c is str:
-        return len(v) + 2 if v.isascii() else len(v.encode("utf-16-le", "surrogatepass")) * 3 + 2
+        return len(_ascii_dump(v)) if len(v) <= _LONG else _str_size(v)
     if c is int:
         return 8 if -_BIG < v < _BIG else _int_size(v)
     if c is float:
@@ -348,7 +369,7 @@ class _Ledger:
         if node._dd is None:
             node._dd = 0
             self.dirty.append(node)
-        ks = len(key) + 4 if node._km else (len(key) + 4 if key.__class__ is str and key.isascii() else _key_size(key))
+        ks = len(key) + 4 if node._km else _key_size(key)
         d = 0
         pending = node._new
         if old is not _MISSING:
@@ -488,15 +509,16 @@ class _Ledger:
             raise _Refuse
         seen.add(i)
         scan = self._scan
+        esc = _ascii_dump
         if c is dict or c is TDict:
             if c is TDict and v._lg is self:
                 raise _Refuse
             total = 2
             for k, x in dict.items(v):
-                total += len(k) + 4 if k.__class__ is str and k.isascii() else _key_size(k)
+                total += len(esc(k)) + 2 if k.__class__ is str and len(k) <= _LONG else _key_size(k)
                 xc = x.__class__  # (the usual leaves inline: no call)
                 if xc is str:
-                    total += len(x) + 2 if x.isascii() else len(x.encode("utf-16-le", "surrogatepass")) * 3 + 2
+                    total += len(esc(x)) if len(x) <= _LONG else _str_size(x)
                 elif (xc is int and -_BIG < x < _BIG) or xc is bool or x is None:
                     total += 8
                 else:
@@ -509,8 +531,8 @@ class _Ledger:
                 raise _Refuse
             total = 2 + len(v)
             for x in v:
-                if x.__class__ is str and x.isascii():
-                    total += len(x) + 2
+                if x.__class__ is str and len(x) <= _LONG:
+                    total += len(esc(x))
                 else:
                     total += scan(x, seen, cap)
                 if total > cap:
@@ -540,7 +562,7 @@ class _Ledger:
             for k, x in dict.items(d):
                 xc = x.__class__  # (the usual leaves inline: no call)
                 if xc is str:
-                    total += len(k) + 6 + (len(x) if x.isascii() else len(x.encode("utf-16-le", "surrogatepass")) * 3)
+                    total += len(k) + 4 + (len(esc(x)) if len(x) <= _LONG else _str_size(x))
                 elif (xc is int and -_BIG < x < _BIG) or xc is bool or x is None:
                     total += len(k) + 12
                 elif xc is float:
@@ -560,12 +582,13 @@ class _Ledger:
             return s, v
         c = v.__class__
         adopt = self._adopt
+        esc = _ascii_dump
         if c is list or c is TList:
             node: Any = v if c is TList else TList(v)
             total = 2 + len(node)
             for i, x in enumerate(node):
-                if x.__class__ is str and x.isascii():
-                    total += len(x) + 2
+                if x.__class__ is str and len(x) <= _LONG:
+                    total += len(esc(x))
                     continue
                 s, y = adopt(x, node)
                 if y is not x:
@@ -585,10 +608,10 @@ class _Ledger:
             total = 2
             changed = None
             for k, x in dict.items(node):
-                total += len(k) + 4 if km or k.__class__ is str and k.isascii() else _key_size(k)
+                total += len(k) + 4 if km else len(esc(k)) + 2 if k.__class__ is str and len(k) <= _LONG else _key_size(k)
                 xc = x.__class__  # (the usual leaves inline: no call)
                 if xc is str:
-                    total += len(x) + 2 if x.isascii() else len(x.encode("utf-16-le", "surrogatepass")) * 3 + 2
+                    total += len(esc(x)) if len(x) <= _LONG else _str_size(x)
                 elif (xc is int and -_BIG < x < _BIG) or xc is bool or x is None:
                     total += 8
                 elif xc is float:

@@ -30,6 +30,8 @@ from typing import Any, Iterator, SupportsIndex
 
 from pydantic import BaseModel
 
+from envfactory.quotas import _LONG, _ascii_dump, _key_size, _str_size
+
 __all__ = ["CowDict", "CowList", "armed", "new_token", "COW_TYPES", "cow_model"]
 
 _IMM = frozenset((str, int, float, bool, type(None), bytes, complex, range, frozenset))
@@ -460,34 +462,53 @@ def cow_state_size(state: Any, limit: int | None = None) -> int:
     write copies them before a change) are measured once and remembered; only the containers this
     state has made its own since its last fork (the table and the record a call reached) are
     walked, their shared children looked up. So a writing call on a multi-MB database measures
-    the tables it touched, not the database."""
+    the tables it touched, not the database. Stops past ``limit`` (returning a number over it) as
+    the engine's walk does: a container found larger ends the count (so lists nested in pairs of
+    themselves thirty times, 2**30 paths, cost the few levels that reach the limit)."""
     from envfactory.quotas import state_size
 
     priv = state.__pydantic_private__
     tok = priv.get("_tok") if priv else None
     mine = priv.get("_mine", ()) if priv else ()
+    cap = limit if limit is not None else _NO_LIMIT
     total = 2
     try:
         for k, v in state.__dict__.items():
-            total += len(k) + 4 + _size(v, k not in mine, tok, state_size, set())
+            total += len(k) + 4 + _size(v, k not in mine, tok, state_size, set(), cap)
+            if total > cap:
+                return total
+    except _Past as past:
+        return max(past.size, cap + 1)
     except RecursionError:  # nested too deep for this walk: the engine's, which has no depth limit
         return state_size(_Plain(state), limit)
     return total
 
 
+_NO_LIMIT = 1 << 62
+
+
+class _Past(Exception):
+    """A part of the state measured past the limit (its size): the count stops there."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
 _MISSING = object()
 
 
-def _entry_size(k: Any, x: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
-    n = len(k) + 4 if k.__class__ is str and k.isascii() else 16
-    if x.__class__ is str and x.isascii():
-        return n + len(x) + 2
-    return n + _size(x, frozen, tok, leaf, path)
+def _entry_size(k: Any, x: Any, frozen: bool, tok: Any, leaf: Any, path: set[int], cap: int) -> int:
+    n = len(_ascii_dump(k)) + 2 if k.__class__ is str and len(k) <= _LONG else _key_size(k)
+    if x.__class__ is str:
+        return n + (len(_ascii_dump(x)) if len(x) <= _LONG else _str_size(x))
+    return n + _size(x, frozen, tok, leaf, path, cap)
 
 
-def _size_from(v: Any, src: Any, size: int, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
+def _size_from(v: Any, src: Any, size: int, frozen: bool, tok: Any, leaf: Any, path: set[int], cap: int) -> int:
     """The size of the dict ``v`` from that of its source ``src`` (``size``): only the entries
-    that differ are measured (a table of thousands of records, one of them changed)."""
+    that differ are measured (a table of thousands of records, one of them changed). (The source's
+    entries taken out are measured without ``cap``: remembered, and what leaves cannot stop the count.)"""
     i = id(v)
     path.add(i)
     mine = v._mine if not frozen else ()
@@ -500,9 +521,9 @@ def _size_from(v: Any, src: Any, size: int, frozen: bool, tok: Any, leaf: Any, p
             if x is old:
                 continue
             if x is not _MISSING:
-                size += _entry_size(k, x, frozen or id(x) not in mine, tok, leaf, path)
+                size += _entry_size(k, x, frozen or id(x) not in mine, tok, leaf, path, cap)
             if old is not _MISSING:
-                size -= _entry_size(k, old, True, tok, leaf, path)
+                size -= _entry_size(k, old, True, tok, leaf, path, _NO_LIMIT)
         path.discard(i)
         return size
     same = 0
@@ -511,14 +532,14 @@ def _size_from(v: Any, src: Any, size: int, frozen: bool, tok: Any, leaf: Any, p
         if old is x:
             same += 1
             continue
-        size += _entry_size(k, x, frozen or id(x) not in mine, tok, leaf, path)
+        size += _entry_size(k, x, frozen or id(x) not in mine, tok, leaf, path, cap)
         if old is not _MISSING:
             same += 1
-            size -= _entry_size(k, old, True, tok, leaf, path)
+            size -= _entry_size(k, old, True, tok, leaf, path, _NO_LIMIT)
     if same != len(src):  # keys taken out
         for k, old in dict.items(src):
             if not dict.__contains__(v, k):
-                size -= _entry_size(k, old, True, tok, leaf, path)
+                size -= _entry_size(k, old, True, tok, leaf, path, _NO_LIMIT)
     path.discard(i)
     return size
 
@@ -533,12 +554,12 @@ def _remember_size(v: Any) -> None:
     from envfactory.quotas import state_size
 
     try:
-        _size(v, True, None, state_size, set())
+        _size(v, True, None, state_size, set(), _NO_LIMIT)
     except RecursionError:
         pass
 
 
-def _model_size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
+def _model_size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int], cap: int) -> int:
     """The size of a model (:func:`cow_model`), counted as the engine's walk counts one (its
     fields' values), remembered when no state changes it any more. A state's own model was
     copied for it with its nested models (:func:`_model_copy`): what it holds is the state's
@@ -552,13 +573,16 @@ def _model_size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> in
         return 16
     path.add(i)
     total = 2
+    esc = _ascii_dump
     for k, x in v.__dict__.items():
         total += len(k) + 4
-        if x.__class__ is str and x.isascii():
-            total += len(x) + 2
+        if x.__class__ is str and len(x) <= _LONG:
+            total += len(esc(x))
         else:
-            total += _size(x, frozen, tok, leaf, path)
+            total += _size(x, frozen, tok, leaf, path, cap)
     path.discard(i)
+    if total > cap:
+        raise _Past(total)
     if frozen:
         _room(_SIZES, _SIZES_CAP)
         _SIZES[i] = (_hold(v), total)
@@ -572,17 +596,17 @@ class _Plain:
         self.__dict__ = dict(state.__dict__)
 
 
-def _size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
+def _size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int], cap: int) -> int:
     """The size of ``v``; ``frozen``: no state changes it any more (it is shared, or reached only
-    through what is)."""
+    through what is). Raises :class:`_Past` for a container (or model) found past ``cap``."""
     cls = v.__class__
     if cls is str:
-        return len(v) + 2 if v.isascii() else len(v.encode("utf-16-le", "surrogatepass")) * 3 + 2
+        return len(_ascii_dump(v)) if len(v) <= _LONG else _str_size(v)
     is_cow = cls is CowDict or cls is CowList
     if not (is_cow or cls is dict or cls is list):
         if _MODELS.get(cls) or (cls not in _IMM and cow_model(cls)):
-            return _model_size(v, frozen, tok, leaf, path)
-        return leaf(v)
+            return _model_size(v, frozen, tok, leaf, path, cap)
+        return int(leaf(v, cap))
     i = id(v)
     if is_cow:
         frozen = v._tok is not tok or tok is None
@@ -596,7 +620,9 @@ def _size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
     if src is not None:
         got = _SIZES.get(id(src))
         if got is not None and _is(got[0], src):
-            total = _size_from(v, src, got[1], frozen, tok, leaf, path)
+            total = _size_from(v, src, got[1], frozen, tok, leaf, path, cap)
+            if total > cap:
+                raise _Past(total)
             if frozen:
                 _room(_SIZES, _SIZES_CAP)
                 _SIZES[i] = (_hold(v), total)
@@ -604,21 +630,24 @@ def _size(v: Any, frozen: bool, tok: Any, leaf: Any, path: set[int]) -> int:
     path.add(i)
     mine = v._mine if is_cow and not frozen else ()
     total = 2
+    esc = _ascii_dump
     if cls is dict or cls is CowDict:
-        for k, x in dict.items(v):
-            total += len(k) + 4 if k.__class__ is str and k.isascii() else 16
-            if x.__class__ is str and x.isascii():
-                total += len(x) + 2
+        for k, x in dict.items(v):  # strings inline (quotas._str_size of one within _LONG)
+            total += len(esc(k)) + 2 if k.__class__ is str and len(k) <= _LONG else _key_size(k)
+            if x.__class__ is str and len(x) <= _LONG:
+                total += len(esc(x))
             else:
-                total += _size(x, frozen or (is_cow and id(x) not in mine), tok, leaf, path)
+                total += _size(x, frozen or (is_cow and id(x) not in mine), tok, leaf, path, cap)
     else:
         total += len(v)
         for x in list.__iter__(v):
-            if x.__class__ is str and x.isascii():
-                total += len(x) + 2
+            if x.__class__ is str and len(x) <= _LONG:
+                total += len(esc(x))
             else:
-                total += _size(x, frozen or (is_cow and id(x) not in mine), tok, leaf, path)
+                total += _size(x, frozen or (is_cow and id(x) not in mine), tok, leaf, path, cap)
     path.discard(i)
+    if total > cap:
+        raise _Past(total)
     if frozen:
         _room(_SIZES, _SIZES_CAP)
         _SIZES[i] = (_hold(v), total)
