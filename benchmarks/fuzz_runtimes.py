@@ -29,6 +29,13 @@ turned off):
   never moved (a resume there is an ``attack_failures``);
 * a memory attacker (``--memory-every`` seconds, ``CodeSandbox-v0``, tests/docker_attack_env.py):
   60 children of 20 MiB in a 256 MiB per-session container; the episode must go on;
+* the amplifying tools of issue 63 (``--amplify-lanes``, tests/adversarial/amplify_env.py:
+  ``Amplify-v0``): lanes of their own whose outputs call ``multiply`` (``rows * times``), ``nest``
+  (``rows = [rows, rows]`` up to 40 times), ``fill`` (up to 30 MB), the tools that raise
+  ``SystemExit`` / ``KeyboardInterrupt`` / ``GeneratorExit``, mixes of them in one output, and
+  generated outputs on the plain tools; two bystanders share the attacked container. After every
+  output the in-process state must be within ``MAX_STATE_BYTES`` (else ``attack_failures``), and at
+  every episode's end both runtimes must ``snapshot()`` without an exception (else ``escaped``);
 * ``--held`` sessions (2,000 by default) opened with the default settings
   (``envfactory.make(name, runtime="docker")``) and held throughout; a roaming thread steps
   them through their reference solutions meanwhile, and at the end every one finishes its
@@ -65,6 +72,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import envfactory  # noqa: E402
+from envfactory import quotas  # noqa: E402
 from envfactory.checks.scripted import OraclePolicy, random_value  # noqa: E402
 from envfactory.state import canonical_json  # noqa: E402
 
@@ -321,6 +329,11 @@ class Tally:
         self.bystander_steps = 0
         self.bystander_max_s = 0.0  # the slowest bystander step (Docker), any kind of bystander
         self.amplifications = 0  # amplification attacks played (their outputs count in ``outputs``)
+        self.amp_outputs = 0  # outputs of the Amplify-v0 lanes (counted in ``outputs`` too)
+        self.amp_refused = 0  # calls among them refused by the state quota (in-process count)
+        self.amp_max_s = 0.0  # the slowest of them (both runtimes, and snapshots at an episode's end)
+        self.amp_bystander_steps = 0  # steps of the bystanders in the attacked container
+        self.amp_bystander_max_s = 0.0
         self.attacks: dict[str, int] = {}  # attacks played beside the lanes, by kind
         self.examples: dict[str, list[dict[str, Any]]] = {k: [] for k in self.KINDS}
         self.errors: dict[str, int] = {}
@@ -504,8 +517,10 @@ def _step(ep: Any, action: Any) -> tuple[Any, float, BaseException | None]:
     return r, time.perf_counter() - t0, None
 
 
-def _play(k: int, s: int, action: Any, local: Any, dock: Any, task: Any, tally: Tally, deadline: float) -> None:
-    """One output on both runtimes, compared; a finished episode starts again."""
+def _play(k: int, s: int, action: Any, local: Any, dock: Any, task: Any, tally: Tally, deadline: float,
+          snapshots: bool = False) -> None:
+    """One output on both runtimes, compared; a finished episode starts again (with ``snapshots``,
+    after both runtimes' ``snapshot()``: an exception there is ``escaped``)."""
     tally.current[k] = (s, "local", time.monotonic())
     a, ta, ea = _step(local, action)
     tally.current[k] = (s, "docker", time.monotonic())
@@ -536,6 +551,16 @@ def _play(k: int, s: int, action: Any, local: Any, dock: Any, task: Any, tally: 
     ja, jb = a.to_json(), b.to_json()
     if ja != jb:
         tally.bad("differences", seed=s, local=ja, docker=jb)
+    if snapshots:
+        refused = sum(m["content"].startswith(quotas.STATE_QUOTA_PREFIX) for m in a.messages)
+        with tally.lock:
+            tally.amp_refused += refused
+    if snapshots and (a.done or b.done) and dock.status.ended_by not in ("timeout", "world_lost"):
+        for side, ep in (("local", local), ("docker", dock)):
+            try:
+                ep.snapshot()
+            except BaseException as exc:  # noqa: BLE001 -- counting what escapes is the point
+                tally.bad("escaped", seed=s, snapshot=side, error=exc)
     if a.done or b.done:
         if dock.status.ended_by in ("timeout", "world_lost"):  # its state went with the world
             with tally.lock:
@@ -609,6 +634,142 @@ def bystander(k: int, name: str, task: Any, stop: threading.Event, pool: Any, ta
                 time.sleep(0.5)
     finally:
         dock.close()
+
+
+# -- the amplifying tools of issue 63 (Amplify-v0) ------------------------------------------------
+_AMP_GENERIC = ("add", "count", "leave", "interrupt", "generator_exit")  # tools the generic outputs call
+_AMP_MAX_ROWS = 1_000_000
+"""``multiply`` is drawn so that the list it builds has at most this many rows: the tool's own
+allocation happens before any quota can look at the state (in-process nothing bounds a tool's
+memory), and the point is the state the call would leave, refused alike on both runtimes."""
+
+
+def amplifying(rng: random.Random, rows: int, schemas: list[dict[str, Any]]) -> Any:
+    """One output for ``Amplify-v0`` whose state has ``rows`` top-level rows: an amplifying call,
+    an exiting one, a mix of them in one output, or a generated output on the plain tools."""
+    from envfactory import call
+
+    def one() -> Any:
+        r = rng.random()
+        if r < 0.35:
+            times = rng.choice((2, 10, 100, 1000))
+            while times > 2 and rows * times > _AMP_MAX_ROWS:
+                times //= 10
+            return call("multiply", times=times)
+        if r < 0.6:
+            return call("nest", levels=rng.choice((1, 2, 5, 10, 20, 30, 40)))
+        if r < 0.8:
+            return call("fill", n=rng.choice((1, 100, 1000, 10_000)), width=rng.choice((1, 10, 100)))
+        if r < 0.87:
+            return call("leave", code=rng.choice((0, 1, 3)))
+        if r < 0.94:
+            return call("interrupt")
+        return call("generator_exit")
+
+    r = rng.random()
+    if r < 0.6:
+        return one()
+    if r < 0.75:
+        return [one() for _ in range(rng.randint(2, 4))]
+    return generate(rng, schemas)
+
+
+def _rows(ep: Any) -> int:
+    rows = ep._world.view().rows  # (the world's own state, not a copy)
+    return len(rows) if isinstance(rows, list) else 1
+
+
+def amplify_lane(k: int, seed: int, running: Any, deadline: float, pool: Any, tally: Tally, max_turns: int,
+                 step_timeout: float) -> None:
+    """Outputs of :func:`amplifying`, played on both runtimes like any lane's, while ``running()``;
+    after each, the in-process state is measured against the quota.
+    ``deadline`` is this lane's own (``--amplify-deadline``): a refused call on a state of shared
+    nestings near the quota walks tens of millions of containers (a dump writes each path), and
+    the slowest output is reported (``amplify_output_max_s``)."""
+    local = envfactory.make("Amplify-v0", max_turns=max_turns)
+    dock = envfactory.make("Amplify-v0", runtime="docker", pool=pool, max_turns=max_turns,
+                           step_timeout=step_timeout)
+    schemas = [f for f in local.tool_schemas() if f["function"]["name"] in _AMP_GENERIC]
+    task = "one-row"
+    try:
+        local.reset(task)
+        dock.reset(task)
+        i = 0
+        while running():
+            s = seed * 1_000_003 + k * 10_000_019 + i
+            i += 1
+            action = amplifying(random.Random(s), _rows(local), schemas)
+            t0 = time.perf_counter()
+            _play(k, s, action, local, dock, task, tally, deadline, snapshots=True)
+            took = time.perf_counter() - t0
+            with tally.lock:
+                tally.amp_outputs += 1
+                tally.amp_max_s = max(tally.amp_max_s, took)
+            time.sleep(min(took, 2.0))  # half a core at most: the generated lanes share the machine
+            size = quotas.state_size(local._world.view(), quotas.MAX_STATE_BYTES + 1)
+            if size > quotas.MAX_STATE_BYTES:
+                tally.bad("attack_failures", attack="amplify", seed=s, state_bytes=size)
+                local.reset(task)
+                dock.reset(task)
+    finally:
+        dock.close()
+
+
+
+def _amplify_process(j: int, k: int, seed: int, deadline: float, max_turns: int, step_timeout: float, stall: float,
+                     stop: Any, results: Any) -> None:
+    """An Amplify-v0 lane and its two bystanders, in a process of their own: the big states' dumps
+    and measures hold a process's GIL for seconds (pydantic and ``json`` in C), which would stall
+    the generated lanes' threads. Puts its tally (a dict) on ``results`` once ``stop`` is set."""
+    from envfactory.runtime.pool import Pool
+
+    _import_test_env("amplify_env", _TESTS / "adversarial")
+    tally = Tally()
+    pool = Pool(envfactory.spec("Amplify-v0"), warm=0, sessions_per_container=6)
+    done = threading.Event()
+    # (their container's process is the attacker's too: a near-quota dump there holds its GIL for
+    # seconds, so their slowest step is reported, not counted as a stall)
+    threads = [threading.Thread(target=bystander, args=(f"amplify-{j}-{b}", "Amplify-v0", "one-row", done, pool, tally,
+                                                        0.02, deadline), daemon=True) for b in range(2)]
+    lane_t = threading.Thread(target=amplify_lane, args=(k, seed, lambda: not stop.is_set(), deadline, pool, tally,
+                                                         max_turns, step_timeout), daemon=True)
+    try:
+        for t in (*threads, lane_t):
+            t.start()
+        while not stop.wait(1.0):
+            pass
+        lane_t.join(deadline + 60)
+        done.set()
+        for t in threads:
+            t.join(60)
+    finally:
+        done.set()
+        pool.shutdown()
+        results.put({"outputs": tally.outputs, "counts": tally.counts, "examples": tally.examples,
+                     "errors": tally.errors, "amp_outputs": tally.amp_outputs, "amp_refused": tally.amp_refused,
+                     "amp_max_s": tally.amp_max_s, "bystander_steps": tally.bystander_steps,
+                     "bystander_max_s": tally.bystander_max_s, "stuck": bool(lane_t.is_alive()),
+                     "examples_text": {k: [{a: str(b) for a, b in e.items()} for e in v]
+                                       for k, v in tally.examples.items()}})
+
+
+def _merge(tally: Tally, r: dict[str, Any]) -> None:
+    """An amplify process's tally into the run's."""
+    with tally.lock:
+        tally.outputs += r["outputs"]
+        for kind in Tally.KINDS:
+            tally.counts[kind] += r["counts"][kind]
+            room = 5 - len(tally.examples[kind])
+            tally.examples[kind] += r["examples_text"][kind][:max(room, 0)]
+        for name, n in r["errors"].items():
+            tally.errors[name] = tally.errors.get(name, 0) + n
+        tally.amp_outputs += r["amp_outputs"]
+        tally.amp_refused += r["amp_refused"]
+        tally.amp_max_s = max(tally.amp_max_s, r["amp_max_s"])
+        tally.amp_bystander_steps += r["bystander_steps"]
+        tally.amp_bystander_max_s = max(tally.amp_bystander_max_s, r["bystander_max_s"])
+    if r["stuck"]:
+        tally.bad("hangs", amplify_lane="still in a step at the end")
 
 
 # -- attacks beside the lanes (issue 28) ---------------------------------------------------------
@@ -806,7 +967,7 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
         lanes: int = 4, bystanders: int = 3, deadline: float = 5.0, step_timeout: float = 20.0,
         max_turns: int = 8, progress: bool = True, skip_known: bool = False, amplify: float = 0.002,
         held: int = 2000, timeout_attack: bool = True, memory_every: float = 300.0,
-        stall: float = 1.0) -> dict[str, Any]:
+        stall: float = 1.0, amplify_lanes: int = 1, amplify_deadline: float = 120.0) -> dict[str, Any]:
     from envfactory.runtime.docker import stats
     from envfactory.runtime.pool import Pool
 
@@ -840,6 +1001,17 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
         _import_test_env("docker_attack_env", _TESTS)  # CodeSandbox-v0: agent code, a container each
         extra.append(threading.Thread(target=memory_attacker, args=(stop, tally, memory_every), daemon=True,
                                       name="attack-memory"))
+    amp_procs: list[Any] = []
+    if amplify_lanes:  # Amplify-v0: multiply, nest, fill, leave, ... (processes of their own)
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        amp_stop, amp_results = ctx.Event(), ctx.Queue()
+        amp_procs = [ctx.Process(target=_amplify_process, args=(j, lanes + j, seed, amplify_deadline, max_turns,
+                                                                step_timeout, stall, amp_stop, amp_results),
+                                 daemon=True, name=f"amplify-{j}") for j in range(amplify_lanes)]
+        for pr in amp_procs:
+            pr.start()
     if held_sessions is not None:
         extra.append(threading.Thread(target=held_sessions.roam, args=(stop, stall), daemon=True, name="held-roam"))
     stop_at = time.monotonic() + (seconds if seconds is not None else 1e12)
@@ -871,6 +1043,15 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
                       f"stuck={tally.stuck(deadline)} resume={stats()} attacks={tally.attacks} "
                       f"amplified={tally.amplifications} bystander_max={tally.bystander_max_s:.2f}s",
                       file=sys.stderr, flush=True)
+        if amp_procs:
+            amp_stop.set()
+            for _ in amp_procs:
+                try:
+                    _merge(tally, amp_results.get(timeout=amplify_deadline + 180))
+                except Exception as exc:  # noqa: BLE001 -- a lost process is a failure of the run
+                    tally.bad("attack_failures", attack="amplify", error=f"no tally from its process: {exc!r}")
+            for pr in amp_procs:
+                pr.join(30)
         elapsed = time.monotonic() - t0
         stuck = tally.stuck(deadline)
         stop.set()
@@ -883,6 +1064,9 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
         pool.shutdown()
         if slow_pool is not None:
             slow_pool.shutdown()
+        for pr in amp_procs:
+            if pr.is_alive():
+                pr.terminate()
     rate = tally.outputs / elapsed if elapsed else 0.0
     return {
         "env": name, "task": task_id, "seed": seed, "lanes": lanes, "bystanders": bystanders,
@@ -892,7 +1076,11 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
         **tally.counts, "docker_step_timeouts": tally.steps_docker_timeout,
         "resumed_steps": tally.resumed_steps, "resumed_step_max_s": round(tally.resumed_seconds, 2),
         "bystander_steps": tally.bystander_steps, "bystander_max_s": round(tally.bystander_max_s, 3),
-        "stall_s": stall, "amplifications": tally.amplifications, "attacks": tally.attacks,
+        "stall_s": stall, "amplifications": tally.amplifications, "amplify_lanes": amplify_lanes,
+        "amplify_outputs": tally.amp_outputs, "amplify_refused_calls": tally.amp_refused,
+        "amplify_output_max_s": round(tally.amp_max_s, 2), "amplify_deadline_s": amplify_deadline,
+        "amplify_bystander_steps": tally.amp_bystander_steps,
+        "amplify_bystander_max_s": round(tally.amp_bystander_max_s, 2), "attacks": tally.attacks,
         "timeout_pool_containers_started": len(slow_started), "held": held_report,
         "escaped_by_type": tally.errors,
         "docker_episodes_gone": tally.gone_states, "slow_steps": tally.slow_reports, "host_gc_over_0_1s": tally.gc_slow,
@@ -916,6 +1104,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="count, do not play, outputs that hit a known bug outside the runtimes (see known_bug)")
     p.add_argument("--amplify", type=float, default=0.002,
                    help="share of seeds that play an amplification attack (a big file, copied, appended, read)")
+    p.add_argument("--amplify-lanes", type=int, default=1,
+                   help="lanes on Amplify-v0 (issue 63: multiply, nest, fill, SystemExit...; 0: none)")
+    p.add_argument("--amplify-deadline", type=float, default=120.0,
+                   help="an output of the Amplify-v0 lanes slower than this is a hang")
     p.add_argument("--held", type=int, default=2000, help="sessions opened with the defaults and held throughout")
     p.add_argument("--no-timeout-attack", action="store_true", help="no agent overrunning step_timeout")
     p.add_argument("--memory-every", type=float, default=300.0,
@@ -926,7 +1118,8 @@ def main(argv: list[str] | None = None) -> int:
     out = run(a.n, env=a.env, task=a.task, seed=a.seed, seconds=a.seconds, lanes=a.lanes,
               bystanders=a.bystanders, deadline=a.deadline, max_turns=a.max_turns,
               skip_known=a.skip_known, amplify=a.amplify, held=a.held, timeout_attack=not a.no_timeout_attack,
-              memory_every=a.memory_every, stall=a.stall)
+              memory_every=a.memory_every, stall=a.stall, amplify_lanes=a.amplify_lanes,
+              amplify_deadline=a.amplify_deadline)
     text = json.dumps(out, indent=1, default=str)
     print(text)
     if a.json:

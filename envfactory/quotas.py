@@ -134,12 +134,15 @@ def _key_size(k: Any) -> int:
 
 
 def _walk(state: Any, limit: int | None) -> int:
-    """:func:`state_size` by walking the state (see there)."""
+    """:func:`state_size` by walking the state (see there). A container met again (shared: a dump
+    writes it at every place it appears) adds the size it had the first time, unwalked, so that
+    ``rows = [rows, rows]`` nested 30 times costs 31 containers, not 2**31 (a walk of a state that
+    does not change)."""
     cap = limit if limit is not None else 1 << 62
     esc = _ascii_dump
     total = 0
     stack: list[Any] = [state]
-    path: set[int] = set()  # the containers being walked (a cycle is a reference in the dump)
+    seen: dict[int, int] = {}  # container id -> its size, or -1 while it is walked (a cycle: a reference)
     push, pop = stack.append, stack.pop
     while stack:
         v = pop()
@@ -153,17 +156,20 @@ def _walk(state: Any, limit: int | None) -> int:
         elif c is bool or v is None:
             total += 8
         elif c is _Leave:
-            path.discard(v.id)
+            seen[v.id] = total - v.start
             continue
         else:
             i = id(v)
-            if i in path:
-                total += 16
+            known = seen.get(i)
+            if known is not None:
+                total += known if known >= 0 else 16
+                if total > cap:
+                    return total
                 continue
             if c is dict or c is TDict:
+                seen[i] = -1
+                push(_Leave(i, total))
                 total += 2
-                path.add(i)
-                push(_Leave(i))
                 for k, x in v.items():  # strings inline (the _str_size of one within _LONG)
                     total += len(esc(k)) + 2 if k.__class__ is str and len(k) <= _LONG else _key_size(k)
                     if x.__class__ is str and len(x) <= _LONG:
@@ -171,6 +177,7 @@ def _walk(state: Any, limit: int | None) -> int:
                     else:
                         push(x)
             elif c is list or c is tuple or c is set or c is frozenset or c is TList or c is TSet:
+                start = total
                 total += 2 + len(v)
                 rest = None
                 for x in v:  # strings inline (the common leaves): no trip through the stack
@@ -181,14 +188,16 @@ def _walk(state: Any, limit: int | None) -> int:
                     else:
                         rest.append(x)
                 if rest:
-                    path.add(i)
-                    push(_Leave(i))
+                    seen[i] = -1
+                    push(_Leave(i, start))
                     stack.extend(rest)
+                else:
+                    seen[i] = total - start
             elif c in _MODELS or isinstance(v, BaseModel):
                 _MODELS.add(c)
+                seen[i] = -1
+                push(_Leave(i, total))
                 total += 2
-                path.add(i)
-                push(_Leave(i))
                 for k, x in v.__dict__.items():
                     total += len(k) + 4
                     push(x)
@@ -201,24 +210,24 @@ def _walk(state: Any, limit: int | None) -> int:
             elif isinstance(v, (_NUMBER, type, Enum)):
                 total += 16
             elif isinstance(v, dict):  # a subclass: its items, as above
+                seen[i] = -1
+                push(_Leave(i, total))
                 total += 2
-                path.add(i)
-                push(_Leave(i))
                 for k, x in v.items():
                     total += 4
                     push(k)
                     push(x)
             elif isinstance(v, (list, tuple, set, frozenset)):
+                seen[i] = -1
+                push(_Leave(i, total))
                 total += 2 + len(v)
-                path.add(i)
-                push(_Leave(i))
                 stack.extend(v)
             else:  # any other Python object: its attributes (what a dump writes), else its repr
                 d = getattr(v, "__dict__", None)
                 total += 16
                 if d.__class__ is dict:
-                    path.add(i)
-                    push(_Leave(i))
+                    seen[i] = -1
+                    push(_Leave(i, total - 16))
                     push(d)
                 else:
                     total += len(repr(v))
@@ -228,12 +237,14 @@ def _walk(state: Any, limit: int | None) -> int:
 
 
 class _Leave:
-    """A marker on the walk's stack: the container ``id`` is walked (it leaves the path)."""
+    """A marker on the walk's stack: the container ``id``, whose walk began at the total
+    ``start``, is walked (its size is known from here on)."""
 
-    __slots__ = ("id",)
+    __slots__ = ("id", "start")
 
-    def __init__(self, i: int) -> None:
+    def __init__(self, i: int, start: int) -> None:
         self.id = i
+        self.start = start
 
 
 def state_quota_error(name: str, size: int, applied: bool = False) -> str:
