@@ -49,6 +49,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Literal, cast, overload
 
+from pydantic import ValidationError
+
 from . import quotas
 from .definition import DEFAULT_SPLIT, PERMISSION_PREFIX, DrawSplit, ToolEnvSpec, split_members, task_for_seed
 from .env import Environment, EpisodeError, Message, SnapshotError, StepResult, _offload
@@ -1029,7 +1031,7 @@ class Episode(Environment):
         try:
             self._world.load(task, snap["state"])
         except ValueError as exc:  # pydantic's ValidationError, PyStateError: a state the world refuses
-            raise SnapshotError(f"snapshot field 'state': {type(exc).__name__}: {str(exc)[:2000]}") from None
+            raise SnapshotError(f"snapshot field 'state': {_refusal(exc)}") from None
         self._task = task
         self._max_turns = snap["max_turns"]
         for k in self._FIELDS:
@@ -1091,6 +1093,18 @@ class Episode(Environment):
         tid = self._task.id if self._task else None
         rnd = self._round if self._task is not None else 0
         return f"<Episode {self.spec.name} task={tid} round={rnd} done={self.done} world={type(self._world).__name__}>"
+
+
+def _refusal(exc: ValueError) -> str:
+    """Why a world refused a snapshot's state: the state's own check's message when that was the
+    one error (a from_class state's attribute of the wrong type, its document refused), not
+    pydantic's wrapping of it, which repeats the whole input."""
+    if isinstance(exc, ValidationError):
+        errors = exc.errors(include_url=False)
+        inner = (errors[0].get("ctx") or {}).get("error") if len(errors) == 1 else None
+        if isinstance(inner, ValueError):
+            return f"{type(inner).__name__}: {str(inner)[:2000]}"
+    return f"{type(exc).__name__}: {str(exc)[:2000]}"
 
 
 def _check_conv(conv: Any, task: Task, log_len: int) -> None:

@@ -63,9 +63,9 @@ import re
 import typing
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, cast
+from typing import Any, Callable, ClassVar, Iterable, Literal, Mapping, Sequence, cast
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, model_validator
 
 from envfactory.definition import SpecError, ToolEnvSpec
 from envfactory.state import State, copy_state
@@ -76,7 +76,7 @@ from envfactory.factory.tasks.success import ChangeCheck
 from envfactory.factory.classes.compare import Compare, Comparison, MatchesReference
 from envfactory.factory.classes.cow import (CowDict, CowList, armed, cow_canonical_json, cow_model, cow_state_size,
                                            _MODELS as _COW_MODELS)
-from envfactory.factory.classes.pystate import (PyState, PyStateError, _plain, _plain_class, cow_state_copy, decode, encode, graph_copy,
+from envfactory.factory.classes.pystate import (FORMAT_KEY, PyState, PyStateError, _NoGC, _plain, _plain_class, cow_state_copy, decode, encode, graph_copy,
                       lazy_state_copy, note_result, own, record_results, result_digest, seen_results, trusted_for)
 from envfactory.factory.tasks.synthesis import SynthConfig, synthesize
 
@@ -496,9 +496,10 @@ AfterCall = Callable[[dict[str, Any]], Any]
 
 
 def _object_binder(key: str, after_call: AfterCall | None = None, keys: Sequence[str] = (),
-                   ) -> Callable[..., Callable[..., Any]]:
+                   seen: _AttributeTypes | None = None) -> Callable[..., Callable[..., Any]]:
     """Tools over the live instance held in the state's field ``key``; ``after_call`` gets the
-    instances of the fields ``keys`` after every call of the method (returned or raised)."""
+    instances of the fields ``keys`` after every call of the method (returned or raised);
+    ``seen`` learns the types the call left in the instance's attributes (a restore allows them)."""
 
     def bind(func: Callable[..., Any], renderer: Any, own_message: bool) -> Callable[..., Any]:
         def call(world: Any, /, **kwargs: Any) -> Any:
@@ -512,6 +513,8 @@ def _object_binder(key: str, after_call: AfterCall | None = None, keys: Sequence
                 finally:
                     if after_call is not None:
                         after_call({k: wd[k] for k in keys})
+                    if seen is not None and (attrs := getattr(obj, "__dict__", None)) is not None:
+                        seen.saw(attrs)
             except ToolError:
                 raise
             except Exception as exc:
@@ -526,9 +529,11 @@ def _object_binder(key: str, after_call: AfterCall | None = None, keys: Sequence
 
 
 def _attribute_binder(cls: type, mapping: dict[str, str], copy_on_write: str = "state",
-                      after_call: AfterCall | None = None, key: str = "") -> Callable[..., Callable[..., Any]]:
+                      after_call: AfterCall | None = None, key: str = "",
+                      seen: _AttributeTypes | None = None) -> Callable[..., Callable[..., Any]]:
     """Tools over a bare instance bound to the state's fields (one per attribute); ``after_call``
-    gets ``{key: the instance}`` after every call of the method (returned or raised).
+    gets ``{key: the instance}`` after every call of the method (returned or raised); ``seen``
+    learns the types the call left in the attributes (a restore allows them).
 
     ``copy_on_write="state"``: the fields are the class's own values (a state shared with a
     fork is copied whole first, :func:`~envfactory.factory.classes.pystate.own`); ``"containers"``:
@@ -559,6 +564,8 @@ def _attribute_binder(cls: type, mapping: dict[str, str], copy_on_write: str = "
                     finally:
                         for attr, fname in pairs:  # attributes may have been rebound, not only mutated
                             wd[fname] = d[attr]
+                        if seen is not None:
+                            seen.saw(d)
             except ToolError:
                 raise
             except Exception as exc:
@@ -603,6 +610,225 @@ def _holds_cow(v: Any, seen: set[int]) -> bool:
     return False
 
 
+class RestoreTypeError(PyStateError):
+    """A loaded state document (a restored snapshot's state) holds a value of another type than the
+    class gives that attribute; the message names the attribute, the type expected and what was found."""
+
+
+_NUMBERS = frozenset((int, float))
+_ANNOTATED = ConfigDict(arbitrary_types_allowed=True)
+
+
+def _class_hints(cls: type) -> dict[str, Any]:
+    """The class's annotations of instance attributes (its own, its bases', a dataclass's or a
+    pydantic model's fields), ``ClassVar`` left out; none when they cannot be resolved."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # a forward reference the class's module cannot resolve: its values' types decide
+        return {}
+    return {k: h for k, h in hints.items() if typing.get_origin(h) is not typing.ClassVar and h is not typing.ClassVar}
+
+
+def _adapter(hint: Any) -> TypeAdapter[Any] | None:
+    """pydantic's validator of ``hint`` (``None``: pydantic cannot make one; the values' types decide)."""
+    for config in (_ANNOTATED, None):
+        try:
+            return TypeAdapter(hint, config=config)
+        except Exception:  # a model or dataclass brings its own config; an annotation pydantic cannot validate
+            continue
+    return None
+
+
+def _kind(cls: type) -> type:
+    """The class a value's type is compared by (copy-on-write containers are the dict or list they stand for)."""
+    return dict if cls is CowDict else list if cls is CowList else cls
+
+
+def _shown(v: Any) -> str:
+    text = repr(v) if v.__class__ in (str, int, float, bool, range) else ""
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{type(v).__name__} {text}".rstrip()
+
+
+def _first_error(exc: ValidationError) -> str:
+    errs = exc.errors(include_url=False)
+    if not errs:
+        return str(exc)[:200]
+    e = errs[0]
+    where = ".".join(str(x) for x in e.get("loc", ()))
+    found = _shown(e.get("input"))
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    return f"{where + ': ' if where else ''}{e.get('msg', '')}, found {found}{more}"
+
+
+class _AttributeTypes:
+    """What each attribute of one class may hold when a state is loaded from a document: its
+    annotation (checked with pydantic's ``TypeAdapter``, strict) when the class annotates it and
+    the values the class starts with satisfy it, and in any case a value of a type the attribute
+    started with in some configuration (ints and floats count as one), or was given by one of the
+    class's own methods in this process; an attribute that starts as ``None`` is not constrained
+    by its type (the class fills it later), only by its annotation. A value that is a pydantic
+    model is validated with its model as well (its records, to the bottom), unless the class's
+    own starting value fails that."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self.hints = _class_hints(cls)
+        self.kinds: dict[str, set[type]] = {}  # attribute -> the types its values have had
+        self.free: set[str] = set()  # attributes that started as None
+        self.always: set[str] | None = None  # attributes every configuration's instance starts with
+        self.adapters: dict[str, TypeAdapter[Any] | None] = {}
+        self.pristine: dict[str, BaseModel] = {}  # a starting model value, to check the model check on
+        self.models_ok: dict[str, bool] = {}
+
+    def learn(self, attrs: Mapping[str, Any]) -> None:
+        """The attributes of an instance as a configuration built it."""
+        self.always = set(attrs) if self.always is None else self.always & attrs.keys()
+        for attr, v in attrs.items():
+            kinds = self.kinds.setdefault(attr, set())
+            if v is None:
+                self.free.add(attr)
+            kinds.add(_kind(v.__class__))
+            if attr not in self.adapters:
+                hint = self.hints.get(attr)
+                self.adapters[attr] = None if hint is None else _adapter(hint)
+            adapter = self.adapters[attr]
+            if adapter is not None:
+                try:
+                    adapter.validate_python(v, strict=True)
+                except Exception:  # the class's own values contradict its annotation: the annotation is not believed
+                    self.adapters[attr] = None
+            if isinstance(v, BaseModel) and attr not in self.pristine and attr not in self.models_ok:
+                self.pristine[attr] = v
+
+    def saw(self, attrs: Mapping[str, Any]) -> None:
+        """The attributes after a call of one of the class's methods (their types become allowed)."""
+        kinds = self.kinds
+        for attr, v in attrs.items():
+            known = kinds.get(attr)
+            if known is None:
+                kinds[attr] = {_kind(v.__class__)}
+            elif v.__class__ not in known:
+                known.add(_kind(v.__class__))
+
+    def _expected(self, attr: str) -> str:
+        hint = self.hints.get(attr) if self.adapters.get(attr) is not None else None
+        if hint is not None:
+            plain = isinstance(hint, type) and not typing.get_args(hint)
+            return f"{hint.__name__ if plain else str(hint).replace('typing.', '')} (its annotation)"
+        kinds = self.kinds.get(attr, set())
+        names = sorted({k.__name__ for k in kinds} | ({"float"} if kinds & _NUMBERS else set()))
+        return " or ".join(names) + " (the type it starts with)"
+
+    def check(self, attr: str, v: Any, where: str) -> None:
+        """Raise :class:`RestoreTypeError` unless ``v`` may be attribute ``attr``'s value."""
+        kinds = self.kinds.get(attr)
+        if kinds is None:
+            raise RestoreTypeError(f"{where}: {self.cls.__name__} has no attribute {attr!r} "
+                                   f"(its attributes: {sorted(self.kinds)})")
+        cls = _kind(v.__class__)
+        if attr not in self.free and cls not in kinds and not (cls in _NUMBERS and kinds & _NUMBERS):
+            raise RestoreTypeError(f"{where}: expected {self._expected(attr)}, found {_shown(v)}")
+        adapter = self.adapters.get(attr)
+        if adapter is not None:
+            try:
+                adapter.validate_python(v, strict=True)
+            except ValidationError as exc:
+                raise RestoreTypeError(f"{where}: expected {self._expected(attr)}, {_first_error(exc)}") from None
+            except Exception as exc:
+                raise RestoreTypeError(f"{where}: expected {self._expected(attr)}, found {_shown(v)} "
+                                       f"({type(exc).__name__}: {str(exc)[:200]})") from None
+        if isinstance(v, BaseModel) and self._model_checked(attr, type(v)):
+            why = _model_fault(v)
+            if why is not None:
+                raise RestoreTypeError(f"{where}: its {type(v).__name__} does not validate against its model: {why}")
+
+    def _model_checked(self, attr: str, model: type[BaseModel]) -> bool:
+        """Whether values of ``attr`` are checked against their model: only if a starting value
+        (of that model) passes the check itself (decided once, at the first restore)."""
+        ok = self.models_ok.get(attr)
+        if ok is None:
+            start = self.pristine.pop(attr, None)  # (not kept once decided: it may be a multi-MB database)
+            ok = self.models_ok[attr] = start is None or type(start) is not model or _model_fault(start) is None
+        return ok
+
+
+def _model_fault(v: BaseModel) -> str | None:
+    """Why ``v`` (a pydantic model, its records to the bottom) does not validate strictly against
+    its own model (``None``: it does)."""
+    try:
+        with _NoGC():  # (a multi-MB database: collections triggered by the copies only rescan live objects)
+            type(v).model_validate(v.model_dump(warnings=False), strict=True)
+    except ValidationError as exc:
+        return _first_error(exc)
+    except Exception as exc:  # a value the model cannot even dump (an attribute missing, a foreign type)
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return None
+
+
+class _StateTypes:
+    """The restore check of a ``from_class`` state: per attribute (a state of attributes, ``mapping``
+    ``{attribute: field}``) or per service (a state of objects, ``services`` ``{field: class}``: the
+    field holds an instance of its class, whose attributes are checked likewise)."""
+
+    def __init__(self, mapping: Mapping[str, str] | None, services: Mapping[str, type]) -> None:
+        self.mapping = dict(mapping) if mapping else None
+        self.tables = {key: _AttributeTypes(c) for key, c in services.items()}
+
+    def check_fields(self, document: Mapping[str, Any]) -> None:
+        """Raise :class:`RestoreTypeError` naming the attributes a document lacks or has too many of."""
+        if self.mapping is None:
+            return
+        (table,) = self.tables.values()
+        names = {f: a for a, f in self.mapping.items()}
+        given = {k for k in document if k[:1] != "$"}
+        missing = sorted(names[f] for f in names.keys() - given)
+        extra = sorted(given - names.keys())
+        if missing or extra:
+            raise RestoreTypeError(f"{table.cls.__name__}: " + "; ".join(
+                ([f"attributes missing: {missing}"] if missing else [])
+                + ([f"attributes it does not have: {extra}"] if extra else [])))
+
+    def check(self, state: PyState) -> None:
+        d = state.__dict__
+        if self.mapping is not None:
+            (table,) = self.tables.values()
+            for attr, fname in self.mapping.items():
+                table.check(attr, d[fname], f"attribute {attr!r} of {table.cls.__name__}")
+            return
+        for key, table in self.tables.items():
+            obj = d[key]
+            if not isinstance(obj, table.cls):
+                raise RestoreTypeError(f"field {key!r}: expected a {table.cls.__name__}, found {_shown(obj)}")
+            attrs = getattr(obj, "__dict__", None)
+            if attrs is None:
+                continue
+            missing = sorted(a for a in table.always or () if a not in attrs)
+            if missing:
+                raise RestoreTypeError(f"field {key!r}: the {table.cls.__name__} lacks attributes {missing}")
+            for attr, v in attrs.items():
+                table.check(attr, v, f"attribute {attr!r} of {key}, a {table.cls.__name__}")
+
+
+class _ClassState(PyState):
+    """A ``from_class`` state: a state loaded from a document (a restored snapshot's) holds, in
+    each attribute, a value of the type the class gives it (:class:`_StateTypes`), or is refused
+    (:class:`RestoreTypeError`, a ``ValueError``) before anything uses it."""
+
+    __restore_types__: ClassVar[_StateTypes | None] = None
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _typed_load(cls, data: Any, handler: Any) -> Any:
+        types = cls.__restore_types__
+        if types is None or not (isinstance(data, dict) and FORMAT_KEY in data):
+            return handler(data)
+        types.check_fields(data)
+        out = handler(data)
+        types.check(out)
+        return out
+
+
 def class_state_type(cls: type, probe: Any, copy_on_write: str = "state") -> tuple[type[PyState], dict[str, str]]:
     """A state model with one field per attribute of ``probe`` (an instance of ``cls``).
 
@@ -618,7 +844,7 @@ def class_state_type(cls: type, probe: Any, copy_on_write: str = "state") -> tup
                         "use from_class(..., state='objects')")
     mapping = {attr: _field_name(attr) for attr in attrs}
     fields: dict[str, Any] = {f: (Any, ...) for f in mapping.values()}
-    model = create_model(f"{cls.__name__}State", __base__=PyState, **fields)
+    model = create_model(f"{cls.__name__}State", __base__=_ClassState, **fields)
     model.__module__ = cls.__module__
     model.__pystate_trusted__ = trusted_for([cls])
     if copy_on_write == "state":
@@ -1185,7 +1411,7 @@ def from_class(
     if graph:
         fields: dict[str, Any] = {p.key: (Any, ...) for p in parts}
         model_name = "".join(c.__name__ for c in classes) + "State"
-        state_type = create_model(model_name, __base__=PyState, **fields)
+        state_type: type[PyState] = create_model(model_name, __base__=_ClassState, **fields)
         state_type.__module__ = classes[0].__module__
         state_type.__pystate_graph__ = True
         state_type.__state_copy__ = staticmethod(lazy_state_copy)  # every tool here calls own() first
@@ -1193,17 +1419,25 @@ def from_class(
     else:
         state_type, mapping = class_state_type(classes[0], probes[0], copy_on_write)
     state_type.__pystate_trusted__ = trusted
+    # what a restored state's attributes may hold: learnt from every configuration built (and every call)
+    restore_types = _StateTypes(None if graph else mapping, {p.key: p.cls for p in parts})
+    cast("type[_ClassState]", state_type).__restore_types__ = restore_types
 
     def build_state(instances: list[Any]) -> State:
         if after_call is not None:  # a configuration's instances start in sync, as every call leaves them
             after_call({p.key: inst for p, inst in zip(parts, instances)})
         if graph:
+            for p, inst in zip(parts, instances):
+                attrs = getattr(inst, "__dict__", None)
+                if attrs is not None:
+                    restore_types.tables[p.key].learn(attrs)
             return state_type.model_validate({p.key: inst for p, inst in zip(parts, instances)})
         inst = instances[0]
         attrs = vars(inst)
         if attrs.keys() != mapping.keys():
             raise SpecError(f"{label}: this configuration gives attributes {sorted(attrs)}, another gave "
                             f"{sorted(mapping)}; build with from_class(..., state='objects')")
+        restore_types.tables[parts[0].key].learn(attrs)
         return state_type.model_validate({f: attrs[a] for a, f in mapping.items()})
 
     # id(configuration) -> (it, the state it builds, whether the quota's measure of it is remembered)
@@ -1256,8 +1490,9 @@ def from_class(
     for part in parts:
         svc = part.svc
         ro = set(svc.read_only) if svc.read_only is not None else None
-        bind = (_object_binder(part.key, after_call, [p.key for p in parts]) if graph
-                else _attribute_binder(part.cls, mapping, copy_on_write, after_call, part.key))
+        types_of = restore_types.tables[part.key]
+        bind = (_object_binder(part.key, after_call, [p.key for p in parts], types_of) if graph
+                else _attribute_binder(part.cls, mapping, copy_on_write, after_call, part.key, types_of))
         for m in _methods(part, svc.include, svc.exclude):
             tname = svc.prefix + m
             if tname in owner:
