@@ -96,6 +96,37 @@ def serve_mcp_http(name: str, *extra: str, env: dict | None = None) -> tuple[sub
     return proc, url, "".join(seen)
 
 
+def venv_python(name: str, requirements: list[str], *, base: str | None = None, timeout: float = 600) -> str:
+    """The Python of a virtual environment of its own, ``$ENVFACTORY_CACHE/venvs/NAME`` (default
+    cache ``~/.cache/envfactory``), built once with ``base`` (default: this Python) and
+    ``pip install REQUIREMENTS`` from the package registry, for a package whose pins or import name
+    clash with this project's (the OpenAI Agents SDK, NeMo Gym). A venv is used once its build
+    finished (a ``.built`` file; a half-built one is built again). When it cannot be built the test
+    skips on a laptop and fails under CI=true (where the registry is reachable)."""
+    import sys
+    from pathlib import Path
+
+    root = Path(os.environ.get("ENVFACTORY_CACHE") or Path.home() / ".cache" / "envfactory")
+    venv = root / "venvs" / name
+    python, built = venv / "bin" / "python", venv / ".built"
+    if not built.exists():
+        try:
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([base or sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True,
+                           timeout=120)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements], check=True,
+                           capture_output=True, text=True, timeout=timeout)
+            built.write_text("\n".join(requirements) + "\n")
+        except (subprocess.SubprocessError, OSError) as exc:
+            out = getattr(exc, "stderr", "") or ""
+            shutil.rmtree(venv, ignore_errors=True)
+            msg = f"could not build a virtual environment with {' '.join(requirements)}: {exc} {str(out)[-500:]}"
+            if IN_CI:
+                pytest.fail(msg + " (CI=true: the package registry is reachable there)")
+            pytest.skip(msg)
+    return str(python)
+
+
 def stop_process(proc: subprocess.Popen) -> None:
     """Terminate ``proc``, killing it after 10 s."""
     proc.terminate()

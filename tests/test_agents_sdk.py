@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import IN_CI  # noqa: E402
+from conftest import venv_python  # noqa: E402
 
 from agents.algorithms.objectives import GRPO  # noqa: E402
 from agents.harness.agent_loop import run_agent_loop  # noqa: E402
@@ -37,22 +37,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "agents_sdk" / "play
 
 @pytest.fixture(scope="module")
 def sdk_python() -> str:
-    root = Path(os.environ.get("ENVFACTORY_CACHE") or Path.home() / ".cache" / "envfactory")
-    venv = root / "venvs" / SDK.replace("==", "-")
-    python = venv / "bin" / "python"
-    if not python.exists():
-        try:
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
-            subprocess.run([str(python), "-m", "pip", "install", "-q", SDK], check=True, capture_output=True,
-                           text=True, timeout=600)
-        except (subprocess.SubprocessError, OSError) as exc:
-            out = getattr(exc, "stderr", "") or ""
-            subprocess.run(["rm", "-rf", str(venv)], check=False)
-            msg = f"could not build a virtual environment with {SDK}: {exc} {out[-500:]}"
-            if IN_CI:
-                pytest.fail(msg + " (CI=true: the package registry is reachable there)")
-            pytest.skip(msg)
-    return str(python)
+    return venv_python(SDK.replace("==", "-"), [SDK])
 
 
 def sdk_loop(sdk_python: str):
