@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable, Literal, Mapping, Sequence, cast
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, model_validator
+from pydantic_core import PydanticSerializationError
 
 from envfactory.definition import SpecError, ToolEnvSpec
 from envfactory.state import State, copy_state
@@ -639,6 +640,30 @@ def _adapter(hint: Any) -> TypeAdapter[Any] | None:
     return None
 
 
+def _holds_models(schema: Any) -> bool:
+    """Whether a pydantic core schema validates a model or a dataclass somewhere (strict validation
+    then still accepts a dict of its fields in its place; its serializer, told to, refuses one)."""
+    todo, seen = [schema], set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, dict):
+            if node.get("type") in ("model", "dataclass"):
+                return True
+            todo.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            todo.extend(node)
+    return False
+
+
+def _unexpected(text: str) -> str:
+    """The first of pydantic's serializer warnings, without its preamble."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Pydantic serializer warnings")]
+    return (lines[0] if lines else text)[:300]
+
+
 def _kind(cls: type) -> type:
     """The class a value's type is compared by (copy-on-write containers are the dict or list they stand for)."""
     return dict if cls is CowDict else list if cls is CowList else cls
@@ -678,6 +703,7 @@ class _AttributeTypes:
         self.free: set[str] = set()  # attributes that started as None
         self.always: set[str] | None = None  # attributes every configuration's instance starts with
         self.adapters: dict[str, TypeAdapter[Any] | None] = {}
+        self.dumped: set[str] = set()  # annotated attributes whose annotation holds models: also serialized
         self.pristine: dict[str, BaseModel] = {}  # a starting model value, to check the model check on
         self.models_ok: dict[str, bool] = {}
 
@@ -691,11 +717,13 @@ class _AttributeTypes:
             kinds.add(_kind(v.__class__))
             if attr not in self.adapters:
                 hint = self.hints.get(attr)
-                self.adapters[attr] = None if hint is None else _adapter(hint)
+                adapter = self.adapters[attr] = None if hint is None else _adapter(hint)
+                if adapter is not None and _holds_models(adapter.core_schema):
+                    self.dumped.add(attr)
             adapter = self.adapters[attr]
             if adapter is not None:
                 try:
-                    adapter.validate_python(v, strict=True)
+                    self._annotated(attr, adapter, v)
                 except Exception:  # the class's own values contradict its annotation: the annotation is not believed
                     self.adapters[attr] = None
             if isinstance(v, BaseModel) and attr not in self.pristine and attr not in self.models_ok:
@@ -732,16 +760,25 @@ class _AttributeTypes:
         adapter = self.adapters.get(attr)
         if adapter is not None:
             try:
-                adapter.validate_python(v, strict=True)
+                self._annotated(attr, adapter, v)
             except ValidationError as exc:
                 raise RestoreTypeError(f"{where}: expected {self._expected(attr)}, {_first_error(exc)}") from None
-            except Exception as exc:
-                raise RestoreTypeError(f"{where}: expected {self._expected(attr)}, found {_shown(v)} "
-                                       f"({type(exc).__name__}: {str(exc)[:200]})") from None
+            except Exception as exc:  # pydantic's serializer found another type than the annotation's in it
+                raise RestoreTypeError(f"{where}: expected {self._expected(attr)}, found {_shown(v)}: "
+                                       f"{_unexpected(str(exc))}") from None
         if isinstance(v, BaseModel) and self._model_checked(attr, type(v)):
             why = _model_fault(v)
             if why is not None:
                 raise RestoreTypeError(f"{where}: its {type(v).__name__} does not validate against its model: {why}")
+
+    def _annotated(self, attr: str, adapter: TypeAdapter[Any], v: Any) -> None:
+        """Raise unless ``v`` is of ``attr``'s annotation: it validates strictly and, where the
+        annotation holds models, serializes as them (a dict of a model's fields in a model's place
+        validates, and would stay a dict)."""
+        with _NoGC():
+            adapter.validate_python(v, strict=True)
+            if attr in self.dumped:
+                adapter.dump_python(v, warnings="error")
 
     def _model_checked(self, attr: str, model: type[BaseModel]) -> bool:
         """Whether values of ``attr`` are checked against their model: only if a starting value
@@ -756,14 +793,19 @@ class _AttributeTypes:
 def _model_fault(v: BaseModel) -> str | None:
     """Why ``v`` (a pydantic model, its records to the bottom) does not validate strictly against
     its own model (``None``: it does)."""
+    unexpected = None
     try:
         with _NoGC():  # (a multi-MB database: collections triggered by the copies only rescan live objects)
-            type(v).model_validate(v.model_dump(warnings=False), strict=True)
-    except ValidationError as exc:
+            try:  # the serializer refuses a dict where a record's model belongs (strict validation takes it)
+                dumped = v.model_dump(warnings="error")
+            except PydanticSerializationError as exc:
+                unexpected, dumped = exc, v.model_dump(warnings=False)
+            type(v).model_validate(dumped, strict=True)
+    except ValidationError as exc:  # (named by the validator where it can: the field, the type found)
         return _first_error(exc)
-    except Exception as exc:  # a value the model cannot even dump (an attribute missing, a foreign type)
+    except Exception as exc:  # a value the model cannot even dump (a foreign type, an attribute missing)
         return f"{type(exc).__name__}: {str(exc)[:200]}"
-    return None
+    return None if unexpected is None else _unexpected(str(unexpected))
 
 
 class _StateTypes:

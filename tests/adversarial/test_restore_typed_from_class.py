@@ -32,12 +32,17 @@ class Item(BaseModel):
     qty: int
 
 
+class Shelf(BaseModel):
+    items: dict[str, Item]
+
+
 class Desk:
     """A desk: some attributes annotated, some not."""
 
     count: int
     tags: list[str]
     size: int  # annotated, but the class stores a string: the annotation is not believed
+    stock: dict[str, Item]
 
     def __init__(self) -> None:
         self.count = 0
@@ -49,6 +54,8 @@ class Desk:
         self.entries = [1, 2]
         self.item = Item(name="pen", qty=1)
         self.note = None
+        self.stock = {"pen": Item(name="pen", qty=3)}
+        self.shelf = Shelf(items={"ink": Item(name="ink", qty=2)})
 
     def add(self, n: int) -> str:
         """Add to the count.
@@ -115,6 +122,12 @@ WRONG = {  # what the re-signed snapshot's state gets -> what the refusal must s
                                         r"attribute 'item'.*Item does not validate.*qty.*found str 'many'"),
     "a range inside a model": (lambda s: _item(s).update(name=RANGE), r"attribute 'item'.*name.*found range"),
     "a model field missing": (lambda s: _item(s).pop("qty"), r"attribute 'item'.*qty.*required"),
+    "a dict of a model's fields in an annotated dict[str, Item]": (
+        lambda s: s.update(stock={"pen": {"name": "pen", "qty": 3}}),
+        r"attribute 'stock'.*dict\[str, .*Item\] \(its annotation\).*Expected `Item`"),
+    "a dict of a record's fields inside a model": (
+        lambda s: s["shelf"]["__dict__"].update(items={"ink": {"name": "ink", "qty": 2}}),
+        r"attribute 'shelf'.*Shelf does not validate.*Expected `Item`"),
     "a missing attribute": (lambda s: s.pop("label"), r"Desk: attributes missing: \['label'\]"),
     "an extra attribute": (lambda s: s.update(extra=1), r"Desk: attributes it does not have: \['extra'\]"),
 }
