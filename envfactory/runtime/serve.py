@@ -589,6 +589,9 @@ class Server:
             world.start(self.spec.task(req["task"]))
             reply = {"ok": True}
         elif op == "state":
+            raw = _state_json(world)
+            if raw is not None:
+                return b'{"ok":true,"state":' + raw + b"}"
             return {"ok": True, "state": world.dump()}
         elif op == "load":
             files = req.get("files")
@@ -607,6 +610,9 @@ class Server:
         else:
             raise ValueError(f"unknown op {op!r}")
         if req.get("state"):
+            raw = _state_json(world)
+            if raw is not None:
+                return encode_body(reply)[:-1] + b',"state":' + raw + b"}"
             reply["state"] = world.dump()
         return reply
 
@@ -729,6 +735,18 @@ def _judge(spec: ToolEnvSpec, world: LocalWorld, req: dict[str, Any]) -> dict[st
 
 
 _encode_string = json.encoder.encode_basestring  # what the frame encoder writes a str with
+
+
+def _state_json(world: LocalWorld) -> bytes | None:
+    """The world's state as JSON for a reply, written without building its Python dump
+    (:meth:`LocalWorld.dump_json`), when that can be done and fits a frame with room to spare;
+    else ``None`` (the reply carries :meth:`LocalWorld.dump`, encoded as before)."""
+    if type(world).dump is not LocalWorld.dump:  # a world with a dump of its own
+        return None
+    raw = world.dump_json()
+    if raw is None or len(raw) > wire.MAX_FRAME - 4096:
+        return None
+    return raw
 
 
 def _plain_run_body(outs: list[Any]) -> bytes | None:

@@ -89,3 +89,27 @@ def test_amplifying_calls_are_undone_alike_and_the_bystanders_never_notice(pool)
     assert attacker._world.resumed == 0
     for e in (attacker, *bystanders):
         e.close()
+
+
+def test_a_state_of_many_shared_small_lists_is_read_back_without_killing_the_container(pool) -> None:
+    """Within the quota as JSON, ``rows = [rows, rows]`` nested 22 times over no row is 2**23 small
+    lists once written out: reading it back (the host's ``state``, judging, ``snapshot()``) had the
+    container build all of them as Python objects first (model_dump: a 24 MiB state took 511
+    MiB), and the shared 512 MiB container was OOM-killed; its bystanders resumed elsewhere (found
+    by the 10**6-output fuzz, issue 63). The state's JSON is now written straight from it."""
+    attacker = envfactory.make("Amplify-v0", runtime="docker", pool=pool)
+    bystander = envfactory.make("Amplify-v0", runtime="docker", pool=pool)
+    for e in (attacker, bystander):
+        e.reset("one-row")
+    assert bystander._world.container.id == attacker._world.container.id
+    assert attacker.step(call("nest", levels=22)).messages[0]["content"] == "nested"  # kept: within the quota
+    state = attacker._world._request({"op": "state"})["state"]  # the container's reply, decoded
+    depth, rows = 0, state["rows"]
+    while rows:
+        assert len(rows) == 2
+        rows, depth = rows[0], depth + 1
+    assert depth == 22
+    assert bystander.step(call("add", text="b")).messages[0]["content"] == "1 rows"
+    assert attacker._world.resumed == 0 and bystander._world.resumed == 0
+    for e in (attacker, bystander):
+        e.close()
