@@ -142,13 +142,20 @@ def _walk(state: Any, limit: int | None) -> int:
     esc = _ascii_dump
     total = 0
     stack: list[Any] = [state]
-    seen: dict[int, int] = {}  # container id -> its size, or -1 while it is walked (a cycle: a reference)
+    seen: dict[int, int] = {}  # container (or long string) id -> its size; -1 while a container is walked
     push, pop = stack.append, stack.pop
     while stack:
         v = pop()
         c = v.__class__
         if c is str:
-            total += len(esc(v)) if len(v) <= _LONG else _str_size(v)
+            if len(v) <= _LONG:
+                total += len(esc(v))
+            else:  # a long string met again (a file copied 255 times) is counted once, then looked up
+                i = id(v)
+                known = seen.get(i)
+                if known is None:
+                    known = seen[i] = _str_size(v)
+                total += known
         elif c is int:
             total += 8 if -_BIG < v < _BIG else _int_size(v)
         elif c is float:
