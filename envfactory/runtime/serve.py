@@ -612,7 +612,12 @@ class Server:
         if req.get("state"):
             raw = _state_json(world)
             if raw is not None:
-                return encode_body(reply)[:-1] + b',"state":' + raw + b"}"
+                try:
+                    head: bytes | None = encode_body(reply)
+                except FrameEncodeError:  # (the reply is built whole below, and cut to fit as any other)
+                    head = None
+                if head is not None and len(head) + len(raw) + 16 <= wire.MAX_FRAME:
+                    return head[:-1] + b',"state":' + raw + b"}"
             reply["state"] = world.dump()
         return reply
 
