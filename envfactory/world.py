@@ -15,8 +15,12 @@ with :func:`envfactory.registry.make`.
 
 from __future__ import annotations
 
+import json
+import json.encoder
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence, cast
+
+from pydantic import BaseModel
 
 from . import quotas
 from .mail import MultiState
@@ -291,9 +295,11 @@ class LocalWorld(World):
         return self.view().model_dump(mode="json")
 
     def dump_json(self) -> bytes | None:
-        """:meth:`dump`'s JSON, written by pydantic straight from the state, with no Python copy of
-        it first; ``None`` where pydantic cannot write it (a lone surrogate, which only Python's
-        encoder passes) or the state class brings its own serializer (then :meth:`dump`). A state
+        """:meth:`dump`'s JSON, written straight from the state, with no Python copy of it first: by
+        pydantic, or where it cannot (a lone surrogate) by Python's encoder over the state's own
+        containers (plain models as their fields); ``None`` where neither writes what :meth:`dump`
+        would (a class with its own serializer, a set, a datetime, an infinity...: then
+        :meth:`dump`). A state
         of many small containers shared many times is within the quota as JSON yet many times that
         as Python objects: one of 24 MiB took 511 MiB to :meth:`dump` (issue 63: the container that
         answered with it was OOM-killed and its bystanders resumed); this takes about its size."""
@@ -302,8 +308,16 @@ class LocalWorld(World):
         if deco.model_serializers or deco.field_serializers:
             return None
         try:
-            return type(s).__pydantic_serializer__.to_json(s)
-        except Exception:  # noqa: BLE001 - PydanticSerializationError (a surrogate): the Python dump
+            raw = type(s).__pydantic_serializer__.to_json(s)
+            if b"\xef\xbf\xbd" not in raw:  # (U+FFFD: maybe a lone surrogate pydantic replaced in a key)
+                return raw
+        except Exception:  # noqa: BLE001 - PydanticSerializationError: a lone surrogate, which UTF-8 cannot hold
+            pass
+        if _ENCODE is None:  # (no C accelerator)
+            return None
+        try:  # Python's encoder over the state itself, surrogates passed through as the wire does
+            return "".join(_ENCODE(s, 0)).encode("utf-8", "surrogatepass")
+        except (TypeError, ValueError, RecursionError):  # a value beyond plain JSON and plain models
             return None
 
     def load(self, task: Task, state: Any) -> None:
@@ -313,3 +327,33 @@ class LocalWorld(World):
         self._state = new
         if not self._team:
             quotas.track(self._state)
+
+
+_PLAIN: dict[type, bool] = {}
+
+
+def _plain(cls: type) -> bool:
+    """Whether a model class dumps (``model_dump(mode="json")``) as its ``__dict__``: no serializer,
+    computed field, excluded field, extra fields or dump by alias of its own."""
+    known = _PLAIN.get(cls)
+    if known is None:
+        deco = cls.__pydantic_decorators__  # type: ignore[attr-defined]
+        known = _PLAIN[cls] = not (deco.model_serializers or deco.field_serializers or deco.computed_fields
+                                   or any(f.exclude for f in cls.model_fields.values())  # type: ignore[attr-defined]
+                                   or cls.model_config.get("extra") == "allow"  # type: ignore[attr-defined]
+                                   or cls.model_config.get("serialize_by_alias"))  # type: ignore[attr-defined]
+    return known
+
+
+def _fields(o: Any) -> Any:
+    """The JSON encoder's hook: a plain model is its fields; anything else is not plain JSON."""
+    if isinstance(o, BaseModel) and _plain(type(o)):
+        return o.__dict__
+    raise TypeError(f"{type(o).__name__} is not plain JSON")
+
+
+# (no table of containers: a shared one is written at each place, as a dump does; a cycle is a
+# RecursionError; NaN and infinities are refused, as model_dump(mode="json") writes them as null)
+_MAKE = getattr(json.encoder, "c_make_encoder", None)
+_ENCODE = None if _MAKE is None else _MAKE(None, _fields, json.encoder.encode_basestring, None, ":", ",",
+                                           False, False, False)
