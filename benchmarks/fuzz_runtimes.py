@@ -745,8 +745,7 @@ def _amplify_process(j: int, k: int, seed: int, deadline: float, max_turns: int,
     finally:
         done.set()
         pool.shutdown()
-        results.put({"outputs": tally.outputs, "counts": tally.counts, "examples": tally.examples,
-                     "errors": tally.errors, "amp_outputs": tally.amp_outputs, "amp_refused": tally.amp_refused,
+        results.put({"outputs": tally.outputs, "counts": tally.counts, "errors": tally.errors, "amp_outputs": tally.amp_outputs, "amp_refused": tally.amp_refused,
                      "amp_max_s": tally.amp_max_s, "bystander_steps": tally.bystander_steps,
                      "bystander_max_s": tally.bystander_max_s, "stuck": bool(lane_t.is_alive()),
                      "examples_text": {k: [{a: str(b) for a, b in e.items()} for e in v]
