@@ -113,8 +113,7 @@ def _too_deep(args: dict[str, Any]) -> bool:
     """Whether ``args`` nests deeper than :data:`MAX_ARGUMENT_DEPTH` (each container counted
     once, so shared or cyclic ones end). The usual flat arguments cost one pass over the values."""
     for v in args.values():
-        c = v.__class__
-        if c is dict or c is list or isinstance(v, (dict, list, tuple)):
+        if isinstance(v, (dict, list, tuple)):
             break
     else:
         return False

@@ -299,9 +299,8 @@ class LocalWorld(World):
         pydantic, or where it cannot (a lone surrogate) by Python's encoder over the state's own
         containers (plain models as their fields); ``None`` where neither writes what :meth:`dump`
         would (a class with its own serializer, a set, a datetime, an infinity...: then
-        :meth:`dump`). A state
-        of many small containers shared many times is within the quota as JSON yet many times that
-        as Python objects: one of 24 MiB took 511 MiB to :meth:`dump` (issue 63: the container that
+        :meth:`dump`). A state of many small containers shared many times is within the quota as
+        JSON yet many times that as Python objects: one of 24 MiB took 511 MiB to :meth:`dump` (issue 63: the container that
         answered with it was OOM-killed and its bystanders resumed); this takes about its size."""
         s = self.view()
         deco = type(s).__pydantic_decorators__
