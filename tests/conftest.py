@@ -96,12 +96,15 @@ def serve_mcp_http(name: str, *extra: str, env: dict | None = None) -> tuple[sub
     return proc, url, "".join(seen)
 
 
-def venv_python(name: str, requirements: list[str], *, base: str | None = None, timeout: float = 600) -> str:
+def venv_python(name: str, requirements: list[str], *, base: str | None = None, timeout: float = 600,
+                system_site_packages: bool = False) -> str:
     """The Python of a virtual environment of its own, ``$ENVFACTORY_CACHE/venvs/NAME`` (default
     cache ``~/.cache/envfactory``), built once with ``base`` (default: this Python) and
     ``pip install REQUIREMENTS`` from the package registry, for a package whose pins or import name
     clash with this project's (the OpenAI Agents SDK, NeMo Gym). A venv is used once its build
-    finished (a ``.built`` file; a half-built one is built again). When it cannot be built the test
+    finished (a ``.built`` file; a half-built one is built again). ``system_site_packages`` lets the
+    venv see this Python's packages (torch's CPU build, say, which a looser pin in a fresh venv would
+    replace by several GB of CUDA packages); what ``requirements`` install shadows them. When it cannot be built the test
     skips on a laptop and fails under CI=true (where the registry is reachable)."""
     import sys
     from pathlib import Path
@@ -112,7 +115,8 @@ def venv_python(name: str, requirements: list[str], *, base: str | None = None, 
     if not built.exists():
         try:
             shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([base or sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True,
+            flags = ["--system-site-packages"] if system_site_packages else []
+            subprocess.run([base or sys.executable, "-m", "venv", *flags, str(venv)], check=True, capture_output=True,
                            timeout=120)
             subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements], check=True,
                            capture_output=True, text=True, timeout=timeout)
