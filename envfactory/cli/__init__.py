@@ -49,6 +49,7 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "gc": "envfactory.cli.runtime:GC",
     "serve": "envfactory.cli.serve:SERVE",
     "eval-team": "envfactory.cli.evaluation:EVAL_TEAM",
+    "export": "envfactory.cli.export:EXPORT",
 }
 
 

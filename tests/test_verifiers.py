@@ -1,0 +1,192 @@
+"""verifiers' environment (envfactory/faces/verifiers.py) and its package (``envfactory export NAME
+--verifiers DIR``), tested with verifiers' own package.
+
+verifiers 0.4 pins what this project cannot share (``mcp==2.0.0``), so it runs in a virtual environment
+of its own: verifiers 0.4.0 and envfactory's own dependencies, built once from the package registry under
+``$ENVFACTORY_CACHE/venvs`` (about 3.5 minutes on 2 cores), the repository on its path. A missing one
+fails under CI.
+
+In that venv, verifiers' own classes play Counter-v0 (``env.serving()``, ``env.run_episode``: the
+taskset's harness calls the model through verifiers' interception server, the model a scripted
+OpenAI-compatible server; examples/verifiers/rollout.py): the reference solution is reward 1, a wrong
+play 0, and malformed calls (arguments that are not JSON, a bad argument, an unknown tool) come back as
+the error messages the model is shown; an exported package installs with pip and ``vf.load_environment``
+finds it by its taskset id, serving the split's tasks only. Here: the module imports without verifiers,
+the rows, and the export command's files and errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import venv_python
+
+import envfactory
+from envfactory import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+VERIFIERS = "verifiers==0.4.0"
+ROLLOUT = ROOT / "examples" / "verifiers" / "rollout.py"
+
+
+# -- without verifiers (this venv) ---------------------------------------------------------
+def test_the_module_imports_without_verifiers_and_names_the_package():
+    code = """
+import sys
+sys.modules["verifiers"] = None
+import envfactory.faces.verifiers as m
+print("imported")
+try:
+    m.EnvfactoryTaskset
+except ImportError as exc:
+    print("ImportError:", exc)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0 and "imported" in r.stdout, r.stderr
+    assert "ImportError: envfactory's verifiers environment needs verifiers 0.4 (pip install" in r.stdout
+
+
+def test_rows_are_the_splits_tasks_with_the_tools_the_model_is_sent():
+    from envfactory.faces.verifiers import verifiers_rows
+
+    s = envfactory.spec("Counter-v0")
+    rows = verifiers_rows("Counter-v0")  # default split: rl
+    assert [r["task_id"] for r in rows] == [t.id for t in s.get_tasks() if s.split(t.id) == "rl"]
+    assert all(r["split"] == "rl" for r in rows)
+    row = rows[0]
+    assert [m["role"] for m in row["prompt"]] == ["system", "user"]
+    assert row["prompt"][1]["content"] == s.task(row["task_id"]).instruction
+    assert {t["function"]["name"] for t in row["tools"]} == {"increment", "reset_counter", "read_counter", "finish"}
+    assert all(t["type"] == "function" for t in row["tools"])
+    with pytest.raises(ValueError, match="split must be one of"):
+        verifiers_rows("Counter-v0", split="nope")
+
+
+def test_export_writes_a_verifiers_package(tmp_path, capfd):
+    out = tmp_path / "pkg"
+    assert cli.main(["export", "Counter-v0", "--verifiers", str(out), "--json"]) == 0
+    doc = json.loads(capfd.readouterr().out)
+    assert doc["taskset_id"] == "envfactory-counter-v0" and doc["dir"] == str(out)
+    assert doc["files"] == ["README.md", "envfactory_counter_v0/__init__.py", "pyproject.toml"]
+    project = tomllib.loads((out / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "envfactory-counter-v0" and "verifiers>=0.4,<0.5" in project["dependencies"]
+    source = (out / "envfactory_counter_v0" / "__init__.py").read_text()
+    compile(source, "__init__.py", "exec")
+    assert 'ENV_NAME = "Counter-v0"' in source and 'SPLIT = "rl"' in source
+    assert '__all__ = ["EnvfactoryCounterV0Taskset", "EnvfactoryCounterV0Harness", "EnvfactoryCounterV0Env"]' in source
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["Nope-v0", "--verifiers", "DIR"], "no environment named 'Nope-v0'"),
+    (["Counter-v0"], "name one format and its directory: --openenv DIR | --verifiers DIR"),
+    (["Counter-v0", "--verifiers", "DIR", "--split", "nope"], "split must be one of"),
+    (["Counter-v0", "--verifiers", "FULL"], "exists and is not empty"),
+])
+def test_export_names_what_is_wrong(argv, fragment, tmp_path, capfd):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    argv = [str(tmp_path / "dir") if a == "DIR" else str(tmp_path / "full") if a == "FULL" else a for a in argv]
+    assert cli.main(["export", *argv]) == 2
+    err = capfd.readouterr().err
+    assert "envfactory export: error: " in err and fragment in err and "Traceback" not in err
+    assert not (tmp_path / "dir").exists()
+
+
+# -- with verifiers (a venv of its own) -------------------------------------------------------
+@pytest.fixture(scope="module")
+def verifiers_python() -> str:
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    requirements = [VERIFIERS, *deps]
+    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:8]
+    return venv_python(f"{VERIFIERS.replace('==', '-')}-{key}", requirements, timeout=1800)
+
+
+def _run(python: str, *args: str, path: tuple[str, ...] = ()) -> list | dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *path])
+    r = subprocess.run([python, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_verifiers_plays_episodes_to_their_reward(verifiers_python: str):
+    def call(name: str, arguments: str) -> dict:
+        return {"name": name, "arguments": arguments}
+
+    rollouts = [
+        {"task": "counter-0-1"},                                              # the reference solution
+        {"task": "counter-0-2", "turns": [{"tool_calls": [call("increment", '{"by": 1}')]},
+                                          "Done, it shows 2."]},               # wrong: it shows 1
+        {"task": "counter-0-2", "turns": [
+            {"tool_calls": [call("increment", '{"by": ')]},                   # arguments that are not JSON
+            {"tool_calls": [call("increment", '{"by": "two"}'), call("decrement", "{}")]},
+            '<tool_call>{"name": "increment", "arguments": {"by": 2}}</tool_call>',  # a Hermes block in text
+            "It shows 2."]},
+    ]
+    oracle, wrong, errors = _run(verifiers_python, str(ROLLOUT), "Counter-v0", "--rollouts", json.dumps(rollouts))
+    assert oracle["env"] == "EnvfactoryEnv" and oracle["harness"] == "envfactory-verifiers"
+    assert oracle["ok"] and oracle["reward"] == 1.0 and oracle["rewards"] == {"envfactory": 1.0}
+    assert oracle["envfactory"]["success"] is True and oracle["envfactory"]["ended_by"] == "answer"
+    assert oracle["tool_messages"] == ["1"] and oracle["errors"] == []
+    assert wrong["ok"] and wrong["reward"] == 0.0 and wrong["metrics"]["success"] == 0.0
+    shown = errors["tool_messages"]  # what the model was sent, in verifiers' trace
+    assert "'arguments' of 'increment' is not valid JSON" in shown[0]
+    assert "invalid arguments for tool 'increment'" in shown[1] and "by" in shown[1]
+    assert "unknown tool 'decrement'" in shown[2] and "increment" in shown[2]
+    assert shown[3] == "2"
+    assert errors["reward"] == 1.0 and errors["envfactory"]["tool_errors"] == 2 and errors["envfactory"]["turns"] == 4
+    assert errors["errors"] == []
+
+
+CHECKS = r"""
+import json, sys
+import verifiers.v1 as vf
+import envfactory
+
+# found by its taskset id, as vf-eval and prime-rl find an environment package
+env = vf.load_environment(vf.resolve_env_config({"taskset": {"id": "envfactory-counter-v0"}}))
+tasks = list(env.taskset)
+s = envfactory.spec("Counter-v0")
+out = {"env": type(env).__name__, "taskset": type(env.taskset).__name__,
+       "harness": env.config.agent_harnesses()["agent"].id,
+       "runtime": env.config.agent.runtime.type,
+       "ids": [t.data.task_id for t in tasks], "rl": [t.id for t in s.get_tasks() if s.split(t.id) == "rl"],
+       "splits": sorted({t.data.split for t in tasks}),
+       "prompt": [m.role for m in tasks[0].data.prompt]}
+evaluation = vf.load_environment(vf.resolve_env_config({"taskset": {"id": "envfactory-counter-v0", "split": "eval"}}))
+out["eval"] = sorted({t.data.split for t in evaluation.taskset})
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_an_exported_package_installs_and_verifiers_finds_it(verifiers_python: str, tmp_path):
+    package, site = tmp_path / "envfactory-counter-v0", tmp_path / "site"
+    assert cli.main(["export", "Counter-v0", "--verifiers", str(package)]) == 0
+    # pip builds and installs it (its build backend from the registry, as any install does), beside the venv's
+    # own packages: --no-deps, since envfactory comes from the repository here
+    r = subprocess.run([verifiers_python, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),
+                        str(package)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (site / "envfactory_counter_v0" / "__init__.py").exists()
+    assert list(site.glob("envfactory_counter_v0-0.1.0.dist-info"))
+    found = _run(verifiers_python, "-c", CHECKS, path=(str(site),))
+    assert found["env"] == "EnvfactoryCounterV0Env" and found["taskset"] == "EnvfactoryCounterV0Taskset"
+    assert found["harness"] == "envfactory-counter-v0" and found["runtime"] == "subprocess"
+    assert found["ids"] == found["rl"] and found["splits"] == ["rl"]  # never an evaluation task unless asked
+    assert found["prompt"] == ["system", "user"]
+    assert found["eval"] == ["eval"]
+    oracle, wrong = _run(verifiers_python, str(ROLLOUT), "Counter-v0", "--taskset", "envfactory-counter-v0",
+                         "--rollouts", json.dumps([{"task": "counter-0-1"},
+                                                   {"task": "counter-0-1", "turns": ["Done."]}]),
+                         path=(str(site),))
+    assert oracle["env"] == "EnvfactoryCounterV0Env" and oracle["reward"] == 1.0
+    assert wrong["reward"] == 0.0
