@@ -3,15 +3,18 @@
 
 verifiers 0.4 (``import verifiers.v1 as vf``) composes an environment from a *taskset* (the tasks,
 their scoring), a *harness* (the program that plays a task: it calls the model through verifiers'
-interception endpoint, which records every turn on the trace) and an ``Env`` (here verifiers' own
-``SingleAgentEnv``: one seat). ``vf.load_environment(config)`` finds a taskset by its id, an
-installed module that exports its ``Taskset`` subclass (and, optionally, its ``Harness``) in
-``__all__``. This module is such a plugin, id ``envfactory.faces.verifiers``::
+interception endpoint, which records every turn on the trace) and an ``Env`` (here ``EnvfactoryEnv``,
+verifiers' single-agent case: one seat). ``vf.load_environment(config)`` finds a taskset by its id, a
+top-level module (the id, ``-`` read as ``_``) that exports its ``Taskset`` subclass (and, optionally,
+its ``Harness`` and ``Env``) in ``__all__``. This module is such a plugin, registered as the module
+``envfactory_verifiers`` (taskset id ``envfactory-verifiers``) once its classes are built::
 
     from envfactory.faces.verifiers import load_environment
-    env = load_environment("Counter-v0", split="rl")   # a vf.SingleAgentEnv
-    # or, from verifiers' own entry points: --env.taskset.id envfactory.faces.verifiers
-    #                                       --env.taskset.env-name Counter-v0
+    env = load_environment("Counter-v0", split="rl")   # a vf.Env: EnvfactoryEnv, one seat
+
+A process that resolves the id itself (``vf-eval``, prime-rl's environment workers) imports an
+installed package instead: ``envfactory export Counter-v0 --verifiers DIR`` and ``pip install DIR``
+give the taskset id ``envfactory-counter-v0``.
 
 * **Tasks.** ``EnvfactoryTaskset`` yields one task per envfactory task of the configured ``split``
   (default ``rl``: never an evaluation task unless asked for; ``tasks`` names some instead). A
@@ -24,6 +27,9 @@ installed module that exports its ``Taskset`` subclass (and, optionally, its ``H
   referee; the tool responses (error observations for malformed calls, bad arguments, unknown
   tools) become ``tool`` messages of the next request. The episode ends as envfactory says (an
   answer without a tool call, ``finish``, the turn limit).
+* **Seat.** ``EnvfactoryEnv`` is verifiers' single-agent env with its seat on the subprocess
+  runtime (verifiers' default seat runtime is Prime's remote sandbox, reached through a tunnel;
+  this harness needs none).
 * **Reward.** The task's ``@vf.reward`` ``envfactory`` is the episode's reward (1.0 on success,
   computed from the true final state by the referee, never from the model's claims); metrics
   ``success``, ``turns``, ``tool_calls`` and ``tool_errors``; ``trace.info["envfactory"]`` holds them

@@ -108,7 +108,7 @@ async def play(name: str, rollouts: list[dict[str, Any]], taskset: str = TASKSET
     tasks = {t.data.task_id: t for t in env.taskset}
     model = ScriptedModel()
     ctx = vf.ModelContext(model="scripted", client=vf.EvalClientConfig(base_url=model.base_url,
-                                                                        api_key_var="ENVFACTORY_SCRIPTED_KEY"))
+                                                                        api_key_var="SCRIPTED_MODEL_KEY"))
     out = []
     try:
         async with env.serving():
