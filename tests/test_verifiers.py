@@ -11,8 +11,8 @@ taskset's harness calls the model through verifiers' interception server, the mo
 OpenAI-compatible server; examples/verifiers/rollout.py): the reference solution is reward 1, a wrong
 play 0, and malformed calls (arguments that are not JSON, a bad argument, an unknown tool) come back as
 the error messages the model is shown; an exported package installs with pip and ``vf.load_environment``
-finds it by its taskset id, serving the split's tasks only. Here: the module imports without verifiers,
-the rows, and the export command's files and errors."""
+finds it by its taskset id, serving the split's tasks only, and ``vf-eval`` runs it. Here: the module
+imports without verifiers, the rows, and the export command's files and errors."""
 
 from __future__ import annotations
 
@@ -190,3 +190,8 @@ def test_an_exported_package_installs_and_verifiers_finds_it(verifiers_python: s
                          path=(str(site),))
     assert oracle["env"] == "EnvfactoryCounterV0Env" and oracle["reward"] == 1.0
     assert wrong["reward"] == 0.0
+    # verifiers' own command line (prime-rl's eval takes the same ids): the split's tasks, each reward 1
+    episodes = _run(verifiers_python, str(ROLLOUT), "Counter-v0", "--taskset", "envfactory-counter-v0",
+                    "--vf-eval", "3", path=(str(site),))
+    assert sorted(e["task"] for e in episodes) == sorted(found["rl"][:3])  # (episodes end in any order)
+    assert all(e["ok"] and e["reward"] == 1.0 and e["metrics"]["success"] == 1.0 for e in episodes), episodes

@@ -18,11 +18,21 @@ path::
 
     PYTHONPATH=. /path/to/verifiers-venv/bin/python examples/verifiers/rollout.py Counter-v0 \\
         --rollouts '[{"task": "counter-0-1"}]'
+
+``--vf-eval N`` runs verifiers' own command line instead, ``vf-eval TASKSET -n N`` (an installed
+package's taskset id; no dashboard, nothing pushed) against the scripted model, which plays each
+task's reference solution (it knows the task by its instruction); printed: per episode of the run's
+``traces.jsonl``, its ``task``, ``reward``, ``ok`` and ``metrics``.
 """
 
 import argparse
 import asyncio
+import glob
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -63,8 +73,9 @@ class ScriptedModel:
     """An OpenAI-compatible ``POST /v1/chat/completions``: turn ``k`` of a conversation (``k``: its
     assistant messages so far) is ``script[k]``; past the script, "Done."."""
 
-    def __init__(self) -> None:
+    def __init__(self, scripts: dict[str, list[Any]] | None = None) -> None:
         self.script: list[Any] = []
+        self.scripts = scripts or {}  # a conversation's script by its first user message, where one is named
         self.requests: list[dict[str, Any]] = []
         model = self
 
@@ -72,8 +83,11 @@ class ScriptedModel:
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
                 model.requests.append(body)
-                k = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
-                message = reply(model.script[k] if k < len(model.script) else "Done.", k)
+                messages = body.get("messages", [])
+                k = sum(1 for m in messages if m.get("role") == "assistant")
+                first = next((m.get("content") for m in messages if m.get("role") == "user"), None)
+                script = model.scripts.get(first, model.script) if isinstance(first, str) else model.script
+                message = reply(script[k] if k < len(script) else "Done.", k)
                 out = json.dumps({
                     "id": f"chatcmpl-{len(model.requests)}", "object": "chat.completion", "created": int(time.time()),
                     "model": body.get("model", "scripted"),
@@ -129,13 +143,45 @@ async def play(name: str, rollouts: list[dict[str, Any]], taskset: str = TASKSET
     return out
 
 
+def vf_eval(name: str, taskset: str, n: int) -> list[dict[str, Any]]:
+    """``vf-eval TASKSET -n N`` against the scripted model playing reference solutions; the episodes it wrote."""
+    s = envfactory.spec(name)
+    model = ScriptedModel({t.instruction: reference_turns(name, t.id) for t in s.get_tasks()})
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "vf-eval"), taskset, "-n", str(n),
+                                "--model", "scripted", "--client.base-url", model.base_url,
+                                "--client.api-key-var", "SCRIPTED_MODEL_KEY", "--no-push", "--no-rich",
+                                "--output-dir", out], capture_output=True, text=True, timeout=600)
+            if r.returncode != 0:
+                raise RuntimeError(f"vf-eval exited {r.returncode}: {r.stderr[-3000:]}")
+            rows = []
+            for path in sorted(glob.glob(os.path.join(out, "*", "traces.jsonl"))):
+                with open(path) as f:
+                    for line in f:
+                        episode = json.loads(line)
+                        trace = episode["traces"][0]
+                        rows.append({"task": episode["task"]["data"]["id"], "ok": episode["ok"],
+                                     "reward": sum(r["score"] * r["weight"] for r in trace["rewards"].values() if r),
+                                     "metrics": trace["metrics"], "errors": episode["errors"]})
+    finally:
+        model.close()
+    return rows
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("name", help="an envfactory environment, e.g. Counter-v0")
-    parser.add_argument("--rollouts", required=True, help='JSON list of {"task": ID, "turns": [...]}')
+    parser.add_argument("--rollouts", help='JSON list of {"task": ID, "turns": [...]}')
     parser.add_argument("--taskset", default=TASKSET_ID, help="the verifiers taskset id (an exported package's)")
+    parser.add_argument("--vf-eval", type=int, metavar="N", help="run vf-eval TASKSET -n N instead of --rollouts")
     args = parser.parse_args(argv)
-    rows = asyncio.run(play(args.name, json.loads(args.rollouts), args.taskset))
+    if args.vf_eval:
+        rows = vf_eval(args.name, args.taskset, args.vf_eval)
+    elif args.rollouts:
+        rows = asyncio.run(play(args.name, json.loads(args.rollouts), args.taskset))
+    else:
+        parser.error("give --rollouts or --vf-eval N")
     print(json.dumps(rows, default=str))
     return rows
 
