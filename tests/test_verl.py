@@ -9,8 +9,9 @@ wandb, ray's ``[default]`` extras, pybind11 and more that the agent loop never i
 verl itself; ``transformers<5.11`` with the ``tokenizers`` and ``huggingface-hub`` it accepts;
 hydra-core, omegaconf and the antlr4 runtime omegaconf's grammar was generated with; tensordict
 and its pyvers; codetiming and pylatexenc (imported at verl's module level). Built once under
-``$ENVFACTORY_CACHE/venvs``; about 1 minute (``venv_python`` fails the test under CI when it
-cannot be built).
+``$ENVFACTORY_CACHE/venvs``: 101 s on a shared, loaded 2-core machine with pip's cache warm
+(``venv_python`` fails the test under CI when it cannot be built); the tests then take about
+2.5 minutes.
 
 In that venv, ``examples/verl/rollout.py`` runs verl's own rollout path (its shipped trainer
 config, ``RLHFDataset`` + ``collate_fn`` over envfactory's parquet rows, a ``uid`` per prompt and

@@ -385,9 +385,11 @@ def agent_loop_classes() -> tuple[type, type]:
             rng = random.Random(s["seed"])
             template = await self._open(row)
             plays: list[_Play] = []
+            opened: list[_Play] = [template]  # every episode this group made, closed at the end (idempotent)
             try:
                 async def new(kind: str) -> _Play:
                     play = await template.fork(request_id=uuid4().hex)
+                    opened.append(play)
                     play.kind, play.index = kind, len(plays)
                     plays.append(play)
                     return play
@@ -407,6 +409,7 @@ def agent_loop_classes() -> tuple[type, type]:
                                 or not (any_obs or p.last_valid)):
                             continue
                         pre[p.index] = await p.fork()
+                        opened.append(pre[p.index])
                     fresh = set()
                     await asyncio.gather(*(self._turn(p, sampling_params, k) for p in active))
                     deciding = [(p.turn_h[-1] - p.turn_h[0], p, pre[p.index]) for p in active if p.index in pre]
@@ -417,19 +420,17 @@ def agent_loop_classes() -> tuple[type, type]:
                         if rng.random() >= prob or m - len(plays) < z:
                             fork.close()
                             continue
-                        for c in [fork] + [await fork.fork(request_id=uuid4().hex) for _ in range(z - 1)]:
+                        siblings = [await fork.fork(request_id=uuid4().hex) for _ in range(z - 1)]
+                        opened += siblings
+                        for c in [fork, *siblings]:
                             c.kind, c.index, c.parent, c.shared = "branch", len(plays), p.index, len(c.response_ids)
                             plays.append(c)
                             live.append(c)
                             fresh.add(c.index)
-                    for fork in pre.values():  # forks not decided on (their sample ended without a decision)
-                        if all(fork is not x for x in plays):
-                            fork.close()
                 return [self._output(p) for p in plays]
             finally:
-                for p in plays:
+                for p in opened:
                     p.close()
-                template.close()
 
     for cls in (EnvfactoryAgentLoop, EnvfactoryARPOAgentLoop):
         cls.__module__ = __name__
