@@ -11,8 +11,10 @@ taskset's harness calls the model through verifiers' interception server, the mo
 OpenAI-compatible server; examples/verifiers/rollout.py): the reference solution is reward 1, a wrong
 play 0, and malformed calls (arguments that are not JSON, a bad argument, an unknown tool) come back as
 the error messages the model is shown; an exported package installs with pip and ``vf.load_environment``
-finds it by its taskset id, serving the split's tasks only, and ``vf-eval`` runs it. Here: the module
-imports without verifiers, the rows, and the export command's files and errors."""
+finds it by its taskset id, serving the split's tasks only, and ``vf-eval`` runs it; ``from_verifiers``
+makes an environment of a verifiers ``vf.Toolset`` (its ``@vf.tool`` methods, its ``vf.State``), whose
+reference solution earns 1. Here: the module imports without verifiers, the rows, and the export
+command's files and errors."""
 
 from __future__ import annotations
 
@@ -195,3 +197,75 @@ def test_an_exported_package_installs_and_verifiers_finds_it(verifiers_python: s
                     "--vf-eval", "3", path=(str(site),))
     assert sorted(e["task"] for e in episodes) == sorted(found["rl"][:3])  # (episodes end in any order)
     assert all(e["ok"] and e["reward"] == 1.0 and e["metrics"]["success"] == 1.0 for e in episodes), episodes
+
+
+TOOLSET = r"""
+import json
+from pydantic import Field
+import verifiers.v1 as vf
+from envfactory import Episode, ToolCall
+from envfactory.factory import ClassTask, from_verifiers
+from envfactory.factory.from_verifiers import toolset_tools
+
+
+class NotesState(vf.State):
+    notes: dict[str, str] = Field(default_factory=dict)
+
+
+class NotesToolset(vf.Toolset[vf.SharedToolsetConfig, NotesState]):
+    '''A note book.'''
+
+    @vf.tool
+    async def write_note(self, title: str, text: str) -> str:
+        '''Write a note under a title (replacing one of the same title).'''
+        self.state.notes[title] = text
+        return f"saved {title}"
+
+    @vf.tool
+    def read_note(self, title: str) -> str:
+        '''Read the note of a title.'''
+        if title not in self.state.notes:
+            raise ValueError(f"no note titled {title!r}")
+        return self.state.notes[title]
+
+    @vf.tool(name="list_notes")
+    def titles(self) -> list[str]:
+        '''The titles of the notes.'''
+        return sorted(self.state.notes)
+
+
+tasks = [ClassTask(id="notes-1", instruction="Save a note titled 'milk' that says 'buy 2 litres'.",
+                   config={"notes": {"eggs": "a dozen"}},
+                   solution=[ToolCall("write_note", {"title": "milk", "text": "buy 2 litres"})])]
+spec = from_verifiers(NotesToolset, name="Notes-v0", tasks=tasks, read_only=["read_note", "list_notes"])
+out = {"names": toolset_tools(NotesToolset), "tools": [t["function"]["name"] for t in spec.tool_schemas()]}
+env = Episode(spec)
+env.reset("notes-1")
+def say(text):
+    r = env.step(text)
+    return [m["content"] for m in r.messages], r.reward, r.done
+out["missing"] = say('<tool_call>{"name": "read_note", "arguments": {"title": "ham"}}</tool_call>')
+out["list"] = say('<tool_call>{"name": "list_notes", "arguments": {}}</tool_call>')
+fork = env.fork()
+out["write"] = say('<tool_call>{"name": "write_note", '
+                   '"arguments": {"title": "milk", "text": "buy 2 litres"}}</tool_call>')
+out["fork_list"] = fork.step('<tool_call>{"name": "list_notes", "arguments": {}}</tool_call>').messages[0]["content"]
+out["end"] = say("Saved.")
+env.reset("notes-1")
+out["noop"] = say("Saved.")
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_from_verifiers_makes_an_environment_of_a_verifiers_toolset(verifiers_python: str, tmp_path):
+    script = tmp_path / "toolset.py"
+    script.write_text(TOOLSET)
+    out = _run(verifiers_python, str(script))
+    assert out["names"] == {"write_note": "write_note", "read_note": "read_note", "list_notes": "titles"}
+    assert out["tools"] == ["write_note", "read_note", "list_notes", "finish"]
+    assert out["missing"] == [["Error: no note titled 'ham'"], 0.0, False]  # the tool's error: an observation
+    assert out["list"] == [['["eggs"]'], 0.0, False]  # the task's initial state
+    assert out["write"] == [["saved milk"], 0.0, False]  # an async tool, run to completion
+    assert out["fork_list"] == '["eggs"]'  # a fork made before the write keeps its own state
+    assert out["end"][1:] == [1.0, True] and out["noop"][1:] == [0.0, True]
