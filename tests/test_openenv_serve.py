@@ -189,7 +189,8 @@ def test_example_script():
 
 def test_openenv_mcp_tool_client_plays_an_episode():
     """openenv-core's own MCP tool interface (MCPToolClient: ListToolsAction / CallToolAction over /ws)
-    lists the environment's tools and plays a reference solution to reward 1."""
+    lists the environment's tools and plays a reference solution to reward 1; a tool's own failure
+    is raised (openenv 0.10's clients: tests/test_openenv_current.py)."""
     from openenv.core.env_server.mcp_types import CallToolAction
     from openenv.core.mcp_client import MCPToolClient
 
@@ -209,6 +210,15 @@ def test_openenv_mcp_tool_client_plays_an_episode():
                 env.call_tool("increment", by=1)
             with pytest.raises(RuntimeError, match="unknown tool 'nope'"):
                 env.call_tool("nope")
+        # a tool's own failure is raised by call_tool (docs/faces.md), and the episode plays the turn on
+        with MCPToolClient(base_url=url).sync() as env:
+            env.reset(task_id=task.id)
+            with pytest.raises(RuntimeError, match=r"Tool 'increment' failed: Error: invalid arguments.*invalid_args"):
+                env.call_tool("increment", by="two")
+            failed = env.step(CallToolAction(tool_name="increment", arguments={"by": "two"}))
+            assert failed.observation.error.error_type.value == "invalid_args" and failed.done is False
+            assert [str(env.call_tool(c.name, **c.arguments)) for c in task.solution] == want
+            assert env.step(CallToolAction(tool_name="finish", arguments={"answer": "done"})).reward == 1.0
 
 
 def test_openenv_http_errors_are_4xx_with_the_message():

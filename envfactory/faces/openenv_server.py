@@ -28,8 +28,23 @@ or a typed ``EnvClient`` subclass built on :class:`EnvfactoryAction` / :class:`E
   (reward sparse: 1.0 on success at the end); ``success`` and ``info`` (turn, tool calls/errors,
   ``ended_by`` at the end) come with it. A step after the end is a server error (the client raises).
 
-OpenEnv's wire format drops ``Observation.metadata``; the same facts are therefore observation
-fields (``metadata`` is filled too, for in-process users of the class).
+* **MCP tools.** OpenEnv's MCP tool interface plays the same episode, one tool call a turn:
+  ``POST /mcp`` (JSON-RPC ``tools/list``, ``tools/call``; ``openenv/session/create`` opens a
+  session that a WebSocket joins with ``/ws?session_id=``: what ``openenv`` 0.10's
+  ``MCPToolClient`` does), the WebSocket's ``{"type": "mcp"}`` messages, and ``step`` with a
+  ``list_tools`` / ``call_tool`` action (openenv-core 0.3's ``MCPToolClient``). All of them run
+  through openenv's own handlers: the environment offers its tools as an ``mcp_server``
+  (:class:`_EpisodeTools`). A tool's own failure (bad arguments, an error it raised) is an error
+  answer, which ``MCPToolClient.call_tool`` raises (``RuntimeError: Tool 'NAME' failed: ...``);
+  the episode counts the turn, records the error as its tool message and goes on.
+* **Task API.** ``openenv`` 0.10's routes ``GET /{env}/splits``, ``POST /{env}/tasks``,
+  ``/{env}/num_tasks``, ``/{env}/task``, ``/{env}/task_range`` list the served split and the splits
+  within it; ``reset(split=..., index=...)`` plays the ``index``-th task of that list.
+
+Works on ``openenv-core`` 0.3 (the ``bench`` extra) and on ``openenv`` 0.10 (the same import name;
+tested in a virtual environment of its own). OpenEnv's wire format drops ``Observation.metadata``;
+the same facts are therefore observation fields (``metadata`` is filled too, for in-process users
+of the class).
 """
 
 from __future__ import annotations
@@ -44,7 +59,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 # first: openenv_types loads openenv-core (without its Gradio web UI), before the imports below would
 from .openenv_types import EnvfactoryAction, EnvfactoryObservation
@@ -64,7 +79,45 @@ from .guard import (CONNECTION_HEADROOM, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TI
 from .tenants import WebSocketSessions
 
 __all__ = ["EnvfactoryAction", "EnvfactoryObservation", "EnvfactoryEnvironment", "EnvfactoryClient", "build_app",
-           "serve_openenv", "BackgroundServer", "serve_run"]
+           "serve_openenv", "BackgroundServer", "serve_run", "ToolCallFailed"]
+
+
+class ToolCallFailed(RuntimeError):
+    """A tool call over ``/mcp`` that failed: the tool's own error (the episode played the turn),
+    or no episode to play it in. openenv answers it as a JSON-RPC error with this message."""
+
+
+def _error_type(text: str) -> Any:
+    """The :class:`ToolErrorType` of a tool's error message."""
+    return ToolErrorType.INVALID_ARGS if text.startswith("Error: invalid arguments") else \
+        ToolErrorType.EXECUTION_ERROR
+
+
+class _EpisodeTool:
+    """One tool as openenv's MCP handlers read a FastMCP tool: ``name``, ``description``,
+    ``parameters`` (its JSON schema) and ``fn``, which plays the call as a turn of the episode."""
+
+    def __init__(self, env: "EnvfactoryEnvironment", name: str, description: str, parameters: dict[str, Any]):
+        self.name, self.description, self.parameters = name, description, parameters
+        self.inputSchema = parameters
+
+        async def fn(**arguments: Any) -> dict[str, Any]:
+            return await env._mcp_call(name, arguments)
+
+        self.fn = fn
+
+
+class _EpisodeTools:
+    """The ``mcp_server`` of an :class:`EnvfactoryEnvironment`: openenv's ``/mcp`` handler (and the
+    WebSocket's ``mcp`` messages) list its tools (``list_tools()``, as FastMCP 3's) and call them
+    (each tool's ``fn``), so ``tools/list`` and ``tools/call`` reach the session's episode."""
+
+    def __init__(self, env: "EnvfactoryEnvironment") -> None:
+        self._env = env
+
+    async def list_tools(self) -> list[_EpisodeTool]:
+        return [_EpisodeTool(self._env, t.name, t.description, t.parameters)
+                for t in self._env.spec.tools_of().values()]
 
 
 class EnvfactoryEnvironment(Environment):
@@ -102,6 +155,9 @@ class EnvfactoryEnvironment(Environment):
         self._episode: Any = None  # made on the first reset (OpenEnv's stateless routes build and drop instances)
         self._episode_id: str | None = None
         self._steps = 0
+        self._tool_errors = 0  # the episode's count so far (its info counts them cumulatively)
+        self._last_failed = False  # whether the last step's tool call(s) failed
+        self.mcp_server = _EpisodeTools(self)  # openenv's MCP handlers find the tools here
         self._pool: ThreadPoolExecutor | None = None
         # one request at a time, and close() (openenv-core's reaper, on another thread) waits for
         # the one in flight: a world is never closed under a step
@@ -135,11 +191,16 @@ class EnvfactoryEnvironment(Environment):
     def _reset(self, seed: int | None, episode_id: str | None, **kwargs: Any) -> EnvfactoryObservation:
         self._touch()
         task_id = kwargs.pop("task_id", None) or kwargs.pop("task", None)
-        split = kwargs.pop("split", None)
+        split = kwargs.pop("split", None) or None  # "": the served split (as the Task API's split="")
+        index = kwargs.pop("index", None)
         if kwargs:
-            raise ValueError(f"unexpected reset argument(s) {sorted(kwargs)}; use task_id, seed, split or "
-                             "episode_id")
+            raise ValueError(f"unexpected reset argument(s) {sorted(kwargs)}; use task_id, seed, split, index "
+                             "or episode_id")
         draw = within_split(self.split, split)  # ValueError: a split the server does not serve
+        if index is not None:  # the Task API's selection: the index-th task of list_tasks(split)
+            if task_id is not None or seed is not None:
+                raise ValueError("reset takes index (with split) or task_id or seed, not several")
+            task_id = self._task_at(split, index)["task_id"]
         if task_id is None and seed is None and split is None:
             task_id, seed = self.default_task, self.default_seed
         if task_id is None:
@@ -154,6 +215,7 @@ class EnvfactoryEnvironment(Environment):
         messages = ep.reset(task.id)
         self._episode_id = episode_id or "ep-" + uuid.uuid4().hex[:16]
         self._steps = 0
+        self._tool_errors, self._last_failed = 0, False
         tools = ep.tool_schemas()
         meta = {"task_id": task.id, "instruction": messages[1]["content"], "tools": tools, "env": self.name}
         return EnvfactoryObservation(
@@ -189,8 +251,11 @@ class EnvfactoryEnvironment(Environment):
             act: Any = {"role": "assistant", "content": action.text, "tool_calls": action.tool_calls}
         else:
             act = action.text
+        errors_before = self._tool_errors  # the episode counts them cumulatively
         r = ep.step(act)  # EpisodeError after the end: an error reply
         self._steps += 1
+        self._tool_errors = int(r.info.get("tool_errors", errors_before))
+        self._last_failed = self._tool_errors > errors_before
         done = bool(r.terminated or r.truncated)
         text = "\n".join(str(m.get("content", "")) for m in r.messages)
         info = {k: v for k, v in r.info.items() if k != "success"}
@@ -212,8 +277,64 @@ class EnvfactoryEnvironment(Environment):
         except EpisodeError as exc:
             return CallToolObservation(tool_name=name, error=ToolError(error_type=ToolErrorType.EXECUTION_ERROR,
                                                                        message=str(exc)), reward=0.0, done=False)
-        return CallToolObservation(tool_name=name, result=obs.text, reward=obs.reward, done=obs.done,
-                                   metadata={"success": obs.success, **obs.info})
+        meta = {"success": obs.success, **obs.info}
+        if self._last_failed:  # the tool's own failure: an error MCPToolClient raises; the turn was played
+            return CallToolObservation(tool_name=name, error=ToolError(error_type=_error_type(obs.text),
+                                                                       message=obs.text),
+                                       reward=obs.reward, done=obs.done, metadata=meta)
+        return CallToolObservation(tool_name=name, result=obs.text, reward=obs.reward, done=obs.done, metadata=meta)
+
+    async def _mcp_call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """``tools/call`` over ``/mcp`` (openenv's handler calls this as the tool's ``fn``): one
+        turn of the episode. The result has MCP's ``CallToolResult`` shape (``content``, ``data``:
+        the tool's output, which ``MCPToolClient.call_tool`` returns) and ``meta`` says the step's
+        ``reward``, ``done`` and ``success``. A tool's own failure, a call without an episode or
+        after its end raise :class:`ToolCallFailed`: openenv answers a JSON-RPC error with its
+        message, which ``MCPToolClient.call_tool`` raises."""
+        action = EnvfactoryAction(tool_calls=[{"name": name, "arguments": dict(arguments)}])
+        try:
+            obs: Any = self.step(action) if self._inline else await self._off_loop(functools.partial(self.step, action))
+        except EpisodeError as exc:
+            raise ToolCallFailed(str(exc)) from None
+        if self._last_failed:
+            raise ToolCallFailed(obs.text)
+        return {"content": [{"type": "text", "text": obs.text}], "structured_content": None, "data": obs.text,
+                "is_error": False, "meta": {"reward": obs.reward, "done": obs.done, "success": obs.success,
+                                            **obs.info}}
+
+    # -- openenv 0.10's Task API (GET /{env}/splits, POST /{env}/tasks, ...) -------------------------
+    def list_splits(self) -> list[dict[str, Any]]:
+        """The served split, then the splits within it that hold tasks (``sft``, ``rl``, ``eval``),
+        each with its task count; ``type``: ``train`` for training splits, else ``test``."""
+        names = [self.split] + [m for m in split_members(self.split) if m != self.split]
+        out = []
+        for n in names:
+            count = len(self.spec.tasks_in(cast(DrawSplit, n)))
+            if count or n == self.split:
+                out.append({"name": n, "type": "train" if n in ("train", "sft", "rl") else "test", "num_tasks": count})
+        return out
+
+    def list_tasks(self, split: str = "") -> list[dict[str, Any]]:
+        """The tasks of ``split`` (``""``: the served split), in order: ``index``, ``task_id``,
+        ``split`` (the task's own), ``kind``, ``instruction``. A split the server does not serve:
+        ``ValueError`` (400)."""
+        return [{"index": i, **t} for i, t in enumerate(served_tasks(self.spec, self.split, split or None))]
+
+    def num_tasks(self, split: str = "") -> int:
+        return len(self.list_tasks(split))
+
+    def get_task(self, split: str, index: int) -> dict[str, Any]:
+        return self._task_at(split, index)
+
+    def get_task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[dict[str, Any]]:
+        return self.list_tasks(split)[start:stop]
+
+    def _task_at(self, split: str | None, index: int) -> dict[str, Any]:
+        tasks = self.list_tasks(split or "")
+        if not isinstance(index, int) or not 0 <= index < len(tasks):
+            raise IndexError(f"task index {index!r} is out of range: the {split or self.split!r} split of "
+                             f"{self.name} holds {len(tasks)} tasks")
+        return tasks[index]
 
     # a local world answers in microseconds: run it on the event loop, not through a thread hop;
     # a container world blocks on a socket: one thread per session keeps the loop free
