@@ -12,6 +12,8 @@ Python-level server, on openenv 0.10's server library:
   WebSocket joined to the same session) each play a reference solution to reward 1 with the
   outputs ``envfactory.make`` gives; a tool's own failure and an unknown tool are raised by
   ``call_tool`` (``RuntimeError: Tool 'NAME' failed: ...``), as openenv's own MCP environments do;
+  the WebSocket's ``{"type": "mcp"}`` JSON-RPC messages play an episode too, the reward in the
+  ``finish`` call's result ``meta``;
 * the Task API routes (``/{env}/splits``, ``/tasks``, ``/num_tasks``, ``/task``, ``/task_range``)
   and ``reset(split=..., index=...)``; ``openenv validate --url`` passes;
 * an exported Space passes ``openenv validate DIR --skip-build`` (no Docker: the image is not
@@ -200,6 +202,42 @@ def _validate_url(python: str, url: str) -> dict:
     return report
 
 
+WS_MCP = r"""if True:
+    import json, sys
+    from websockets.sync.client import connect
+    url, task_id, calls = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    with connect(url.replace("http", "ws", 1) + "/ws") as ws:
+        def ask(msg):
+            ws.send(json.dumps(msg))
+            return json.loads(ws.recv())
+        def rpc(i, method, params):
+            return ask({"type": "mcp", "data": {"jsonrpc": "2.0", "id": i, "method": method, "params": params}})
+        ask({"type": "reset", "data": {"task_id": task_id}})
+        out = {"list": rpc(1, "tools/list", {}),
+               "calls": [rpc(i + 2, "tools/call", c) for i, c in enumerate(calls)],
+               "after": rpc(99, "tools/call", calls[0])}
+    print(json.dumps(out))
+"""
+
+
+def _check_ws_mcp(python: str, url: str, name: str) -> None:
+    """The WebSocket's ``{"type": "mcp"}`` messages (openenv 0.10's JSON-RPC over the session):
+    ``tools/list``, then the reference solution as ``tools/call``s ending with ``finish``, whose
+    result's ``meta`` says reward 1; a call after the end is a JSON-RPC error naming it."""
+    spec = envfactory.spec(name)
+    task = next(t for t in spec.tasks_in("train") if len(t.solution) >= 2 and not t.answer_facts)
+    calls = [{"name": c.name, "arguments": c.arguments} for c in task.solution if c.name != "finish"]
+    calls.append({"name": "finish", "arguments": {"answer": "Done."}})
+    out = _last_json(_run(python, "-c", WS_MCP, url, task.id, json.dumps(calls)))
+    assert out["list"]["type"] == "mcp"
+    assert [t["name"] for t in out["list"]["data"]["result"]["tools"]] == list(spec.tools_of())
+    results = [c["data"]["result"] for c in out["calls"]]
+    assert [r["data"] for r in results[:-1]] == _local_outputs(name, task)
+    assert [r["meta"]["done"] for r in results] == [False] * (len(results) - 1) + [True]
+    assert results[-1]["meta"]["reward"] == 1.0 and results[-1]["meta"]["success"] is True
+    assert "has ended" in out["after"]["data"]["error"]["message"]
+
+
 @pytest.mark.slow
 def test_openenv_010_against_the_cli_server_and_its_task_routes(openenv_python: str) -> None:
     import httpx
@@ -209,6 +247,7 @@ def test_openenv_010_against_the_cli_server_and_its_task_routes(openenv_python: 
     try:
         url = server.url
         _check_play(_last_json(_run(openenv_python, str(PLAY), "--url", url, "Bank-v0")), "Bank-v0")
+        _check_ws_mcp(openenv_python, url, "Bank-v0")
         spec = envfactory.spec("Bank-v0")
         with httpx.Client(base_url=url, timeout=60) as h:
             splits = h.get("/Bank-v0/splits").json()
