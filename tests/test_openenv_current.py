@@ -162,11 +162,43 @@ def _check_play(out: dict, name: str) -> None:
     assert unknown.startswith("Tool 'no_such_tool' failed:") and "no_such_tool" in unknown[30:], unknown
 
 
+TOKEN = r"""if True:
+    import json
+    import envfactory
+    from envfactory.faces.openenv_server import BackgroundServer
+    from openenv.core.env_server.mcp_types import CallToolAction
+    from openenv.core.generic_client import GenericEnvClient
+    from openenv.core.mcp_client import MCPToolClient
+    task = next(t for t in envfactory.spec("Counter-v0").tasks_in("train") if len(t.solution) >= 2)
+    out = {}
+    with BackgroundServer("Counter-v0", token="s3cret") as url:
+        for label, kw in (("headers", {"base_url": url, "headers": {"Authorization": "Bearer s3cret"}}),
+                          ("userinfo", {"base_url": url.replace("http://", "http://envfactory:s3cret@")})):
+            with MCPToolClient(**kw).sync() as env:
+                env.reset(task_id=task.id)
+                [env.call_tool(c.name, **c.arguments) for c in task.solution]
+                out[label] = env.step(CallToolAction(tool_name="finish", arguments={"answer": "x"})).reward
+            with GenericEnvClient(**kw).sync() as env:
+                out[label + "-generic"] = env.reset(task_id=task.id).observation["task_id"] == task.id
+        try:
+            with MCPToolClient(base_url=url).sync() as env:
+                env.reset(task_id=task.id)
+            out["none"] = "served"
+        except Exception as exc:
+            out["none"] = str(exc)
+    print(json.dumps(out))
+"""
+
+
 @pytest.mark.slow
 def test_openenv_010_clients_play_the_python_server(openenv_python: str) -> None:
     version = _run(openenv_python, "-c", "from importlib.metadata import version; print(version('openenv'))")
     assert version.stdout.strip() == OPENENV.split("==")[1]
     _check_play(_last_json(_run(openenv_python, str(PLAY), "Counter-v0")), "Counter-v0")
+    # with a token: 0.10's clients carry it as a header or as the URL's password; without it, 401
+    out = _last_json(_run(openenv_python, "-c", TOKEN))
+    assert out["headers"] == out["userinfo"] == 1.0 and out["headers-generic"] and out["userinfo-generic"]
+    assert "401" in out["none"], out["none"]
 
 
 class _Served:
