@@ -112,9 +112,14 @@ def test_task_api_methods_and_reset_by_index() -> None:
     assert obs.task_id == spec.tasks_in("rl")[1].id
     with pytest.raises(ValueError, match="not several"):
         env.reset(split="rl", index=1, task_id=obs.task_id)
+    with pytest.raises(ValueError, match="out of range"):
+        env.reset(split="rl", index=999)
     env.close()
-    assert [s["name"] for s in EnvfactoryEnvironment("Counter-v0", split="all").list_splits()] == \
-        ["all", "sft", "rl", "eval"]
+    assert [(s["name"], s["type"]) for s in EnvfactoryEnvironment("Counter-v0", split="all").list_splits()] == \
+        [("all", "test"), ("sft", "train"), ("rl", "train"), ("eval", "test")]
+    held = EnvfactoryEnvironment("Counter-v0", split="heldout-phrasing")  # a held-out split holds only itself
+    assert [s["name"] for s in held.list_splits()] == ["heldout-phrasing"]
+    assert held.num_tasks("") == len(spec.tasks_in("heldout-phrasing"))
 
 
 # -- with openenv 0.10 (a venv of its own) -----------------------------------------------------

@@ -200,7 +200,10 @@ class EnvfactoryEnvironment(Environment):
         if index is not None:  # the Task API's selection: the index-th task of list_tasks(split)
             if task_id is not None or seed is not None:
                 raise ValueError("reset takes index (with split) or task_id or seed, not several")
-            task_id = self._task_at(split, index)["task_id"]
+            try:
+                task_id = self._task_at(split, index)["task_id"]
+            except IndexError as exc:  # a request's error (400), as an unknown task is
+                raise ValueError(str(exc)) from None
         if task_id is None and seed is None and split is None:
             task_id, seed = self.default_task, self.default_seed
         if task_id is None:
@@ -306,12 +309,16 @@ class EnvfactoryEnvironment(Environment):
     def list_splits(self) -> list[dict[str, Any]]:
         """The served split, then the splits within it that hold tasks (``sft``, ``rl``, ``eval``),
         each with its task count; ``type``: ``train`` for training splits, else ``test``."""
-        names = [self.split] + [m for m in split_members(self.split) if m != self.split]
         out = []
-        for n in names:
+        for n in [self.split] + [m for m in split_members(self.split) if m != self.split]:
+            try:
+                within_split(self.split, n)  # a held-out family/kind split holds only itself
+            except ValueError:
+                continue
             count = len(self.spec.tasks_in(cast(DrawSplit, n)))
             if count or n == self.split:
-                out.append({"name": n, "type": "train" if n in ("train", "sft", "rl") else "test", "num_tasks": count})
+                kind = "train" if set(split_members(n)) <= {"sft", "rl"} else "test"
+                out.append({"name": n, "type": kind, "num_tasks": count})
         return out
 
     def list_tasks(self, split: str = "") -> list[dict[str, Any]]:
