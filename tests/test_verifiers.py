@@ -128,7 +128,7 @@ def test_verifiers_plays_episodes_to_their_reward(verifiers_python: str):
         {"task": "counter-0-2", "turns": [{"tool_calls": [call("increment", '{"by": 1}')]},
                                           "Done, it shows 2."]},               # wrong: it shows 1
         {"task": "counter-0-2", "turns": [
-            {"tool_calls": [call("increment", '{"by": ')]},                   # arguments that are not JSON
+            {"tool_calls": [call("increment", '{"by": ')], "reasoning_content": "Add two."},  # not JSON
             {"tool_calls": [call("increment", '{"by": "two"}'), call("decrement", "{}")]},
             '<tool_call>{"name": "increment", "arguments": {"by": 2}}</tool_call>',  # a Hermes block in text
             "It shows 2."]},
@@ -137,7 +137,7 @@ def test_verifiers_plays_episodes_to_their_reward(verifiers_python: str):
     assert oracle["env"] == "EnvfactoryEnv" and oracle["harness"] == "envfactory-verifiers"
     assert oracle["ok"] and oracle["reward"] == 1.0 and oracle["rewards"] == {"envfactory": 1.0}
     assert oracle["envfactory"]["success"] is True and oracle["envfactory"]["ended_by"] == "answer"
-    assert oracle["tool_messages"] == ["1"] and oracle["errors"] == []
+    assert oracle["tool_messages"] == ["1"] and oracle["errors"] == [] and oracle["branches"] == 1
     assert wrong["ok"] and wrong["reward"] == 0.0 and wrong["metrics"]["success"] == 0.0
     shown = errors["tool_messages"]  # what the model was sent, in verifiers' trace
     assert "'arguments' of 'increment' is not valid JSON" in shown[0]
@@ -146,6 +146,8 @@ def test_verifiers_plays_episodes_to_their_reward(verifiers_python: str):
     assert shown[3] == "2"
     assert errors["reward"] == 1.0 and errors["envfactory"]["tool_errors"] == 2 and errors["envfactory"]["turns"] == 4
     assert errors["errors"] == []
+    # each request replayed the replies as given (the reasoning too): one branch, one training sample
+    assert errors["branches"] == 1 and errors["assistant_turns"] == 4
 
 
 CHECKS = r"""

@@ -25,8 +25,9 @@ give the taskset id ``envfactory-counter-v0``.
   tool schemas as the request's ``tools`` (chat completions, through verifiers' interception
   endpoint), and steps every completion, its native tool calls or its text, through envfactory's
   referee; the tool responses (error observations for malformed calls, bad arguments, unknown
-  tools) become ``tool`` messages of the next request. The episode ends as envfactory says (an
-  answer without a tool call, ``finish``, the turn limit).
+  tools) become ``tool`` messages of the next request, which replays each reply as the model gave
+  it (its reasoning fields too), so verifiers' trace is one branch: one training sample an episode.
+  The episode ends as envfactory says (an answer without a tool call, ``finish``, the turn limit).
 * **Seat.** ``EnvfactoryEnv`` is verifiers' single-agent env with its seat on the subprocess
   runtime (verifiers' default seat runtime is Prime's remote sandbox, reached through a tunnel;
   this harness needs none).
@@ -209,7 +210,9 @@ def verifiers_classes() -> dict[str, type]:
                         raise
                     assistant = _assistant(completion)
                     step = await asyncio.to_thread(episode.step, assistant)
-                    messages += [assistant, *_answers(assistant, step.messages)]
+                    # the reply replayed as the model gave it (its reasoning too: verifiers' trace matches
+                    # each request's prefix to the turns it recorded, and a changed message breaks it)
+                    messages += [_replayed(completion, assistant), *_answers(assistant, step.messages)]
                     info = step.info
                     result.update(turns=int(info.get("turn") or result["turns"] + 1),
                                   tool_calls=int(info.get("tool_calls") or 0),
@@ -262,6 +265,18 @@ def _assistant(completion: Any) -> dict[str, Any]:
              for c in (message.tool_calls or []) if getattr(c, "function", None) is not None]
     if calls:
         out["tool_calls"] = calls
+    return out
+
+
+def _replayed(completion: Any, assistant: dict[str, Any]) -> dict[str, Any]:
+    """The reply as the next request carries it: its content as given (``None`` stays ``None``), its
+    calls, and the reasoning fields a server added (``reasoning_content``, ``reasoning``)."""
+    out = dict(assistant)
+    if completion.choices:
+        message = completion.choices[0].message
+        out["content"] = message.content
+        extra = getattr(message, "model_extra", None) or {}
+        out.update({k: extra[k] for k in ("reasoning_content", "reasoning") if extra.get(k) is not None})
     return out
 
 

@@ -10,9 +10,11 @@ OpenAI-compatible chat-completions server on loopback standing in for the policy
 A rollout names its ``task`` and, optionally, its ``turns``, each the model's reply: a text (Hermes
 ``<tool_call>`` blocks in it become the reply's native ``tool_calls``, any other text its content)
 or ``{"tool_calls": [{"name": ..., "arguments": "<raw JSON text>"}]}`` (arguments sent exactly as
-written, malformed ones included). Without ``turns``: the task's reference solution, one call a
-turn, then "Done.". Printed: one JSON list, per rollout its ``reward``, ``rewards``, ``metrics``,
-``envfactory`` (the episode's result), ``tool_messages`` (what the model was shown), ``errors``.
+written, malformed ones included; optionally ``content`` and ``reasoning_content``). Without
+``turns``: the task's reference solution, one call a turn, then "Done.". Printed: one JSON list, per
+rollout its ``reward``, ``rewards``, ``metrics``, ``envfactory`` (the episode's result),
+``tool_messages`` (what the model was shown), ``branches`` (verifiers' trace: 1 when every request
+extended the one before, so the episode is one training sample) and ``errors``.
 Run it with a Python that has verifiers 0.4 and envfactory's dependencies, the repository on its
 path::
 
@@ -54,14 +56,18 @@ def reference_turns(name: str, task_id: str) -> list[Any]:
 
 def reply(turn: Any, k: int) -> dict[str, Any]:
     """A script entry as a chat-completions assistant message."""
+    reasoning = None
     if isinstance(turn, dict):
         calls = turn.get("tool_calls") or []
         content = turn.get("content")
+        reasoning = turn.get("reasoning_content")
     else:
         parsed = envfactory.parse_action(turn)
         calls = [{"name": c.name, "arguments": json.dumps(c.arguments)} for c in parsed.calls]
         content = parsed.content if not calls else None
     message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning is not None:  # as vLLM's reasoning parsers add it
+        message["reasoning_content"] = reasoning
     if calls:
         message["tool_calls"] = [{"id": f"call_{k}_{n}", "type": "function",
                                   "function": {"name": c["name"], "arguments": c["arguments"]}}
@@ -137,6 +143,7 @@ async def play(name: str, rollouts: list[dict[str, Any]], taskset: str = TASKSET
                             "metrics": dict(trace.metrics), "envfactory": trace.info.get("envfactory"),
                             "tool_messages": [m.content for m in trace.tool_messages],
                             "assistant_turns": len(trace.assistant_messages),
+                            "branches": trace.num_branches,  # 1: every request extended the one before
                             "errors": [e.message for e in (*episode.errors, *trace.errors)]})
     finally:
         model.close()
