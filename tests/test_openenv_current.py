@@ -206,6 +206,51 @@ def test_openenv_010_clients_play_the_python_server(openenv_python: str) -> None
     assert "401" in out["none"], out["none"]
 
 
+CAP = r"""if True:
+    import json
+    import httpx
+    import envfactory
+    from envfactory.faces.openenv_server import BackgroundServer
+    from openenv.core.env_server.mcp_types import CallToolAction
+    from openenv.core.mcp_client import MCPToolClient
+    task = next(t for t in envfactory.spec("Counter-v0").tasks_in("train") if len(t.solution) >= 2)
+    out = {}
+    def client(token):
+        return MCPToolClient(base_url=url, headers={"Authorization": "Bearer " + token}).sync()
+    def play(env):
+        env.reset(task_id=task.id)
+        [env.call_tool(c.name, **c.arguments) for c in task.solution]
+        return env.step(CallToolAction(tool_name="finish", arguments={"answer": "x"})).reward
+    with BackgroundServer("Counter-v0", token="a,b", max_sessions=4, max_sessions_per_client=1) as url:
+        with client("a") as a:
+            out["a"] = play(a)  # its /mcp session and the WebSocket joining it: one session
+            try:
+                with client("a") as again:
+                    again.reset(task_id=task.id)
+                out["a-again"] = "served"
+            except Exception as exc:
+                out["a-again"] = repr(exc)
+            out["a-raw"] = httpx.post(url + "/mcp", headers={"Authorization": "Bearer a"}, json={
+                "jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}).status_code
+            with client("b") as b:
+                out["b"] = play(b)
+        with client("a") as a:  # a's session closed: room again
+            out["a-after"] = play(a)
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_openenv_010_mcp_sessions_count_against_the_clients_cap(openenv_python: str) -> None:
+    """0.10's ``MCPToolClient`` opens its session over ``POST /mcp`` (``openenv/session/create``) and
+    joins it with a WebSocket: that is one session of its client's cap, not two, and not none (was:
+    none, so one token could open every slot)."""
+    out = _last_json(_run(openenv_python, "-c", CAP))
+    assert out["a"] == out["b"] == out["a-after"] == 1.0, out
+    assert "429" in out["a-again"] or "per client" in out["a-again"], out["a-again"]
+    assert out["a-raw"] == 429, out  # a bare openenv/session/create beyond the cap
+
+
 class _Served:
     """A server subprocess announcing ``over OpenEnv at URL`` on stderr (stderr kept drained)."""
 

@@ -469,8 +469,32 @@ def build_app(name: str, *, runtime: str = "local", task: str | None = None, see
     token = resolve_token(token)
     if max_sessions_per_client is None:
         max_sessions_per_client = per_client_default(max_sessions, token)
-    return guard(WebSocketSessions(app, max_sessions_per_client), token=token, max_body=max_body,
-                 local_only=local_only, max_in_flight=max_sessions + CONNECTION_HEADROOM)
+    server = _env_server(app)
+    sessions = WebSocketSessions(
+        app, max_sessions_per_client, live_sessions=None if server is None else (lambda: server._sessions),
+        joins=server is not None and hasattr(server, "_session_websocket_attachments"))
+    return guard(sessions, token=token, max_body=max_body, local_only=local_only,
+                 max_in_flight=max_sessions + CONNECTION_HEADROOM)
+
+
+def _env_server(app: Any) -> Any:
+    """openenv's ``HTTPEnvServer`` behind ``app`` (``create_app`` keeps it only in its routes'
+    closures: found there), for its live session ids; ``None`` if this openenv hides it otherwise."""
+    for route in getattr(app, "routes", ()):
+        stack, seen = [getattr(route, "endpoint", None)], set()
+        while stack:
+            fn = stack.pop()
+            for cell in getattr(fn, "__closure__", None) or ():
+                try:
+                    value = cell.cell_contents
+                except ValueError:  # an empty cell
+                    continue
+                if isinstance(getattr(value, "_sessions", None), dict) and hasattr(value, "_create_session"):
+                    return value
+                if callable(value) and getattr(value, "__closure__", None) and id(value) not in seen:
+                    seen.add(id(value))
+                    stack.append(value)
+    return None
 
 
 def _listen(host: str, port: int) -> socket.socket:

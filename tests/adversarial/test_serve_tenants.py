@@ -178,6 +178,41 @@ def test_openenv_one_token_cannot_take_every_session():
             assert _ask(a3, "reset", {"seed": 1})["type"] == "observation"
 
 
+def _mcp(url: str, headers: dict, method: str, params: dict | None = None) -> httpx.Response:
+    return httpx.post(url + "/mcp", headers=headers, timeout=30,
+                      json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}})
+
+
+def test_openenv_sessions_opened_over_mcp_count_against_the_clients_cap():
+    """Was: ``openenv/session/create`` over ``POST /mcp`` (what openenv 0.10's ``MCPToolClient``
+    sends) opened a session that no per-client cap counted, so one token could take every slot
+    of ``--max-episodes`` (the cap counted WebSockets only). Now a client's sessions are its
+    WebSockets and the sessions it opened over ``/mcp`` that still live; one more is refused 429
+    with a JSON-RPC error, and closing one (or its expiry) gives the room back."""
+    with BackgroundServer("Counter-v0", token="token-a,token-b", max_sessions=4, max_sessions_per_client=2) as url:
+        a = {"Authorization": "Bearer token-a"}
+        b = {"Authorization": "Bearer token-b"}
+        first = _mcp(url, a, "openenv/session/create")
+        assert first.status_code == 200, first.text
+        sid = first.json()["result"]["session_id"]
+        with _ws(url, additional_headers=a) as a1:
+            assert _ask(a1, "reset", {"seed": 1})["type"] == "observation"
+            refused = _mcp(url, a, "openenv/session/create")
+            assert refused.status_code == 429, refused.text
+            assert "per client" in refused.json()["error"]["message"]
+            with pytest.raises(InvalidStatus) as info:  # a WebSocket counts the /mcp session too
+                _ws(url, additional_headers=a)
+            assert info.value.response.status_code == 429
+            other = _mcp(url, b, "openenv/session/create")  # another client is not held back
+            assert other.status_code == 200 and "session_id" in other.json()["result"], other.text
+        assert _mcp(url, a, "tools/list").status_code == 200  # no session asked: not refused
+        closed = _mcp(url, a, "openenv/session/close", {"session_id": sid})
+        assert closed.status_code == 200 and "error" not in closed.json(), closed.text
+        again = [_mcp(url, a, "openenv/session/create") for _ in range(2)]  # room for two again
+        assert [r.status_code for r in again] == [200, 200], [r.text for r in again]
+        assert _mcp(url, a, "openenv/session/create").status_code == 429
+
+
 # -- 3. slow headers ---------------------------------------------------------------------------
 def _trickle(url: str, seconds: float) -> float | None:
     """Send a request head one header every 0.2 s for up to ``seconds``; the time the server took
