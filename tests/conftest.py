@@ -131,6 +131,22 @@ def venv_python(name: str, requirements: list[str], *, base: str | None = None, 
     return str(python)
 
 
+def import_without(missing: str, module: str, touch: str) -> str:
+    """In a fresh interpreter where ``missing`` cannot be imported: ``import MODULE as m`` (printing
+    ``imported``), then ``touch`` (code using ``m`` that needs ``missing``; its ``ImportError``
+    printed as ``ImportError: ...``). Its standard output; a crash fails the test. For the faces that
+    must import without their trainer installed (verl, verifiers, NeMo Gym)."""
+    import sys
+    from pathlib import Path
+
+    code = (f"import sys\nsys.modules[{missing!r}] = None\nimport {module} as m\nprint('imported')\n"
+            f"try:\n    {touch}\nexcept ImportError as exc:\n    print('ImportError:', exc)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0 and "imported" in r.stdout, r.stderr
+    return r.stdout
+
+
 def stop_process(proc: subprocess.Popen) -> None:
     """Terminate ``proc``, killing it after 10 s."""
     proc.terminate()

@@ -21,13 +21,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from conftest import IN_CI, venv_python
+from conftest import IN_CI, import_without, venv_python
 
 import envfactory
 
@@ -38,19 +37,8 @@ ROLLOUT = ROOT / "examples" / "nemo_gym" / "rollout.py"
 
 # -- without nemo-gym (this venv) ----------------------------------------------------------
 def test_the_module_imports_without_nemo_gym_and_names_the_package():
-    code = """
-import sys
-sys.modules["nemo_gym"] = None
-import envfactory.faces.nemo_gym as m
-print("imported")
-try:
-    m.resources_server_class()
-except ImportError as exc:
-    print("ImportError:", exc)
-"""
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert r.returncode == 0 and "imported" in r.stdout, r.stderr
-    assert "ImportError: envfactory's NeMo Gym resources server needs nemo-gym (pip install" in r.stdout
+    out = import_without("nemo_gym", "envfactory.faces.nemo_gym", "m.resources_server_class()")
+    assert "ImportError: envfactory's NeMo Gym resources server needs nemo-gym (pip install" in out
 
 
 def test_rows_are_nemo_gym_dataset_rows_of_the_split():

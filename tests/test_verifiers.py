@@ -22,13 +22,12 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from conftest import venv_python
+from conftest import import_without, venv_python
 
 import envfactory
 from envfactory import cli
@@ -40,19 +39,8 @@ ROLLOUT = ROOT / "examples" / "verifiers" / "rollout.py"
 
 # -- without verifiers (this venv) ---------------------------------------------------------
 def test_the_module_imports_without_verifiers_and_names_the_package():
-    code = """
-import sys
-sys.modules["verifiers"] = None
-import envfactory.faces.verifiers as m
-print("imported")
-try:
-    m.EnvfactoryTaskset
-except ImportError as exc:
-    print("ImportError:", exc)
-"""
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert r.returncode == 0 and "imported" in r.stdout, r.stderr
-    assert "ImportError: envfactory's verifiers environment needs verifiers 0.4 (pip install" in r.stdout
+    out = import_without("verifiers", "envfactory.faces.verifiers", "m.EnvfactoryTaskset")
+    assert "ImportError: envfactory's verifiers environment needs verifiers 0.4 (pip install" in out
 
 
 def test_rows_are_the_splits_tasks_with_the_tools_the_model_is_sent():

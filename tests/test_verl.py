@@ -29,13 +29,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import venv_python
+from conftest import import_without, venv_python
 
 import envfactory
 
@@ -52,19 +51,10 @@ CALL = '<tool_call>{"name": "increment", "arguments": {"by": %d}}</tool_call>'
 
 # -- without verl (this Python) --------------------------------------------------------------
 def test_the_module_imports_without_verl_and_names_the_package():
-    code = """
-import sys
-sys.modules["verl"] = None
-import envfactory.faces.verl as m
-print("imported", m.AGENT_NAME, m.ARPO_AGENT_NAME)
-try:
-    m.agent_loop_classes()
-except ImportError as exc:
-    print("ImportError:", exc)
-"""
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert r.returncode == 0 and "imported envfactory envfactory_arpo" in r.stdout, r.stderr
-    assert "ImportError: envfactory's verl agent loops need verl (pip install 'verl==0.9.*'" in r.stdout
+    out = import_without("verl", "envfactory.faces.verl", "print('names', m.AGENT_NAME, m.ARPO_AGENT_NAME); "
+                                                          "m.agent_loop_classes()")
+    assert "names envfactory envfactory_arpo" in out
+    assert "ImportError: envfactory's verl agent loops need verl (pip install 'verl==0.9.*'" in out
 
 
 def test_rows_are_verl_dataset_rows_of_the_split():
