@@ -1,4 +1,5 @@
-"""Worker processes that end with the process that started them.
+"""Worker processes that end with the process that started them; memory a server's threads freed
+handed back to the kernel (:func:`start_memory_trimmer`).
 
 A ``ProcessPoolExecutor``'s workers outlive a parent that is killed (``SIGKILL``, the OOM
 killer, a crashed interpreter): no ``finally`` or ``atexit`` runs in the parent, and a worker
@@ -11,9 +12,15 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
-__all__ = ["die_with_parent", "worker_pool"]
+__all__ = ["die_with_parent", "worker_pool", "malloc_trim", "start_memory_trimmer", "TRIM_EVERY_S"]
+
+TRIM_EVERY_S = 1.0
+"""How often :func:`start_memory_trimmer`'s thread looks for work to trim after."""
 
 
 def die_with_parent(parent: int) -> None:
@@ -42,3 +49,51 @@ def worker_pool(workers: int, method: str = "spawn") -> ProcessPoolExecutor:
         raise ValueError(f"method must be 'spawn' or 'fork', got {method!r}")
     return ProcessPoolExecutor(workers, mp_context=mp.get_context(method), initializer=die_with_parent,
                                initargs=(os.getpid(),))
+
+
+def malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (``None`` where the C library has none: musl, macOS, Windows)."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
+_trimmer_lock = threading.Lock()
+_trimmer: threading.Thread | None = None
+
+
+def start_memory_trimmer(every: float = TRIM_EVERY_S, activity: Callable[[], int] = sys.getallocatedblocks) -> bool:
+    """Start (once per process) a thread that calls ``malloc_trim(0)`` every ``every`` seconds in
+    which ``activity()`` changed (default: the interpreter's count of allocated blocks, which any
+    work moves). ``True`` if this call started it.
+
+    Why: glibc keeps what Python frees in the arena of the thread that allocated it (up to 8 arenas
+    a core) and raises its mmap threshold after a big free, so a server whose sessions run on
+    threads of their own, and take turns at large states, holds the freed memory for good. Eight
+    sessions that grew to 25 MB and reset left about 200 MB held with almost nothing live, in a
+    container's server (OOM-killed at its 512 MiB limit by the 10**6-output fuzz, issue 63) and in
+    ``envfactory serve``'s OpenEnv server alike. A trim returns the arenas' free pages: about 2 ms
+    when there is little to return, 80 ms for 370 MB, with the GIL released meanwhile."""
+    global _trimmer
+    trim = malloc_trim()
+    if trim is None:
+        return False
+    with _trimmer_lock:
+        if _trimmer is not None:
+            return False
+
+        def run() -> None:
+            seen = activity()
+            while True:
+                time.sleep(every)
+                now = activity()
+                if now != seen:
+                    trim(0)
+                    seen = activity()
+
+        _trimmer = threading.Thread(target=run, daemon=True, name="envf-malloc-trim")
+        _trimmer.start()
+        return True

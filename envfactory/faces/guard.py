@@ -350,8 +350,11 @@ def uvicorn_config(app: Any, *, max_body: int, max_sessions: int, tls_cert: str 
     (which counted every connection) is off: the app caps the authorized requests served at once
     (:class:`Admit`, ``max_sessions`` plus :data:`CONNECTION_HEADROOM` where the faces build it).
     With ``tls_cert`` (and ``tls_key``, PEM files) uvicorn serves HTTPS / WSS, so the token does not
-    travel in the clear."""
+    travel in the clear. The process hands what its sessions free back to the kernel
+    (:func:`envfactory.processes.start_memory_trimmer`: each session runs on a thread of its own)."""
     import uvicorn
+
+    from ..processes import start_memory_trimmer
 
     from .head_timeout import head_timeout_protocol
 
@@ -362,6 +365,7 @@ def uvicorn_config(app: Any, *, max_body: int, max_sessions: int, tls_cert: str 
                             http=head_timeout_protocol(header_timeout, gate), limit_concurrency=None,
                             ssl_certfile=tls_cert, ssl_keyfile=tls_key, **kw)
     config.envfactory_gate = gate  # type: ignore[attr-defined]
+    start_memory_trimmer()
     return config
 
 

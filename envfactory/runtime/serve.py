@@ -98,6 +98,7 @@ import time
 from typing import Any
 
 from ..definition import ToolEnvSpec
+from ..processes import start_memory_trimmer
 from ..registry import spec as get_spec
 from . import wire
 from .wire import (MAGIC, TOKEN_HEADER, FrameDecodeError, FrameEncodeError, FrameError, encode_body, encode_frame,
@@ -112,8 +113,6 @@ _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"
             409: "Conflict", 500: "Internal Server Error"}
 _dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 _MAX_HTTP_BODY = 1 << 20  # no control call takes a body
-TRIM_EVERY_S = 1.0
-"""While ops run, hand the memory they freed back to the kernel this often (:meth:`Server._trim`)."""
 
 
 class _HTTPError(Exception):
@@ -176,10 +175,7 @@ class Server:
         self._op_running = threading.Event()
         if reap:
             threading.Thread(target=self._guard_oom, daemon=True, name="envf-oom-guard").start()
-        self._ops = 0  # ops run so far (a lost increment between threads is harmless: see _trim)
-        trim = _malloc_trim()
-        if trim is not None:
-            threading.Thread(target=self._trim, args=(trim,), daemon=True, name="envf-trim").start()
+        start_memory_trimmer()  # what sessions free goes back to the kernel (issue 63)
 
     def _add(self, world: LocalWorld) -> str:
         with self._lock:
@@ -227,7 +223,6 @@ class Server:
                             _kill_other_processes()
                             self._op_running.clear()
             finally:
-                self._ops += 1
                 abandoned = self._op_ended(s, me)
         except _Abandoned:  # the stop landed in the op, or on the way out of it
             abandoned = self._op_ended(s, me) or True
@@ -260,20 +255,6 @@ class Server:
                 except OSError:  # gone already, or not ours to change
                     pass
             time.sleep(every)
-
-    def _trim(self, trim: Any, every: float = TRIM_EVERY_S) -> None:
-        """Every ``every`` seconds in which an op ran, ``malloc_trim(0)``: glibc keeps what Python
-        frees in its arenas (a state grown near the quota and then reset leaves tens of MB in its
-        thread's arena), so a shared container whose sessions took turns at large states was
-        OOM-killed with almost nothing live (the 10**6-output fuzz, issue 63). The call returns
-        the arenas' free pages (about 2 ms when there is little to return, 80 ms for 370 MB; the
-        GIL is released meanwhile); idle, it costs nothing."""
-        seen = self._ops
-        while True:
-            time.sleep(every)
-            if self._ops != seen:
-                seen = self._ops
-                trim(0)
 
     def _op_ended(self, s: _Session, me: int) -> bool:
         """This thread no longer runs an op of ``s`` (no stop can be sent to it from now on);
@@ -746,14 +727,6 @@ AGENT_OOM_SCORE_ADJ = 1000
 """The ``oom_score_adj`` of agent code's processes (the most the kernel allows: killed first)."""
 
 _JUDGE_OPS = frozenset(("manifest", "judge", "terminal", "payoff"))
-
-
-def _malloc_trim() -> Any:
-    """glibc's ``malloc_trim`` (``None`` where the C library has none: musl, macOS)."""
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
 
 
 def _judge(spec: ToolEnvSpec, world: LocalWorld, req: dict[str, Any]) -> dict[str, Any]:
