@@ -219,6 +219,32 @@ def test_make_dir_refuses_a_path_whose_parents_would_blow_up_the_state() -> None
     assert "too long" in r.messages[0]["content"] and e.state.hash() == before
 
 
+def test_find_files_keeps_no_compiled_pattern_per_distinct_pattern() -> None:
+    """The 10**6-output fuzz's FileSystem-v0 container grew 12-15 MiB a minute: one part was
+    ``fnmatch.fnmatch``'s cache, which keeps up to 32,768 compiled patterns (about 3 KB each for
+    random ones). ``find_files`` compiles its pattern for the call and keeps nothing; matches unchanged
+    (``[`` unclosed, ``?``, ``*``, ``[!...]``)."""
+    import fnmatch
+
+    e = envfactory.make("FileSystem-v0")
+    e.reset(0)
+    e.step(envfactory.call("make_dir", path="/q"))
+    e.step([envfactory.call("write_file", path=p, content="x") for p in ("/q/a[1.txt", "/q/b2.txt", "/q/notes.md")])
+    before = fnmatch._compile_pattern.cache_info().currsize
+    found = {}
+    patterns = ["*.txt", "?2.txt", "a[1*", "[!a]*", "*.md", *(f"zz{i}*[q" for i in range(200))]
+    for i in range(0, len(patterns), 25):  # 25 calls a turn
+        some = patterns[i:i + 25]
+        r = e.step([envfactory.call("find_files", directory="/q", pattern=q) for q in some])
+        found.update(zip(some, (m["content"] for m in r.messages)))
+    assert fnmatch._compile_pattern.cache_info().currsize == before
+    assert found["*.txt"] == "/q/a[1.txt\n/q/b2.txt"
+    assert found["?2.txt"] == "/q/b2.txt"
+    assert found["a[1*"] == "/q/a[1.txt"
+    assert found["[!a]*"] == "/q/b2.txt\n/q/notes.md"
+    assert found["zz0*[q"] == "No matching files."
+
+
 def test_find_files_refuses_a_pattern_that_would_take_minutes() -> None:
     """Found by benchmarks/fuzz_runtimes.py (the 10^6 run with attacks, seed 20216476): a 200,000-character
     ``find_files`` pattern holding 6,185 unclosed ``[`` took 81 s in-process (``fnmatch`` scans to the
