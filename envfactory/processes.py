@@ -82,7 +82,7 @@ def start_memory_trimmer(every: float = TRIM_EVERY_S, activity: Callable[[], int
     if trim is None:
         return False
     with _trimmer_lock:
-        if _trimmer is not None:
+        if _trimmer is not None and _trimmer.is_alive():  # (a forked child has none running: it starts its own)
             return False
 
         def run() -> None:
