@@ -259,8 +259,9 @@ def canonical_json(state: BaseModel) -> str:
 
 
 def state_hash(state: BaseModel) -> str:
-    """Canonical hash: SHA-256 of :func:`canonical_json`; equal states hash equal."""
-    return hashlib.sha256(canonical_json(state).encode()).hexdigest()
+    """Canonical hash: SHA-256 of :func:`canonical_json` (as UTF-8, a lone surrogate passed through
+    as its three bytes, as the wire passes it); equal states hash equal."""
+    return hashlib.sha256(canonical_json(state).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # -- leaves: a state flattened to ``path -> value`` (success checks, the reward-hacking audit) -----

@@ -139,3 +139,18 @@ def test_a_reply_over_the_frame_cap_is_cut_not_a_dropped_channel(pool) -> None:
     _bystander_is_fine(b, c)
     a.close()
     b.close()
+
+
+def test_a_lone_surrogate_in_a_state_judged_by_its_hash_ends_the_episode_alike(pool) -> None:
+    """Found beside the 10**6-output fuzz (whose lanes play a task judged by its answer, so they
+    never hashed such a state): a file whose content holds a lone surrogate, on a task judged by the
+    final state's hash, made ``step("done")`` raise ``UnicodeEncodeError`` out of the hash, in-process
+    and on Docker alike. The hash passes the surrogate through; the episode ends, reward 0, alike."""
+    ends = []
+    for ep in (envfactory.make("FileSystem-v0"), envfactory.make("FileSystem-v0", runtime="docker", pool=pool)):
+        ep.reset("fs-000")
+        ep.step(envfactory.call("write_file", path="/home/user/x.txt", content="a\ud800b"))
+        r = ep.step("done")
+        ends.append((r.info["ended_by"], r.reward, r.done))
+        ep.close()
+    assert ends == [("answer", 0.0, True)] * 2
