@@ -147,6 +147,24 @@ def import_without(missing: str, module: str, touch: str) -> str:
     return r.stdout
 
 
+@pytest.fixture(scope="module")
+def amplify():
+    """``tests/adversarial/amplify_env.py`` (issue 63's amplifying tools) with ``Amplify-v0``
+    registered for the module's tests, taken out of the registry after them."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "adversarial"))
+    try:
+        import amplify_env
+    finally:
+        sys.path.pop(0)
+    from envfactory import registry
+
+    registry.register(amplify_env.SPEC, replace=True)
+    yield amplify_env
+    registry._REGISTRY.pop(amplify_env.SPEC.name, None)
+
+
 def stop_process(proc: subprocess.Popen) -> None:
     """Terminate ``proc``, killing it after 10 s."""
     proc.terminate()

@@ -13,8 +13,6 @@ Runtime: about 20-40 s on 2 cores once the image exists.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 import pytest
@@ -30,20 +28,6 @@ pytestmark = pytest.mark.docker
 @pytest.fixture(scope="module", autouse=True)
 def _docker() -> None:
     require_docker()
-
-
-@pytest.fixture(scope="module")
-def amplify():
-    sys.path.insert(0, os.path.dirname(__file__))
-    try:
-        import amplify_env
-    finally:
-        sys.path.pop(0)
-    from envfactory import registry
-
-    registry.register(amplify_env.SPEC, replace=True)
-    yield amplify_env
-    registry._REGISTRY.pop(amplify_env.SPEC.name, None)
 
 
 @pytest.fixture(scope="module")

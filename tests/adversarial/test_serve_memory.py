@@ -10,8 +10,6 @@ sessions each run on an executor thread, held the same (92 -> 288 MiB here, 94 a
 from __future__ import annotations
 
 import json
-import os
-import sys
 import threading
 import time
 
@@ -29,20 +27,6 @@ from websockets.sync.client import connect  # noqa: E402
 def _rss_mib() -> int:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) >> 10
-
-
-@pytest.fixture(scope="module")
-def amplify():
-    sys.path.insert(0, os.path.dirname(__file__))
-    try:
-        import amplify_env
-    finally:
-        sys.path.pop(0)
-    from envfactory import registry
-
-    registry.register(amplify_env.SPEC, replace=True)
-    yield amplify_env
-    registry._REGISTRY.pop(amplify_env.SPEC.name, None)
 
 
 @pytest.mark.skipif(processes.malloc_trim() is None, reason="not glibc: no malloc_trim to call")
