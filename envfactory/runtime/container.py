@@ -57,14 +57,6 @@ MAX_CONTROL_BODY = 1 << 20
 """The most bytes of a control call's reply the host reads (real replies are tiny)."""
 
 LABEL = "org.envfactory.managed"
-MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(128 << 10), "MALLOC_TRIM_THRESHOLD_": str(128 << 10)}
-"""glibc malloc's settings in the container. By default each server thread (one a session's
-connection) gets an arena of its own, up to 8 per core, and a freed block of a few MB raises the
-threshold under which blocks come from an arena (up to 32 MiB) instead of their own mapping: a
-session that grew its state near the quota and was reset left tens of MB in its thread's arena,
-never returned, and a shared 512 MiB container holding eight such sessions was OOM-killed with
-almost nothing live (found by the 10**6-output fuzz, issue 63). Two arenas and a fixed 128 KiB
-mapping threshold: a big block is its own mapping, unmapped when freed."""
 SOCKET_ROOT = os.environ.get("ENVFACTORY_SOCKET_ROOT", f"/tmp/envf-{os.getuid()}")
 CONTAINER_UID = 10001
 _UCRED = struct.Struct("3i")
@@ -279,7 +271,6 @@ class Container:
                     # the host's per-session quotas: the same observations on both runtimes
                     "ENVFACTORY_MAX_STATE_BYTES": str(quotas.MAX_STATE_BYTES),
                     "ENVFACTORY_MAX_OBSERVATION_CHARS": str(quotas.MAX_OBSERVATION_CHARS),
-                    **MALLOC_ENV,
                 },
                 labels={
                     LABEL: "1",
