@@ -7,6 +7,8 @@
   environment's tools, tasks are checked through its own read tools;
 * :func:`from_verifiers` — a verifiers 0.4 ``vf.Toolset`` (its ``@vf.tool`` methods the tools, its
   ``vf.State`` model the state), through :func:`from_class`;
+* :func:`from_openenv` — an OpenEnv ``MCPEnvironment`` class (its MCP tools the tools, one
+  instance per episode, its own reward the success check), on :func:`from_mcp`'s machinery;
 * :func:`generate_from_prompt` — an OpenAI-compatible LLM writes the module, the
   sandbox verifies it, failures go back for repair, only what passes is kept;
 * :func:`synthesize` — tasks from walks over the tool graph, each with its
@@ -21,11 +23,11 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["from_class", "Service", "ClassTask", "Synthesis", "from_spec", "from_mcp", "mcp_task", "from_verifiers", "generate_from_prompt", "load_generated", "synthesize",
+__all__ = ["from_class", "Service", "ClassTask", "Synthesis", "from_spec", "from_mcp", "mcp_task", "from_verifiers", "from_openenv", "openenv_task", "generate_from_prompt", "load_generated", "synthesize",
            "synthesize_for", "SynthConfig", "ChangeCheck"]
 
 _WHERE = {
-    "from_class": "from_class", "Service": "from_class", "ClassTask": "from_class", "Synthesis": "from_class", "from_spec": "from_spec", "from_mcp": "from_mcp", "mcp_task": "from_mcp", "from_verifiers": "from_verifiers", "generate_from_prompt": "from_prompt",
+    "from_class": "from_class", "Service": "from_class", "ClassTask": "from_class", "Synthesis": "from_class", "from_spec": "from_spec", "from_mcp": "from_mcp", "mcp_task": "from_mcp", "from_verifiers": "from_verifiers", "from_openenv": "from_openenv", "openenv_task": "from_openenv", "generate_from_prompt": "from_prompt",
     "load_generated": "from_prompt", "synthesize": "tasks.synthesis", "synthesize_for": "tasks.synthesis",
     "SynthConfig": "tasks.synthesis", "ChangeCheck": "tasks.success",
 }
