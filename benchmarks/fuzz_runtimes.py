@@ -11,7 +11,9 @@ play the reference solution over and over meanwhile). Counted:
 * ``escaped``: exceptions escaping ``step()`` (either runtime);
 * ``hangs``: steps slower than ``--deadline`` seconds (either runtime; a Docker step
   that resumed its world after its container died is counted in ``resumed_steps``
-  instead), and steps the Docker world ended by its ``step_timeout``;
+  instead), and steps the Docker world ended by its ``step_timeout``; ``retired_for_memory``
+  (and ``amplify_retired_for_memory``) counts the shared containers retired past their memory
+  mark (``Limits.retire_memory``: their sessions moved at an episode start, none resumed);
 * ``bystanders_lost``: bystander steps that raised or whose result differs from
   the same move on an in-process twin;
 * ``differences``: steps whose ``StepResult.to_json()`` differ between the runtimes,
@@ -334,6 +336,8 @@ class Tally:
         self.amp_max_s = 0.0  # the slowest of them (both runtimes, and snapshots at an episode's end)
         self.amp_bystander_steps = 0  # steps of the bystanders in the attacked container
         self.amp_bystander_max_s = 0.0
+        self.amp_resumed = 0  # worlds the amplify processes resumed after a container died
+        self.amp_retired = 0  # their containers retired for memory
         self.attacks: dict[str, int] = {}  # attacks played beside the lanes, by kind
         self.examples: dict[str, list[dict[str, Any]]] = {k: [] for k in self.KINDS}
         self.errors: dict[str, int] = {}
@@ -517,6 +521,26 @@ def _step(ep: Any, action: Any) -> tuple[Any, float, BaseException | None]:
     return r, time.perf_counter() - t0, None
 
 
+class Rotation:
+    """A lane's tasks in turn (``--rotate-tasks``): each episode the next one, starting at the lane's
+    own offset, so the lanes together play every kind of check (an answer, the final state's hash,
+    a predicate) on states the outputs built."""
+
+    def __init__(self, ids: list[str], offset: int) -> None:
+        self.ids, self.i = ids, offset
+
+    def next(self) -> str:
+        self.i += 1
+        return self.ids[self.i % len(self.ids)]
+
+
+def _restart(local: Any, dock: Any, task: Any) -> None:
+    """Both runtimes on a new episode of the same task (the next of a :class:`Rotation`)."""
+    t = task.next() if isinstance(task, Rotation) else task
+    local.reset(t)
+    dock.reset(t)
+
+
 def _play(k: int, s: int, action: Any, local: Any, dock: Any, task: Any, tally: Tally, deadline: float,
           snapshots: bool = False) -> None:
     """One output on both runtimes, compared; a finished episode starts again (with ``snapshots``,
@@ -536,8 +560,7 @@ def _play(k: int, s: int, action: Any, local: Any, dock: Any, task: Any, tally: 
             if e is not None:
                 with tally.lock:
                     tally.errors[type(e).__name__] = tally.errors.get(type(e).__name__, 0) + 1
-        local.reset(task)
-        dock.reset(task)
+        _restart(local, dock, task)
         return
     if resumed:
         with tally.lock:
@@ -569,8 +592,7 @@ def _play(k: int, s: int, action: Any, local: Any, dock: Any, task: Any, tally: 
             sa, sb = canonical_json(local.state), canonical_json(dock.state)
             if sa != sb:
                 tally.bad("state_differences", seed=s, local=sa, docker=sb)
-        local.reset(task)
-        dock.reset(task)
+        _restart(local, dock, task)
 
 
 def lane(k: int, name: str, task: Any, seed: int, quota: int, stop_at: float, deadline: float,
@@ -580,8 +602,7 @@ def lane(k: int, name: str, task: Any, seed: int, quota: int, stop_at: float, de
     dock = envfactory.make(name, runtime="docker", pool=pool, max_turns=max_turns, step_timeout=step_timeout)
     schemas = local.tool_schemas()
     try:
-        local.reset(task)
-        dock.reset(task)
+        _restart(local, dock, task)
         for i in range(quota):
             if time.monotonic() > stop_at:
                 break
@@ -590,8 +611,7 @@ def lane(k: int, name: str, task: Any, seed: int, quota: int, stop_at: float, de
             if len(actions) > 1:  # an attack: from a fresh episode
                 with tally.lock:
                     tally.amplifications += 1
-                local.reset(task)
-                dock.reset(task)
+                _restart(local, dock, task)
             for action in actions:
                 if skip_known and known_bug(action):
                     with tally.lock:
@@ -745,7 +765,10 @@ def _amplify_process(j: int, k: int, seed: int, deadline: float, max_turns: int,
     finally:
         done.set()
         pool.shutdown()
+        from envfactory.runtime.docker import stats as resume_stats
+
         results.put({"outputs": tally.outputs, "counts": tally.counts, "errors": tally.errors, "amp_outputs": tally.amp_outputs, "amp_refused": tally.amp_refused,
+                     "resumed": resume_stats()["resumed"], "retired": pool.stats["retired_for_memory"],
                      "amp_max_s": tally.amp_max_s, "bystander_steps": tally.bystander_steps,
                      "bystander_max_s": tally.bystander_max_s, "stuck": bool(lane_t.is_alive()),
                      "examples_text": {k: [{a: str(b) for a, b in e.items()} for e in v]
@@ -767,6 +790,8 @@ def _merge(tally: Tally, r: dict[str, Any]) -> None:
         tally.amp_max_s = max(tally.amp_max_s, r["amp_max_s"])
         tally.amp_bystander_steps += r["bystander_steps"]
         tally.amp_bystander_max_s = max(tally.amp_bystander_max_s, r["bystander_max_s"])
+        tally.amp_resumed += r["resumed"]
+        tally.amp_retired += r["retired"]
     if r["stuck"]:
         tally.bad("hangs", amplify_lane="still in a step at the end")
 
@@ -966,7 +991,8 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
         lanes: int = 4, bystanders: int = 3, deadline: float = 5.0, step_timeout: float = 20.0,
         max_turns: int = 8, progress: bool = True, skip_known: bool = False, amplify: float = 0.002,
         held: int = 2000, timeout_attack: bool = True, memory_every: float = 300.0,
-        stall: float = 1.0, amplify_lanes: int = 1, amplify_deadline: float = 120.0) -> dict[str, Any]:
+        stall: float = 1.0, amplify_lanes: int = 1, amplify_deadline: float = 120.0,
+        rotate_tasks: bool = False) -> dict[str, Any]:
     from envfactory.runtime.docker import stats
     from envfactory.runtime.pool import Pool
 
@@ -1019,7 +1045,9 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
         bys = [threading.Thread(target=bystander, args=(k, name, task_id, stop, pool, tally, 0.02, stall),
                                 daemon=True, name=f"bystander-{k}")
                for k in range(bystanders)] + extra
-        workers = [threading.Thread(target=lane, args=(k, name, task_id, seed, per[k], stop_at, deadline, pool,
+        ids = [t.id for t in spec.get_tasks()]
+        workers = [threading.Thread(target=lane, args=(k, name, Rotation(ids, k * 7) if rotate_tasks else task_id,
+                                                       seed, per[k], stop_at, deadline, pool,
                                                        tally, max_turns, step_timeout, skip_known, amplify),
                                     daemon=True, name=f"lane-{k}")
                    for k in range(lanes)]
@@ -1039,7 +1067,8 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
                 last = now
                 el = last - t0
                 print(f"[{el:7.1f}s] {tally.outputs} outputs ({tally.outputs / el:.0f}/s) {tally.counts} "
-                      f"stuck={tally.stuck(deadline)} resume={stats()} attacks={tally.attacks} "
+                      f"stuck={tally.stuck(deadline)} resume={stats()} retired={pool.stats['retired_for_memory']} "
+                      f"attacks={tally.attacks} "
                       f"amplified={tally.amplifications} bystander_max={tally.bystander_max_s:.2f}s",
                       file=sys.stderr, flush=True)
         if amp_procs:
@@ -1068,7 +1097,8 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
                 pr.terminate()
     rate = tally.outputs / elapsed if elapsed else 0.0
     return {
-        "env": name, "task": task_id, "seed": seed, "lanes": lanes, "bystanders": bystanders,
+        "env": name, "task": "rotated" if rotate_tasks else task_id, "seed": seed, "lanes": lanes,
+        "bystanders": bystanders,
         "outputs": tally.outputs, "skipped_known_bug": tally.skipped_known, "seconds": round(elapsed, 1),
         "outputs_per_s": round(rate, 1),
         "extrapolated_s_for_1e6": round(1e6 / rate) if rate else None,
@@ -1080,10 +1110,12 @@ def run(n: int, *, env: str = "FileSystem-v0", task: int = -1, seed: int = 0, se
         "amplify_output_max_s": round(tally.amp_max_s, 2), "amplify_deadline_s": amplify_deadline,
         "amplify_bystander_steps": tally.amp_bystander_steps,
         "amplify_bystander_max_s": round(tally.amp_bystander_max_s, 2), "attacks": tally.attacks,
+        "amplify_resumed_worlds": tally.amp_resumed, "amplify_retired_for_memory": tally.amp_retired,
         "timeout_pool_containers_started": len(slow_started), "held": held_report,
         "escaped_by_type": tally.errors,
         "docker_episodes_gone": tally.gone_states, "slow_steps": tally.slow_reports, "host_gc_over_0_1s": tally.gc_slow,
         "stuck_at_end": stuck, "containers_at_end": len(containers), "resume_stats": stats(),
+        "retired_for_memory": pool.stats["retired_for_memory"],
         "examples": tally.examples,
     }
 
@@ -1095,6 +1127,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env", default="FileSystem-v0")
     p.add_argument("--task", type=int, default=-1, help="task index")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rotate-tasks", action="store_true",
+                   help="each lane plays the tasks in turn, an episode each (else --task throughout)")
     p.add_argument("--lanes", type=int, default=4, help="fuzzing threads (local+docker episode pairs)")
     p.add_argument("--bystanders", type=int, default=3)
     p.add_argument("--deadline", type=float, default=5.0, help="a step slower than this is a hang")
@@ -1118,7 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
               bystanders=a.bystanders, deadline=a.deadline, max_turns=a.max_turns,
               skip_known=a.skip_known, amplify=a.amplify, held=a.held, timeout_attack=not a.no_timeout_attack,
               memory_every=a.memory_every, stall=a.stall, amplify_lanes=a.amplify_lanes,
-              amplify_deadline=a.amplify_deadline)
+              amplify_deadline=a.amplify_deadline, rotate_tasks=a.rotate_tasks)
     text = json.dumps(out, indent=1, default=str)
     print(text)
     if a.json:

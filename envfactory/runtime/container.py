@@ -92,6 +92,15 @@ class Limits:
     tmpfs_mb: int = 64
     shm_mb: int = 16
     max_lifetime_s: float | None = 24 * 3600.0
+    retire_memory: float | None = 0.5
+    """The share of ``memory_mb`` past which a container retires (``None``: never): it takes no new
+    session, each of its sessions moves to another container at its next episode start, and it is
+    removed once the last one ends. A long-lived server's memory creeps up with fragmentation that
+    no trim returns (a shared container grew 12-15 MiB a minute under the million-output fuzz, and
+    was OOM-killed at its limit); retiring it at half leaves the other half for the transient peaks
+    of one call. Measured by the engine (the container's memory cgroup, less its inactive page
+    cache, as ``docker stats`` counts it), at most every :data:`MEMORY_CHECK_S` seconds, when a
+    session on it starts an episode; past the mark twice in a row (a transient peak passes)."""
     work_archive_mb: int = 8
     """``isolation="container"``: the most a snapshot's archive of the work folder (``/tmp``, where
     agent code writes; tar.gz, MiB; at most 24, half a reply frame) may take. While the folder
@@ -99,6 +108,8 @@ class Limits:
     ends as truncated, naming this cap), nor forked or dumped (:class:`EpisodeError`, naming it)."""
 
 
+MEMORY_CHECK_S = 2.0
+"""The least seconds between two measurements of one container's memory (:meth:`Container.check_memory`)."""
 CONTROL_CONNECTIONS = 8
 """The most connections the host holds open to one container for control calls (its HTTP pool)."""
 MAX_ABANDONED_RUNNING = 4
@@ -235,6 +246,11 @@ class Container:
         t0 = time.perf_counter()
         life = limits.max_lifetime_s
         self.retire_at = None if not life else time.monotonic() + 0.9 * life
+        self.retired_for: str | None = None  # why it retired before its lifetime's end (memory)
+        self.memory_limit = limits.memory_mb << 20
+        self.retire_memory = limits.retire_memory
+        self._memory_checked = 0.0
+        self._memory_high = False  # the last measurement was past the mark
         try:
             self._c = client.containers.run(
                 image,
@@ -506,6 +522,40 @@ class Container:
     def retire(self) -> None:
         """Take no new session here from now on; the pool removes it once its last session ends."""
         self.retire_at = time.monotonic()
+
+    def memory_used(self) -> int | None:
+        """Bytes the container's memory cgroup holds less its inactive page cache (what ``docker
+        stats`` shows; what the OOM killer weighs, but for cache it can drop), from the engine;
+        ``None`` when the engine does not say."""
+        try:
+            ms = self.client.api.stats(self.id, stream=False, one_shot=True).get("memory_stats") or {}
+        except Exception:
+            return None
+        usage, stats = ms.get("usage"), ms.get("stats") or {}
+        if not isinstance(usage, int) or not isinstance(stats, dict):
+            return None
+        cache = stats.get("total_inactive_file", stats.get("inactive_file", 0))  # cgroup v1 / v2
+        return usage - (cache if isinstance(cache, int) and 0 <= cache <= usage else 0)
+
+    def check_memory(self) -> bool:
+        """Retire the container when its memory is past ``Limits.retire_memory`` of its limit at
+        two measurements in a row (at most one every :data:`MEMORY_CHECK_S` seconds: a call's
+        transient peak passes, a creep stays); whether it retired now."""
+        if self.retire_memory is None or self.retiring or self.dead:
+            return False
+        now = time.monotonic()
+        if now - self._memory_checked < MEMORY_CHECK_S:
+            return False
+        self._memory_checked = now
+        used = self.memory_used()
+        high = used is not None and used > self.retire_memory * self.memory_limit
+        # twice in a row: one call's transient peak (a big dump, say) passes; a creep stays
+        if used is None or not (high and self._memory_high):
+            self._memory_high = high
+            return False
+        self.retired_for = f"memory {used >> 20} MiB of {self.memory_limit >> 20} MiB"
+        self.retire()
+        return True
 
     def status(self) -> dict[str, Any]:
         try:

@@ -270,8 +270,24 @@ class SessionLink:
         return ContainerError(f"{where}: {what}; the container was removed as untrustworthy "
                               "(call reset() to start a new episode)")
 
+    def leave_if_retiring(self) -> None:
+        """Before an episode starts: measure the container's memory (now and then,
+        :meth:`~envfactory.runtime.container.Container.check_memory`), and leave it when it is
+        retiring (past its memory mark, or near its lifetime's end), so that it drains and is
+        removed while its sessions go on elsewhere; the next request opens a session on another
+        container. Nothing of the old episode is carried: a new one starts."""
+        c = self.container
+        if c is None or c.dead:
+            return
+        if c.check_memory():
+            self.pool.note_retired(c)
+        if c.retiring:
+            self.drop()
+
     def request_with_retry(self, req: dict[str, Any]) -> dict[str, Any]:
-        """A request that starts an episode: on a dead container, once more on the pool's replacement."""
+        """A request that starts an episode (on a container that is not retiring): on a dead
+        container, once more on the pool's replacement."""
+        self.leave_if_retiring()
         for attempt in (0, 1):
             self.ensure()
             try:

@@ -187,7 +187,8 @@ class Pool:
         self.lost: str | None = None  # why its engine was found lost (None: it answers)
         self._lost_at = 0.0
         self._subs: list[Pool] | None = None
-        self.stats: dict[str, Any] = {"hosts": 1, "lost_hosts": 0, "lost": {}, "hosts_recovered": 0}
+        self.stats: dict[str, Any] = {"hosts": 1, "lost_hosts": 0, "lost": {}, "hosts_recovered": 0,
+                                      "retired_for_memory": 0}
         if hosts and len(hosts) > 1:
             self._init_hosts(hosts, image)
         else:
@@ -456,6 +457,13 @@ class Pool:
             c.sessions = 1
             self._live.append(c)
         return c
+
+    def note_retired(self, c: Container) -> None:
+        """``c`` retired for its memory (:meth:`~envfactory.runtime.container.Container.check_memory`):
+        counted in :attr:`stats` (``retired_for_memory``; the last reason in ``last_retired``)."""
+        with self._cond:
+            self.stats["retired_for_memory"] += 1
+            self.stats["last_retired"] = f"{c.name}: {c.retired_for}"
 
     def release(self, c: Container) -> None:
         """A session on ``c`` ended. Per-session containers are removed (in the
