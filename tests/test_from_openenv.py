@@ -9,7 +9,9 @@ through envfactory, in PyPI's current OpenEnv (``openenv`` 0.10, the venv of
 extra): its reference solution earns 1 in the from_mcp world and the local one; a tool's own failure,
 a ``step`` that raises, a malformed call and a call after ``done`` are error observations; a wrong
 solution earns 0; fork and snapshot are refused without ``restore`` and replay the journal with
-``restore="replay"``. Without openenv, the module imports and ``from_openenv`` names the package.
+``restore="replay"``. The same class served by OpenEnv's own server (``create_app``, uvicorn in a
+thread) and imported by its URL plays the same, one session per episode. Without openenv, the module
+imports and ``from_openenv`` names the package.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ from envfactory.task import ToolCall
 class ShopEnv(MCPEnvironment):
     """A shop: put items in the cart, then check out; the reward is whether the cart is the order."""
 
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
     def __init__(self, stock: Optional[dict] = None) -> None:
         mcp = FastMCP("shop")
         self.initial = dict(stock or {"apple": 3, "pear": 1})
@@ -85,14 +89,25 @@ class ShopEnv(MCPEnvironment):
         self.stock, self.cart, self.order = dict(self.initial), [], list(order)
         return Observation(done=False, reward=0.0, metadata={"order": self.order})
 
-    def step(self, action: Action, timeout_s: Optional[float] = None, **kwargs: Any) -> Observation:
+    def _paying(self, action: Action) -> bool:
         paying = isinstance(action, CallToolAction) and action.tool_name == "checkout"
         if paying and not self.cart:
             raise RuntimeError("nothing to pay for")
-        obs = super().step(action, timeout_s=timeout_s, **kwargs)
-        if paying:
-            obs.done, obs.reward = True, float(sorted(self.cart) == sorted(self.order))
+        return paying
+
+    def _paid(self, obs: Observation) -> Observation:
+        obs.done, obs.reward = True, float(sorted(self.cart) == sorted(self.order))
         return obs
+
+    def step(self, action: Action, timeout_s: Optional[float] = None, **kwargs: Any) -> Observation:
+        paying = self._paying(action)
+        obs = super().step(action, timeout_s=timeout_s, **kwargs)
+        return self._paid(obs) if paying else obs
+
+    async def step_async(self, action: Action, timeout_s: Optional[float] = None, **kwargs: Any) -> Observation:
+        paying = self._paying(action)  # (OpenEnv's server steps through step_async)
+        obs = await super().step_async(action, timeout_s=timeout_s, **kwargs)
+        return self._paid(obs) if paying else obs
 
     def _step_impl(self, action: Action, timeout_s: Optional[float] = None, **kwargs: Any) -> Observation:
         return Observation(metadata={"error": "MCP actions only"})
@@ -177,6 +192,40 @@ for e in (ep, other):
 out["replayed"] = [say(e, [ToolCall("finish", {"answer": "done"})])[1] for e in (ep, other)]
 for e in (ep, child, other):
     e.close()
+
+# a running OpenEnv server of the same class: one session per episode
+import socket, threading, time
+import uvicorn
+from openenv.core.env_server.http_server import create_app
+from openenv.core.env_server.mcp_types import CallToolObservation
+
+app = create_app(ShopEnv, CallToolAction, CallToolObservation, env_name="shop", max_concurrent_envs=8)
+sock = socket.socket()
+sock.bind(("127.0.0.1", 0))
+port = sock.getsockname()[1]
+sock.close()
+server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+threading.Thread(target=server.run, daemon=True).start()
+deadline = time.monotonic() + 60
+while not server.started and time.monotonic() < deadline:
+    time.sleep(0.05)
+served = from_openenv(f"http://127.0.0.1:{port}", name="ShopServed-v0", tasks=TASKS, restore="replay")
+out["served_tools"] = [t["function"]["name"] for t in served.tool_schemas()]
+ep = make_episode(served)
+out["served"] = {t: reference(ep, t) for t in ("shop-1", "shop-2")}
+ep.reset("shop-1")
+out["served_errors"] = [say(ep, [ToolCall("add_item", {"item": "pear", "count": 5})])[0][0],
+                        say(ep, [ToolCall("checkout", {})])[0][0],
+                        say(ep, [ToolCall("add_item", {"item": "pear", "bogus": 1})])[0][0]]
+say(ep, [ToolCall("add_item", {"item": "apple"})])
+child = ep.fork()
+say(child, [ToolCall("add_item", {"item": "apple"})])
+out["served_fork"] = [say(child, [ToolCall("view_cart", {})])[0][0], say(ep, [ToolCall("view_cart", {})])[0][0]]
+say(ep, [ToolCall("checkout", {})])
+out["served_wrong"] = say(ep, "Done.")[1:]
+ep.close()
+child.close()
+server.should_exit = True
 print(json.dumps(out))
 '''
 
@@ -225,14 +274,32 @@ def test_an_openenv_environment_plays_through_envfactory(where: str, request: py
     assert all("restore='replay'" in r for r in out["refused"]), out["refused"]
     assert out["fork"] == ["apple, apple, apple", "apple, apple"] and out["restored"] == "apple, apple"
     assert out["replayed"] == [1.0, 1.0]
+    # the same class on a running OpenEnv server: one session per episode
+    assert out["served_tools"] == out["tools"]
+    for task in ("shop-1", "shop-2"):
+        assert out["served"][task] == out["mcp"][task], out["served"]
+    stock, empty, unknown_arg = out["served_errors"]
+    assert stock.startswith("Error: ") and "only 1 pear left" in stock, stock
+    assert empty.startswith("Error: ") and "nothing to pay for" in empty, empty
+    assert unknown_arg.startswith("Error: invalid arguments for tool 'add_item'"), unknown_arg
+    assert out["served_fork"] == ["apple, apple", "apple"] and out["served_wrong"] == [0.0, True]
+
+
+def test_a_servers_label_never_shows_its_password() -> None:
+    from envfactory.factory.from_openenv import _shown_url
+
+    assert _shown_url("http://envfactory:s3cret@127.0.0.1:8000/x") == "http://127.0.0.1:8000/x"
+    assert _shown_url("https://[::1]:9/") == "https://[::1]:9/"
 
 
 def test_refusals_are_named() -> None:
     require_module("openenv", "pip install 'envfactory[bench]' (scripts/setup.sh installs it)")
     from envfactory.factory import from_openenv
 
-    with pytest.raises(NotImplementedError, match="give the environment class"):
-        from_openenv("http://127.0.0.1:8000", name="X-v0", tasks=[])
+    with pytest.raises(TypeError, match="or a server's base URL"):
+        from_openenv("shop", name="X-v0", tasks=[])
+    with pytest.raises(TypeError, match="headers are for a server's URL"):
+        from_openenv(dict, name="X-v0", tasks=[], headers={"Authorization": "Bearer t"})
     with pytest.raises(TypeError, match="Environment class"):
         from_openenv(dict, name="X-v0", tasks=[])
     with pytest.raises(ValueError, match="restore must be None or 'replay'"):

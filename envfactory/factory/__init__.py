@@ -7,8 +7,9 @@
   environment's tools, tasks are checked through its own read tools;
 * :func:`from_verifiers` — a verifiers 0.4 ``vf.Toolset`` (its ``@vf.tool`` methods the tools, its
   ``vf.State`` model the state), through :func:`from_class`;
-* :func:`from_openenv` — an OpenEnv ``MCPEnvironment`` class (its MCP tools the tools, one
-  instance per episode, its own reward the success check), on :func:`from_mcp`'s machinery;
+* :func:`from_openenv` — an OpenEnv ``MCPEnvironment`` class, or a running OpenEnv server (its
+  MCP tools the tools, an instance or a session per episode, its own reward the success check),
+  on :func:`from_mcp`'s machinery;
 * :func:`generate_from_prompt` — an OpenAI-compatible LLM writes the module, the
   sandbox verifies it, failures go back for repair, only what passes is kept;
 * :func:`synthesize` — tasks from walks over the tool graph, each with its

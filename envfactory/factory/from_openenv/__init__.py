@@ -32,7 +32,14 @@ The world is :class:`~envfactory.factory.from_mcp.MCPWorld` (``envfactory.make(N
 runtime="mcp")``, or :func:`~envfactory.factory.from_mcp.make_episode` for an unregistered spec);
 ``envfactory.make(NAME)`` works too.
 
-A running OpenEnv server (a base URL) is not imported: give the class.
+A running OpenEnv server works the same way, given its base URL: each episode is a session of its
+own (openenv's ``GenericEnvClient`` over the server's WebSocket, in simulation mode: the server makes
+an instance per session), the tools are those its ``list_tools`` step lists, each call a
+``call_tool`` step whose reward and done are the server's (``headers`` carry a token; so may the
+URL's password, which is never shown). The server must allow as many sessions as episodes (and
+forks) are live at once. Note that OpenEnv's server steps an ``MCPEnvironment`` through
+``step_async``: an environment that sets its reward in an overridden ``step`` only must override
+``step_async`` alike to report it over the wire.
 
 It needs OpenEnv where it runs (``pip install 'openenv>=0.10'``; it has the import name of
 ``openenv-core``, which the ``bench`` extra pins, so give it a virtual environment of its own);
@@ -45,9 +52,11 @@ import contextlib
 import copy
 import json
 import re
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field
 
@@ -135,28 +144,35 @@ def _result_text(result: Any) -> tuple[str, bool]:
     return "\n".join(parts), bool(get("is_error", False) or get("isError", False))
 
 
-def _observed(obs: Any) -> _Seen:
-    """A tool call's observation, read: a ``CallToolObservation`` (its ``error``, else its
-    ``result``), or the plain ``Observation`` an environment that overrides ``step`` returns (its
-    fields other than ``done``/``reward`` as JSON; ``metadata["error"]`` is an error)."""
-    reward = getattr(obs, "reward", None)
-    done = bool(getattr(obs, "done", False))
+def _observed(obs: Any, reward: Any = None, done: Any = None) -> _Seen:
+    """A tool call's observation, read (an object, or its JSON form from a server): a
+    ``CallToolObservation`` (its ``error``, else its ``result``), or the plain ``Observation`` an
+    environment that overrides ``step`` returns (its fields other than ``done``/``reward`` as JSON);
+    ``metadata["error"]`` is an error. ``reward``/``done``: the step's, when given apart (a server's)."""
+    plain = isinstance(obs, dict)
+
+    def get(key: str) -> Any:
+        return obs.get(key) if plain else getattr(obs, key, None)
+
+    reward = get("reward") if reward is None else reward
     reward = float(reward) if isinstance(reward, (int, float)) else None
-    error = getattr(obs, "error", None)
-    if error is not None:
-        return _Seen(str(getattr(error, "message", error)), True, reward, done)
-    metadata = getattr(obs, "metadata", None) or {}
+    done = bool(get("done") if done is None else done)
+    error = get("error")
+    if error:
+        message = error.get("message", error) if isinstance(error, dict) else getattr(error, "message", error)
+        return _Seen(str(message), True, reward, done)
+    metadata = get("metadata") or {}
     if isinstance(metadata, dict) and metadata.get("error"):
         return _Seen(str(metadata["error"]), True, reward, done)
-    fields = type(obs).model_fields if hasattr(type(obs), "model_fields") else {}
-    if "result" in fields:
-        text, is_error = _result_text(obs.result)
-    else:
-        shown = {k: v for k, v in obs.model_dump(mode="json").items() if k not in ("done", "reward")}
-        if not shown.get("metadata"):
-            shown.pop("metadata", None)
-        text, is_error = _dumps(shown), False
-    return _Seen(text, is_error, reward, done)
+    if ("tool_name" in obs or "result" in obs) if plain else "result" in getattr(type(obs), "model_fields", {}):
+        text, is_error = _result_text(get("result"))
+        return _Seen(text, is_error, reward, done)
+    shown = dict(obs) if plain else obs.model_dump(mode="json")
+    for key in ("done", "reward"):
+        shown.pop(key, None)
+    if not shown.get("metadata"):
+        shown.pop("metadata", None)
+    return _Seen(_dumps(shown), False, reward, done)
 
 
 class _Instance:
@@ -201,19 +217,75 @@ class _Instance:
             self.env.close()
 
 
-class _Fresh:
-    """Where a binding's instance comes from and goes back to: a new one each time, closed after."""
+class _Remote:
+    """One session of a running OpenEnv server (``GenericEnvClient`` over its WebSocket: the server
+    makes an instance of its environment for the session), driven as :class:`_Instance` is."""
 
-    def __init__(self, make: Callable[[], Any], restore: Restore, timeout: float | None) -> None:
-        self.make, self.restore, self.timeout = make, restore, timeout
+    def __init__(self, url: str, timeout: float | None, headers: dict[str, str] | None) -> None:
+        from openenv.core.generic_client import GenericEnvClient
+
+        kwargs: dict[str, Any] = {"base_url": url}
+        if timeout is not None:
+            kwargs["message_timeout_s"] = timeout
+        if headers:
+            kwargs["headers"] = dict(headers)
+        self.client = GenericEnvClient(**kwargs).sync()
+        self.closed = False
+        try:
+            self.client.connect()
+        except BaseException:
+            self.close()
+            raise
+
+    def reset(self, kwargs: dict[str, Any]) -> Any:
+        return self.client.reset(**copy.deepcopy(kwargs))
+
+    def step(self, name: str, arguments: dict[str, Any]) -> _Seen:
+        try:
+            r = self.client.step({"type": "call_tool", "tool_name": name, "arguments": copy.deepcopy(arguments)})
+        except Exception as exc:  # noqa: BLE001 - the server's refusal: an observation
+            return _Seen(f"{type(exc).__name__}: {exc}", True)
+        return _observed(r.observation or {}, r.reward, r.done)
+
+    def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        seen = self.step(name, arguments)
+        return seen.text, seen.is_error
+
+    def list_tools(self) -> list[Any]:
+        r = self.client.step({"type": "list_tools"})
+        obs = r.observation or {}
+        error = (obs.get("metadata") or {}).get("error") or (getattr(r, "metadata", None) or {}).get("error")
+        if error:
+            raise SpecError(f"the OpenEnv server could not list its tools: {error}")
+        return [types.SimpleNamespace(name=t.get("name", ""), description=t.get("description", ""),
+                                      input_schema=t.get("input_schema", t.get("inputSchema")))
+                for t in obs.get("tools") or []]
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(Exception):  # closing is best effort
+            self.client.close()
+
+
+Conn = _Instance | _Remote
+
+
+class _Fresh:
+    """Where a binding's instance (or server session) comes from and goes back to: a new one each
+    time, closed after."""
+
+    def __init__(self, connect: Callable[[], Conn], restore: Restore) -> None:
+        self.connect, self.restore = connect, restore
         self.files: dict[str, Any] = {}  # (from_mcp's _Binding looks here; instances have no files)
         self.spawned = 0
 
-    def acquire(self) -> _Instance:
+    def acquire(self) -> Conn:
         self.spawned += 1
-        return _Instance(self.make, self.timeout)
+        return self.connect()
 
-    def release(self, conn: _Instance) -> None:
+    def release(self, conn: Conn) -> None:
         conn.close()
 
 
@@ -275,7 +347,7 @@ def _openenv_tool(rt: _Runtime, t: Any) -> Tool:
             raise ToolError(f"the episode is over: the environment reported done (reward {state.reward}); "
                             "call finish")
         b = rt.live(state)
-        seen = cast(_Instance, b.conn).step(name, arguments)
+        seen = cast(Conn, b.conn).step(name, arguments)
         state.calls.append({"name": name, "arguments": copy.deepcopy(arguments)})
         b.key = _journal_key(state.calls)
         if seen.reward is not None:
@@ -335,14 +407,29 @@ def _build_tasks(raw: Sequence[dict[str, Any]]) -> list[Task]:
 
 
 # -- the factory ------------------------------------------------------------------------------
-def _maker(source: Any, init: dict[str, Any]) -> tuple[Callable[[], Any], str]:
+def _shown_url(url: str) -> str:
+    """``url`` without its userinfo (a token may ride there): for labels and messages."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _connector(source: Any, init: dict[str, Any], timeout: float | None,
+               headers: dict[str, str] | None) -> tuple[Callable[[], Conn], str]:
+    """How to get one episode's environment (an instance, or a server session), and its label."""
     environment, _, _ = _openenv()
     if isinstance(source, str):
-        if re.match(r"^(https?|wss?)://", source):
-            raise NotImplementedError(
-                "from_openenv of a running OpenEnv server (a URL): not implemented; give the environment class "
-                "(an MCPEnvironment subclass), which from_openenv runs in this process, one instance per episode")
-        raise TypeError(f"from_openenv needs an OpenEnv Environment class (an MCPEnvironment subclass), got {source!r}")
+        if not re.match(r"^(https?|wss?)://", source):
+            raise TypeError(f"from_openenv needs an OpenEnv Environment class (an MCPEnvironment subclass) or a "
+                            f"server's base URL (http://...), got {source!r}")
+        if init:
+            raise TypeError("from_openenv: init is for a class; a server makes its own instances")
+        return (lambda: _Remote(source, timeout, headers)), _shown_url(source)
+    if headers:
+        raise TypeError("from_openenv: headers are for a server's URL; a class runs in this process")
     if isinstance(source, environment):
         raise TypeError(f"from_openenv needs the environment's class (or a function making an instance), not an "
                         f"instance: it makes one per episode; got {source!r}")
@@ -350,11 +437,12 @@ def _maker(source: Any, init: dict[str, Any]) -> tuple[Callable[[], Any], str]:
         if not issubclass(source, environment):
             raise TypeError(f"from_openenv needs an OpenEnv Environment class (an MCPEnvironment subclass), "
                             f"got {source.__name__}")
-        return (lambda: source(**init)), f"{source.__module__}.{source.__qualname__}"
+        cls = source
+        return (lambda: _Instance(lambda: cls(**init), timeout)), f"{source.__module__}.{source.__qualname__}"
     if callable(source):
         if init:
             raise TypeError("from_openenv: init is for a class; a function making the environment takes none")
-        return source, getattr(source, "__qualname__", repr(source))
+        return (lambda: _Instance(source, timeout)), getattr(source, "__qualname__", repr(source))
     raise TypeError(f"from_openenv needs an OpenEnv Environment class (an MCPEnvironment subclass), got {source!r}")
 
 
@@ -373,13 +461,15 @@ def from_openenv(
     system_prompt: str | None = None,
     max_turns: int = 20,
     timeout: float | None = None,
+    headers: dict[str, str] | None = None,
 ) -> ToolEnvSpec:
-    """Build an environment from an OpenEnv environment class, leaving the class untouched.
+    """Build an environment from an OpenEnv environment class (or a running server), leaving it untouched.
 
     Args:
         source: An OpenEnv ``MCPEnvironment`` subclass (any ``Environment`` that answers
             ``ListToolsAction`` and ``CallToolAction``), made with ``init`` once per episode, or a
-            function of no arguments making an instance.
+            function of no arguments making an instance; or the base URL of a running OpenEnv
+            server (``http://host:port``), one session per episode.
         name: Registry name, ``Name-v0``.
         tasks: :func:`openenv_task` dicts (or a function returning them: built on first use).
         domain: Domain label.
@@ -390,12 +480,14 @@ def from_openenv(
         read_only: Tools that never change the state (advisory: every call is journaled, since the
             environment's own ``step`` may count it).
         include / exclude: Which of the environment's tools to expose.
-        timeout: Seconds a call may take (the environment's ``step(..., timeout_s=)``; default: its own).
+        timeout: Seconds a call may take (the environment's ``step(..., timeout_s=)``, a client's
+            ``message_timeout_s``; default: theirs).
+        headers: HTTP headers for a server (``{"Authorization": "Bearer TOKEN"}``).
     """
     if restore not in (None, "replay"):
         raise ValueError(f"from_openenv: restore must be None or 'replay', not {restore!r}")
-    make, label = _maker(source, dict(init or {}))
-    probe = _Instance(make, timeout)
+    connect, label = _connector(source, dict(init or {}), timeout, headers)
+    probe = connect()
     try:
         listed = probe.list_tools()
     finally:
@@ -404,7 +496,7 @@ def from_openenv(
     if not chosen:
         raise SpecError(f"{name}: the OpenEnv environment {label} offers no tools to expose (ListToolsAction "
                         "listed none: is it an MCPEnvironment?)")
-    rt = _Runtime(name, label, _Fresh(make, restore, timeout), restore, frozenset(read_only))
+    rt = _Runtime(name, label, _Fresh(connect, restore), restore, frozenset(read_only))
     tools = [_openenv_tool(rt, t) for t in chosen]
     spec = ToolEnvSpec(name=name, domain=domain, state_type=OpenEnvState, tools=tools, tasks=[],
                        description=description or f"the OpenEnv environment {label}",
