@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from agents.policies.policy import Policy
 
-__all__ = ["ChatModel", "LLMUser", "USER_PROMPT"]
+__all__ = ["ChatModel", "LLMUser", "PolicyChat", "USER_PROMPT"]
 
 USER_PROMPT = (
     "You are a customer talking to a support agent. What you know about yourself:\n{facts}\n"
@@ -34,6 +34,26 @@ class ChatModel(Protocol):
 
     def complete(self, messages: list[dict[str, Any]], *, max_tokens: int = ..., temperature: float = ...,
                  seed: int | None = ...) -> str: ...
+
+
+class PolicyChat:
+    """A :class:`Policy` whose tokenizer has a chat template, as a :class:`ChatModel`: a local model
+    (HF transformers, vLLM, the embedded tiny model) wherever a chat endpoint would serve, e.g. the
+    task paraphrase pass (:func:`envfactory.factory.tasks.paraphrase.paraphrase`)."""
+
+    def __init__(self, policy: Policy, *, max_tokens: int = 96, temperature: float = 0.0) -> None:
+        self.policy, self.max_tokens, self.temperature = policy, max_tokens, temperature
+
+    def complete(self, messages: list[dict[str, Any]], *, max_tokens: int | None = None,
+                 temperature: float | None = None, seed: int | None = None) -> str:
+        tok: Any = self.policy.tokenizer
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if hasattr(ids, "keys"):  # transformers >= 5 returns a BatchEncoding (a mapping, not a dict)
+            ids = ids["input_ids"]
+        gen = self.policy.generate([list(ids)], max_new_tokens=self.max_tokens if max_tokens is None else max_tokens,
+                                   temperature=self.temperature if temperature is None else temperature, seed=seed)[0]
+        tokens = gen.token_ids[:-1] if gen.finish_reason == "stop" else gen.token_ids
+        return tok.decode(tokens, skip_special_tokens=True).strip()
 
 
 class LLMUser:
@@ -73,14 +93,6 @@ class LLMUser:
     def __call__(self, question: str, facts: dict[str, str], history: list[tuple[str, str]]) -> str:
         messages = self.messages(question, facts, history)
         seed = zlib.crc32(f"{self.seed}/{question}/{len(history)}".encode()) & 0x7FFFFFFF
-        if isinstance(self.policy, ChatModel):
-            return self.policy.complete(messages, max_tokens=self.max_new_tokens, temperature=self.temperature,
-                                        seed=seed).strip()
-        tok: Any = self.policy.tokenizer
-        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if hasattr(ids, "keys"):  # transformers >= 5 returns a BatchEncoding (a mapping, not a dict)
-            ids = ids["input_ids"]
-        gen = self.policy.generate([list(ids)], max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                                   seed=seed)[0]
-        tokens = gen.token_ids[:-1] if gen.finish_reason == "stop" else gen.token_ids
-        return tok.decode(tokens, skip_special_tokens=True).strip()
+        model = self.policy if isinstance(self.policy, ChatModel) else PolicyChat(self.policy)
+        return model.complete(messages, max_tokens=self.max_new_tokens, temperature=self.temperature,
+                              seed=seed).strip()

@@ -10,26 +10,40 @@ rewording only if it **keeps every fact the task depends on** (:func:`lost`):
   first word of a sentence;
 * and it adds no id or number of its own.
 
-A rewording that fails the check, or a model that fails (an exception from ``complete``), leaves
+A rewording that keeps the facts then faces a **second pass** (:func:`maps_back`): the model is
+shown the rewording and a numbered list of tasks, the original's own words among the most similar
+instructions of the other tasks (a sibling that differs only in a condition, say), and it must pick
+the original. A rewording that reads as another task, or an answer that names no number, is
+refused. With no other task to tell it from (one task, no ``distractors``) the pass cannot be made
+and the task keeps its own words (``back_map=False`` skips the pass).
+
+A rewording that fails a check, or a model that fails (an exception from ``complete``), leaves
 the task's own words; the report says which and why. Nothing else of a task changes: the same
 reference solution and check apply, so every paraphrased task is still solvable and judged the
-same way.
+same way. Any chat model serves, an endpoint or a local one
+(``agents.policies.users.PolicyChat(policy).complete``; offline, the embedded tiny model runs the
+whole pass, quality not claimed).
 """
 
 from __future__ import annotations
 
+import random
 import re
+import zlib
 from collections import Counter
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from envfactory.task import Task
 
-__all__ = ["paraphrase", "lost", "PROMPT"]
+__all__ = ["paraphrase", "lost", "maps_back", "PROMPT", "BACK_PROMPT"]
 
 PROMPT = ("Rewrite the request below the way a busy person would write it to an assistant: plain, "
           "natural English, one to three sentences. Keep every id, name, number, amount and quoted text "
           "exactly as written, keep every condition and exception, and add nothing. Reply with the "
           "rewritten request only.")
+
+BACK_PROMPT = ("Below are a request and a numbered list of tasks. Which task does the request ask for? Reply "
+               "with the task's number only.")
 
 _ID = re.compile(r"\b[A-Z]{1,5}-\d+\b")
 _QUOTED = re.compile(r"'[^']*'")
@@ -63,23 +77,72 @@ def lost(original: str, candidate: str) -> list[str]:
     return out
 
 
+_WORD = re.compile(r"[a-z0-9$']+")
+NO_OTHER = "nothing to map it back against (no other task)"
+
+
+def _similar(original: str, others: Iterable[str], n: int) -> list[str]:
+    """The ``n`` texts of ``others`` sharing the most words with ``original`` (Jaccard; ties by text)."""
+    words = set(_WORD.findall(original.lower()))
+    scored = []
+    for o in set(others) - {original}:
+        ow = set(_WORD.findall(o.lower()))
+        scored.append((-len(words & ow) / max(1, len(words | ow)), o))
+    return [o for _, o in sorted(scored)[:n]]
+
+
+def maps_back(original: str, text: str, others: Iterable[str], complete: Callable[[list[dict[str, Any]]], str], *,
+              choices: int = 4, key: str = "") -> tuple[bool, str]:
+    """The second pass: shown ``text`` and ``original`` among the ``choices - 1`` most similar of
+    ``others`` (numbered, in an order fixed by ``key``), does ``complete`` pick ``original``?
+    ``(picked it, why not)``. No other text to tell it from: ``(False, reason)``."""
+    options = [original, *_similar(original, others, max(0, choices - 1))]
+    if len(options) < 2:
+        return False, NO_OTHER
+    random.Random(zlib.crc32(f"{key}/{original}".encode())).shuffle(options)
+    listing = "\n".join(f"{i}. {o}" for i, o in enumerate(options, 1))
+    answer = complete([{"role": "system", "content": BACK_PROMPT},
+                       {"role": "user", "content": f"Request: {text}\n\nTasks:\n{listing}"}])
+    m = re.search(r"\d+", answer or "")
+    if m is None:
+        return False, f"the second pass named no task ({(answer or '').strip()[:60]!r})"
+    picked = int(m.group())
+    if picked != options.index(original) + 1:
+        return False, (f"read as another task ({options[picked - 1][:80]!r})" if 1 <= picked <= len(options)
+                       else f"the second pass named no listed task ({picked})")
+    return True, ""
+
+
 def paraphrase(tasks: Iterable[Task], complete: Callable[[list[dict[str, Any]]], str], *,
-               tries: int = 2) -> tuple[list[Task], dict[str, Any]]:
+               tries: int = 2, back_map: bool = True, choices: int = 4,
+               distractors: Sequence[str] = ()) -> tuple[list[Task], dict[str, Any]]:
     """Each task reworded by ``complete`` (messages in, text out) where the rewording keeps every
-    fact (:func:`lost`), else as it was; and a report: ``{"kept": n, "reworded": n, "refused":
-    [{"id", "reasons"}], "errors": [{"id", "error"}]}``. A reworded task carries its own words in
-    ``metadata["worded_by_layer"]``.
+    fact (:func:`lost`) and, with ``back_map``, the model maps it back to the task among similar
+    ones (:func:`maps_back`), else as it was; and a report: ``{"kept": n, "reworded": n,
+    "refused": [{"id", "reasons"}], "errors": [{"id", "error"}]}``. A reworded task carries its
+    own words in ``metadata["worded_by_layer"]``.
 
     Args:
         tasks: The tasks (any kind; only the instruction is reworded).
         complete: The chat model, e.g. ``agents.policies.openai_policy.OpenAIChat(url, model).complete``.
         tries: Attempts per task before its own words are kept.
+        back_map: Make the second pass.
+        choices: Tasks listed in the second pass (the original and the most similar others).
+        distractors: More instructions to choose the second pass's others from (besides the
+            other tasks given), e.g. the rest of the environment's tasks.
     """
+    tasks = list(tasks)
+    pool = [t.instruction for t in tasks] + list(distractors)
     out: list[Task] = []
     report: dict[str, Any] = {"kept": 0, "reworded": 0, "refused": [], "errors": []}
     for task in tasks:
         chosen = None
         reasons: list[str] = []
+        if back_map and all(o == task.instruction for o in pool):  # no second pass can be made: not asked
+            report["refused"].append({"id": task.id, "reasons": [NO_OTHER]})
+            report["kept"] += 1
+            out.append(task)
+            continue
         for attempt in range(tries):
             messages = [{"role": "system", "content": PROMPT}, {"role": "user", "content": task.instruction}]
             if attempt and reasons:
@@ -91,6 +154,15 @@ def paraphrase(tasks: Iterable[Task], complete: Callable[[list[dict[str, Any]]],
                 report["errors"].append({"id": task.id, "error": f"{type(exc).__name__}: {exc}"})
                 break
             reasons = lost(task.instruction, text)
+            if not reasons and back_map:
+                try:
+                    ok, why = maps_back(task.instruction, text, pool, complete, choices=choices, key=task.id)
+                except Exception as exc:  # noqa: BLE001 -- any backend's failure keeps the task's own words
+                    report["errors"].append({"id": task.id, "error": f"{type(exc).__name__}: {exc}"})
+                    break
+                if not ok:
+                    reasons = [why]
+                    continue
             if not reasons:
                 chosen = text
                 break
