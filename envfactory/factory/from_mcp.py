@@ -340,8 +340,36 @@ class _Binding:
         return None
 
 
+class _Rebinds:
+    """The part of a runtime that keeps a state's live connection (:meth:`live`); the runtime says
+    how to make one (``bind``) and what is missing when it cannot (``missing``). Shared with
+    :mod:`envfactory.factory.from_openenv`."""
+
+    restore: Any
+
+    def bind(self, state: Any) -> _Binding:
+        raise NotImplementedError
+
+    def missing(self, what: str) -> str:
+        raise NotImplementedError
+
+    def live(self, state: Any, *, keep: bool = True) -> _Binding:
+        """The connection whose state is ``state``'s journal: its own while it holds, else a new one
+        (refused for a copied or restored state when there is no ``restore``)."""
+        b = state._live
+        if b is not None and not b.conn.closed and b.key == _journal_key(state.calls):
+            return b
+        if self.restore is None and state.calls and not _is_setup(state):
+            # a fresh task start replays its setup on a new connection; anything longer is a copy
+            raise NotImplementedError(self.missing("rebuild a copied or restored state"))
+        b = self.bind(state)
+        if keep:
+            state._live = b
+        return b
+
+
 @dataclass
-class _Runtime:
+class _Runtime(_Rebinds):
     """What the tools of one environment share: the server configuration and how to rebuild a state."""
 
     name: str
@@ -390,17 +418,6 @@ class _Runtime:
             raise
         return _Binding(conn, pool, _journal_key(calls))
 
-    def live(self, state: MCPState, *, keep: bool = True) -> _Binding:
-        b = state._live
-        if b is not None and not b.conn.closed and b.key == _journal_key(state.calls):
-            return b
-        if self.restore is None and state.calls and not _is_setup(state):
-            # a fresh task start replays its setup on a new process; anything longer is a copy
-            raise NotImplementedError(self.missing("rebuild a copied or restored state"))
-        b = self.bind(state)
-        if keep:
-            state._live = b
-        return b
 
 
 def _is_setup(state: MCPState) -> bool:

@@ -17,12 +17,7 @@ from typing import Any, Literal, cast
 from pydantic import Field
 
 from envfactory.definition import SpecError
-from envfactory.factory.from_mcp import (
-    MCPState,
-    _Binding,
-    _is_setup,
-    _journal_key,
-)
+from envfactory.factory.from_mcp import MCPState, _Binding, _journal_key, _Rebinds
 
 __all__ = ["Conn", "OpenEnvState", "Restore"]
 
@@ -239,7 +234,7 @@ class _Fresh:
 
 
 @dataclass
-class _Runtime:
+class _Runtime(_Rebinds):
     """What the tools of one environment share (the ``mcp_runtime`` :class:`MCPWorld` plays)."""
 
     name: str
@@ -269,13 +264,3 @@ class _Runtime:
             raise
         return _Binding(cast(Any, conn), cast(Any, self.pool), _journal_key(state.calls))
 
-    def live(self, state: OpenEnvState, *, keep: bool = True) -> _Binding:
-        b = state._live
-        if b is not None and not b.conn.closed and b.key == _journal_key(state.calls):
-            return b
-        if self.restore is None and state.calls and not _is_setup(state):
-            raise NotImplementedError(self.missing("rebuild a copied or restored state"))
-        b = self.bind(state)
-        if keep:
-            state._live = b
-        return b
