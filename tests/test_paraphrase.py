@@ -158,6 +158,22 @@ def test_a_rewording_read_back_as_another_task_is_refused():
     assert report["refused"][0]["reasons"] == [f"read as another task ({b!r})"]
 
 
+def test_a_rewording_that_keeps_a_name_and_loses_the_request_is_refused():
+    """SmolLM2-135M's "Benedikt, no." for a count request kept every fact the fact check looks at
+    and was read back as its task (the only one naming Benedikt): now it keeps too little."""
+    a, b = "Tell me how many tickets of subscriber Benedikt there are.", "Escalate ticket TK-80."
+
+    def model(messages: list[dict[str, Any]]) -> str:
+        if messages[0]["content"] == BACK_PROMPT:
+            listing = messages[1]["content"].split("\n\nTasks:\n")[1]
+            return next(line.split(".")[0] for line in listing.splitlines() if "Benedikt" in line)
+        return "Benedikt, no." if "Benedikt" in messages[1]["content"] else messages[1]["content"]
+
+    out, report = paraphrase(_tasks(a, b), model, tries=1)
+    assert out[0].instruction == a
+    assert report["refused"][0]["reasons"] == ["kept too little of the request (1 of 5 content words)"]
+
+
 def test_one_task_alone_cannot_be_read_back_and_keeps_its_words():
     calls: list[Any] = []
     out, report = paraphrase(_tasks("Ship every order of Kim."), lambda m: calls.append(m) or "Ship Kim's orders.")

@@ -10,7 +10,8 @@ rewording only if it **keeps every fact the task depends on** (:func:`lost`):
   first word of a sentence;
 * and it adds no id or number of its own.
 
-A rewording that keeps the facts then faces a **second pass** (:func:`maps_back`): the model is
+A rewording must also keep a third of the request's content words (:func:`kept_too_little`: a
+name kept and the request gone is no rewording). One that passes then faces a **second pass** (:func:`maps_back`): the model is
 shown the rewording and a numbered list of tasks, the original's own words among the most similar
 instructions of the other tasks (a sibling that differs only in a condition, say), and it must pick
 the original. A rewording that reads as another task, or an answer that names no number, is
@@ -35,7 +36,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from envfactory.task import Task
 
-__all__ = ["paraphrase", "lost", "maps_back", "PROMPT", "BACK_PROMPT"]
+__all__ = ["paraphrase", "lost", "kept_too_little", "maps_back", "PROMPT", "BACK_PROMPT", "MIN_KEPT"]
 
 PROMPT = ("Rewrite the request below the way a busy person would write it to an assistant: plain, "
           "natural English, one to three sentences. Keep every id, name, number, amount and quoted text "
@@ -113,6 +114,28 @@ def maps_back(original: str, text: str, others: Iterable[str], complete: Callabl
     return True, ""
 
 
+_STOP = frozenset("a an the of to in on for and or but is are be was it its this that these those with by at as "
+                  "me my i you your we our please can could would will do does any all every each there their "
+                  "them they from which who whose what how".split())
+MIN_KEPT = 1 / 3
+"""The least share of the request's content words (stop words aside, compared by their first five
+letters) a rewording keeps: below it, it no longer says what to do ("Benedikt, no." for "Tell me how
+many tickets of subscriber Benedikt there are": a name kept, the request gone)."""
+
+
+def _content(text: str) -> set[str]:
+    return {w[:5] for w in _WORD.findall(text.lower()) if w not in _STOP and not w.isdigit()}
+
+
+def kept_too_little(original: str, candidate: str) -> str | None:
+    """Why ``candidate`` no longer says what ``original`` asks (too few of its content words), or ``None``."""
+    words = _content(original)
+    kept = len(words & _content(candidate))
+    if words and kept < MIN_KEPT * len(words):
+        return f"kept too little of the request ({kept} of {len(words)} content words)"
+    return None
+
+
 def paraphrase(tasks: Iterable[Task], complete: Callable[[list[dict[str, Any]]], str], *,
                tries: int = 2, back_map: bool = True, choices: int = 4,
                distractors: Sequence[str] = ()) -> tuple[list[Task], dict[str, Any]]:
@@ -154,6 +177,8 @@ def paraphrase(tasks: Iterable[Task], complete: Callable[[list[dict[str, Any]]],
                 report["errors"].append({"id": task.id, "error": f"{type(exc).__name__}: {exc}"})
                 break
             reasons = lost(task.instruction, text)
+            if not reasons and (loose := kept_too_little(task.instruction, text)):
+                reasons = [loose]
             if not reasons and back_map:
                 try:
                     ok, why = maps_back(task.instruction, text, pool, complete, choices=choices, key=task.id)
