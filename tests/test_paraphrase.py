@@ -16,7 +16,7 @@ import pytest
 import envfactory
 from agents.policies.openai_policy import OpenAIChat
 from envfactory import ToolCall
-from envfactory.factory.tasks.paraphrase import BACK_PROMPT, NO_OTHER, lost, maps_back, paraphrase
+from envfactory.factory.tasks.paraphrase import BACK_PROMPT, NO_OTHER, lost, maps_back, paraphrase, strays
 from envfactory.task import Task
 
 CASSETTE = json.loads((Path(__file__).parent / "fixtures" / "paraphrase_cassette.json").read_text())["replies"]
@@ -172,6 +172,15 @@ def test_a_rewording_that_keeps_a_name_and_loses_the_request_is_refused():
     out, report = paraphrase(_tasks(a, b), model, tries=1)
     assert out[0].instruction == a
     assert report["refused"][0]["reasons"] == ["kept too little of the request (1 of 5 content words)"]
+
+
+def test_a_rewording_wrapped_in_a_preamble_and_a_comment_is_refused():
+    """SmolLM2-135M's 'Here's a rewritten version ...' + the request + a comment on its tweaks."""
+    a = "Change the cabin of every booking whose cabin is economy to business."
+    wrapped = (f"Here's a rewritten version of the request with the requested content:\n\n{a}\n\nI made a few "
+               "tweaks to the original request to ensure it's exactly what you're looking for.")
+    assert strays(a, wrapped) == f"far longer than the request ({len(wrapped)} characters for {len(a)})"
+    assert strays(a, "Please move every economy booking to business class.") is None
 
 
 def test_one_task_alone_cannot_be_read_back_and_keeps_its_words():

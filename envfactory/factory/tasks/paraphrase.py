@@ -10,8 +10,9 @@ rewording only if it **keeps every fact the task depends on** (:func:`lost`):
   first word of a sentence;
 * and it adds no id or number of its own.
 
-A rewording must also keep a third of the request's content words (:func:`kept_too_little`: a
-name kept and the request gone is no rewording). One that passes then faces a **second pass** (:func:`maps_back`): the model is
+A rewording must also keep a third of the request's content words and not run far longer than it
+(:func:`strays`: a name kept and the request gone, or the request wrapped in a preamble and a
+comment, is no rewording). One that passes then faces a **second pass** (:func:`maps_back`): the model is
 shown the rewording and a numbered list of tasks, the original's own words among the most similar
 instructions of the other tasks (a sibling that differs only in a condition, say), and it must pick
 the original. A rewording that reads as another task, or an answer that names no number, is
@@ -36,7 +37,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from envfactory.task import Task
 
-__all__ = ["paraphrase", "lost", "kept_too_little", "maps_back", "PROMPT", "BACK_PROMPT", "MIN_KEPT"]
+__all__ = ["paraphrase", "lost", "strays", "maps_back", "PROMPT", "BACK_PROMPT", "MIN_KEPT"]
 
 PROMPT = ("Rewrite the request below the way a busy person would write it to an assistant: plain, "
           "natural English, one to three sentences. Keep every id, name, number, amount and quoted text "
@@ -127,12 +128,16 @@ def _content(text: str) -> set[str]:
     return {w[:5] for w in _WORD.findall(text.lower()) if w not in _STOP and not w.isdigit()}
 
 
-def kept_too_little(original: str, candidate: str) -> str | None:
-    """Why ``candidate`` no longer says what ``original`` asks (too few of its content words), or ``None``."""
+def strays(original: str, candidate: str) -> str | None:
+    """Why ``candidate`` is no rewording of ``original`` though it keeps its facts, or ``None``: it
+    keeps too few of its content words (:data:`MIN_KEPT`), or it is far longer (more than twice
+    the request and 80 characters more: a preamble, the request and a comment on it)."""
     words = _content(original)
     kept = len(words & _content(candidate))
     if words and kept < MIN_KEPT * len(words):
         return f"kept too little of the request ({kept} of {len(words)} content words)"
+    if len(candidate) > 2 * len(original) and len(candidate) > len(original) + 80:
+        return f"far longer than the request ({len(candidate)} characters for {len(original)})"
     return None
 
 
@@ -177,7 +182,7 @@ def paraphrase(tasks: Iterable[Task], complete: Callable[[list[dict[str, Any]]],
                 report["errors"].append({"id": task.id, "error": f"{type(exc).__name__}: {exc}"})
                 break
             reasons = lost(task.instruction, text)
-            if not reasons and (loose := kept_too_little(task.instruction, text)):
+            if not reasons and (loose := strays(task.instruction, text)):
                 reasons = [loose]
             if not reasons and back_map:
                 try:
