@@ -661,7 +661,10 @@ _AMP_GENERIC = ("add", "count", "leave", "interrupt", "generator_exit")  # tools
 _AMP_MAX_ROWS = 1_000_000
 """``multiply`` is drawn so that the list it builds has at most this many rows: the tool's own
 allocation happens before any quota can look at the state (in-process nothing bounds a tool's
-memory), and the point is the state the call would leave, refused alike on both runtimes."""
+memory), and the point is the state the call would leave, refused alike on both runtimes. The
+bound holds for the rows each call of an output would see (an output of several calls compounds:
+the million-output run of 2026-12-08 drew ``multiply(100)`` twice on 4,001 rows, and the second call's
+own 40-million-row list took 610 MiB, past its 512 MiB container, before any quota could look)."""
 
 
 def amplifying(rng: random.Random, rows: int, schemas: list[dict[str, Any]]) -> Any:
@@ -669,17 +672,23 @@ def amplifying(rng: random.Random, rows: int, schemas: list[dict[str, Any]]) -> 
     an exiting one, a mix of them in one output, or a generated output on the plain tools."""
     from envfactory import call
 
+    seen = [max(rows, 1)]  # the top-level rows the next call of this output would see, at most
+
     def one() -> Any:
         r = rng.random()
         if r < 0.35:
             times = rng.choice((2, 10, 100, 1000))
-            while times > 2 and rows * times > _AMP_MAX_ROWS:
-                times //= 10
+            while times > 1 and seen[0] * times > _AMP_MAX_ROWS:
+                times = 1 if times == 2 else times // 10
+            seen[0] *= times
             return call("multiply", times=times)
         if r < 0.6:
+            seen[0] = max(seen[0], 2)  # [rows, rows] (if the call is refused, the rows stay)
             return call("nest", levels=rng.choice((1, 2, 5, 10, 20, 30, 40)))
         if r < 0.8:
-            return call("fill", n=rng.choice((1, 100, 1000, 10_000)), width=rng.choice((1, 10, 100)))
+            n = rng.choice((1, 100, 1000, 10_000))
+            seen[0] += n
+            return call("fill", n=n, width=rng.choice((1, 10, 100)))
         if r < 0.87:
             return call("leave", code=rng.choice((0, 1, 3)))
         if r < 0.94:
