@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -100,6 +101,13 @@ def main() -> None:
                                                         "mode": tr.world.mode}))
     tr.close()
     torch.distributed.destroy_process_group()
+    # What the ranks did is written; the interpreter's finalization is skipped: there gloo's C++
+    # threads can still be torn down under it, and a rank once died of SIGABRT ("terminate called
+    # without an active exception") after writing everything (fresh-clone CI of 2026-12-08; never
+    # reproduced in 3 reruns; pytorch/pytorch#179291 describes the race).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
