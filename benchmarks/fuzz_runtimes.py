@@ -721,8 +721,7 @@ def amplify_lane(k: int, seed: int, running: Any, deadline: float, pool: Any, ta
     schemas = [f for f in local.tool_schemas() if f["function"]["name"] in _AMP_GENERIC]
     task = "one-row"
     try:
-        local.reset(task)
-        dock.reset(task)
+        _restart(local, dock, task)
         i = 0
         while running():
             s = seed * 1_000_003 + k * 10_000_019 + i
@@ -738,8 +737,7 @@ def amplify_lane(k: int, seed: int, running: Any, deadline: float, pool: Any, ta
             size = quotas.state_size(local._world.view(), quotas.MAX_STATE_BYTES + 1)
             if size > quotas.MAX_STATE_BYTES:
                 tally.bad("attack_failures", attack="amplify", seed=s, state_bytes=size)
-                local.reset(task)
-                dock.reset(task)
+                _restart(local, dock, task)
     finally:
         dock.close()
 
